@@ -1,0 +1,145 @@
+"""Detecting MLX backends and describing the machine they run on."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Literal
+
+BACKEND_NAMES = ("mlx-metal", "mlx-cuda", "mlx-cpu")
+Family = Literal["cpu", "cuda", "metal"]
+
+
+class BackendUnavailable(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    family: Family
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.family != "cpu"
+
+    @property
+    def tier(self) -> Literal["cpu", "gpu"]:
+        return "gpu" if self.is_gpu else "cpu"
+
+    @property
+    def dialect(self) -> str | None:
+        """The kernel language candidates may write: "metal", "cuda", or None (MLX ops only)."""
+        return None if self.family == "cpu" else self.family
+
+    def profile(self) -> dict[str, Any]:
+        from ksearch.backends.profiles import profile_for
+
+        return profile_for(self)
+
+
+FAMILY = {"mlx-metal": "metal", "mlx-cuda": "cuda", "mlx-cpu": "cpu"}
+
+
+@functools.cache
+def _probe() -> dict[str, bool]:
+    try:
+        import mlx.core as mx
+    except ImportError:
+        return {"mlx": False, "metal": False, "cuda": False}
+    metal = bool(getattr(mx, "metal", None) and mx.metal.is_available())
+    cuda = bool(getattr(mx, "cuda", None) and mx.cuda.is_available())
+    return {"mlx": True, "metal": metal, "cuda": cuda}
+
+
+def available_backends() -> list[Backend]:
+    p = _probe()
+    if not p["mlx"]:
+        return []
+    found = []
+    if p["metal"]:
+        found.append(Backend("mlx-metal", "metal"))
+    if p["cuda"]:
+        found.append(Backend("mlx-cuda", "cuda"))
+    found.append(Backend("mlx-cpu", "cpu"))
+    return found
+
+
+def best_backend() -> Backend:
+    found = available_backends()
+    if not found:
+        raise BackendUnavailable(
+            "MLX is not installed: pip install 'kernelsearch[cpu]' (Linux CPU), 'kernelsearch[cuda]' (NVIDIA) "
+            "or 'kernelsearch' on macOS"
+        )
+    return found[0]
+
+
+def get_backend(name: str | None) -> Backend:
+    """A backend by name (None or "auto": the best one here), or a one-line error saying what exists."""
+    if name in (None, "", "auto"):
+        return best_backend()
+    if name not in FAMILY:
+        raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)} or auto")
+    for b in available_backends():
+        if b.name == name:
+            return b
+    here = ", ".join(b.name for b in available_backends()) or "none (MLX missing)"
+    raise BackendUnavailable(f"backend {name} is not available on this machine; available: {here}")
+
+
+@functools.cache
+def _nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def device_name(backend: Backend) -> str:
+    try:
+        import mlx.core as mx
+
+        info = mx.device_info() if hasattr(mx, "device_info") else {}
+    except Exception:  # no MLX device info on some builds; the name is informational only
+        info = {}
+    name = str(info.get("device_name") or info.get("name") or "")
+    if backend.family == "cuda" and not name:
+        drv = _nvidia_driver()
+        name = drv.split(",", 1)[1].strip() if drv and "," in drv else "NVIDIA GPU"
+    if backend.family == "cpu" and not name:
+        name = platform.processor() or platform.machine()
+    return name
+
+
+def environment(backend: Backend) -> dict[str, Any]:
+    """Hardware and versions attached to every result."""
+    try:
+        import mlx.core as mx
+
+        mlx_version = mx.__version__
+    except ImportError:
+        mlx_version = None
+    from ksearch import __version__
+
+    env: dict[str, Any] = {
+        "backend": backend.name,
+        "device": device_name(backend),
+        "mlx": mlx_version,
+        "ksearch": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+    }
+    if backend.family == "cuda":
+        drv = _nvidia_driver()
+        env["driver"] = drv.split(",", 1)[0].strip() if drv else None
+    return env

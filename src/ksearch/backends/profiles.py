@@ -1,0 +1,65 @@
+"""Hardware profiles: the detected device mapped to the knowledge base's table (bandwidth, peaks, limits)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ksearch.backends.detect import Backend, device_name
+
+PROFILES_FILE = Path(__file__).resolve().parent.parent / "knowledge" / "data" / "hardware.yaml"
+
+
+@functools.cache
+def load_profiles() -> list[dict[str, Any]]:
+    data = yaml.safe_load(PROFILES_FILE.read_text())
+    return list(data["profiles"])
+
+
+def cpu_llc_bytes() -> int:
+    """Last-level cache of this CPU from sysfs (timing pools must exceed twice this)."""
+    best = 0
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for idx in base.glob("index*"):
+        try:
+            size = (idx / "size").read_text().strip()
+        except OSError:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        num = size[:-1] if size[-1:] in "KMG" else size
+        if num.isdigit():
+            best = max(best, int(num) * mult)
+    return best or (32 << 20)
+
+
+def match_profile(name: str, family: str) -> dict[str, Any] | None:
+    lowered = name.lower()
+    candidates = [p for p in load_profiles() if p.get("vendor") == ("apple" if family == "metal" else "nvidia")]
+    # Longest pattern first, so "M3 Max" wins over "M3".
+    pairs = sorted(((pat, p) for p in candidates for pat in p.get("match", [])), key=lambda t: -len(t[0]))
+    for pat, prof in pairs:
+        if pat.lower() in lowered:
+            return prof
+    return None
+
+
+def profile_for(backend: Backend) -> dict[str, Any]:
+    name = device_name(backend)
+    if backend.family == "cpu":
+        return {
+            "id": "cpu", "name": name or "CPU", "vendor": "cpu", "llc_bytes": cpu_llc_bytes(),
+            "bandwidth_gbs": None, "peak_tflops": {}, "matched": True,
+        }
+    prof = match_profile(name, backend.family)
+    if prof is None:
+        # Unknown GPU: no floor can be claimed, so timings are reported without roofline fractions.
+        return {"id": "unknown", "name": name, "vendor": backend.family, "llc_bytes": 64 << 20,
+                "bandwidth_gbs": None, "peak_tflops": {}, "matched": False}
+    out = dict(prof)
+    out["llc_bytes"] = int(prof.get("l2_mb", 64) * (1 << 20))
+    out["matched"] = True
+    out["detected_name"] = name
+    return out

@@ -1,0 +1,146 @@
+"""The `ksearch` command line: parse, call one function, print. No logic lives here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from ksearch import __version__
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="ksearch: K-Search for fast MLX kernels.")
+console = Console()
+err = Console(stderr=True)
+
+
+class UserError(Exception):
+    """A one-line error for bad input; the CLI prints it and exits 2."""
+
+
+def fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _task(name: str):  # type: ignore[no-untyped-def]
+    from ksearch.tasks import TaskNotFound, get_task
+
+    try:
+        return get_task(name)
+    except TaskNotFound as exc:
+        fail(str(exc))
+
+
+def _backend(name: str | None):  # type: ignore[no-untyped-def]
+    from ksearch.backends import BackendUnavailable, get_backend
+
+    try:
+        return get_backend(name)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+
+
+@app.callback(invoke_without_command=True)
+def _root(version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False) -> None:
+    if version:
+        console.print(__version__)
+        raise typer.Exit(0)
+
+
+@app.command("tasks")
+def tasks_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List the built-in tasks with their workloads and baselines."""
+    from ksearch.report.tables import tasks_table
+    from ksearch.tasks import all_tasks
+
+    tasks = all_tasks()
+    if as_json:
+        print(json.dumps([t.summary() for t in tasks], indent=2))
+        return
+    console.print(tasks_table(tasks))
+
+
+@app.command("backends")
+def backends_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List the MLX backends on this machine with their hardware profiles."""
+    from ksearch.backends import available_backends, environment
+    from ksearch.report.tables import backends_table
+
+    found = available_backends()
+    rows = [{"backend": b.name, "environment": environment(b), "profile": b.profile()} for b in found]
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    if not found:
+        fail("MLX is not installed here: pip install 'kernelsearch[cpu]' (Linux) or 'kernelsearch' (macOS)")
+    console.print(backends_table(rows))
+
+
+@app.command("eval")
+def eval_cmd(
+    task: Annotated[str, typer.Argument(help="Built-in task name or a task file (.py exporting TASK).")],
+    candidate: Annotated[Path, typer.Argument(help="Candidate source file defining run(**inputs).")],
+    backend: Annotated[str | None, typer.Option(help="mlx-metal, mlx-cuda, mlx-cpu or auto.")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Baseline to score against (naive, native, community).")] = None,
+    workloads: Annotated[str | None, typer.Option(help="Comma-separated workload names.")] = None,
+    holdout: Annotated[bool, typer.Option(help="Also evaluate the holdout workloads.")] = False,
+    timeout: Annotated[float | None, typer.Option(help="Wall-clock limit (s) for the whole evaluation.")] = None,
+    memory_limit_gb: Annotated[float, typer.Option(help="Kill the worker above this resident memory.")] = 16.0,
+    seed: Annotated[int | None, typer.Option(help="Master seed to reproduce a verdict.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
+) -> None:
+    """Judge one candidate: correctness on secret seeds, then speed against a baseline."""
+    from ksearch.harness import EvalOptions, evaluate
+    from ksearch.report.tables import eval_table
+
+    t = _task(task)
+    if not candidate.is_file():
+        fail(f"candidate file {candidate} does not exist")
+    b = _backend(backend)
+    if baseline is not None and baseline not in t.baselines:
+        fail(f"task {t.name} has no baseline {baseline!r}; choose one of {', '.join(t.baselines)}")
+    names = [n.strip() for n in workloads.split(",") if n.strip()] if workloads else None
+    if names:
+        known = {w.name for w in t.workloads}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            fail(f"task {t.name} has no workload {unknown[0]!r}; see `ksearch tasks`")
+    if timeout is not None and timeout <= 0:
+        fail("--timeout must be positive (seconds)")
+    opts = EvalOptions(baseline=baseline, workloads=names, holdout=holdout, timeout_s=timeout,
+                       memory_limit_bytes=int(memory_limit_gb * (1 << 30)), seed=seed)
+    result = evaluate(t, candidate.read_text(), b, opts)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json(), default=str) + "\n")
+        return
+    console.print(eval_table(result))
+
+
+@app.command("demo")
+def demo_cmd(
+    budget: Annotated[int, typer.Option(help="Evaluations for the search (at most 30 in the demo).")] = 30,
+    backend: Annotated[str | None, typer.Option(help="Backend (default: the best here).")] = None,
+) -> None:
+    """The main job on the embedded default: the best local backend, the offline proposer, no network."""
+    from ksearch.demo import run_demo
+
+    b = _backend(backend)
+    if budget < 1:
+        fail("--budget must be at least 1")
+    run_demo(b, min(budget, 30), console)
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

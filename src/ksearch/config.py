@@ -1,0 +1,117 @@
+"""Run configuration: defaults < config file (TOML) < environment (KSEARCH_*) < command-line flags."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class SelectionWeights:
+    """Weights of the frontier priority V (see search/world_model.py)."""
+
+    score: float = 1.0
+    rating: float = 0.6
+    confidence: float = 0.3
+    difficulty: float = 0.25
+    exploration: float = 0.5
+
+
+@dataclass
+class LLMConfig:
+    preset: str = "openai"
+    model: str | None = None
+    coder_model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float = 0.7
+    reasoning_effort: str | None = None
+    max_output_tokens: int = 8192
+    request_timeout_s: float = 300.0
+    max_retries: int = 5
+    max_usd: float | None = None
+    max_tokens_total: int | None = None
+
+
+@dataclass
+class RunConfig:
+    task: str = "softmax"
+    backend: str = "auto"
+    policy: str = "offline"
+    strategy: str = "ksearch"
+    budget: int = 120
+    wall_time_s: float | None = None
+    seed: int = 0
+    stagnation_window: int = 5
+    baseline: str | None = None
+    timeout_s: float | None = None
+    memory_limit_gb: float = 16.0
+    runs_dir: str = "runs"
+    from_cuda: str | None = None
+    weights: SelectionWeights = field(default_factory=SelectionWeights)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _coerce(name: str, value: Any, current: Any, typ: Any) -> Any:
+    if value is None:
+        return None
+    target = type(current) if current is not None else None
+    text = str(typ)
+    try:
+        if target is bool or "bool" in text:
+            if isinstance(value, str):
+                return value.strip().lower() in ("1", "true", "yes", "on")
+            return bool(value)
+        if target is int or text.startswith("int"):
+            return int(value)
+        if target is float or "float" in text:
+            return float(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"config key {name!r}: cannot read {value!r} as a number") from exc
+    return value
+
+
+def _apply(obj: Any, data: dict[str, Any], where: str) -> None:
+    known = {f.name: f for f in fields(obj)}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(f"{where}: unknown config key {key!r}; known: {', '.join(sorted(known))}")
+        current = getattr(obj, key)
+        if isinstance(value, dict) and hasattr(current, "__dataclass_fields__"):
+            _apply(current, value, f"{where}.{key}")
+        else:
+            setattr(obj, key, _coerce(key, value, current, known[key].type))
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                environ: dict[str, str] | None = None) -> RunConfig:
+    cfg = RunConfig()
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            _apply(cfg, tomllib.loads(p.read_text()), str(p))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{p} is not valid TOML: {exc}") from exc
+    env = os.environ if environ is None else environ
+    from_env: dict[str, Any] = {}
+    for f in fields(cfg):
+        key = f"KSEARCH_{f.name.upper()}"
+        if key in env and not hasattr(getattr(cfg, f.name), "__dataclass_fields__"):
+            from_env[f.name] = env[key]
+    _apply(cfg, from_env, "environment")
+    _apply(cfg, {k: v for k, v in (overrides or {}).items() if v is not None}, "flags")
+    if cfg.budget < 1:
+        raise ConfigError("budget must be at least 1 evaluation")
+    return cfg

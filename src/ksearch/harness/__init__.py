@@ -1,0 +1,17 @@
+"""How a candidate is judged: isolated workers, a trusted reference and baseline, the parent's own clock."""
+
+from __future__ import annotations
+
+from ksearch.backends import Backend
+from ksearch.harness.evaluate import EvalOptions, Evaluator
+from ksearch.harness.result import STATUSES, EvalResult, WorkloadResult, geomean
+from ksearch.tasks.base import Task
+
+
+def evaluate(task: Task, source: str, backend: Backend, options: EvalOptions | None = None) -> EvalResult:
+    """Judge one candidate (a fresh Evaluator: no state shared with other evaluations)."""
+    with Evaluator(task, backend, (options or EvalOptions()).memory_limit_bytes) as ev:
+        return ev.evaluate(source, options)
+
+
+__all__ = ["STATUSES", "EvalOptions", "EvalResult", "Evaluator", "WorkloadResult", "evaluate", "geomean"]

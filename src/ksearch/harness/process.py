@@ -1,0 +1,207 @@
+"""The parent's handle on one worker process: spawn, talk with deadlines, watch memory, kill hard."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from ksearch.harness import protocol
+
+#: Environment variables never handed to a worker: a candidate must not be able to read credentials.
+_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+
+
+class WorkerDied(RuntimeError):
+    def __init__(self, message: str, kind: str = "crash") -> None:
+        super().__init__(message)
+        self.kind = kind  # crash | memory | timeout | protocol
+
+
+def _worker_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not any(m in k.upper() for m in _SECRET_MARKERS)}
+    env.pop("KSEARCH_RUNS_DIR", None)  # the worker is never told where runs live
+    src = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra)
+    return env
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    text = data[-limit:].decode(errors="replace")
+    return ("..." if len(data) > limit else "") + text
+
+
+class WorkerProcess:
+    """One worker. Use as a context manager; `kill()` is always safe."""
+
+    def __init__(self, role: str, memory_limit_bytes: int, env: dict[str, str] | None = None) -> None:
+        self.role = role
+        self.memory_limit = memory_limit_bytes
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"ksearch-{role}-"))
+        self.guard_r, guard_w = os.pipe()
+        os.set_blocking(self.guard_r, False)
+        parent_sock, child_sock = socket.socketpair()
+        self.sock = parent_sock
+        self.stdout_path = self.scratch / "stdout.txt"
+        self.stderr_path = self.scratch / "stderr.txt"
+        extra = {"KSEARCH_WORKER_FD": str(child_sock.fileno()), **(env or {})}
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ksearch.harness.worker"],
+                cwd=self.scratch,
+                env=_worker_env(extra),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                pass_fds=(child_sock.fileno(), guard_w),
+                start_new_session=True,  # its own process group: a kill takes any children it spawned too
+            )
+        child_sock.close()
+        os.close(guard_w)
+        self.guard_fd_in_child = guard_w
+        self.peak_rss = 0
+        self.forbidden_calls: list[str] = []
+
+    # -- liveness and limits -------------------------------------------------------------------------------------
+    def _rss(self) -> int:
+        try:
+            p = psutil.Process(self.proc.pid)
+            procs = [p, *p.children(recursive=True)]
+            return sum(q.memory_info().rss for q in procs if q.is_running())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return 0
+
+    def _poll(self) -> None:
+        self._drain_guard()
+        rss = self._rss()
+        self.peak_rss = max(self.peak_rss, rss)
+        if rss > self.memory_limit:
+            self.kill()
+            raise WorkerDied(
+                f"worker used {rss / 2**20:.0f} MiB, above the memory limit of {self.memory_limit / 2**20:.0f} MiB",
+                kind="memory",
+            )
+        if self.proc.poll() is not None:
+            raise WorkerDied(self.death_message(), kind="crash")
+
+    def _drain_guard(self) -> None:
+        try:
+            data = os.read(self.guard_r, 65536)
+        except (BlockingIOError, OSError):
+            return
+        if data:
+            self.forbidden_calls.extend(x for x in data.decode(errors="replace").splitlines() if x)
+
+    def death_message(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            how = "stopped answering"
+        elif code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        err = _tail(self.stderr_path)
+        return f"worker {how}" + (f"; stderr:\n{err}" if err.strip() else "")
+
+    # -- messaging -----------------------------------------------------------------------------------------------
+    def request(
+        self, header: dict[str, Any], deadline: float, max_bytes: int = 1 << 36
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        try:
+            protocol.send(self.sock, header)
+            reply, arrays = protocol.recv(self.sock, deadline=deadline, max_bytes=max_bytes, poll=self._poll)
+        except protocol.Deadline as exc:
+            self.kill()
+            raise WorkerDied("timed out", kind="timeout") from exc
+        except (protocol.ProtocolError, OSError) as exc:
+            # Give the process a moment to be reaped so the message says how it died.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=2)
+            if self.proc.poll() is None:
+                self.kill()
+                raise WorkerDied(f"broke the protocol: {exc}", kind="protocol") from exc
+            raise WorkerDied(self.death_message(), kind="crash") from exc
+        self._drain_guard()
+        return reply, arrays
+
+    def output_tail(self) -> str:
+        out, err = _tail(self.stdout_path, 1000), _tail(self.stderr_path, 1000)
+        parts = []
+        if out.strip():
+            parts.append("candidate stdout:\n" + out)
+        if err.strip():
+            parts.append("candidate stderr:\n" + err)
+        return "\n".join(parts)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                protocol.send(self.sock, {"op": "exit"})
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=2)
+        self.kill()
+        self._drain_guard()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(OSError):
+            os.close(self.guard_r)
+        import shutil
+
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def start(role: str, task_origin: str, device: str, memory_limit: int, deadline: float,
+          source: str | None = None, forbidden: tuple[str, ...] = (), entry: str | None = None,
+          env: dict[str, str] | None = None) -> tuple[WorkerProcess, dict[str, Any]]:
+    """Spawn a worker and initialise it; returns the worker and its init reply."""
+    w = WorkerProcess(role, memory_limit, env=env)
+    msg: dict[str, Any] = {"op": "init", "role": role, "task": task_origin, "device": device,
+                           "forbidden": list(forbidden), "guard_fd": w.guard_fd_in_child, "entry": entry}
+    if source is not None:
+        path = w.scratch / "candidate.py"
+        path.write_text(source)
+        msg["source_file"] = str(path)
+    try:
+        reply, _ = w.request(msg, deadline)
+    except BaseException:
+        w.close()
+        raise
+    return w, reply
+
+
+def now() -> float:
+    return time.monotonic()

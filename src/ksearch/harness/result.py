@@ -1,0 +1,69 @@
+"""EvalResult: the verdict on one candidate, as the parent judged it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Status = Literal["passed", "compile_error", "runtime_error", "timeout", "wrong_shape", "wrong_answer", "forbidden"]
+STATUSES: tuple[str, ...] = (
+    "passed", "compile_error", "runtime_error", "timeout", "wrong_shape", "wrong_answer", "forbidden",
+)
+#: The aggregate caps each workload's speedup so that one absurd figure cannot carry a geometric mean.
+MAX_SPEEDUP = 1e4
+
+
+@dataclass
+class WorkloadResult:
+    name: str
+    split: str = "search"
+    status: str = "passed"
+    latency_s: float | None = None
+    latency_spread: float | None = None  # (p75 - p25) / median
+    baseline_latency_s: float | None = None
+    speedup: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    roofline_fraction: float | None = None
+    timing_source: str | None = None  # "worker" (finer, checked against the parent clock) or "parent"
+    message: str = ""
+
+
+@dataclass
+class EvalResult:
+    status: str
+    message: str = ""
+    task: str = ""
+    backend: str = ""
+    baseline: str = ""
+    score: float = 0.0
+    holdout_score: float | None = None
+    workloads: list[WorkloadResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seeds: dict[str, list[int]] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EvalResult:
+        data = dict(data)
+        data["workloads"] = [WorkloadResult(**w) for w in data.get("workloads", [])]
+        return cls(**data)
+
+    def speedups(self, split: str = "search") -> list[float]:
+        return [w.speedup for w in self.workloads if w.split == split and w.speedup is not None]
+
+
+def geomean(values: list[float]) -> float:
+    if not values or any(v <= 0 or not math.isfinite(v) for v in values):
+        return 0.0
+    capped = [min(v, MAX_SPEEDUP) for v in values]
+    return math.exp(sum(math.log(v) for v in capped) / len(capped))

@@ -1,0 +1,1 @@
+"""Showing results: terminal tables, HTML reports, plots, export."""

@@ -1,0 +1,76 @@
+"""Rich tables for the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from ksearch.harness.result import EvalResult
+from ksearch.tasks.base import Task
+
+STATUS_STYLE = {"passed": "green", "timeout": "yellow"}
+
+
+def fmt_time(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    if s < 1:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s:.3f} s"
+
+
+def fmt_x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def tasks_table(tasks: list[Task]) -> Table:
+    t = Table(title="tasks")
+    for col in ("task", "kind", "cpu workloads", "gpu workloads", "baselines (default)", "forbidden"):
+        t.add_column(col)
+    for task in tasks:
+        cpu = [w.name for w in task.workloads if w.tier == "cpu"]
+        gpu = [w.name for w in task.workloads if w.tier == "gpu"]
+        bases = ", ".join(f"[b]{b}[/b]" if b == task.default_baseline else b for b in task.baselines)
+        t.add_row(task.name, task.kind, str(len(cpu)), str(len(gpu)), bases, ", ".join(task.forbidden) or "-")
+    return t
+
+
+def backends_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="backends (first = default)")
+    for col in ("backend", "device", "MLX", "bandwidth", "peak fp16 / fp32", "shared/threadgroup mem", "SIMD"):
+        t.add_column(col)
+    for r in rows:
+        p, env = r["profile"], r["environment"]
+        peaks = p.get("peak_tflops") or {}
+        smem = p.get("shared_memory_kb") or {}
+        t.add_row(
+            r["backend"], f"{env.get('device')} [dim]({p.get('id')})[/dim]", str(env.get("mlx")),
+            f"{p['bandwidth_gbs']} GB/s" if p.get("bandwidth_gbs") else "-",
+            f"{peaks.get('float16', '-')} / {peaks.get('float32', '-')} TFLOP/s" if peaks else "-",
+            f"{smem.get('default', '-')} KB (max {smem.get('max_opt_in', '-')})" if smem else "-",
+            str(p.get("simd_width", "-")),
+        )
+    return t
+
+
+def eval_table(r: EvalResult) -> Table:
+    style = STATUS_STYLE.get(r.status, "red")
+    title = (f"{r.task} on {r.backend}: [{style}]{r.status}[/{style}]  score {r.score:.3f} "
+             f"(geomean speedup vs {r.baseline})")
+    if r.holdout_score is not None:
+        title += f"  holdout {r.holdout_score:.3f}"
+    t = Table(title=title, caption=(r.message[:1500] if r.message else None), caption_justify="left")
+    for col in ("workload", "split", "latency", "spread", "baseline", "speedup", "roofline", "max abs err"):
+        t.add_column(col)
+    for w in r.workloads:
+        t.add_row(
+            w.name, w.split, fmt_time(w.latency_s),
+            "-" if w.latency_spread is None else f"{w.latency_spread * 100:.0f}%",
+            fmt_time(w.baseline_latency_s), fmt_x(w.speedup),
+            "-" if w.roofline_fraction is None else f"{w.roofline_fraction * 100:.1f}%",
+            "-" if w.max_abs_err is None else f"{w.max_abs_err:.2e}",
+        )
+    return t

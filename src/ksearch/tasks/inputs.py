@@ -1,0 +1,54 @@
+"""Deterministic input generation: every process builds bit-identical inputs for a (task, workload, seed).
+
+MLX's counter-based random generator is used (not NumPy) because timing pools of several GB must be built on the device
+in milliseconds; determinism across processes of one backend is what the harness relies on, and it checks it by digest.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from ksearch.tasks.base import Task, TensorSpec, Workload
+
+
+def _mx() -> Any:
+    import mlx.core as mx
+
+    return mx
+
+
+def tensor_key(seed: int, workload: Workload, spec: TensorSpec) -> Any:
+    mx = _mx()
+    salt = zlib.crc32(f"{workload.name}/{spec.name}".encode())
+    return mx.random.key((int(seed) * 1_000_003 + salt) % (2**63))
+
+
+def make_tensor(spec: TensorSpec, workload: Workload, seed: int) -> Any:
+    mx = _mx()
+    shape = spec.resolved_shape(workload)
+    key = tensor_key(seed, workload, spec)
+    if spec.init == "normal":
+        x = mx.random.normal(shape, key=key) * spec.scale
+    elif spec.init == "uniform":
+        x = mx.random.uniform(shape=shape, key=key) * spec.scale
+    elif spec.init == "positive":
+        x = (mx.random.uniform(shape=shape, key=key) + 0.5) * spec.scale
+    elif spec.init == "negative":
+        x = -(mx.random.uniform(shape=shape, key=key) * spec.scale + 0.1)
+    elif spec.init == "zeros":
+        x = mx.zeros(shape)
+    else:
+        raise ValueError(f"tensor {spec.name!r}: unknown init {spec.init!r} (normal, uniform, positive, negative, zeros)")
+    return x.astype(getattr(mx, spec.resolved_dtype(workload)))
+
+
+def make_inputs(task: Task, workload: Workload, seed: int) -> dict[str, Any]:
+    """The inputs of one call, evaluated. Custom generators must be deterministic in (workload, seed) too."""
+    mx = _mx()
+    if task.generator is not None:
+        arrays = task.generator(workload, seed)
+    else:
+        arrays = {spec.name: make_tensor(spec, workload, seed) for spec in task.inputs}
+    mx.eval(list(arrays.values()))
+    return arrays
