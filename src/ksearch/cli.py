@@ -134,6 +134,28 @@ def demo_cmd(
     run_demo(b, min(budget, 30), console)
 
 
+# Each room adds its commands in ksearch/commands/<room>.py with `register(app)`; cli.py stays a list of names.
+COMMAND_MODULES = (
+    "ksearch.commands.search",
+    "ksearch.commands.knowledge",
+    "ksearch.commands.llm",
+    "ksearch.commands.report",
+    "ksearch.commands.bench",
+)
+
+
+def _register_commands() -> None:
+    import importlib
+    import importlib.util
+
+    for name in COMMAND_MODULES:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name).register(app)
+
+
+_register_commands()
+
+
 def main() -> None:
     try:
         app()

@@ -1,0 +1,1 @@
+"""CLI commands grouped by room; each module exposes register(app)."""

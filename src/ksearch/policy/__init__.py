@@ -1,0 +1,1 @@
+"""Who proposes: the policy protocol, the offline proposer, the LLM policy."""

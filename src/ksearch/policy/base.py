@@ -1,0 +1,141 @@
+"""The policy protocol: who proposes actions and code. The search loop is the only caller.
+
+A policy answers five questions, in the order of K-Search:
+  analyse(ctx)                      -> the fixed analysis of the task (text), once per run
+  init_world_model(ctx, analysis)   -> the initial world model (K-Search JSON: kernel_summary, decision_tree, ...)
+  implement(ctx, request)           -> candidate source for one attempt (first / debug / improve), or None
+  update(ctx, world_model, cycle)   -> world-model edit ops {"active_leaf_id": ..., "ops": [...]} after a cycle
+  state() / load_state(state)       -> what the policy needs to resume exactly (JSON-serialisable)
+
+Policies raise PolicyError for failures the loop should count and survive (an LLM that times out, unparseable output);
+any other exception is a bug.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
+
+from ksearch.backends import Backend
+from ksearch.harness.result import EvalResult
+from ksearch.tasks.base import Task
+
+Mode = Literal["first", "debug", "improve"]
+
+
+class PolicyError(RuntimeError):
+    """A proposer failure the loop counts, logs and survives."""
+
+
+class BudgetExhausted(RuntimeError):
+    """The policy's own spending cap (tokens / USD) is reached: the run stops cleanly."""
+
+
+@dataclass
+class Feedback:
+    """What the harness said about the last attempt, in the form prompts and templates consume."""
+
+    status: str
+    message: str
+    score: float
+    speedups: dict[str, float] = field(default_factory=dict)
+    latencies_s: dict[str, float] = field(default_factory=dict)
+    baseline_latencies_s: dict[str, float] = field(default_factory=dict)
+    roofline: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_result(cls, r: EvalResult) -> Feedback:
+        return cls(
+            status=r.status,
+            message=r.message[-3000:],
+            score=r.score,
+            speedups={w.name: w.speedup for w in r.workloads if w.speedup is not None},
+            latencies_s={w.name: w.latency_s for w in r.workloads if w.latency_s is not None},
+            baseline_latencies_s={w.name: w.baseline_latency_s for w in r.workloads
+                                  if w.baseline_latency_s is not None},
+            roofline={w.name: w.roofline_fraction for w in r.workloads if w.roofline_fraction is not None},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Attempt:
+    """One evaluated (or skipped) candidate within a refinement cycle."""
+
+    candidate_id: str
+    node_id: str
+    mode: Mode
+    status: str
+    score: float
+    message: str = ""
+    params: dict[str, Any] = field(default_factory=dict)  # template parameters (offline) or "" (LLM)
+    improved: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ImplementRequest:
+    action: dict[str, Any]  # the world-model node being implemented (K-Search node JSON)
+    mode: Mode
+    parent_source: str | None  # the parent node's code, or the starting kernel at the root
+    parent_params: dict[str, Any] | None  # template parameters of the parent (offline policy)
+    feedback: Feedback | None  # the harness's verdict on the previous attempt (debug / improve)
+    history: list[Attempt]  # this cycle so far
+    best_source: str | None
+    best_score: float
+
+
+@dataclass
+class CallRecord:
+    """One proposer call (an LLM request; the offline policy records none)."""
+
+    role: str  # analysis | init | edit | code | repair
+    model: str
+    prompt: str
+    response: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+    cost_usd: float = 0.0
+    retries: int = 0
+    error: str | None = None
+
+
+@dataclass
+class PolicyContext:
+    task: Task
+    backend: Backend
+    rng: random.Random
+    spec: str = ""  # the rendered spec document (ksearch.knowledge.spec), "" without the knowledge layer
+    port_context: dict[str, Any] | None = None  # from `--from-cuda FILE.cu` (ksearch.knowledge.analyzer)
+    record_call: Callable[[CallRecord], None] = lambda _c: None
+    round: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Policy(Protocol):
+    name: str
+
+    def analyse(self, ctx: PolicyContext) -> str: ...
+
+    def init_world_model(self, ctx: PolicyContext, analysis: str) -> dict[str, Any]: ...
+
+    def implement(self, ctx: PolicyContext, request: ImplementRequest) -> tuple[str, dict[str, Any]] | None:
+        """Candidate source plus its parameters (JSON; {} when not template-based), or None."""
+        ...
+
+    def update(
+        self, ctx: PolicyContext, world_model: dict[str, Any], cycle: list[Attempt], rejection: str | None
+    ) -> dict[str, Any]:
+        """Edit ops for the world model. `rejection` is the reason the previous proposal was refused, if any."""
+        ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def load_state(self, state: dict[str, Any]) -> None: ...
