@@ -1,0 +1,75 @@
+"""Parametrised kernel template families: the offline proposer's hands.
+
+A family renders complete candidate sources (the `run(**inputs)` contract) from a dict of parameters. It declares the
+knowledge-base pattern ids it implements, so the offline proposer can map a world-model action (a pattern) to the
+families that realise it, and the discrete choices of each parameter, so it can sample and mutate them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TemplateFamily:
+    #: Unique id, e.g. "softmax.cuda.block_row".
+    id: str
+    #: Task names this family can implement (built-in names; a user's task may name a family in its own file).
+    tasks: tuple[str, ...]
+    #: Backend names: "mlx-cpu", "mlx-cuda", "mlx-metal".
+    backends: tuple[str, ...]
+    #: Knowledge-base pattern ids (ksearch/knowledge/data/patterns.yaml) this family realises; the first is primary.
+    patterns: tuple[str, ...]
+    #: Discrete choices per parameter; the first choice of each is the family's default.
+    params: Mapping[str, tuple[Any, ...]]
+    #: params -> candidate source.
+    render: Callable[[dict[str, Any]], str]
+    #: Optional constraint on a parameter combination (e.g. threads * items <= 1024).
+    valid: Callable[[dict[str, Any]], bool] = field(default=lambda _p: True)
+    description: str = ""
+
+    def default(self) -> dict[str, Any]:
+        return {k: v[0] for k, v in self.params.items()}
+
+    def sample(self, rng: random.Random, tries: int = 200) -> dict[str, Any]:
+        for _ in range(tries):
+            p = {k: rng.choice(list(v)) for k, v in self.params.items()}
+            if self.valid(p):
+                return p
+        return self.default()
+
+    def mutate(self, params: dict[str, Any], rng: random.Random, n: int = 1, tries: int = 200) -> dict[str, Any]:
+        """Change n parameters to a neighbouring choice (ordered choices) or another choice."""
+        keys = [k for k, v in self.params.items() if len(v) > 1]
+        if not keys:
+            return dict(params)
+        for _ in range(tries):
+            p = {**self.default(), **params}
+            for k in rng.sample(keys, min(n, len(keys))):
+                choices = list(self.params[k])
+                i = choices.index(p[k]) if p[k] in choices else 0
+                if rng.random() < 0.7 and len(choices) > 2:
+                    j = min(len(choices) - 1, max(0, i + rng.choice((-1, 1))))
+                else:
+                    j = rng.randrange(len(choices))
+                p[k] = choices[j]
+            if self.valid(p) and p != params:
+                return p
+        return self.sample(rng)
+
+    def all_params(self, limit: int = 100_000) -> list[dict[str, Any]]:
+        """Every valid combination (for compile-checking every renderable template in CI)."""
+        keys = list(self.params)
+        out = []
+        for combo in itertools.islice(itertools.product(*(self.params[k] for k in keys)), limit):
+            p = dict(zip(keys, combo, strict=True))
+            if self.valid(p):
+                out.append(p)
+        return out
+
+    def source(self, params: dict[str, Any]) -> str:
+        return self.render({**self.default(), **params})
