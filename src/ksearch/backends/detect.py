@@ -125,7 +125,7 @@ def environment(backend: Backend) -> dict[str, Any]:
     try:
         import mlx.core as mx
 
-        mlx_version = mx.__version__
+        mlx_version = getattr(mx, "__version__", None)
     except ImportError:
         mlx_version = None
     from ksearch import __version__

@@ -239,7 +239,7 @@ def _h(text: str) -> str:
 
 
 def list_runs(base: str | Path | None = None) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     root = runs_dir(base)
     if not root.is_dir():
         return out

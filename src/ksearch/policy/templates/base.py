@@ -31,6 +31,26 @@ class TemplateFamily:
     #: Optional constraint on a parameter combination (e.g. threads * items <= 1024).
     valid: Callable[[dict[str, Any]], bool] = field(default=lambda _p: True)
     description: str = ""
+    #: Per pattern id, the parameter choices that realise it (e.g. {"online_softmax": {"online": (True,)}}); patterns
+    #: not listed are realised by the family as a whole.
+    pattern_params: Mapping[str, Mapping[str, tuple[Any, ...]]] = field(default_factory=dict)
+    #: Performance descriptors for MAP-Elites (the `evolve` strategy): parameter names whose values bin candidates.
+    descriptors: tuple[str, ...] = ()
+
+    def realise(self, pattern: str, params: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+        """params changed so that `pattern` is in effect (used by the first attempt at an action)."""
+        fixed = self.pattern_params.get(pattern, {})
+        out = {**self.default(), **params}
+        for k, choices in fixed.items():
+            if out.get(k) not in choices:
+                out[k] = rng.choice(list(choices))
+        if not self.valid(out):
+            for _ in range(200):
+                trial = self.sample(rng)
+                trial.update({k: out[k] for k in fixed})
+                if self.valid(trial):
+                    return trial
+        return out
 
     def default(self) -> dict[str, Any]:
         return {k: v[0] for k, v in self.params.items()}

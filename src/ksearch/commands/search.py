@@ -1,0 +1,92 @@
+"""`ksearch run` and `ksearch runs`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def run_cmd(
+    task: Annotated[str | None, typer.Argument(help="Built-in task name or task file (not with --resume).")] = None,
+    backend: Annotated[str | None, typer.Option(help="mlx-metal, mlx-cuda, mlx-cpu or auto.")] = None,
+    policy: Annotated[str | None, typer.Option(help="offline (default, no network) or llm.")] = None,
+    strategy: Annotated[str | None, typer.Option(help="ksearch (default), evolve or greedy.")] = None,
+    budget: Annotated[int | None, typer.Option(help="Evaluations (default 120).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Run seed (selection ties, sampling).")] = None,
+    config: Annotated[Path | None, typer.Option(help="Run configuration (TOML).")] = None,
+    runs_dir: Annotated[str | None, typer.Option(help="Where runs live (default runs/ or $KSEARCH_RUNS_DIR).")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Baseline to score against.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Per-candidate evaluation limit (s).")] = None,
+    wall_time: Annotated[float | None, typer.Option(help="Stop after this many seconds of search.")] = None,
+    from_cuda: Annotated[str | None, typer.Option(help="A CUDA kernel whose ideas to carry over.")] = None,
+    resume: Annotated[str | None, typer.Option(help="Continue a run (id or path) exactly where it stopped.")] = None,
+    preset: Annotated[str | None, typer.Option(help="LLM preset (openai, gemini, anthropic, vllm, ollama, ...).")] = None,
+    model: Annotated[str | None, typer.Option(help="LLM model name.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="NAME of the env variable holding the key.")] = None,
+    max_usd: Annotated[float | None, typer.Option(help="Stop when LLM spend reaches this.")] = None,
+    replay: Annotated[str | None, typer.Option(help="Reproduce a finished LLM run from its recordings.")] = None,
+    reevaluate: Annotated[bool, typer.Option(help="With --replay: measure again instead of replaying verdicts.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
+) -> None:
+    """Run K-Search (or a comparison strategy) on a task."""
+    from ksearch.backends import BackendUnavailable
+    from ksearch.config import ConfigError, load_config
+    from ksearch.search.cli_support import final_table, start_or_resume
+    from ksearch.search.run import RunError
+    from ksearch.store import RunNotFound
+    from ksearch.tasks import TaskNotFound
+
+    flags = {"task": task, "backend": backend, "policy": policy, "strategy": strategy, "budget": budget, "seed": seed,
+             "runs_dir": runs_dir, "baseline": baseline, "timeout_s": timeout, "wall_time_s": wall_time,
+             "from_cuda": from_cuda}
+    llm = {"preset": preset, "model": model, "base_url": base_url, "api_key_env": api_key_env, "max_usd": max_usd}
+    try:
+        if resume is None and replay is None and task is None:
+            _fail("name a task (see `ksearch tasks`), or pass --resume RUN / --replay RUN")
+        cfg = load_config(config, {**flags, "llm": {k: v for k, v in llm.items() if v is not None}})
+        outcome = start_or_resume(cfg, resume=resume, replay=replay, reevaluate=reevaluate, quiet=quiet,
+                                  console=console)
+    except (ConfigError, RunError, TaskNotFound, BackendUnavailable, RunNotFound) as exc:
+        _fail(str(exc).splitlines()[0])
+    except Exception as exc:
+        # The LLM layer's configuration and replay errors are one-liners by contract.
+        if type(exc).__name__ in ("LLMConfigError", "ReplayMismatch"):
+            _fail(str(exc).splitlines()[0])
+        raise
+    console.print(final_table(outcome))
+
+
+def runs_cmd(
+    runs_dir: Annotated[str | None, typer.Option(help="Where runs live (default runs/ or $KSEARCH_RUNS_DIR).")] = None,
+) -> None:
+    """List runs: task, backend, policy, budget used, best score."""
+    from rich.table import Table
+
+    from ksearch.store import list_runs
+
+    rows = list_runs(runs_dir)
+    t = Table(title=f"runs ({len(rows)})")
+    for col in ("run", "task", "backend", "policy", "strategy", "budget used", "best score", "status"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["id"], str(r.get("task")), str(r.get("backend")), str(r.get("policy")), str(r.get("strategy")),
+                  f"{r.get('evaluations_done') or 0}/{r.get('budget')}", f"{(r.get('best_score') or 0):.3f}",
+                  str(r.get("status")))
+    console.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_cmd)
+    app.command("runs")(runs_cmd)

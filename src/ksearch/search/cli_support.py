@@ -1,0 +1,66 @@
+"""What `ksearch run` does between parsing and printing: start, resume or replay a run with a live view, and the
+final summary table."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ksearch.config import RunConfig
+from ksearch.search.live import LiveView
+from ksearch.search.run import RunError, RunOutcome, config_from_store, create_run, execute, make_policy
+from ksearch.store import RunStore, resolve_run
+
+
+def start_or_resume(cfg: RunConfig, resume: str | None = None, replay: str | None = None, reevaluate: bool = False,
+                    quiet: bool = False, console: Console | None = None) -> RunOutcome:
+    evaluate = None
+    policy = None
+    if resume is not None:
+        store = RunStore(resolve_run(resume, cfg.runs_dir))
+        status = store.get_meta("status")
+        if status == "finished":
+            raise RunError(f"run {store.path.name} already finished its budget; start a new run instead")
+        run_cfg = config_from_store(store)
+        run_cfg.runs_dir = cfg.runs_dir
+    elif replay is not None:
+        from ksearch.search.replay import RecordedEvaluations
+
+        old = RunStore(resolve_run(replay, cfg.runs_dir))
+        run_cfg = config_from_store(old)
+        run_cfg.runs_dir = cfg.runs_dir
+        policy = make_policy(run_cfg, replay=old.calls(), strict=reevaluate)
+        if not reevaluate:
+            evaluate = RecordedEvaluations(old)
+        store, _, _ = create_run(run_cfg)
+        store.set_meta("replay_of", str(old.path))
+    else:
+        run_cfg = cfg
+        if run_cfg.policy == "llm":
+            policy = make_policy(run_cfg)  # fail fast on a missing key before creating the run directory
+        store, _, _ = create_run(run_cfg)
+    title = (f"ksearch {run_cfg.strategy} on {store.get_meta('task_name')} ({store.get_meta('backend')}, "
+             f"{run_cfg.policy} policy) -> {store.path}")
+    try:
+        with LiveView(run_cfg.budget, title, enabled=not quiet) as view:
+            return execute(store, run_cfg, on_event=view, evaluate=evaluate, policy=policy)
+    finally:
+        store.close()
+
+
+def final_table(o: RunOutcome) -> Table:
+    s = o.state
+    t = Table(title=f"run {o.path.name}: {s.evaluations_done} evaluations "
+                    f"({s.duplicates_skipped} duplicates skipped, {s.policy_errors} proposer errors)")
+    t.add_column("")
+    t.add_column("")
+    t.add_row("best candidate", f"{s.best_candidate} ({o.path / 'best.py'})" if s.best_candidate else "none passed")
+    t.add_row("best score", f"{s.best_score:.3f}x (start {s.start_score:.3f}x)")
+    if o.best_result:
+        for w in o.best_result.get("workloads", []):
+            sp = w.get("speedup")
+            t.add_row(f"  {w['name']}", "-" if sp is None else f"{sp:.3f}x vs {o.best_result.get('baseline')}")
+    if o.holdout is not None:
+        t.add_row("holdout score", f"{o.holdout.holdout_score or 0:.3f}x ({o.holdout.status})")
+    t.add_row("run directory", str(o.path))
+    return t

@@ -1,0 +1,178 @@
+"""Starting, resuming and finishing a search run: wires task, backend, harness, policy and store together."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ksearch.backends import Backend, get_backend
+from ksearch.config import LLMConfig, RunConfig, SelectionWeights
+from ksearch.harness import EvalOptions, EvalResult, Evaluator
+from ksearch.policy.base import Policy, PolicyContext
+from ksearch.search.runner import SearchSetup
+from ksearch.search.state import LoopState, restore_rng
+from ksearch.store import RunStore, new_run_id, runs_dir
+from ksearch.tasks import Task, get_task
+
+STRATEGIES = ("ksearch", "evolve", "greedy")
+POLICIES = ("offline", "llm")
+
+
+class RunError(ValueError):
+    """Bad input for a run: one line that says what to do."""
+
+
+@dataclass
+class RunOutcome:
+    path: Path
+    state: LoopState
+    holdout: EvalResult | None
+    best_result: dict[str, Any] | None
+
+
+def make_policy(cfg: RunConfig, replay: list[dict[str, Any]] | None = None, strict: bool = False) -> Policy:
+    if cfg.policy == "offline":
+        from ksearch.policy.offline import OfflinePolicy
+
+        return OfflinePolicy()
+    if cfg.policy == "llm":
+        try:
+            from ksearch.policy.llm import make_policy as make_llm
+        except ImportError as exc:
+            raise RunError(f"the LLM policy is unavailable: {exc}") from exc
+        return make_llm(cfg.llm, replay=replay, strict_prompts=strict)  # type: ignore[no-any-return]
+    raise RunError(f"unknown policy {cfg.policy!r}; choose one of {', '.join(POLICIES)}")
+
+
+def _spec(task: Task, backend: Backend, port: dict[str, Any] | None) -> str:
+    try:
+        from ksearch.knowledge.spec import render_spec
+    except ImportError:
+        return ""
+    return render_spec(task, backend.name, port)
+
+
+def _port(path: str | None, backend: Backend) -> dict[str, Any] | None:
+    if not path:
+        return None
+    p = Path(path)
+    if not p.is_file():
+        raise RunError(f"--from-cuda file {path} does not exist")
+    try:
+        from ksearch.knowledge.analyzer import analyze_cuda
+    except ImportError as exc:
+        raise RunError("the CUDA analyzer is unavailable in this installation") from exc
+    return analyze_cuda(p.read_text(), backend.name)  # type: ignore[no-any-return]
+
+
+class _Judge:
+    """The search's evaluate function: one persistent Evaluator (trusted reference worker, baseline cache)."""
+
+    def __init__(self, task: Task, backend: Backend, cfg: RunConfig) -> None:
+        self.ev = Evaluator(task, backend, int(cfg.memory_limit_gb * (1 << 30)))
+        self.opts = EvalOptions(baseline=cfg.baseline, timeout_s=cfg.timeout_s,
+                                memory_limit_bytes=int(cfg.memory_limit_gb * (1 << 30)))
+
+    def __call__(self, source: str) -> EvalResult:
+        return self.ev.evaluate(source, self.opts)
+
+    def holdout(self, source: str) -> EvalResult:
+        opts = EvalOptions(baseline=self.opts.baseline, timeout_s=self.opts.timeout_s,
+                           memory_limit_bytes=self.opts.memory_limit_bytes, holdout=True)
+        return self.ev.evaluate(source, opts)
+
+    def close(self) -> None:
+        self.ev.close()
+
+
+def _runner(strategy: str, setup: SearchSetup, state: LoopState, wm: dict[str, Any] | None) -> Any:
+    if strategy == "ksearch":
+        from ksearch.search.loop import KSearch
+        from ksearch.search.world_model import WorldModel
+
+        return KSearch(setup, state, WorldModel.from_json(wm) if wm else None)
+    from ksearch.search.strategies import Evolve, Greedy
+
+    return {"evolve": Evolve, "greedy": Greedy}[strategy](setup, state)
+
+
+def create_run(cfg: RunConfig) -> tuple[RunStore, Task, Backend]:
+    if cfg.strategy not in STRATEGIES:
+        raise RunError(f"unknown strategy {cfg.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if cfg.policy not in POLICIES:
+        raise RunError(f"unknown policy {cfg.policy!r}; choose one of {', '.join(POLICIES)}")
+    task = get_task(cfg.task)
+    backend = get_backend(cfg.backend)
+    if cfg.baseline is not None and cfg.baseline not in task.baselines:
+        raise RunError(f"task {task.name} has no baseline {cfg.baseline!r}; choose one of {', '.join(task.baselines)}")
+    path = runs_dir(cfg.runs_dir) / new_run_id(task.name)
+    store = RunStore(path, create=True)
+    with store.transaction():
+        for k, v in {"task": task.origin or task.name, "task_name": task.name, "backend": backend.name,
+                     "policy": cfg.policy, "strategy": cfg.strategy, "budget": cfg.budget, "seed": cfg.seed,
+                     "config": cfg.to_json(), "created_at": time.time(), "status": "running",
+                     "evaluations_done": 0, "best_candidate": None, "best_score": 0.0, "holdout": None,
+                     "llm_usage": {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "calls": 0}}.items():
+            store.set_meta(k, v)
+    (path / "config.json").write_text(__import__("json").dumps(cfg.to_json(), indent=2))
+    return store, task, backend
+
+
+def config_from_store(store: RunStore) -> RunConfig:
+    data = dict(store.get_meta("config"))
+    weights = SelectionWeights(**data.pop("weights", {}))
+    llm = LLMConfig(**data.pop("llm", {}))
+    return RunConfig(**data, weights=weights, llm=llm)
+
+
+def execute(store: RunStore, cfg: RunConfig, on_event: Callable[[str, dict[str, Any]], None] | None = None,
+            evaluate: Callable[[str], EvalResult] | None = None, policy: Policy | None = None,
+            budget: int | None = None) -> RunOutcome:
+    """Run (or continue) the search in `store` until its budget is spent, then the final holdout evaluation."""
+    task = get_task(store.get_meta("task"))
+    backend = get_backend(store.get_meta("backend"))
+    saved = store.get_meta("loop_state")
+    state = LoopState.from_json(saved) if saved else LoopState()
+    rng = restore_rng(state.rng) if state.rng else random.Random(cfg.seed)
+    pol = policy or make_policy(cfg)
+    if state.policy:
+        pol.load_state(state.policy)
+    port = _port(cfg.from_cuda, backend)
+    ctx = PolicyContext(task=task, backend=backend, rng=rng, spec=_spec(task, backend, port), port_context=port)
+    judge = _Judge(task, backend, cfg) if evaluate is None else None
+    setup = SearchSetup(store=store, policy=pol, ctx=ctx, evaluate=evaluate or judge,  # type: ignore[arg-type]
+                        budget=budget or cfg.budget, stagnation_window=cfg.stagnation_window,
+                        wall_time_s=cfg.wall_time_s, weights=cfg.weights,
+                        on_event=on_event or (lambda _k, _d: None))
+    store.set_meta("status", "running")
+    store.set_meta("environment", (judge.ev.env() if judge else {}))
+    holdout = None
+    try:
+        runner = _runner(cfg.strategy, setup, state, store.latest_world_model() if saved else None)
+        final = runner.run()
+        if final.best_candidate and judge is not None and task.holdout_workloads(backend.tier):
+            store.set_meta("status", "holdout")
+            source = store.candidate(final.best_candidate).source(store.path)
+            holdout = judge.holdout(source)
+            with store.transaction():
+                store.add_evaluation(final.best_candidate, final.evaluations_done, final.round, "holdout",
+                                     holdout.to_json())
+                store.set_meta("holdout", holdout.to_json())
+        status = "finished" if final.evaluations_done >= setup.budget else "stopped"
+        store.set_meta("status", status)
+        store.set_meta("finished_at", time.time())
+    except BaseException:
+        store.set_meta("status", "stopped")
+        raise
+    finally:
+        if judge is not None:
+            judge.close()
+    best = None
+    if final.best_candidate:
+        rows = [e for e in store.evaluations("search") if e["candidate_id"] == final.best_candidate]
+        best = rows[-1]["result"] if rows else None
+    return RunOutcome(store.path, final, holdout, best)

@@ -1,0 +1,157 @@
+"""What every search strategy shares: submitting a candidate (dedup, evaluate, persist in one commit), the budget,
+the best so far, events, checkpoints."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ksearch.harness.result import EvalResult
+from ksearch.harness.static import normalise_source
+from ksearch.policy.base import Attempt, BudgetExhausted, CallRecord, Mode, Policy, PolicyContext
+from ksearch.search.state import LoopState, rng_state
+from ksearch.store import RunStore
+
+#: A candidate must beat the cycle's best by this fraction to count as an improvement (timing noise is ~1-3%).
+IMPROVEMENT = 0.01
+
+
+@dataclass
+class SearchSetup:
+    store: RunStore
+    policy: Policy
+    ctx: PolicyContext
+    evaluate: Callable[[str], EvalResult]
+    budget: int
+    stagnation_window: int = 5
+    wall_time_s: float | None = None
+    weights: Any = None
+    on_event: Callable[[str, dict[str, Any]], None] = field(default=lambda _k, _d: None)
+
+
+class StopSearch(Exception):
+    """The budget (evaluations, wall time or LLM spend) is spent."""
+
+
+class Runner:
+    def __init__(self, setup: SearchSetup, state: LoopState) -> None:
+        self.s = setup
+        self.store = setup.store
+        self.state = state
+        self._t0 = time.monotonic()
+        self._wall_base = state.wall_time_used_s
+        setup.ctx.record_call = self._record_call
+
+    # -- budget ----------------------------------------------------------------------------------------------------
+    def wall_used(self) -> float:
+        return self._wall_base + (time.monotonic() - self._t0)
+
+    def budget_left(self) -> bool:
+        if self.state.evaluations_done >= self.s.budget:
+            return False
+        return not (self.s.wall_time_s is not None and self.wall_used() >= self.s.wall_time_s)
+
+    def check_budget(self) -> None:
+        if not self.budget_left():
+            raise StopSearch("budget spent")
+
+    # -- events and persistence ------------------------------------------------------------------------------------
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        self.store.add_event(self.state.round, kind, data)
+        self.s.on_event(kind, data)
+
+    def _record_call(self, call: CallRecord) -> None:
+        self.store.add_call(self.state.round, call)
+        usage = self.store.get_meta("llm_usage", {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "calls": 0})
+        usage["tokens_in"] += call.tokens_in
+        usage["tokens_out"] += call.tokens_out
+        usage["cost_usd"] += call.cost_usd
+        usage["calls"] += 1
+        self.store.set_meta("llm_usage", usage)
+
+    def _snapshot_state(self) -> dict[str, Any]:
+        self.state.rng = rng_state(self.s.ctx.rng)
+        self.state.policy = self.s.policy.state()
+        self.state.wall_time_used_s = self.wall_used()
+        return self.state.to_json()
+
+    def write_state(self, world_model: dict[str, Any] | None = None, reason: str = "") -> None:
+        """A checkpoint outside an evaluation (cycle ends, world-model edits)."""
+        with self.store.transaction():
+            self._write_meta()
+            if world_model is not None:
+                self.store.add_world_model(self.state.round, world_model, reason)
+
+    def _write_meta(self) -> None:
+        self.store.set_meta("loop_state", self._snapshot_state())
+        self.store.set_meta("evaluations_done", self.state.evaluations_done)
+        self.store.set_meta("duplicates_skipped", self.state.duplicates_skipped)
+        self.store.set_meta("best_candidate", self.state.best_candidate)
+        self.store.set_meta("best_score", self.state.best_score)
+
+    # -- the one way a candidate is judged -------------------------------------------------------------------------
+    def submit(self, source: str, params: dict[str, Any], node_id: str, mode: Mode, parent_id: str | None,
+               title: str | None, world_model: dict[str, Any] | None = None) -> tuple[Attempt, EvalResult | None]:
+        """Evaluate a candidate unless its normalised source was seen; persist candidate, verdict and loop state in
+        one commit. Duplicates are recorded, not counted, and not evaluated."""
+        self.check_budget()
+        normalized = normalise_source(source)
+        dup = self.store.find_normalized(normalized)
+        if dup is not None:
+            self.state.duplicates_skipped += 1
+            with self.store.transaction():
+                row = self.store.add_candidate(source, normalized, self.state.round, node_id, parent_id, title, mode,
+                                               params, duplicate_of=dup)
+                self._write_meta()
+            self.event("duplicate", {"candidate": row.id, "duplicate_of": dup})
+            return Attempt(row.id, node_id, mode, "duplicate", 0.0, f"same as {dup}", params), None
+        result = self.s.evaluate(source)
+        self.state.evaluations_done += 1
+        improved_global = result.passed and result.score > self.state.best_score
+        with self.store.transaction():
+            row = self.store.add_candidate(source, normalized, self.state.round, node_id, parent_id, title, mode,
+                                           params)
+            self.store.add_evaluation(row.id, self.state.evaluations_done, self.state.round, "search",
+                                      result.to_json())
+            if improved_global:
+                self.state.best_candidate, self.state.best_score = row.id, result.score
+                self.state.best_params = params
+                self.store.write_best(source)
+            self._write_meta()
+            if world_model is not None:
+                self.store.add_world_model(self.state.round, world_model, f"after {row.id}")
+        attempt = Attempt(row.id, node_id, mode, result.status, result.score, result.message[-500:], params)
+        self.event("evaluation", {"candidate": row.id, "status": result.status, "score": result.score,
+                                  "mode": mode, "node_id": node_id, "best_score": self.state.best_score,
+                                  "evaluations_done": self.state.evaluations_done, "budget": self.s.budget})
+        return attempt, result
+
+    def submit_start(self) -> None:
+        """The task's starting kernel is the first evaluation: the point every improvement is measured from."""
+        if self.state.start_candidate is not None:
+            return
+        source = self.s.ctx.task.starting_source(self.s.ctx.backend.family)
+        attempt, result = self.submit(source, {"family": "start"}, "root", "first", None, "starting kernel")
+        self.state.start_candidate = attempt.candidate_id
+        self.state.start_score = attempt.score
+        if result is not None and result.passed and self.state.best_candidate is None:
+            self.state.best_candidate, self.state.best_score = attempt.candidate_id, result.score
+        self.write_state()
+
+    def call_policy(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Policy failures are counted and survived; a spending cap ends the search cleanly."""
+        try:
+            return fn(*args)
+        except BudgetExhausted as exc:
+            self.event("llm_budget", {"message": str(exc)})
+            raise StopSearch(str(exc)) from exc
+        except Exception as exc:
+            from ksearch.policy.base import PolicyError
+
+            if not isinstance(exc, PolicyError):
+                raise
+            self.state.policy_errors += 1
+            self.event("policy_error", {"message": str(exc)[:2000]})
+            return None

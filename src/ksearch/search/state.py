@@ -1,0 +1,83 @@
+"""The search loop's resumable state: everything needed to continue exactly after a kill, as one JSON object stored
+in the run's meta table in the same transaction as each evaluation."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ksearch.policy.base import Attempt
+
+
+@dataclass
+class Cycle:
+    node_id: str
+    attempts: list[Attempt] = field(default_factory=list)
+    no_improve: int = 0
+    best_candidate: str | None = None
+    best_score: float = 0.0
+    best_params: dict[str, Any] | None = None
+    last_candidate: str | None = None
+    last_feedback: dict[str, Any] | None = None
+    consecutive_skips: int = 0
+    best_at_start: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["attempts"] = [a.to_json() for a in self.attempts]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Cycle:
+        d = dict(d)
+        d["attempts"] = [Attempt(**a) for a in d.get("attempts", [])]
+        return cls(**d)
+
+
+@dataclass
+class LoopState:
+    round: int = 0
+    evaluations_done: int = 0
+    duplicates_skipped: int = 0
+    policy_errors: int = 0
+    best_candidate: str | None = None
+    best_score: float = 0.0
+    best_params: dict[str, Any] | None = None
+    start_candidate: str | None = None
+    start_score: float = 0.0
+    cycles_without_improvement: int = 0
+    visits: dict[str, int] = field(default_factory=dict)
+    excluded: list[str] = field(default_factory=list)  # subtrees set aside by a backtrack
+    cycle: Cycle | None = None
+    analysis: str = ""
+    phase: str = "init"  # init | search | holdout | done
+    rng: Any = None  # random.Random state as JSON
+    policy: dict[str, Any] = field(default_factory=dict)
+    strategy: dict[str, Any] = field(default_factory=dict)  # evolve / greedy archives
+    wall_time_used_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["cycle"] = self.cycle.to_json() if self.cycle else None
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LoopState:
+        d = dict(d)
+        cyc = d.pop("cycle", None)
+        s = cls(**d)
+        s.cycle = Cycle.from_json(cyc) if cyc else None
+        return s
+
+
+def rng_state(rng: random.Random) -> Any:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def restore_rng(state: Any) -> random.Random:
+    rng = random.Random()
+    version, internal, gauss = state
+    rng.setstate((version, tuple(internal), gauss))
+    return rng
