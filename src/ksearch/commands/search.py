@@ -38,6 +38,7 @@ def run_cmd(
     max_usd: Annotated[float | None, typer.Option(help="Stop when LLM spend reaches this.")] = None,
     replay: Annotated[str | None, typer.Option(help="Reproduce a finished LLM run from its recordings.")] = None,
     reevaluate: Annotated[bool, typer.Option(help="With --replay: measure again instead of replaying verdicts.")] = False,
+    stop_after: Annotated[int | None, typer.Option(help="Pause after this many evaluations in total (resume later).")] = None,
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
 ) -> None:
     """Run K-Search (or a comparison strategy) on a task."""
@@ -56,7 +57,7 @@ def run_cmd(
         if resume is None and replay is None and task is None:
             _fail("name a task (see `ksearch tasks`), or pass --resume RUN / --replay RUN")
         cfg = load_config(config, {**flags, "llm": {k: v for k, v in llm.items() if v is not None}})
-        outcome = start_or_resume(cfg, resume=resume, replay=replay, reevaluate=reevaluate, quiet=quiet,
+        outcome = start_or_resume(cfg, resume=resume, replay=replay, reevaluate=reevaluate, quiet=quiet, stop_after=stop_after,
                                   console=console)
     except (ConfigError, RunError, TaskNotFound, BackendUnavailable, RunNotFound) as exc:
         _fail(str(exc).splitlines()[0])

@@ -13,7 +13,8 @@ from ksearch.store import RunStore, resolve_run
 
 
 def start_or_resume(cfg: RunConfig, resume: str | None = None, replay: str | None = None, reevaluate: bool = False,
-                    quiet: bool = False, console: Console | None = None) -> RunOutcome:
+                    quiet: bool = False, console: Console | None = None,
+                    stop_after: int | None = None) -> RunOutcome:
     evaluate = None
     policy = None
     if resume is not None:
@@ -43,7 +44,7 @@ def start_or_resume(cfg: RunConfig, resume: str | None = None, replay: str | Non
              f"{run_cfg.policy} policy) -> {store.path}")
     try:
         with LiveView(run_cfg.budget, title, enabled=not quiet) as view:
-            return execute(store, run_cfg, on_event=view, evaluate=evaluate, policy=policy)
+            return execute(store, run_cfg, on_event=view, evaluate=evaluate, policy=policy, stop_after=stop_after)
     finally:
         store.close()
 

@@ -52,11 +52,12 @@ class KSearch(Runner):
             while self.budget_left():
                 if self.state.cycle is None and not self._select():
                     self.event("frontier_empty", {})
+                    self.state.phase = "done"
                     break
                 self._attempt()
         except StopSearch:
             pass
-        if self.state.cycle is not None and self.state.cycle.attempts and not self.budget_left():
+        if self.state.cycle is not None and self.state.cycle.attempts and self.finished():
             self._end_cycle()  # attach what the interrupted cycle found, so the tree shows it
         self.write_state(self.wm.to_json() if self.wm else None, "final")
         return self.state

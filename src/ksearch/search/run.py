@@ -131,7 +131,7 @@ def config_from_store(store: RunStore) -> RunConfig:
 
 def execute(store: RunStore, cfg: RunConfig, on_event: Callable[[str, dict[str, Any]], None] | None = None,
             evaluate: Callable[[str], EvalResult] | None = None, policy: Policy | None = None,
-            budget: int | None = None) -> RunOutcome:
+            stop_after: int | None = None) -> RunOutcome:
     """Run (or continue) the search in `store` until its budget is spent, then the final holdout evaluation."""
     task = get_task(store.get_meta("task"))
     backend = get_backend(store.get_meta("backend"))
@@ -145,7 +145,7 @@ def execute(store: RunStore, cfg: RunConfig, on_event: Callable[[str, dict[str, 
     ctx = PolicyContext(task=task, backend=backend, rng=rng, spec=_spec(task, backend, port), port_context=port)
     judge = _Judge(task, backend, cfg) if evaluate is None else None
     setup = SearchSetup(store=store, policy=pol, ctx=ctx, evaluate=evaluate or judge,  # type: ignore[arg-type]
-                        budget=budget or cfg.budget, stagnation_window=cfg.stagnation_window,
+                        budget=cfg.budget, stop_after=stop_after, stagnation_window=cfg.stagnation_window,
                         wall_time_s=cfg.wall_time_s, weights=cfg.weights,
                         on_event=on_event or (lambda _k, _d: None))
     store.set_meta("status", "running")
@@ -154,7 +154,8 @@ def execute(store: RunStore, cfg: RunConfig, on_event: Callable[[str, dict[str, 
     try:
         runner = _runner(cfg.strategy, setup, state, store.latest_world_model() if saved else None)
         final = runner.run()
-        if final.best_candidate and judge is not None and task.holdout_workloads(backend.tier):
+        done = final.evaluations_done >= cfg.budget or final.phase == "done"
+        if done and final.best_candidate and judge is not None and task.holdout_workloads(backend.tier):
             store.set_meta("status", "holdout")
             source = store.candidate(final.best_candidate).source(store.path)
             holdout = judge.holdout(source)
@@ -162,7 +163,7 @@ def execute(store: RunStore, cfg: RunConfig, on_event: Callable[[str, dict[str, 
                 store.add_evaluation(final.best_candidate, final.evaluations_done, final.round, "holdout",
                                      holdout.to_json())
                 store.set_meta("holdout", holdout.to_json())
-        status = "finished" if final.evaluations_done >= setup.budget else "stopped"
+        status = "finished" if final.evaluations_done >= cfg.budget else "stopped"
         store.set_meta("status", status)
         store.set_meta("finished_at", time.time())
     except BaseException:

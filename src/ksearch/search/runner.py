@@ -28,6 +28,9 @@ class SearchSetup:
     stagnation_window: int = 5
     wall_time_s: float | None = None
     weights: Any = None
+    #: Stop this process after this many evaluations in total (a search spread over several working sessions);
+    #: unlike `budget`, reaching it does not end the search: `--resume` continues it.
+    stop_after: int | None = None
     on_event: Callable[[str, dict[str, Any]], None] = field(default=lambda _k, _d: None)
 
 
@@ -51,7 +54,12 @@ class Runner:
     def budget_left(self) -> bool:
         if self.state.evaluations_done >= self.s.budget:
             return False
+        if self.s.stop_after is not None and self.state.evaluations_done >= self.s.stop_after:
+            return False
         return not (self.s.wall_time_s is not None and self.wall_used() >= self.s.wall_time_s)
+
+    def finished(self) -> bool:
+        return self.state.evaluations_done >= self.s.budget
 
     def check_budget(self) -> None:
         if not self.budget_left():

@@ -1,0 +1,67 @@
+"""A real offline search on the CPU, killed with SIGKILL mid-run, resumed to the end: nothing lost but the evaluation
+in flight, no worker left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+KS = [sys.executable, "-m", "ksearch.cli"]
+
+
+def _evals(run: Path) -> int:
+    try:
+        db = sqlite3.connect(run / "run.db", timeout=5)
+        n = db.execute("SELECT COUNT(*) FROM evaluations WHERE kind = 'search'").fetchone()[0]
+        db.close()
+        return int(n)
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume(tmp_path: Path) -> None:
+    proc = subprocess.Popen([*KS, "run", "softmax", "--backend", "mlx-cpu", "--budget", "7", "--runs-dir",
+                             str(tmp_path), "--quiet", "--seed", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    run = None
+    while time.time() < deadline:
+        runs = [d for d in tmp_path.iterdir() if (d / "run.db").exists()]
+        if runs and _evals(runs[0]) >= 3:
+            run = runs[0]
+            break
+        time.sleep(0.3)
+    assert run is not None, proc.communicate(timeout=5)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "the search should have workers running"
+    os.kill(proc.pid, signal.SIGKILL)  # the search process only: its workers must die with it
+    proc.wait(timeout=10)
+    done_at_kill = _evals(run)
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"workers outlived the killed search: {[p.pid for p in alive]}"
+    res = subprocess.run([*KS, "run", "--resume", run.name, "--runs-dir", str(tmp_path), "--quiet"],
+                         capture_output=True, text=True, timeout=400)
+    assert res.returncode == 0, res.stderr
+    db = sqlite3.connect(run / "run.db")
+    meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
+    rows = db.execute("SELECT eval_index FROM evaluations WHERE kind = 'search' ORDER BY id").fetchall()
+    assert meta["status"] == "finished"
+    assert meta["evaluations_done"] == 7
+    assert [r[0] for r in rows] == list(range(1, 8))  # no evaluation counted twice, none lost but the one in flight
+    assert done_at_kill >= 3
+    assert (run / "best.py").is_file()
+
+
+def test_resume_unknown_run_is_a_clear_error(tmp_path: Path) -> None:
+    res = subprocess.run([*KS, "run", "--resume", "nope", "--runs-dir", str(tmp_path)], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert "no run 'nope'" in res.stderr
