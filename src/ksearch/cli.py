@@ -124,6 +124,8 @@ def eval_cmd(
 def demo_cmd(
     budget: Annotated[int, typer.Option(help="Evaluations for the search (at most 30 in the demo).")] = 30,
     backend: Annotated[str | None, typer.Option(help="Backend (default: the best here).")] = None,
+    runs_dir: Annotated[str, typer.Option(help="Where the run is written.")] = "runs",
+    quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
 ) -> None:
     """The main job on the embedded default: the best local backend, the offline proposer, no network."""
     from ksearch.demo import run_demo
@@ -131,7 +133,7 @@ def demo_cmd(
     b = _backend(backend)
     if budget < 1:
         fail("--budget must be at least 1")
-    run_demo(b, min(budget, 30), console)
+    run_demo(b, min(budget, 30), console, runs_dir=runs_dir, quiet=quiet)
 
 
 # Each room adds its commands in ksearch/commands/<room>.py with `register(app)`; cli.py stays a list of names.

@@ -1,24 +1,21 @@
-"""`make demo`: judge the built-in starting candidate of every task on the best local backend."""
+"""`make demo`: a short offline K-Search on the best local backend, no network, ending with the summary table."""
 
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from ksearch.backends import Backend
-from ksearch.harness import Evaluator
-from ksearch.report.tables import fmt_time, fmt_x
-from ksearch.tasks import all_tasks
+from ksearch.config import RunConfig
+from ksearch.search.cli_support import final_table, start_or_resume
+
+#: The scan gives the offline proposer the most room on every backend: the naive start walks L token by token.
+DEMO_TASK = "selective_scan"
 
 
-def run_demo(backend: Backend, budget: int, console: Console) -> None:
-    table = Table(title=f"starting candidates on {backend.name}")
-    for col in ("task", "status", "score", "baseline", "workloads", "median latency"):
-        table.add_column(col)
-    for task in all_tasks():
-        with Evaluator(task, backend) as ev:
-            r = ev.evaluate(task.starting_source(backend.family))
-        lat = sorted(w.latency_s for w in r.workloads if w.latency_s)
-        table.add_row(task.name, r.status, fmt_x(r.score), r.baseline, str(len(r.workloads)),
-                      fmt_time(lat[len(lat) // 2] if lat else None))
-    console.print(table)
+def run_demo(backend: Backend, budget: int, console: Console, runs_dir: str = "runs", quiet: bool = False,
+             task: str = DEMO_TASK) -> None:
+    cfg = RunConfig(task=task, backend=backend.name, policy="offline", strategy="ksearch", budget=budget,
+                    runs_dir=runs_dir, seed=0)
+    outcome = start_or_resume(cfg, quiet=quiet, console=console)
+    console.print(final_table(outcome))
+    console.print(f"next: ksearch report {outcome.path}  (see README: reports, export, compare)")

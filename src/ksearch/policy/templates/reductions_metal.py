@@ -120,7 +120,7 @@ def _rmsnorm(p: dict[str, Any]) -> str:
             + "\n    float r = metal::rsqrt(s / cols + 1e-5f);"
             + _loop("out[(size_t)row * cols + c] = (T)(v * r * (float)weight[c]);") + "\n")
     return ("# Rendered by ksearch's offline proposer: rmsnorm.metal.rowreduce\nimport mlx.core as mx\n\n"
-            f"_HEADER = {'':!r}\n\n_SOURCE = {body!r}\n" + _wrapper("ks_rmsnorm", ["x", "weight"], p))
+            f"_HEADER = {''!r}\n\n_SOURCE = {body!r}\n" + _wrapper("ks_rmsnorm", ["x", "weight"], p))
 
 
 _PARAMS = {"layout": ("block_per_row", "multi_row_per_block"), "threads": (256, 128, 512, 1024, 64)}

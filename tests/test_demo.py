@@ -1,0 +1,27 @@
+"""`make demo`'s exact command, with a tiny budget."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _demo_command() -> list[str]:
+    text = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    line = next(ln.strip() for ln in text.splitlines() if "ksearch demo" in ln)
+    # $(BIN)/ksearch demo --budget $(DEMO_BUDGET)
+    args = line.split("ksearch", 1)[1].split()
+    return [a for a in args if not a.startswith("$(")]
+
+
+def test_demo_command_runs_a_search(tmp_path: Path) -> None:
+    args = _demo_command()
+    assert args[:2] == ["demo", "--budget"]
+    res = subprocess.run([sys.executable, "-m", "ksearch.cli", "demo", "--budget", "3", "--runs-dir", str(tmp_path),
+                          "--quiet"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "best score" in res.stdout
+    assert re.search(r"3 evaluations", res.stdout)
+    assert any((d / "run.db").is_file() for d in tmp_path.iterdir())
