@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import math
 import random
 import re
 import secrets
@@ -88,7 +89,7 @@ class Evaluator:
         self.profile = backend.profile()
         self.memory_limit = memory_limit_bytes
         self._ref: WorkerProcess | None = None
-        self._ref_cache: OrderedDict[tuple[str, int], tuple[dict[str, str], list[np.ndarray]]] = OrderedDict()
+        self._ref_cache: OrderedDict[tuple[str, int, int], tuple[dict[str, str], list[np.ndarray]]] = OrderedDict()
         self._ref_bytes = 0
         self._baselines: dict[tuple[str, str], float] = {}
         self._env: dict[str, Any] | None = None
@@ -115,8 +116,10 @@ class Evaluator:
         self.close()
 
     # -- trusted reference ---------------------------------------------------------------------------------------
-    def reference(self, workload: Workload, seed: int) -> tuple[dict[str, str], list[np.ndarray]]:
-        key = (workload.name, seed)
+    def reference(self, workload: Workload, seed: int, shift: int = 0) -> tuple[dict[str, str], list[np.ndarray]]:
+        """Reference outputs for the inputs of (workload, seed); with `shift`, for those inputs as a timed call saw
+        them (rotated, see timing.SHIFTS)."""
+        key = (workload.name, seed, shift)
         if key in self._ref_cache:
             self._ref_cache.move_to_end(key)
             return self._ref_cache[key]
@@ -126,7 +129,8 @@ class Evaluator:
                                      env={"MLX_ENABLE_TF32": "0"})
             if not reply.get("ok"):
                 raise RuntimeError(f"the reference worker failed to start: {reply.get('error')}")
-        reply, arrays = self._ref.request({"op": "reference", "workload": workload.name, "seed": seed}, deadline)
+        reply, arrays = self._ref.request({"op": "reference", "workload": workload.name, "seed": seed,
+                                           "shift": shift}, deadline)
         if not reply.get("ok"):
             raise RuntimeError(f"the task's reference failed on {workload.name}: {reply.get('error')}")
         outs = [arrays[f"out{i}"] for i in range(len(arrays))]
@@ -139,7 +143,8 @@ class Evaluator:
         return value
 
     # -- timing (shared by candidates and baselines) -------------------------------------------------------------
-    def _time(self, worker: WorkerProcess, workload: Workload, deadline: float) -> timing.Measured:
+    def _time(self, worker: WorkerProcess, workload: Workload, deadline: float,
+              spot_check: bool = False) -> timing.Measured:
         plan = timing.plan(self.task, workload, int(self.profile.get("llc_bytes") or (32 << 20)), self.backend.is_gpu)
         rng = random.SystemRandom()
         pool = [rng.getrandbits(62) for _ in range(plan.pool_sets)]
@@ -148,24 +153,70 @@ class Evaluator:
         if not reply.get("ok"):
             raise _Fail(_classify_exception(reply.get("error", ""), worker.forbidden_calls),
                         "failed while timing: " + str(reply.get("error", ""))[-1500:])
-        # The worker's estimate only sizes batches; it is bounded so that a lie costs time, not correctness.
-        n = timing.batch_size(float(reply.get("estimate") or 0.0), plan.target_batch_s)
-        batches = []
-        offset = 0
-        for _ in range(plan.batches):
-            t0 = time.perf_counter()
-            reply, _ = worker.request({"op": "go", "n": n, "offset": offset}, deadline)
-            elapsed = time.perf_counter() - t0
-            offset += n
+        # The worker's estimate only sizes the first, short batch; the rest are sized from the parent's own clock.
+        n = min(timing.batch_size(float(reply.get("estimate") or 0.0), plan.target_batch_s), timing.FIRST_BATCH_MAX)
+        batches: list[tuple[float, int, list[float]]] = []
+        # Timed calls start past every warm-up call, so a candidate that memoised warm-up outputs gains nothing.
+        offset = -(-timing.WARMUP_MAX_CALLS // plan.pool_sets) * plan.pool_sets
+        retries = 2
+        per_call = float(reply.get("estimate") or 0.0)
+        total = plan.batches + 1  # + 1: the first batch is the short one
+        checked = set(rng.sample(range(total), min(timing.SPOT_CHECKS, total))) if spot_check else set()
+        attempt = 0
+        while len(batches) < total:
+            # Up to twice the calls the batch should take; the parent stops it at a random moment in the second half
+            # of its expected length, so the worker cannot tell which calls will be the last (spot checks).
+            n_max = min(2 * n, 2 * timing.batch_size(1e-9, 1.0))
+            expected = n * per_call if per_call > 0 and math.isfinite(per_call) else plan.target_batch_s
+            reply, _ = worker.request({"op": "stage", "n": n_max, "offset": offset}, deadline)
             if not reply.get("ok"):
                 raise _Fail(_classify_exception(reply.get("error", ""), worker.forbidden_calls),
                             "failed while timing: " + str(reply.get("error", ""))[-1500:])
-            batches.append((elapsed, n, list(reply.get("times") or [])))
-            # Re-size once from the parent's own clock if the estimate was far off.
-            per_call = elapsed / n
+            t0 = time.perf_counter()
+            stop_at = time.monotonic() + expected * rng.uniform(0.5, 1.0)
+            reply, _ = worker.request({"op": "go", "n": n_max, "offset": offset}, deadline, stop_at=stop_at)
+            elapsed = time.perf_counter() - t0
+            if not reply.get("ok"):
+                raise _Fail(_classify_exception(reply.get("error", ""), worker.forbidden_calls),
+                            "failed while timing: " + str(reply.get("error", ""))[-1500:])
+            times = list(reply.get("times") or [])
+            m = len(times)
+            if attempt in checked and 1 <= m <= n_max:
+                self._spot_check(worker, workload, pool, offset, m, rng, deadline)
+            attempt += 1
+            offset += max(m, 1)
+            # A batch whose times disagree with the parent's clock is measured again (a load spike on a busy machine
+            # does not repeat; a patched clock does), then kept so that combine() reports it.
+            if timing.batch_error(elapsed, n_max, times) and retries > 0:
+                retries -= 1
+            else:
+                batches.append((elapsed, n_max, times))
+            per_call = elapsed / max(m, 1)
             n = timing.batch_size(per_call, plan.target_batch_s)
         worker.request({"op": "release"}, deadline)
         return timing.combine(batches)
+
+    def _spot_check(self, worker: WorkerProcess, w: Workload, pool: list[int], offset: int, done: int,
+                    rng: random.SystemRandom, deadline: float) -> None:
+        """Judge one of the last timed calls' outputs (the worker kept them) against the reference for that call's
+        inputs: timed calls must compute what the trials computed."""
+        kept = min(timing.RING, done)
+        index = rng.randrange(kept)
+        call = offset + done - kept + index
+        seed, shift = pool[call % len(pool)], (call // len(pool)) % timing.SHIFTS
+        _, ref = self.reference(w, seed, shift)
+        max_bytes = 2 * self.task.output_bytes(w) * 2 + (1 << 20)
+        reply, arrays = worker.request({"op": "spot", "index": index}, deadline, max_bytes)
+        if not reply.get("ok"):
+            raise _Fail("runtime_error", f"{w.name}: the worker could not show a timed call's output: "
+                        f"{str(reply.get('error', ''))[-500:]}")
+        if reply.get("bad_type"):
+            raise _Fail("wrong_shape", f"{w.name}: {reply['bad_type']}")
+        outs = [arrays[f"out{i}"] for i in range(len(arrays)) if f"out{i}" in arrays]
+        verdict = judge(self.task, w, outs, [str(d) for d in reply.get("dtypes", [])], ref)
+        if verdict.status != "passed":
+            raise _Fail(verdict.status, f"{w.name}: a timed call (not a correctness trial) returned a wrong result, "
+                        f"so the candidate behaves differently when timed: {verdict.message}")
 
     def baseline_latency(self, name: str, workload: Workload, deadline: float) -> float | None:
         key = (name, workload.name)
@@ -251,7 +302,7 @@ class Evaluator:
             for w, wr in zip(workloads, result.workloads, strict=True):
                 self._correctness(worker, w, wr, seeds[w.name][:TRIALS], deadline)
             for w, wr in zip(workloads, result.workloads, strict=True):
-                measured = self._time(worker, w, deadline)
+                measured = self._time(worker, w, deadline, spot_check=True)
                 if measured.error:
                     raise _Fail("runtime_error", f"{w.name}: {measured.error}")
                 wr.latency_s, wr.latency_spread, wr.timing_source = measured.latency_s, measured.spread, measured.source
@@ -266,14 +317,26 @@ class Evaluator:
                 self._correctness(worker, w, wr, seeds[w.name][TRIALS:], deadline)
             if worker.forbidden_calls:
                 raise _Fail("forbidden", f"forbidden API called at run time: {worker.forbidden_calls[0]}")
+            out = worker.output_tail()
+            if out:
+                result.message = out
+            # The candidate's processes die before any baseline is timed: a thread or child left running could
+            # otherwise slow the baseline down (reproduced: SIGSTOP/SIGCONT on the baseline worker made an honest
+            # softmax look 8x faster than it is).
+            worker.close()
+            worker = None
             for w, wr in zip(workloads, result.workloads, strict=True):
                 base = self.baseline_latency(result.baseline, w, time.monotonic() + 1800)
                 wr.baseline_latency_s = base
                 if base and wr.latency_s:
                     wr.speedup = base / wr.latency_s
-            out = worker.output_tail()
-            if out:
-                result.message = out
+        except _Fail as fail:
+            # Whatever the candidate printed is shown with every verdict (never believed): the issue asks for it, and
+            # a wrong answer is easier to debug with the candidate's own prints.
+            out = worker.output_tail() if worker is not None else ""
+            if out and out not in fail.message:
+                fail.message += "\n" + out
+            raise
         except WorkerDied as died:
             status = {"timeout": "timeout"}.get(died.kind, "runtime_error")
             if worker is not None and worker.forbidden_calls:

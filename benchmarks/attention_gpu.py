@@ -1,0 +1,183 @@
+"""One GPU session for the attention/decode kernels: correctness of every configuration, a configuration sweep, then
+the benchmarks with the best configuration (JSON into the output directory).
+
+    python benchmarks/attention_gpu.py check-decode | check-prefill     # correctness, one process per kind
+    python benchmarks/attention_gpu.py sweep-decode | sweep-prefill      # timings per configuration (JSON)
+    python benchmarks/attention_gpu.py bench OUT_DIR                     # ksearch bench decode + attention
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+
+os.environ.setdefault("MLX_ENABLE_TF32", "0")  # the fp32 reference must be real fp32
+
+import mlx.core as mx  # noqa: E402
+
+from ksearch.commands import bench_attention as ba  # noqa: E402
+from ksearch.kernels.attention_cuda import PrefillConfig, attention_cuda  # noqa: E402
+from ksearch.kernels.decode_cuda import DecodeConfig, decode_cuda  # noqa: E402
+
+DECODE_CONFIGS = [DecodeConfig(),  # the library default: 4 warps, 4 steps in flight, separate merge kernel
+                  DecodeConfig(fused=True), DecodeConfig(group_heads=False),
+                  DecodeConfig(unroll=2, target_blocks=528, min_chunk=256), DecodeConfig(warps=8, unroll=2)]
+PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), PrefillConfig(64, 64, False),
+                   PrefillConfig(128, 32, True), PrefillConfig(64, 32, True)]
+
+
+def ref_attention(q, k, v, causal):
+    f = mx.float32
+    q, k, v = q.astype(f), k.astype(f), v.astype(f)
+    g = q.shape[1] // k.shape[1]
+    k, v = mx.repeat(k, g, axis=1), mx.repeat(v, g, axis=1)
+    s = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(q.shape[-1])
+    if causal:
+        length, n = q.shape[2], k.shape[2]
+        keep = mx.arange(n)[None, :] <= mx.arange(length)[:, None] + (n - length)
+        s = mx.where(keep, s, -mx.inf)
+    return mx.softmax(s, axis=-1) @ v
+
+
+def check(kind: str) -> int:
+    bad = 0
+    failed: set[str] = set()
+    mx.random.seed(1)
+    if kind == "decode":
+        cases = [(2, 8, 2, 1300, 1000, 128), (1, 8, 2, 600, 37, 64), (1, 32, 8, 4352, 4096, 128),
+                 (3, 16, 4, 9000, 8191, 128)]
+        # Every dtype/head dim for the default configuration; the others at D=128 fp16 (each instance JIT-compiles).
+        runs = [(DECODE_CONFIGS[0], c, t) for c in cases for t in (mx.float16, mx.bfloat16)]
+        runs += [(cfg, c, mx.float16) for cfg in DECODE_CONFIGS[1:] for c in cases[2:]]
+        for cfg, (b, hq, hkv, cap, length, d), dt in runs:
+            if True:
+                q = mx.random.normal((b, hq, 1, d)).astype(dt)
+                kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+                vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+                # Garbage past `length` must not leak into the result.
+                kc[:, :, length:] = mx.nan
+                vc[:, :, length:] = mx.nan
+                out = decode_cuda(q, kc, vc, length, cfg).astype(mx.float32)
+                ref = ref_attention(q, kc[:, :, :length], vc[:, :, :length], False)
+                err = float(mx.max(mx.abs(out - ref)).item())
+                ok = err < (2e-2 if dt == mx.bfloat16 else 4e-3)
+                bad += not ok
+                failed.add(repr(cfg)) if not ok else None
+                print(f"decode {cfg} {(b, hq, hkv, cap, length, d)} {dt}: err {err:.2e} {'ok' if ok else 'FAIL'}",
+                      flush=True)
+    else:
+        cases = [(1, 4, 2, 256, 256, 64), (2, 4, 4, 256, 256, 128), (1, 8, 2, 256, 512, 128), (1, 2, 1, 512, 512, 64)]
+        runs = [(PREFILL_CONFIGS[1], c, t, cz) for c in cases for t in (mx.float16, mx.bfloat16) for cz in (False, True)]
+        runs += [(cfg, c, mx.float16, cz) for cfg in PREFILL_CONFIGS if cfg != PREFILL_CONFIGS[1]
+                 for c in cases[1:3] for cz in (False, True)]
+        for cfg, (b, hq, hkv, length, s, d), dt, causal in runs:
+            if True:
+                q = mx.random.normal((b, hq, length, d)).astype(dt)
+                k = mx.random.normal((b, hkv, s, d)).astype(dt)
+                v = mx.random.normal((b, hkv, s, d)).astype(dt)
+                out = attention_cuda(q, k, v, causal, cfg).astype(mx.float32)
+                err = float(mx.max(mx.abs(out - ref_attention(q, k, v, causal))).item())
+                ok = err < (3e-2 if dt == mx.bfloat16 else 5e-3)
+                bad += not ok
+                failed.add(repr(cfg)) if not ok else None
+                print(f"prefill {cfg} {(b, hq, hkv, length, s, d)} {dt} causal={causal}: err {err:.2e} "
+                      f"{'ok' if ok else 'FAIL'}", flush=True)
+    print(f"{kind}: {bad} failures", flush=True)
+    with open(os.path.join(os.environ.get("OUT", "."), f"failed-{kind}.json"), "w") as fh:
+        json.dump(sorted(failed), fh)
+    return 1 if bad else 0
+
+
+def _passing(kind: str, configs: list) -> list:
+    path = os.path.join(os.environ.get("OUT", "."), f"failed-{kind}.json")
+    if not os.path.exists(path):
+        return configs
+    with open(path) as fh:
+        failed = set(json.load(fh))
+    return [c for c in configs if repr(c) not in failed]
+
+
+def sweep(kind: str, out: str) -> None:
+    rows = []
+    # Our latency only (the benchmark proper times native): many configurations, little device time.
+    if kind == "decode":
+        for shape in ba.decode_shapes(False):
+            dt = getattr(mx, shape["dtype"])
+            b, hq, hkv, d, n, cap = (shape[k] for k in ("B", "Hq", "Hkv", "D", "length", "capacity"))
+            q = mx.random.normal((b, hq, 1, d)).astype(dt)
+            kc, vc = (mx.random.normal((b, hkv, cap, d)).astype(dt) for _ in range(2))
+            mx.eval(q, kc, vc)
+            for cfg in _passing("decode", DECODE_CONFIGS):
+                fn = lambda c=cfg, q=q, kc=kc, vc=vc, n=n: decode_cuda(q, kc, vc, n, c)  # noqa: E731
+                t = statistics.median(ba._time_rounds({"o": fn}, 5, 10)["o"])
+                gbs = 2 * b * hkv * n * d * 2 / t / 1e9
+                rows.append({"shape": shape, "config": repr(cfg), "latency_s": t, "gbs": gbs})
+                print(f"{b} {n} {cfg}: {t * 1e6:.1f} us {gbs:.0f} GB/s", flush=True)
+    else:
+        shapes = [{"B": 1, "Hq": 32, "Hkv": 8, "D": d, "L": n, "S": n, "dtype": "float16", "causal": c}
+                  for d in (128, 64) for n in (4096,) for c in (False, True)]
+        for shape in shapes:
+            b, hq, hkv, d, n, causal = (shape[k] for k in ("B", "Hq", "Hkv", "D", "L", "causal"))
+            q = mx.random.normal((b, hq, n, d)).astype(mx.float16)
+            k, v = (mx.random.normal((b, hkv, n, d)).astype(mx.float16) for _ in range(2))
+            mx.eval(q, k, v)
+            for cfg in _passing("prefill", PREFILL_CONFIGS):
+                fn = lambda c=cfg, q=q, k=k, v=v, z=causal: attention_cuda(q, k, v, z, c)  # noqa: E731
+                t = statistics.median(ba._time_rounds({"o": fn}, 5, 3)["o"])
+                tf = 4.0 * b * hq * n * n * d / (2 if causal else 1) / t / 1e12
+                rows.append({"shape": shape, "config": repr(cfg), "latency_s": t, "tflops": tf})
+                print(f"{shape} {cfg}: {tf:.0f} TFLOP/s", flush=True)
+    with open(os.path.join(out, f"sweep-{kind}.json"), "w") as fh:
+        json.dump(rows, fh, indent=1)
+
+
+def best_from_sweep(path: str) -> str | None:
+    """The configuration with the best geomean latency in a sweep file."""
+    with open(path) as fh:
+        rows = json.load(fh)
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        by.setdefault(r["config"], []).append(math.log(r["latency_s"]))
+    # Every configuration ran every shape: the lowest mean log-latency is the best geomean.
+    return min(by, key=lambda c: statistics.mean(by[c])) if by else None
+
+
+def harness(out: str) -> None:
+    """The gqa_decode family's simplest and tuned renderings through the project's harness vs its native baseline."""
+    from ksearch.backends import get_backend
+    from ksearch.harness import EvalOptions, evaluate
+    from ksearch.policy.templates.gqa_decode import FAMILIES
+    from ksearch.tasks import get_task
+
+    fam = next(f for f in FAMILIES if f.id == "gqa_decode.cuda.split_k")
+    tuned = {"group_heads": True, "target_blocks": 1056, "unroll": 4, "prefetch": True, "warps": 4, "min_chunk": 128,
+             "fused": False}
+    rows = []
+    for params in (fam.default(), tuned):
+        r = evaluate(get_task("gqa_decode"), fam.source(params), get_backend("mlx-cuda"),
+                     EvalOptions(workloads=["gpu_b1_len4096", "gpu_b16_len32768"], timeout_s=120))
+        rows.append({"params": params, "status": r.status, "score": r.score, "message": r.message[:500]})
+        print(rows[-1], flush=True)
+    with open(os.path.join(out, "harness-gqa_decode.json"), "w") as fh:
+        json.dump(rows, fh, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd.startswith("check-"):
+        sys.exit(check(cmd.split("-", 1)[1]))
+    if cmd.startswith("sweep-"):
+        sweep(cmd.split("-", 1)[1], sys.argv[2])
+    elif cmd == "harness":
+        harness(sys.argv[2])
+    elif cmd == "best":
+        print(best_from_sweep(sys.argv[2]))
+    elif cmd == "bench":
+        # bench KIND OUT_DIR full|default [SWEEP_JSON]: the sweep's best configuration, else the library default.
+        best = best_from_sweep(sys.argv[5]) if len(sys.argv) > 5 and os.path.exists(sys.argv[5]) else None
+        config = eval(best, {"DecodeConfig": DecodeConfig, "PrefillConfig": PrefillConfig}) if best else None
+        print("config:", best, flush=True)
+        ba.run_bench(sys.argv[2], sys.argv[4] == "full", sys.argv[3], config=config)

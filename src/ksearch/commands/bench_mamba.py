@@ -1,0 +1,52 @@
+"""`ksearch bench mamba`: prefill and decode tok/s of ksearch's Mamba vs mlx-lm's, same random weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("mamba")
+    def mamba_cmd(
+        model_config: Annotated[str, typer.Option(help="Published size: 130m, 370m, 790m, 1.4b, 2.8b.")] = "370m",
+        lengths: Annotated[str, typer.Option(help="Comma-separated prefill lengths.")] = "512,1024,2048,4096",
+        decode_tokens: Annotated[int, typer.Option(help="Greedy decode steps per repetition.")] = 64,
+        batch: Annotated[int, typer.Option(help="Batch size.")] = 1,
+        dtype: Annotated[str, typer.Option(help="float16, bfloat16 or float32.")] = "float16",
+        reps: Annotated[int, typer.Option(help="Timed repetitions (interleaved) per configuration.")] = 3,
+        baseline_max_length: Annotated[int, typer.Option(
+            help="Longest prefill to run mlx-lm's per-token loop on (it runs ~100 tok/s on an H200).")] = 512,
+        no_compare: Annotated[bool, typer.Option("--no-compare", help="Only time ksearch's model.")] = False,
+        out: Annotated[Path, typer.Option(help="Directory for the JSON result.")] = Path("benchmarks/results"),
+    ) -> None:
+        """Prefill and decode tok/s: ksearch.models.mamba vs mlx-lm's Mamba (and mlx-lm patched with our kernels)."""
+        from ksearch.backends import best_backend
+        from ksearch.models import mamba
+        from ksearch.models.bench import run_bench
+        from ksearch.report.benchjson import make_result, write_result
+
+        if model_config not in mamba.CONFIGS:
+            raise typer.BadParameter(f"unknown --model-config {model_config!r}; one of {', '.join(mamba.CONFIGS)}")
+        try:
+            lens = tuple(int(x) for x in lengths.split(",") if x.strip())
+        except ValueError as exc:
+            raise typer.BadParameter(f"--lengths must be comma-separated integers, got {lengths!r}") from exc
+        if not no_compare:
+            try:
+                import mlx_lm  # noqa: F401
+            except ImportError as exc:
+                raise typer.BadParameter("mlx-lm is not installed: pip install mlx-lm, or pass --no-compare") from exc
+        backend = best_backend()
+        res = run_bench(model_config, lens, decode_tokens, batch, dtype, reps, baseline_max_length, not no_compare,
+                        log=typer.echo)
+        notes = ("Random weights at the published config; one process; contenders interleaved per repetition; "
+                 "latency_s is the median, min/max the spread. Prefill covers the full forward (logits of every "
+                 "position) with state caches produced; decode is greedy steps after a 16-token prompt. mlx_lm runs "
+                 f"prefill only up to L={baseline_max_length} (its per-token loop).")
+        data = make_result(f"mamba-{model_config}", backend, res["figures"], res["shapes"], res["dtypes"],
+                           res["summary"], notes)
+        path = write_result(data, out)
+        typer.echo(f"wrote {path}")

@@ -1,0 +1,126 @@
+"""`ksearch spec`, `ksearch port`, `ksearch lint`: the knowledge layer on the command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+BACKEND_HELP = "mlx-cuda, mlx-metal or mlx-cpu (need not be present here)."
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(2)
+
+
+def _check_backend(backend: str) -> str:
+    from ksearch.knowledge.lint import BACKENDS
+
+    if backend not in BACKENDS:
+        _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    return backend
+
+
+def _load_task(name: str):  # type: ignore[no-untyped-def]
+    from ksearch.tasks import TaskNotFound, get_task
+
+    try:
+        return get_task(name)
+    except TaskNotFound as exc:
+        _fail(str(exc))
+
+
+def _read(path: Path, what: str) -> str:
+    if not path.is_file():
+        _fail(f"{what} {path} does not exist")
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(f"cannot read {what} {path}: {exc}")
+    return ""
+
+
+def spec_cmd(
+    task: Annotated[str, typer.Argument(help="Built-in task name or a task file (.py exporting TASK).")],
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "mlx-cuda",
+    from_cuda: Annotated[Path | None, typer.Option("--from-cuda", help="Add the port context of a .cu file.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the spec here instead of stdout.")] = None,
+) -> None:
+    """Print the spec a proposer receives: task contract, dialect API, knowledge, hardware, pitfalls."""
+    from ksearch.knowledge.spec import render_spec
+
+    _check_backend(backend)
+    t = _load_task(task)
+    port = None
+    if from_cuda is not None:
+        from ksearch.knowledge.analyzer import analyze_cuda
+
+        port = analyze_cuda(_read(from_cuda, "CUDA file"), backend)
+        port["file"] = str(from_cuda)
+    text = render_spec(t, backend, port)
+    if out is not None:
+        out.write_text(text)
+        print(f"wrote {out} ({len(text.splitlines())} lines)")
+    else:
+        sys.stdout.write(text)
+
+
+def port_cmd(
+    cuda_file: Annotated[Path, typer.Argument(help="A CUDA source file (.cu/.cuh).")],
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "mlx-cuda",
+    out: Annotated[Path | None, typer.Option(help="Write the port context JSON here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the port context as JSON.")] = False,
+) -> None:
+    """Analyse a CUDA kernel: primitives found, how they carry over, constructs without an equivalent."""
+    from ksearch.knowledge.analyzer import analyze_cuda
+
+    _check_backend(backend)
+    ctx = analyze_cuda(_read(cuda_file, "CUDA file"), backend)
+    ctx["file"] = str(cuda_file)
+    if out is not None:
+        out.write_text(json.dumps(ctx, indent=2) + "\n")
+    if as_json:
+        sys.stdout.write(json.dumps(ctx, indent=2) + "\n")
+        return
+    print(ctx["summary"])
+    for f in ctx["findings"]:
+        print(f"  line {f['line']:>4}  {f['title']}: {f['target']}")
+    for w in ctx["warnings"]:
+        print(f"  line {w['line']:>4}  WARNING {w['message']}")
+    if out is not None:
+        print(f"wrote {out}: pass it to `ksearch run TASK --from-cuda {cuda_file}`")
+
+
+def lint_cmd(
+    candidate: Annotated[Path, typer.Argument(help="Candidate source file defining run(**inputs).")],
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "mlx-cuda",
+    task: Annotated[str | None, typer.Option(help="Task (built-in or file): checks its forbidden APIs and dtypes.")]
+    = None,
+    deep: Annotated[bool, typer.Option("--deep/--no-deep", help="Also compile: clang (Metal) / nvcc (CUDA).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print diagnostics as JSON.")] = False,
+) -> None:
+    """Lint a candidate for its dialect; exit 1 when errors are found."""
+    from ksearch.knowledge.lint import lint_source
+
+    _check_backend(backend)
+    source = _read(candidate, "candidate file")
+    t = _load_task(task) if task else None
+    diags = lint_source(source, backend, t, deep=deep)
+    errors = [d for d in diags if d.severity == "error"]
+    if as_json:
+        sys.stdout.write(json.dumps([d.to_json() for d in diags], indent=2) + "\n")
+    else:
+        for d in diags:
+            print(f"{candidate}: {d}")
+        print(f"{len(errors)} error(s), {len(diags) - len(errors)} warning(s)")
+    raise typer.Exit(1 if errors else 0)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("spec")(spec_cmd)
+    app.command("port")(port_cmd)
+    app.command("lint")(lint_cmd)

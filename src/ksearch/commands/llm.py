@@ -1,0 +1,107 @@
+"""`ksearch llm presets | prices | ping`: see and check the LLM settings before spending a run on them."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err = Console(stderr=True)
+llm_app = typer.Typer(no_args_is_help=True, help="LLM endpoints: presets, prices, a connectivity check.")
+
+
+def _fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+@llm_app.command("presets")
+def presets_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """The endpoint presets: base URL, key variable (the NAME; keys are never shown), default models."""
+    from ksearch.policy.llm import PRESETS
+
+    rows = [{"preset": p.name, "base_url": p.base_url, "api_key_env": p.api_key_env, "model": p.model,
+             "coder_model": p.coder_model or p.model, "note": p.note} for p in PRESETS.values()]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    t = Table(title="LLM presets (--preset NAME; --base-url/--model/--api-key-env override)")
+    for col in ("preset", "base_url", "api_key_env", "model", "note"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["preset"], r["base_url"], r["api_key_env"] or "(no key)", r["model"] or "(asks the server)",
+                  r["note"])
+    console.print(t)
+
+
+@llm_app.command("prices")
+def prices_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """The price table in use (built-in, overlaid with $KSEARCH_LLM_PRICES): USD per million tokens."""
+    from ksearch.policy.llm import LLMConfigError
+    from ksearch.policy.llm.pricing import load_prices
+
+    try:
+        table = load_prices()
+    except LLMConfigError as exc:
+        _fail(str(exc))
+        return
+    if as_json:
+        print(json.dumps({m: {"input": i, "output": o} for m, (i, o) in sorted(table.items())}, indent=2))
+        return
+    t = Table(title="USD per 1M tokens (models not listed are counted as $0)")
+    t.add_column("model")
+    t.add_column("input", justify="right")
+    t.add_column("output", justify="right")
+    for m, (i, o) in sorted(table.items()):
+        t.add_row(m, f"{i:g}", f"{o:g}")
+    console.print(t)
+
+
+@llm_app.command("ping")
+def ping_cmd(
+    preset: Annotated[str | None, typer.Option(help="LLM preset.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="NAME of the env variable holding the key.")] = None,
+    timeout: Annotated[float, typer.Option(help="Request timeout (s).")] = 60.0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Send one tiny request with these settings: model served, latency, tokens, cost."""
+    from ksearch.config import LLMConfig
+    from ksearch.policy.llm import LLMConfigError
+    from ksearch.policy.llm.client import ChatClient, Sampling
+    from ksearch.policy.llm.errors import CallFailed
+    from ksearch.policy.llm.presets import resolve
+    from ksearch.policy.llm.pricing import Budget, load_prices
+
+    cfg = LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env)
+    if preset:
+        cfg.preset = preset
+    try:
+        endpoint = resolve(cfg)
+        budget = Budget(prices=load_prices())
+    except LLMConfigError as exc:
+        _fail(str(exc))
+        return
+    client = ChatClient(endpoint, Sampling(temperature=0.0, max_output_tokens=16), timeout_s=timeout, max_retries=1)
+    try:
+        out = client.complete("ping", endpoint.model, [{"role": "user", "content": "Reply with one word: pong"}])
+    except CallFailed as exc:
+        _fail(f"{endpoint.base_url}: {exc}")
+        return
+    row = {"base_url": endpoint.base_url, "model": out.model, "latency_s": round(out.latency_s, 3),
+           "retries": out.retries, "tokens_in": out.tokens_in, "tokens_out": out.tokens_out,
+           "cost_usd": budget.cost(out.model, out.tokens_in, out.tokens_out), "answer": out.text.strip()[:200]}
+    if as_json:
+        print(json.dumps(row))
+        return
+    for k, v in row.items():
+        console.print(f"{k:>11}: {v}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(llm_app, name="llm")

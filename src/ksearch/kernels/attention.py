@@ -1,0 +1,96 @@
+"""Attention kernels as plain functions: `attention` (prefill) and `decode` (one step against a KV cache).
+
+Each picks the best kernel configuration for the backend and shape and falls back to MLX's own
+`mx.fast.scaled_dot_product_attention` wherever no kernel of ours fits (CPU, fp32, odd head dims or lengths).
+Metal kernels are opt-in (`KSEARCH_METAL_KERNELS=1` or `use_metal=True`) until they are measured on Apple hardware.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from ksearch.kernels.attention_cuda import PrefillConfig
+from ksearch.kernels.decode_cuda import DecodeConfig
+
+
+def _backend() -> str:
+    """'cuda', 'metal' or 'cpu': where the default stream runs."""
+    import mlx.core as mx
+
+    if mx.default_device().type != mx.gpu:
+        return "cpu"
+    if getattr(mx, "cuda", None) is not None and mx.cuda.is_available():
+        return "cuda"
+    if mx.metal.is_available():
+        return "metal"
+    return "cpu"
+
+
+def metal_enabled(use_metal: bool | None = None) -> bool:
+    if use_metal is not None:
+        return use_metal
+    return os.environ.get("KSEARCH_METAL_KERNELS", "") not in ("", "0", "false", "False")
+
+
+def prefill_config(q: Any, k: Any, causal: bool) -> PrefillConfig:
+    """The configuration measured best on the H200 for this shape (see docs/attention.md)."""
+    # 8 warps (BM=128) share each K/V tile between twice the rows of BM=64: half the tile loads per FLOP. Measured
+    # as the default on the H200 for both head dims (benchmarks/results/attention-prefill-*.json).
+    return PrefillConfig(bm=128, bn=64, db=True)
+
+
+def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
+    """The sweep's best on the H200 over B 1/8/16 x 4k/16k/32k (benchmarks/results/decode-config-sweep-*.json)."""
+    return DecodeConfig()
+
+
+def native_attention(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
+    import mlx.core as mx
+
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(q.shape[-1]),
+                                                mask="causal" if causal else None)
+
+
+def native_decode(q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
+    import mlx.core as mx
+
+    return mx.fast.scaled_dot_product_attention(q, k_cache[:, :, :length], v_cache[:, :, :length],
+                                                scale=1.0 / math.sqrt(q.shape[-1]))
+
+
+def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
+              config: PrefillConfig | None = None) -> Any:
+    """softmax(q k^T / sqrt(D) + causal mask) v; q (B, Hq, L, D), k/v (B, Hkv, S, D), mask aligned lower right."""
+    where = _backend()
+    if where == "cuda":
+        from ksearch.kernels import attention_cuda
+
+        cfg = config or prefill_config(q, k, causal)
+        if attention_cuda.supports(q, k, v, causal, cfg):
+            return attention_cuda.attention_cuda(q, k, v, causal, cfg)
+    elif where == "metal" and metal_enabled(use_metal):
+        from ksearch.kernels import attention_metal
+
+        if attention_metal.supports_prefill(q, k, v, causal):
+            return attention_metal.attention_metal(q, k, v, causal)
+    return native_attention(q, k, v, causal)
+
+
+def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
+           config: DecodeConfig | None = None) -> Any:
+    """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D)."""
+    length = int(length)
+    where = _backend()
+    if where == "cuda":
+        from ksearch.kernels import decode_cuda
+
+        if decode_cuda.supports(q, k_cache, length) and v_cache.shape == k_cache.shape:
+            return decode_cuda.decode_cuda(q, k_cache, v_cache, length, config or decode_config(q, k_cache, length))
+    elif where == "metal" and metal_enabled(use_metal):
+        from ksearch.kernels import attention_metal
+
+        if attention_metal.supports_decode(q, k_cache, length):
+            return attention_metal.decode_metal(q, k_cache, v_cache, length)
+    return native_decode(q, k_cache, v_cache, length)

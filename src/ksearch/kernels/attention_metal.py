@@ -1,0 +1,210 @@
+"""Attention and decode kernels in the Metal dialect (mx.fast.metal_kernel). OPT-IN: not yet measured on Apple hardware.
+
+Decode is the same split-K flash-decoding as the CUDA version (decode_cuda.py): one threadgroup per (batch, kv head,
+split) holding all G query heads of the kv head, each simdgroup lane owning 4 dimensions of a key row, scores reduced
+with `simd_shuffle_xor`, online softmax in exp2, then a log-sum-exp merge kernel. Prefill here is the row-per-thread
+kernel with K/V tiles staged in threadgroup memory (one tile serves NT query rows) and causal tile skipping; a
+`simdgroup_matrix` version is future work (docs/attention.md).
+Enable with KSEARCH_METAL_KERNELS=1 (or `use_metal=True`) and please report timings from `ksearch bench decode`.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+# Template: T, D, G (query heads per kv head), NW (simdgroups per threadgroup). meta = [length, chunk, nsplit].
+DECODE_SPLIT_SOURCE = r"""
+    constexpr int LPK = D / 4;
+    constexpr int KPW = 32 / LPK;
+    constexpr int STEP = NW * KPW;
+    const uint warp = simdgroup_index_in_threadgroup, lane = thread_index_in_simdgroup;
+    const int sub = lane / LPK, part = lane % LPK;
+    const int bh = threadgroup_position_in_grid.x, split = threadgroup_position_in_grid.y;
+    const int cap = k_cache_shape[2];
+    const int len = meta[0], chunk = meta[1], nsplit = meta[2];
+    const int start = split * chunk, end = min(len, start + chunk);
+    const float qscale = 1.4426950408889634f * rsqrt(float(D));
+    float qf[G][4], m[G], l[G], acc[G][4];
+    for (int g = 0; g < G; ++g) {
+      for (int i = 0; i < 4; ++i) {
+        qf[g][i] = float(q[(size_t(bh) * G + g) * D + part * 4 + i]) * qscale;
+        acc[g][i] = 0.0f;
+      }
+      m[g] = -1e30f; l[g] = 0.0f;
+    }
+    const device T* kb = k_cache + size_t(bh) * cap * D + part * 4;
+    const device T* vb = v_cache + size_t(bh) * cap * D + part * 4;
+    for (int j = start + int(warp) * KPW + sub; j - sub < end; j += STEP) {
+      bool valid = j < end;
+      float kf[4], vf[4];
+      for (int i = 0; i < 4; ++i) {
+        kf[i] = valid ? float(kb[size_t(j) * D + i]) : 0.0f;
+        vf[i] = valid ? float(vb[size_t(j) * D + i]) : 0.0f;
+      }
+      for (int g = 0; g < G; ++g) {
+        float s = qf[g][0] * kf[0] + qf[g][1] * kf[1] + qf[g][2] * kf[2] + qf[g][3] * kf[3];
+        for (int off = LPK / 2; off > 0; off /= 2) s += simd_shuffle_xor(s, ushort(off));
+        s = valid ? s : -INFINITY;
+        float mn = max(m[g], s);
+        float corr = fast::exp2(m[g] - mn), p = fast::exp2(s - mn);
+        l[g] = l[g] * corr + p;
+        for (int i = 0; i < 4; ++i) acc[g][i] = acc[g][i] * corr + p * vf[i];
+        m[g] = mn;
+      }
+    }
+    for (int off = LPK; off < 32; off *= 2) {
+      for (int g = 0; g < G; ++g) {
+        float mo = simd_shuffle_xor(m[g], ushort(off)), lo = simd_shuffle_xor(l[g], ushort(off));
+        float mn = max(m[g], mo), a = fast::exp2(m[g] - mn), c = fast::exp2(mo - mn);
+        l[g] = l[g] * a + lo * c;
+        for (int i = 0; i < 4; ++i) acc[g][i] = acc[g][i] * a + simd_shuffle_xor(acc[g][i], ushort(off)) * c;
+        m[g] = mn;
+      }
+    }
+    threadgroup float sm_m[NW * G], sm_l[NW * G], sm_acc[NW * G * D];
+    if (sub == 0) {
+      for (int g = 0; g < G; ++g) {
+        if (part == 0) { sm_m[warp * G + g] = m[g]; sm_l[warp * G + g] = l[g]; }
+        for (int i = 0; i < 4; ++i) sm_acc[(warp * G + g) * D + part * 4 + i] = acc[g][i];
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int e = thread_index_in_threadgroup; e < G * D; e += NW * 32) {
+      int g = e / D, d = e % D;
+      float mn = -1e30f;
+      for (int w = 0; w < NW; ++w) mn = max(mn, sm_m[w * G + g]);
+      float ls = 0.0f, as = 0.0f;
+      for (int w = 0; w < NW; ++w) {
+        float c = fast::exp2(sm_m[w * G + g] - mn);
+        ls += sm_l[w * G + g] * c;
+        as += sm_acc[(w * G + g) * D + d] * c;
+      }
+      size_t row = (size_t(bh) * nsplit + split) * G + g;
+      part_acc[row * D + d] = as;
+      if (d == 0) { part_ml[row * 2] = mn; part_ml[row * 2 + 1] = ls; }
+    }
+"""
+
+DECODE_MERGE_SOURCE = r"""
+    const int bq = threadgroup_position_in_grid.x, d = thread_position_in_threadgroup.x;
+    const int nsplit = part_ml_shape[1], bh = bq / G, g = bq % G;
+    float mn = -1e30f;
+    for (int s = 0; s < nsplit; ++s) mn = max(mn, part_ml[((size_t(bh) * nsplit + s) * G + g) * 2]);
+    float ls = 0.0f, as = 0.0f;
+    for (int s = 0; s < nsplit; ++s) {
+      size_t row = (size_t(bh) * nsplit + s) * G + g;
+      float c = fast::exp2(part_ml[row * 2] - mn);
+      ls += part_ml[row * 2 + 1] * c;
+      as += part_acc[row * D + d] * c;
+    }
+    o[size_t(bq) * D + d] = T(as / ls);
+"""
+
+# Template: T, D, NT (query rows = threads per threadgroup), BN (keys per tile), CAUSAL.
+PREFILL_SOURCE = r"""
+    const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
+    const int nblk = (L + NT - 1) / NT;
+    const int bh = threadgroup_position_in_grid.x / nblk, r0 = (threadgroup_position_in_grid.x % nblk) * NT;
+    const int tid = thread_position_in_threadgroup.x, i = r0 + tid;
+    const int b = bh / Hq, h = bh % Hq, hk = h / (Hq / Hkv);
+    const bool active = i < L;
+    const float sl2 = 1.4426950408889634f * rsqrt(float(D));
+    float qv[D], acc[D];
+    for (int d = 0; d < D; ++d) {
+      qv[d] = active ? float(q[(size_t(bh) * L + i) * D + d]) * sl2 : 0.0f;
+      acc[d] = 0.0f;
+    }
+    float m = -1e30f, l = 0.0f;
+    const int last = CAUSAL ? min(S, i + S - L + 1) : S;
+    const int block_last = CAUSAL ? min(S, min(L, r0 + NT) - 1 + S - L + 1) : S;  // causal tile skipping
+    const device T* kg = k + size_t(b * Hkv + hk) * S * D;
+    const device T* vg = v + size_t(b * Hkv + hk) * S * D;
+    threadgroup T Ks[BN * D], Vs[BN * D];
+    for (int n0 = 0; n0 < block_last; n0 += BN) {
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      for (int e = tid; e < BN * D; e += NT) {
+        int j = n0 + e / D;
+        Ks[e] = j < S ? kg[size_t(n0) * D + e] : T(0);
+        Vs[e] = j < S ? vg[size_t(n0) * D + e] : T(0);
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      const int nmax = min(BN, (active ? last : 0) - n0);
+      for (int jj = 0; jj < nmax; ++jj) {
+        float s = 0.0f;
+        for (int d = 0; d < D; ++d) s += qv[d] * float(Ks[jj * D + d]);
+        float mn = max(m, s), corr = fast::exp2(m - mn), p = fast::exp2(s - mn);
+        l = l * corr + p;
+        for (int d = 0; d < D; ++d) acc[d] = acc[d] * corr + p * float(Vs[jj * D + d]);
+        m = mn;
+      }
+    }
+    if (active) {
+      for (int d = 0; d < D; ++d) o[(size_t(bh) * L + i) * D + d] = T(acc[d] / l);
+    }
+"""
+
+PREFILL_NT, PREFILL_BN = 64, 16
+
+
+def supports_decode(q: Any, k_cache: Any, length: int) -> bool:
+    b, hq, t, d = q.shape
+    hkv = k_cache.shape[1]
+    return t == 1 and d in (64, 128) and hq % hkv == 0 and hq // hkv <= 8 and 0 < length <= k_cache.shape[2]
+
+
+def supports_prefill(q: Any, k: Any, v: Any, causal: bool) -> bool:
+    d = q.shape[-1]
+    return d in (64, 128) and q.shape[1] % k.shape[1] == 0 and (not causal or q.shape[2] <= k.shape[2])
+
+
+@cache
+def _decode_kernels() -> tuple[Any, Any]:
+    import mlx.core as mx
+
+    split = mx.fast.metal_kernel(name="ks_decode_split", input_names=["q", "k_cache", "v_cache", "meta"],
+                                 output_names=["part_acc", "part_ml"], source=DECODE_SPLIT_SOURCE)
+    merge = mx.fast.metal_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
+                                 source=DECODE_MERGE_SOURCE)
+    return split, merge
+
+
+@cache
+def _prefill_kernel() -> Any:
+    import mlx.core as mx
+
+    return mx.fast.metal_kernel(name="ks_attention_rows", input_names=["q", "k", "v"], output_names=["o"],
+                                source=PREFILL_SOURCE)
+
+
+def decode_metal(q: Any, k_cache: Any, v_cache: Any, length: int, warps: int = 4, target_blocks: int = 256) -> Any:
+    import mlx.core as mx
+
+    b, hq, _, d = q.shape
+    hkv = k_cache.shape[1]
+    g = hq // hkv
+    step = warps * (32 // (d // 4))
+    chunk = max(128, math.ceil(length / max(1, target_blocks // (b * hkv))))
+    chunk = math.ceil(chunk / step) * step
+    nsplit = math.ceil(length / chunk)
+    split_k, merge_k = _decode_kernels()
+    meta = mx.array([length, chunk, nsplit], dtype=mx.int32)
+    nt = warps * 32
+    part_acc, part_ml = split_k(
+        inputs=[q, k_cache, v_cache, meta], template=[("T", q.dtype), ("D", d), ("G", g), ("NW", warps)],
+        grid=(b * hkv * nt, nsplit, 1), threadgroup=(nt, 1, 1),
+        output_shapes=[(b * hkv, nsplit, g, d), (b * hkv, nsplit, g, 2)], output_dtypes=[mx.float32, mx.float32])
+    return merge_k(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
+                   grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
+                   output_dtypes=[q.dtype])[0]
+
+
+def attention_metal(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
+    b, hq, length, d = q.shape
+    nblk = math.ceil(length / PREFILL_NT)
+    return _prefill_kernel()(
+        inputs=[q, k, v], template=[("T", q.dtype), ("D", d), ("NT", PREFILL_NT), ("BN", PREFILL_BN),
+                                    ("CAUSAL", bool(causal))],
+        grid=(b * hq * nblk * PREFILL_NT, 1, 1), threadgroup=(PREFILL_NT, 1, 1), output_shapes=[q.shape],
+        output_dtypes=[q.dtype])[0]

@@ -1,0 +1,340 @@
+"""Split-K flash-decoding for MLX-CUDA: one GQA decode step against a KV cache of fixed capacity.
+
+Pass 1 (`split` kernel): one block per (batch, kv head, split of the valid keys). All G = Hq / Hkv query heads of the kv
+head live in the same block, so each K/V row is read from HBM exactly once. A key row of D halves is shared by D/8 lanes
+that each load 16 bytes (one `uint4`), so a warp reads 512 contiguous bytes per key step; U key steps are issued
+before the first use to keep enough loads in flight for HBM. Scores use the exp2 trick (q is pre-scaled by
+log2(e)/sqrt(D)); each lane keeps an online-softmax state per query head; the warp then the block merge their states,
+and the block writes its un-normalised partial (max, sum, acc[D]) per head in fp32.
+Pass 2: the last block of each (batch, head block) to finish combines the splits with a log-sum-exp merge (FUSED, one
+launch; an atomic counter says who is last), or a separate `merge` kernel with one block per (batch, query head).
+Only keys [0, length) are read: K/V are passed as views `cache[:, :, :length]` (no copy, strides honoured), so one
+compiled kernel serves every length and a call creates no device scalars.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+HEADER = r"""
+// Guarded: a checker may compile several kernels of one candidate in one translation unit.
+#ifndef KS_DECODE_HEADER
+#define KS_DECODE_HEADER
+// Conversions shared by the attention/decode kernels: 8 packed 16-bit values <-> fp32.
+template <typename T> struct KsPack;
+template <> struct KsPack<__half> {
+  static __device__ __forceinline__ float2 f2(unsigned u) {
+    __half2 h = *reinterpret_cast<__half2*>(&u); return __half22float2(h);
+  }
+};
+template <> struct KsPack<__nv_bfloat16> {
+  static __device__ __forceinline__ float2 f2(unsigned u) {
+    __nv_bfloat162 h = *reinterpret_cast<__nv_bfloat162*>(&u); return __bfloat1622float2(h);
+  }
+};
+template <typename T> __device__ __forceinline__ void ks_unpack8(const uint4& r, float* f) {
+  float2 a = KsPack<T>::f2(r.x), b = KsPack<T>::f2(r.y), c = KsPack<T>::f2(r.z), d = KsPack<T>::f2(r.w);
+  f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y; f[4] = c.x; f[5] = c.y; f[6] = d.x; f[7] = d.y;
+}
+#endif
+"""
+
+# Template constants: T, D (head dim), G (query heads per kv head), NW (warps per block), U (key steps in flight).
+SPLIT_SOURCE = r"""
+    constexpr int LPK = D / 8;          // lanes sharing one key row (16 B each)
+    constexpr int KPW = 32 / LPK;       // keys per warp per step
+    constexpr int STEP = NW * KPW * U;  // keys per block iteration
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int sub = lane / LPK, part = lane % LPK;
+    const int bh = blockIdx.x;          // b * (Hq / G) + head block; G = Hq / Hkv (all heads of a kv head) by default
+    const int split = blockIdx.y, nsplit = gridDim.y;
+    // k/v arrive as views k_cache[:, :, :length] (no copy): their shape carries the length, strides the layout.
+    const int Hkv = k_shape[1], len = k_shape[2];
+    const int hpb = q_shape[1] / G, grp = q_shape[1] / Hkv;
+    const int b = bh / hpb, hb = bh % hpb, hk = hb * G / grp;
+    const int chunk = ((len + nsplit - 1) / nsplit + STEP - 1) / STEP * STEP;
+    const int start = split * chunk;
+    const int end = min(len, start + chunk);
+    const bool dense_rows = k_strides[3] == 1 && v_strides[3] == 1 && q_strides[3] == 1;
+
+    // q pre-scaled by log2(e)/sqrt(D): scores come out in the exp2 domain.
+    const float qscale = 1.4426950408889634f * rsqrtf((float)D);
+    float qf[G][8];
+    #pragma unroll
+    for (int g = 0; g < G; ++g) {
+      uint4 r = *reinterpret_cast<const uint4*>(q + b * q_strides[0] + (hb * G + g) * q_strides[1] + part * 8);
+      ks_unpack8<T>(r, qf[g]);
+      #pragma unroll
+      for (int i = 0; i < 8; ++i) qf[g][i] *= qscale;
+    }
+    // Finite floor instead of -inf: a state that has seen no key yet must not produce inf - inf.
+    float m[G], l[G], acc[G][8];
+    #pragma unroll
+    for (int g = 0; g < G; ++g) {
+      m[g] = -1e30f; l[g] = 0.f;
+      #pragma unroll
+      for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
+    }
+    const T* kb = k + b * k_strides[0] + hk * k_strides[1] + part * 8;
+    const T* vb = v + b * v_strides[0] + hk * v_strides[1] + part * 8;
+    const int64_t ksj = k_strides[2], vsj = v_strides[2];
+
+    uint4 kr[U], vr[U];
+    int j0 = start + warp * KPW * U;
+    #pragma unroll
+    for (int u = 0; u < U; ++u) {
+      int j = j0 + u * KPW + sub;
+      kr[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(kb + j * ksj)) : make_uint4(0, 0, 0, 0);
+      vr[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(vb + j * vsj)) : make_uint4(0, 0, 0, 0);
+    }
+    for (; j0 < end; j0 += STEP) {
+      // Issue the next step's loads before this step's math (PREFETCH): HBM latency hides behind the FMAs.
+      uint4 kn[U], vn[U];
+      if (PREFETCH) {
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+          int j = j0 + STEP + u * KPW + sub;
+          kn[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(kb + j * ksj)) : make_uint4(0, 0, 0, 0);
+          vn[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(vb + j * vsj)) : make_uint4(0, 0, 0, 0);
+        }
+      }
+      float s[U][G];
+      #pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float kf[8];
+        ks_unpack8<T>(kr[u], kf);
+        #pragma unroll
+        for (int g = 0; g < G; ++g) {
+          float a = 0.f;
+          #pragma unroll
+          for (int i = 0; i < 8; ++i) a = fmaf(qf[g][i], kf[i], a);
+          s[u][g] = a;
+        }
+      }
+      // Butterfly over the LPK lanes of a key: every lane ends with the full score.
+      #pragma unroll
+      for (int off = LPK / 2; off > 0; off /= 2) {
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+          #pragma unroll
+          for (int g = 0; g < G; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
+        }
+      }
+      #pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (j0 + u * KPW + sub >= end) {
+          #pragma unroll
+          for (int g = 0; g < G; ++g) s[u][g] = -INFINITY;
+        }
+      }
+      // One rescale per U keys rather than per key.
+      #pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float mn = m[g];
+        #pragma unroll
+        for (int u = 0; u < U; ++u) mn = fmaxf(mn, s[u][g]);
+        float corr = exp2f(m[g] - mn);
+        m[g] = mn;
+        l[g] *= corr;
+        #pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] *= corr;
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+          float p = exp2f(s[u][g] - mn);
+          l[g] += p;
+          float vf[8];
+          ks_unpack8<T>(vr[u], vf);
+          #pragma unroll
+          for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(p, vf[i], acc[g][i]);
+        }
+      }
+      #pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (PREFETCH) {
+          kr[u] = kn[u]; vr[u] = vn[u];
+        } else {
+          int j = j0 + STEP + u * KPW + sub;
+          kr[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(kb + j * ksj)) : make_uint4(0, 0, 0, 0);
+          vr[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(vb + j * vsj)) : make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+    // Merge the KPW key groups of the warp (lanes part, part + LPK, ...).
+    #pragma unroll
+    for (int off = LPK; off < 32; off *= 2) {
+      #pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float mo = __shfl_xor_sync(0xffffffffu, m[g], off);
+        float lo = __shfl_xor_sync(0xffffffffu, l[g], off);
+        float mn = fmaxf(m[g], mo);
+        float a = exp2f(m[g] - mn), b = exp2f(mo - mn);
+        l[g] = l[g] * a + lo * b;
+        #pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          float ao = __shfl_xor_sync(0xffffffffu, acc[g][i], off);
+          acc[g][i] = acc[g][i] * a + ao * b;
+        }
+        m[g] = mn;
+      }
+    }
+    __shared__ float sm_m[NW][G], sm_l[NW][G];
+    __shared__ float sm_acc[NW][G][D];
+    if (sub == 0) {
+      #pragma unroll
+      for (int g = 0; g < G; ++g) {
+        if (part == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+        #pragma unroll
+        for (int i = 0; i < 8; ++i) sm_acc[warp][g][part * 8 + i] = acc[g][i];
+      }
+    }
+    __syncthreads();
+    // Merge the warps and write this split's partial: part_acc[bh][split][g][d], part_ml[bh][split][g][2].
+    for (int e = threadIdx.x; e < G * D; e += NW * 32) {
+      int g = e / D, d = e % D;
+      float mn = -1e30f;
+      #pragma unroll
+      for (int w = 0; w < NW; ++w) mn = fmaxf(mn, sm_m[w][g]);
+      float ls = 0.f, as = 0.f;
+      #pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        float c = exp2f(sm_m[w][g] - mn);
+        ls += sm_l[w][g] * c;
+        as += sm_acc[w][g][d] * c;
+      }
+      size_t row = ((size_t)bh * nsplit + split) * G + g;
+      // A layout we do not handle (last dim not contiguous) gives NaN, never a silently wrong number.
+      part_acc[row * D + d] = dense_rows ? as : __int_as_float(0x7fc00000);
+      if (d == 0) { part_ml[row * 2] = mn; part_ml[row * 2 + 1] = ls; }
+    }
+"""
+
+# FUSED variant: the split kernel above plus this tail, with outputs (o, part_acc, part_ml, counter) zero-initialised.
+# The last block of a (batch, head block) to finish merges every split, so a decode step is one launch and one graph
+# node (the separate merge kernel costs ~8 us of MLX dispatch, as much as the whole memory read at B=1, 4k keys).
+FUSED_TAIL = r"""
+    __threadfence();  // this block's partials reach L2 before the counter says so
+    __syncthreads();
+    __shared__ int ks_is_last;
+    if (threadIdx.x == 0) ks_is_last = atomicAdd(&counter[bh], 1) == nsplit - 1;
+    __syncthreads();
+    if (!ks_is_last) return;
+    __threadfence();
+    const float* ml = part_ml + (size_t)bh * nsplit * G * 2;
+    const float* pa = part_acc + (size_t)bh * nsplit * G * D;
+    for (int e = threadIdx.x; e < G * D; e += NW * 32) {
+      int g = e / D, d = e % D;
+      float mn = -1e30f;
+      for (int s = 0; s < nsplit; ++s) mn = fmaxf(mn, __ldcg(ml + (s * G + g) * 2));
+      float ls = 0.f, as = 0.f;
+      for (int s = 0; s < nsplit; ++s) {
+        float c = exp2f(__ldcg(ml + (s * G + g) * 2) - mn);  // L2 reads: other blocks wrote these
+        ls += __ldcg(ml + (s * G + g) * 2 + 1) * c;
+        as += __ldcg(pa + (s * G + g) * D + d) * c;
+      }
+      o[((size_t)bh * G + g) * D + d] = (T)(as / ls);
+    }
+"""
+FUSED_SOURCE = SPLIT_SOURCE + FUSED_TAIL
+
+# One block of D threads per (batch, query head); T, D, G as above.
+MERGE_SOURCE = r"""
+    const int bq = blockIdx.x;            // b * Hq + h  ==  (b * Hq / G + head block) * G + g
+    const int d = threadIdx.x;
+    if (d >= D) return;
+    const int nsplit = part_ml_shape[1];
+    const int bh = bq / G, g = bq % G;
+    float mn = -1e30f;
+    for (int s = 0; s < nsplit; ++s) mn = fmaxf(mn, part_ml[(((size_t)bh * nsplit + s) * G + g) * 2]);
+    float ls = 0.f, as = 0.f;
+    for (int s = 0; s < nsplit; ++s) {
+      size_t row = ((size_t)bh * nsplit + s) * G + g;
+      float c = exp2f(part_ml[row * 2] - mn);
+      ls += part_ml[row * 2 + 1] * c;
+      as += part_acc[row * D + d] * c;
+    }
+    o[(size_t)bq * D + d] = (T)(as / ls);
+"""
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    warps: int = 4          # warps per block of the split kernel
+    unroll: int = 4         # key steps in flight per warp (the sweep's best on the H200, with the defaults below)
+    prefetch: bool = True   # load step i+1 into registers while computing step i
+    target_blocks: int = 1056  # aim for ~8 blocks per SM on an H200 (132 SMs); 1 = no split
+    min_chunk: int = 128    # keys per split at least: below that the merge costs more than it saves
+    group_heads: bool = True  # all query heads of a kv head in one block (K/V read once) vs one head per block
+    # Last block merges (one launch) vs a separate merge kernel. Off by default: the fused tail compiles for sm_90a but
+    # has not run on the GPU yet (benchmarks/attention_gpu.py check-decode covers it); turn on once checked.
+    fused: bool = False
+
+    def keys_per_step(self, d: int) -> int:
+        return self.warps * (32 // (d // 8)) * self.unroll
+
+
+def supports(q: Any, k_cache: Any, length: int) -> bool:
+    import mlx.core as mx
+
+    if q.dtype not in (mx.float16, mx.bfloat16) or k_cache.dtype != q.dtype:
+        return False
+    b, hq, t, d = q.shape
+    hkv = k_cache.shape[1]
+    return t == 1 and d in (64, 128) and hq % hkv == 0 and hq // hkv <= 8 and 0 < length <= k_cache.shape[2]
+
+
+def plan(blocks: int, length: int, d: int, cfg: DecodeConfig) -> tuple[int, int]:
+    """(nsplit, chunk) for `blocks` (batch x head-block) blocks: enough splits to fill the GPU, chunks a multiple of
+    the block's key step."""
+    step = cfg.keys_per_step(d)
+    want = max(1, cfg.target_blocks // max(1, blocks))
+    chunk = max(cfg.min_chunk, math.ceil(length / want))
+    chunk = math.ceil(chunk / step) * step
+    return math.ceil(length / chunk), chunk
+
+
+@cache
+def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
+    import mlx.core as mx
+
+    tag = f"w{cfg.warps}_u{cfg.unroll}"
+    if cfg.fused:
+        fused = mx.fast.cuda_kernel(
+            name=f"ks_decode_fused_{tag}", input_names=["q", "k", "v"],
+            output_names=["o", "part_acc", "part_ml", "counter"], source=FUSED_SOURCE, header=HEADER,
+            ensure_row_contiguous=False)
+        return fused, None
+    split = mx.fast.cuda_kernel(
+        name=f"ks_decode_split_{tag}", input_names=["q", "k", "v"],
+        output_names=["part_acc", "part_ml"], source=SPLIT_SOURCE, header=HEADER, ensure_row_contiguous=False)
+    merge = mx.fast.cuda_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
+                                source=MERGE_SOURCE)
+    return split, merge
+
+
+def decode_cuda(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: DecodeConfig | None = None) -> Any:
+    import mlx.core as mx
+
+    cfg = cfg or DecodeConfig()
+    b, hq, _, d = q.shape
+    hkv = k_cache.shape[1]
+    g = hq // hkv if cfg.group_heads else 1
+    blocks = b * hq // g
+    nsplit, _ = plan(blocks, length, d, cfg)
+    split_k, merge_k = _kernels(cfg)
+    tmpl = [("T", q.dtype), ("D", d), ("G", g), ("NW", cfg.warps), ("U", cfg.unroll), ("PREFETCH", cfg.prefetch)]
+    nt = cfg.warps * 32
+    # Views, not copies: the kernel reads strides, and the K view's shape tells it the length (no per-call scalars).
+    inputs = [q, k_cache[:, :, :length], v_cache[:, :, :length]]
+    launch = {"grid": (blocks * nt, nsplit, 1), "threadgroup": (nt, 1, 1), "template": tmpl}
+    parts = [(blocks, nsplit, g, d), (blocks, nsplit, g, 2)]
+    if cfg.fused:
+        return split_k(inputs=inputs, output_shapes=[q.shape, *parts, (blocks,)],
+                       output_dtypes=[q.dtype, mx.float32, mx.float32, mx.int32], init_value=0, **launch)[0]
+    part_acc, part_ml = split_k(inputs=inputs, output_shapes=parts, output_dtypes=[mx.float32, mx.float32], **launch)
+    assert merge_k is not None
+    return merge_k(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
+                   grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
+                   output_dtypes=[q.dtype])[0]

@@ -1,0 +1,24 @@
+// Softmax with one threadgroup per row: simd_max/simd_sum per SIMD-group, partials through threadgroup memory.
+uint row = threadgroup_position_in_grid.x;
+int tid = (int)thread_position_in_threadgroup.x;
+uint lane = thread_index_in_simdgroup;
+uint warp = simdgroup_index_in_threadgroup;
+int cols = x_shape[1];
+threadgroup float red[32];
+float m = -INFINITY;
+for (int c = tid; c < cols; c += TPB) m = metal::max(m, (float)x[row * cols + c]);
+m = simd_max(m);
+if (lane == 0) red[warp] = m;
+threadgroup_barrier(mem_flags::mem_threadgroup);
+m = red[0];
+for (int w = 1; w < TPB / 32; ++w) m = metal::max(m, red[w]);
+threadgroup_barrier(mem_flags::mem_threadgroup);
+float s = 0.0f;
+for (int c = tid; c < cols; c += TPB) s += metal::exp((float)x[row * cols + c] - m);
+s = simd_sum(s);
+if (lane == 0) red[warp] = s;
+threadgroup_barrier(mem_flags::mem_threadgroup);
+s = 0.0f;
+for (int w = 0; w < TPB / 32; ++w) s += red[w];
+float inv = 1.0f / s;
+for (int c = tid; c < cols; c += TPB) out[row * cols + c] = (T)(metal::exp((float)x[row * cols + c] - m) * inv);

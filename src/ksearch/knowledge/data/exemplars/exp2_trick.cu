@@ -1,0 +1,25 @@
+// Softmax in log2 units: y = x * log2(e) once, then exp2f(y - max) (the native instruction) everywhere.
+int row = blockIdx.x;
+int cols = x_shape[1];
+const T* xr = x + (size_t)row * cols;
+T* orow = out + (size_t)row * cols;
+const float LOG2E = 1.4426950408889634f;
+__shared__ float red[32];
+int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+float m = __int_as_float(0xff800000);
+for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, (float)xr[c] * LOG2E);
+for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+if (lane == 0) red[warp] = m;
+__syncthreads();
+m = red[0];
+for (int w = 1; w < nw; ++w) m = fmaxf(m, red[w]);
+__syncthreads();
+float s = 0.f;
+for (int c = threadIdx.x; c < cols; c += blockDim.x) s += exp2f(fmaf((float)xr[c], LOG2E, -m));
+for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+if (lane == 0) red[warp] = s;
+__syncthreads();
+s = 0.f;
+for (int w = 0; w < nw; ++w) s += red[w];
+float inv = 1.f / s;
+for (int c = threadIdx.x; c < cols; c += blockDim.x) orow[c] = (T)(exp2f(fmaf((float)xr[c], LOG2E, -m)) * inv);

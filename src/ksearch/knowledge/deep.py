@@ -1,0 +1,33 @@
+"""Deep checks: the real compilers over MLX-equivalent wrappers, turned into linter diagnostics."""
+
+from __future__ import annotations
+
+from ksearch.knowledge.cuda_check import compile_kernels
+from ksearch.knowledge.extract import KernelUse
+from ksearch.knowledge.lint import Diagnostic, _py_line
+from ksearch.knowledge.metal_check import check_kernels
+
+MISSING = {
+    "cuda": "nvcc not found: the MLX-CUDA compile check did not run (install the CUDA toolkit or set KSEARCH_NVCC)",
+    "metal": "clang++ not found: the MSL syntax check did not run (apt-get install clang, or set KSEARCH_CLANG)",
+}
+
+
+def deep_check(kernels: list[KernelUse], dialect: str, dtype: str = "float16") -> list[Diagnostic]:
+    mine = [k for k in kernels if k.dialect == dialect and k.source is not None]
+    if not mine:
+        return []
+    messages = compile_kernels(mine, dtype) if dialect == "cuda" else check_kernels(mine, dtype)
+    if messages is None:
+        return [Diagnostic("warning", "deep-check-skipped", MISSING[dialect])]
+    by_index = dict(enumerate(mine))
+    code = "nvcc" if dialect == "cuda" else "msl-compile"
+    out = []
+    for m in messages:
+        if m.severity != "error":
+            continue
+        k = by_index.get(m.index) if m.index is not None else None
+        line = _py_line(k, m.line) if k is not None else None
+        prefix = f"{m.kernel}: " if m.kernel else ""
+        out.append(Diagnostic("error", code, f"{prefix}{m.text} (dtype {dtype})", line))
+    return out

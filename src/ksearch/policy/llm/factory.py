@@ -1,0 +1,78 @@
+"""make_policy: an LLMConfig in, a Policy out (live or replaying)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ksearch.config import LLMConfig
+from ksearch.policy.llm.client import Backoff, ChatClient, Sampling, Transport
+from ksearch.policy.llm.errors import LLMConfigError
+from ksearch.policy.llm.policy import LLMPolicy
+from ksearch.policy.llm.presets import resolve
+from ksearch.policy.llm.pricing import Budget, load_prices
+
+#: Base delay (s) of the retry backoff; tests and impatient users shorten it.
+BACKOFF_ENV = "KSEARCH_LLM_BACKOFF_S"
+
+
+def make_policy(
+    cfg: LLMConfig,
+    replay: Sequence[Mapping[str, Any]] | None = None,
+    strict_prompts: bool = False,
+    *,
+    prices: str | Path | None = None,
+    backoff_base_s: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    environ: Mapping[str, str] | None = None,
+    seed: int | None = None,
+) -> LLMPolicy:
+    """A policy for `cfg`. With `replay` (the calls of a recorded run) it never touches the network and needs
+    no key; with `strict_prompts` it raises ReplayMismatch at the first prompt that differs from the record.
+
+    Raises LLMConfigError when the configuration cannot work (unknown preset, unset key variable, bad number).
+    """
+    env = os.environ if environ is None else environ
+    if cfg.max_retries < 0 or cfg.request_timeout_s <= 0 or cfg.max_output_tokens < 1:
+        raise LLMConfigError(
+            "llm settings: max_retries must be >= 0, request_timeout_s > 0, max_output_tokens >= 1"
+        )
+    endpoint = resolve(cfg, env, check_key=replay is None)
+    budget = Budget(prices=load_prices(prices, env), max_usd=cfg.max_usd, max_tokens=cfg.max_tokens_total,
+                    warn_unpriced=endpoint.api_key_env is not None)
+    transport: Transport
+    if replay is not None:
+        from ksearch.policy.llm.replay import ReplayTransport
+
+        transport = ReplayTransport(replay, strict=strict_prompts)
+    else:
+        base = backoff_base_s if backoff_base_s is not None else _env_float(env, BACKOFF_ENV, 1.0)
+        sampling = Sampling(cfg.temperature, cfg.reasoning_effort, cfg.max_output_tokens)
+        transport = ChatClient(
+            endpoint,
+            sampling,
+            timeout_s=cfg.request_timeout_s,
+            max_retries=cfg.max_retries,
+            backoff=Backoff(base_s=base, max_s=max(base, 60.0 if base >= 1 else base * 64)),
+            rng=random.Random(seed),
+            sleep=sleep,
+            environ=environ,
+        )
+    return LLMPolicy(transport, budget, endpoint.model, endpoint.coder_model)
+
+
+def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise LLMConfigError(f"${name} must be a number of seconds, not {raw!r}") from None
+    if value < 0:
+        raise LLMConfigError(f"${name} must be >= 0")
+    return value

@@ -1,0 +1,124 @@
+"""Where the model lives: presets for hosted OpenAI-compatible endpoints and local servers, and how a config
+resolves.
+
+A hosted preset sends a key; a local one sends none. The key is only ever named here (the environment
+variable), never read: reading happens in the client at call time, so no settings object, state or log line
+can carry it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ksearch.config import LLMConfig
+from ksearch.policy.llm.errors import LLMConfigError
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    base_url: str
+    api_key_env: str | None  # None: the server wants no key (local servers)
+    model: str | None  # default reasoning model; None: ask the server (GET /models) and take the first
+    coder_model: str | None = None  # default coding model; None: the reasoning model
+    #: OpenAI's reasoning models refuse `max_tokens` and any temperature but 1 once reasoning is on.
+    max_tokens_param: str = "max_tokens"
+    #: Ask for a JSON object (response_format) on JSON calls; off where the endpoint does not take it.
+    json_mode: bool = True
+    note: str = ""
+
+    @property
+    def hosted(self) -> bool:
+        return self.api_key_env is not None
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            "openai",
+            "https://api.openai.com/v1",
+            "OPENAI_API_KEY",
+            "gpt-5",
+            "gpt-5",
+            max_tokens_param="max_completion_tokens",
+            note="OpenAI API",
+        ),
+        Preset(
+            "gemini",
+            "https://generativelanguage.googleapis.com/v1beta/openai/",
+            "GEMINI_API_KEY",
+            "gemini-2.5-pro",
+            "gemini-2.5-pro",
+            note="Google Gemini, OpenAI-compatible endpoint",
+        ),
+        Preset(
+            "anthropic",
+            "https://api.anthropic.com/v1/",
+            "ANTHROPIC_API_KEY",
+            "claude-sonnet-4-5",
+            "claude-sonnet-4-5",
+            json_mode=False,
+            note="Anthropic, OpenAI-compatible endpoint",
+        ),
+        Preset("vllm", "http://localhost:8000/v1", None, None, note="vLLM `vllm serve MODEL` (no key)"),
+        Preset("ollama", "http://localhost:11434/v1", None, None, note="Ollama (no key)"),
+        Preset("lmstudio", "http://localhost:1234/v1", None, None, note="LM Studio local server (no key)"),
+        Preset("llamacpp", "http://localhost:8080/v1", None, None, note="llama.cpp `llama-server` (no key)"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A resolved configuration: everything the client needs except the key's value."""
+
+    preset: str
+    base_url: str
+    api_key_env: str | None
+    model: str | None
+    coder_model: str | None
+    max_tokens_param: str
+    json_mode: bool = True
+
+
+def resolve(cfg: LLMConfig, environ: Mapping[str, str] | None = None, check_key: bool = True) -> Endpoint:
+    """Apply the preset's defaults to `cfg`; with `check_key`, fail now (not mid-run) on an unset key."""
+    preset = PRESETS.get(cfg.preset)
+    if preset is None:
+        raise LLMConfigError(
+            f"unknown LLM preset {cfg.preset!r}; choose one of {', '.join(PRESETS)} "
+            "(or any preset with --base-url URL for another OpenAI-compatible server)"
+        )
+    custom_url = cfg.base_url is not None and cfg.base_url.rstrip("/") != preset.base_url.rstrip("/")
+    # A hosted preset's key is never sent to a server of the user's choosing unless they name the variable
+    # themselves: `--preset openai --base-url http://my-proxy` must not leak OPENAI_API_KEY to my-proxy.
+    key_env = cfg.api_key_env or (None if custom_url else preset.api_key_env)
+    if check_key and key_env is not None:
+        env = os.environ if environ is None else environ
+        if not env.get(key_env):
+            hint = (
+                f"export {key_env}=... (or pass --api-key-env VAR naming the variable that holds the key)"
+                if preset.hosted or cfg.api_key_env
+                else f"export {key_env}=..."
+            )
+            raise LLMConfigError(
+                f"the {preset.name} LLM preset needs an API key in ${key_env}, which is unset: "
+                f"{hint}; for a local server use --preset vllm|ollama|lmstudio|llamacpp"
+            )
+    # Another server: ask it which model it serves (GET /models) rather than guess a hosted model's name.
+    model = cfg.model or (None if custom_url else preset.model)
+    preset_coder = None if (custom_url or cfg.model) else preset.coder_model
+    coder = cfg.coder_model or preset_coder or model
+    max_tokens_param = "max_tokens" if custom_url else preset.max_tokens_param
+    return Endpoint(
+        preset.name,
+        cfg.base_url or preset.base_url,
+        key_env,
+        model,
+        coder,
+        max_tokens_param,
+        preset.json_mode,
+    )

@@ -1,0 +1,256 @@
+"""Template families for the `attention` (prefill) task on MLX-CUDA, Metal and CPU.
+
+The CUDA path upwards: `row_tiled` starts at the naive starter (one thread per query row, K/V from global memory) and
+adds shared-memory K/V tiles, the exp2 trick and causal tile skipping; `flash_mma` is the tensor-core FlashAttention-2
+kernel of ksearch.kernels.attention_cuda (the same text the library runs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ksearch.kernels import attention_cuda, attention_metal
+from ksearch.policy.templates.base import TemplateFamily
+
+# One thread per (batch, head, query row); NT rows of one head per block so that K/V tiles in shared memory serve
+# all of them (TILE); EXP2 folds log2(e) into q; SKIP stops loading tiles past the block's causal diagonal.
+ROW_TILED_SOURCE = r"""
+    int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
+    int nblk = (L + NT - 1) / NT;
+    int bh = blockIdx.x / nblk, r0 = (blockIdx.x % nblk) * NT, i = r0 + threadIdx.x;
+    int b = bh / Hq, h = bh % Hq, hk = h / (Hq / Hkv);
+    bool active = i < L;
+    const T* kb = k + ((size_t)b * Hkv + hk) * S * HEAD_DIM;
+    const T* vb = v + ((size_t)b * Hkv + hk) * S * HEAD_DIM;
+    float qscale = scale[0] * (EXP2 ? 1.4426950408889634f : 1.f);
+    float acc[HEAD_DIM], qv[HEAD_DIM];
+    for (int d = 0; d < HEAD_DIM; ++d) {
+      acc[d] = 0.f;
+      qv[d] = active ? (float)q[((size_t)bh * L + i) * HEAD_DIM + d] * qscale : 0.f;
+    }
+    float m = -1e30f, l = 0.f;
+    int last = CAUSAL ? min(S, i + S - L + 1) : S;
+    if (!active) last = 0;
+    if (TILE) {
+      __shared__ T Ks[BN * HEAD_DIM], Vs[BN * HEAD_DIM];
+      int block_last = (CAUSAL && SKIP) ? min(S, min(L, r0 + NT) + S - L) : S;
+      for (int n0 = 0; n0 < block_last; n0 += BN) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < BN * HEAD_DIM; e += NT) {
+          bool in = n0 + e / HEAD_DIM < S;
+          Ks[e] = in ? kb[(size_t)n0 * HEAD_DIM + e] : (T)0.f;
+          Vs[e] = in ? vb[(size_t)n0 * HEAD_DIM + e] : (T)0.f;
+        }
+        __syncthreads();
+        int nmax = min(BN, last - n0);
+        for (int jj = 0; jj < nmax; ++jj) {
+          float s = 0.f;
+          for (int d = 0; d < HEAD_DIM; ++d) s += qv[d] * (float)Ks[jj * HEAD_DIM + d];
+          float mn = fmaxf(m, s);
+          float corr = EXP2 ? exp2f(m - mn) : expf(m - mn), p = EXP2 ? exp2f(s - mn) : expf(s - mn);
+          l = l * corr + p;
+          for (int d = 0; d < HEAD_DIM; ++d) acc[d] = acc[d] * corr + p * (float)Vs[jj * HEAD_DIM + d];
+          m = mn;
+        }
+      }
+    } else {
+      for (int j = 0; j < last; ++j) {
+        float s = 0.f;
+        for (int d = 0; d < HEAD_DIM; ++d) s += qv[d] * (float)kb[(size_t)j * HEAD_DIM + d];
+        float mn = fmaxf(m, s);
+        float corr = EXP2 ? exp2f(m - mn) : expf(m - mn), p = EXP2 ? exp2f(s - mn) : expf(s - mn);
+        l = l * corr + p;
+        for (int d = 0; d < HEAD_DIM; ++d) acc[d] = acc[d] * corr + p * (float)vb[(size_t)j * HEAD_DIM + d];
+        m = mn;
+      }
+    }
+    if (active) {
+      for (int d = 0; d < HEAD_DIM; ++d) o[((size_t)bh * L + i) * HEAD_DIM + d] = (T)(acc[d] / l);
+    }
+"""
+
+_OPS_FALLBACK = '''
+def _ops(q, k, v, causal):
+    # fp32 MLX ops, query-blocked, GQA without repetition: what the kernel does not take.
+    b, hq, length, d = q.shape
+    hkv, s = k.shape[1], k.shape[2]
+    g = hq // hkv
+    kf = k.astype(mx.float32)[:, :, None]
+    vf = v.astype(mx.float32)[:, :, None]
+    qf = q.astype(mx.float32).reshape(b, hkv, g, length, d) * (1.0 / math.sqrt(d))
+    outs = []
+    for r0 in range(0, length, 512):
+        sc = qf[:, :, :, r0:r0 + 512] @ kf.transpose(0, 1, 2, 4, 3)
+        if causal:
+            rows = mx.arange(r0, min(r0 + 512, length))[:, None] + (s - length)
+            sc = mx.where(mx.arange(s)[None, :] <= rows, sc, -mx.inf)
+        p = mx.exp(sc - mx.max(sc, axis=-1, keepdims=True))
+        outs.append((p / mx.sum(p, axis=-1, keepdims=True)) @ vf)
+    return mx.concatenate(outs, axis=3).reshape(b, hq, length, d).astype(q.dtype)
+'''
+
+
+def render_row_tiled(p: dict[str, Any]) -> str:
+    return f'''# attention.cuda.row_tiled {p}
+import math
+
+import mlx.core as mx
+
+SOURCE = {ROW_TILED_SOURCE!r}
+NT, BN, TILE, EXP2, SKIP = {p["threads"]}, {p["bn"]}, {p["tile"]}, {p["exp2"]}, {p["skip"]}
+_kernel = mx.fast.cuda_kernel(name="attention_row_tiled", input_names=["q", "k", "v", "scale"], output_names=["o"],
+                              source=SOURCE)
+
+
+def run(q, k, v, causal):
+    b, hq, length, d = q.shape
+    nblk = (length + NT - 1) // NT
+    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
+    return _kernel(
+        inputs=[q, k, v, scale],
+        template=[("T", q.dtype), ("HEAD_DIM", d), ("CAUSAL", bool(causal)), ("NT", NT), ("BN", BN),
+                  ("TILE", TILE), ("EXP2", EXP2), ("SKIP", SKIP)],
+        grid=(b * hq * nblk * NT, 1, 1), threadgroup=(NT, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype],
+    )[0]
+'''
+
+
+def render_flash_mma(p: dict[str, Any]) -> str:
+    cfg = attention_cuda.PrefillConfig(bm=p["bm"], bn=p["bn"], db=p["db"])
+    tmpl = f'[("T", q.dtype), ("D", {{d}}), ("BM", {cfg.bm}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)), ("DB", {cfg.db})]'
+    calls = "\n".join(f'''    if d == {d}:
+        return _k{d}(inputs=[q, k, v, scale], template={tmpl.format(d=d)},
+                     grid=(length // {cfg.bm} * {cfg.bm // 16 * 32}, b * hq, 1), threadgroup=({cfg.bm // 16 * 32}, 1, 1),
+                     output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
+    # One kernel object per head dim (its shared-memory size differs); module-level names and literal templates keep
+    # the candidate readable by the project's linter.
+    kernels = "\n".join(f'''_k{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v", "scale"],
+                            output_names=["o"], source=SOURCE, header=HEADER, shared_memory={cfg.smem_bytes(d)})'''
+                        for d in (64, 128))
+    return f'''# attention.cuda.flash_mma {p}
+# FlashAttention-2 on tensor cores: mma.sync m16n8k16 + ldmatrix, cp.async K/V tiles, online softmax (exp2).
+import math
+
+import mlx.core as mx
+
+HEADER = {attention_cuda.HEADER!r}
+SOURCE = {attention_cuda.SOURCE!r}
+{kernels}
+{_OPS_FALLBACK}
+
+def run(q, k, v, causal):
+    b, hq, length, d = q.shape
+    s = k.shape[2]
+    if (q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or length % {cfg.bm} or s % {cfg.bn}
+            or (causal and length > s)):
+        return _ops(q, k, v, causal)
+    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
+{calls}
+'''
+
+
+def render_metal(p: dict[str, Any]) -> str:
+    return f'''# attention.metal.row_tiled {p}
+# Rows per thread, K/V tiles in threadgroup memory, exp2, causal tile skipping. Not yet measured on Apple hardware.
+import math
+
+import mlx.core as mx
+
+SOURCE = {attention_metal.PREFILL_SOURCE!r}
+NT, BN = {p["threads"]}, {p["bn"]}
+_kernel = mx.fast.metal_kernel(name="attention_rows", input_names=["q", "k", "v"], output_names=["o"], source=SOURCE)
+
+
+def run(q, k, v, causal):
+    b, hq, length, d = q.shape
+    nblk = (length + NT - 1) // NT
+    return _kernel(inputs=[q, k, v], template=[("T", q.dtype), ("D", d), ("NT", NT), ("BN", BN),
+                                               ("CAUSAL", bool(causal))],
+                   grid=(b * hq * nblk * NT, 1, 1), threadgroup=(NT, 1, 1), output_shapes=[q.shape],
+                   output_dtypes=[q.dtype])[0]
+'''
+
+
+def render_cpu(p: dict[str, Any]) -> str:
+    qb = p["q_block"]
+    grouped = p["gqa"] == "grouped"
+    softmax = ("mx.softmax(sc, axis=-1)" if p["softmax"] == "mx" else
+               "_softmax(sc)")
+    return f'''# attention.cpu.blocked_ops {p}
+import math
+
+import mlx.core as mx
+
+
+def _softmax(sc):
+    e = mx.exp(sc - mx.max(sc, axis=-1, keepdims=True))
+    return e / mx.sum(e, axis=-1, keepdims=True)
+
+
+def _block(qf, kf, vf, r0, r1, s, length, causal):
+    sc = qf[..., r0:r1, :] @ kf.swapaxes(-1, -2)
+    if causal:
+        keep = mx.arange(s)[None, :] <= mx.arange(r0, r1)[:, None] + (s - length)
+        sc = mx.where(keep, sc, -mx.inf)
+    return {softmax} @ vf
+
+
+def _core(q, k, v, causal):
+    b, hq, length, d = q.shape
+    hkv, s = k.shape[1], k.shape[2]
+    g = hq // hkv
+    qf = q.astype(mx.float32) * (1.0 / math.sqrt(d))
+    if {grouped}:
+        # GQA without repetition: (B, Hkv, G, L, D) against (B, Hkv, 1, S, D), broadcast in the matmul.
+        qf = qf.reshape(b, hkv, g, length, d)
+        kf, vf = k.astype(mx.float32)[:, :, None], v.astype(mx.float32)[:, :, None]
+    else:
+        kf = mx.repeat(k, g, axis=1).astype(mx.float32)
+        vf = mx.repeat(v, g, axis=1).astype(mx.float32)
+    step = {qb} or length
+    outs = [_block(qf, kf, vf, r0, min(r0 + step, length), s, length, causal) for r0 in range(0, length, step)]
+    out = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=-2)
+    return out.reshape(b, hq, length, d).astype(q.dtype)
+
+
+_compiled = {{c: mx.compile(lambda q, k, v, c=c: _core(q, k, v, c)) for c in (False, True)}} if {p["compile"]} else None
+
+
+def run(q, k, v, causal):
+    if _compiled is not None:
+        return _compiled[bool(causal)](q, k, v)
+    return _core(q, k, v, bool(causal))
+'''
+
+
+FAMILIES = [
+    TemplateFamily(
+        id="attention.cuda.row_tiled", tasks=("attention",), backends=("mlx-cuda",),
+        patterns=("threadgroup_tiling", "online_softmax", "exp2_trick", "causal_block_skipping", "gqa_head_grouping"),
+        # First choices reproduce the naive starter (no tiles, expf, 128 threads).
+        params={"tile": (False, True), "exp2": (False, True), "skip": (False, True), "threads": (128, 64, 256),
+                "bn": (32, 16)},
+        render=render_row_tiled,
+        description="one thread per query row; optional shared-memory K/V tiles for the block's rows"),
+    TemplateFamily(
+        id="attention.cuda.flash_mma", tasks=("attention",), backends=("mlx-cuda",),
+        patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "k_transposition",
+                  "double_buffering", "causal_block_skipping", "gqa_head_grouping"),
+        params={"bm": (64, 128), "bn": (64, 32), "db": (True, False)},
+        render=render_flash_mma,
+        valid=lambda p: (p["bm"] + 2 * (2 if p["db"] else 1) * p["bn"]) * 128 * 2 <= attention_cuda.MAX_SMEM,
+        description="FlashAttention-2: mma.sync m16n8k16 + ldmatrix, cp.async double-buffered K/V, swizzled smem"),
+    TemplateFamily(
+        id="attention.metal.row_tiled", tasks=("attention",), backends=("mlx-metal",),
+        patterns=("threadgroup_tiling", "online_softmax", "exp2_trick", "causal_block_skipping"),
+        params={"threads": (64, 32, 128), "bn": (16, 8)},
+        render=render_metal,
+        description="rows per thread with threadgroup K/V tiles (opt-in; not yet measured on Apple hardware)"),
+    TemplateFamily(
+        id="attention.cpu.blocked_ops", tasks=("attention",), backends=("mlx-cpu",),
+        patterns=("blocked_attention_ops", "gqa_head_grouping", "mx_compile_fusion"),
+        params={"q_block": (0, 64, 128), "gqa": ("repeat", "grouped"), "softmax": ("manual", "mx"),
+                "compile": (False, True)},
+        render=render_cpu,
+        description="query-blocked attention in MLX ops; GQA by broadcasting instead of repetition; mx.compile"),
+]

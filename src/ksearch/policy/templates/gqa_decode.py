@@ -1,0 +1,197 @@
+"""Template families for the `gqa_decode` task: split-K flash-decoding on MLX-CUDA and Metal, grouped MLX ops on CPU.
+
+Each family renders a complete candidate (`run(q, k_cache, v_cache, length)`), self-contained: kernel bodies are
+embedded from ksearch.kernels (the same text the library runs), so a rendered candidate is what the library measures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ksearch.kernels import attention_metal, decode_cuda
+from ksearch.policy.templates.base import TemplateFamily
+
+_OPS_FALLBACK = '''
+def _ops(q, k_cache, v_cache, length):
+    # Grouped ops without K/V repetition: dtypes or head dims the kernel does not take.
+    b, hq, _, d = q.shape
+    hkv = k_cache.shape[1]
+    k = k_cache[:, :, :length].astype(mx.float32)
+    v = v_cache[:, :, :length].astype(mx.float32)
+    qg = q.astype(mx.float32).reshape(b, hkv, hq // hkv, d) * (1.0 / math.sqrt(d))
+    s = qg @ k.transpose(0, 1, 3, 2)
+    p = mx.exp(s - mx.max(s, axis=-1, keepdims=True))
+    return ((p / mx.sum(p, axis=-1, keepdims=True)) @ v).reshape(b, hq, 1, d).astype(q.dtype)
+'''
+
+
+def render_cuda(p: dict[str, Any]) -> str:
+    fused = bool(p["fused"])
+    tmpl = (f'[("T", q.dtype), ("D", d), ("G", g), ("NW", {p["warps"]}), ("U", {p["unroll"]}), '
+            f'("PREFETCH", {p["prefetch"]})]')
+    # Literal template lists and module-level kernel names keep the candidate readable by the project's linter.
+    if fused:
+        kernels = '''_kernel = mx.fast.cuda_kernel(name="gqa_decode_fused", input_names=["q", "k", "v"],
+                              output_names=["o", "part_acc", "part_ml", "counter"], source=SOURCE, header=HEADER,
+                              ensure_row_contiguous=False)'''
+        launch = f'''    return _kernel(
+        inputs=[q, k, v], template={tmpl},
+        grid=(blocks * nt, nsplit, 1), threadgroup=(nt, 1, 1),
+        output_shapes=[q.shape, (blocks, nsplit, g, d), (blocks, nsplit, g, 2), (blocks,)],
+        output_dtypes=[q.dtype, mx.float32, mx.float32, mx.int32], init_value=0)[0]'''
+    else:
+        kernels = '''_split = mx.fast.cuda_kernel(name="gqa_split_k", input_names=["q", "k", "v"],
+                             output_names=["part_acc", "part_ml"], source=SOURCE, header=HEADER,
+                             ensure_row_contiguous=False)
+_merge = mx.fast.cuda_kernel(name="gqa_lse_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
+                             source=MERGE)'''
+        launch = f'''    part_acc, part_ml = _split(
+        inputs=[q, k, v], template={tmpl},
+        grid=(blocks * nt, nsplit, 1), threadgroup=(nt, 1, 1),
+        output_shapes=[(blocks, nsplit, g, d), (blocks, nsplit, g, 2)], output_dtypes=[mx.float32, mx.float32])
+    return _merge(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
+                  grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
+                  output_dtypes=[q.dtype])[0]'''
+    return f'''# gqa_decode.cuda.split_k {p}
+# Split-K flash-decoding: (batch, head block, split) blocks, 16-byte loads, online softmax in exp2, then a log-sum-exp
+# merge: by the last block to finish (fused, one launch) or by a second kernel.
+import math
+
+import mlx.core as mx
+
+HEADER = {decode_cuda.HEADER!r}
+SOURCE = {(decode_cuda.FUSED_SOURCE if fused else decode_cuda.SPLIT_SOURCE)!r}
+MERGE = {decode_cuda.MERGE_SOURCE!r}
+{kernels}
+{_OPS_FALLBACK}
+
+def run(q, k_cache, v_cache, length):
+    b, hq, _, d = q.shape
+    hkv = k_cache.shape[1]
+    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or hq // hkv > 8:
+        return _ops(q, k_cache, v_cache, length)
+    g = hq // hkv if {p["group_heads"]} else 1
+    blocks = b * hq // g
+    step = {p["warps"]} * (32 // (d // 8)) * {p["unroll"]}
+    chunk = max({p["min_chunk"]}, math.ceil(length / max(1, {p["target_blocks"]} // blocks)))
+    chunk = math.ceil(chunk / step) * step
+    nsplit = math.ceil(length / chunk)
+    nt = {p["warps"]} * 32
+    # K/V as views: their shape carries the length, their strides the layout (no copy; astype to the same dtype is a
+    # no-op that tells static checkers the views keep q's dtype).
+    k = k_cache[:, :, :length].astype(q.dtype)
+    v = v_cache[:, :, :length].astype(q.dtype)
+{launch}
+'''
+
+
+def render_metal(p: dict[str, Any]) -> str:
+    return f'''# gqa_decode.metal.split_k {p}
+# Split-K flash-decoding in MSL: simdgroup shuffles for the score reduction, LSE merge pass. Not yet measured on Apple.
+import math
+
+import mlx.core as mx
+
+SPLIT = {attention_metal.DECODE_SPLIT_SOURCE!r}
+MERGE = {attention_metal.DECODE_MERGE_SOURCE!r}
+WARPS, TARGET_BLOCKS, MIN_CHUNK = {p["warps"]}, {p["target_blocks"]}, {p["min_chunk"]}
+
+_split = mx.fast.metal_kernel(name="gqa_split_k", input_names=["q", "k_cache", "v_cache", "meta"],
+                              output_names=["part_acc", "part_ml"], source=SPLIT)
+_merge = mx.fast.metal_kernel(name="gqa_lse_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
+                              source=MERGE)
+{_OPS_FALLBACK}
+
+def run(q, k_cache, v_cache, length):
+    b, hq, _, d = q.shape
+    hkv = k_cache.shape[1]
+    if d not in (64, 128) or hq // hkv > 8:
+        return _ops(q, k_cache, v_cache, length)
+    g = hq // hkv
+    step = WARPS * (32 // (d // 4))
+    chunk = max(MIN_CHUNK, math.ceil(length / max(1, TARGET_BLOCKS // (b * hkv))))
+    chunk = math.ceil(chunk / step) * step
+    nsplit = math.ceil(length / chunk)
+    nt = WARPS * 32
+    meta = mx.array([length, chunk, nsplit], dtype=mx.int32)
+    part_acc, part_ml = _split(
+        inputs=[q, k_cache, v_cache, meta], template=[("T", q.dtype), ("D", d), ("G", g), ("NW", WARPS)],
+        grid=(b * hkv * nt, nsplit, 1), threadgroup=(nt, 1, 1),
+        output_shapes=[(b * hkv, nsplit, g, d), (b * hkv, nsplit, g, 2)], output_dtypes=[mx.float32, mx.float32])
+    return _merge(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
+                  grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
+                  output_dtypes=[q.dtype])[0]
+'''
+
+
+def render_cpu(p: dict[str, Any]) -> str:
+    split = p["split"]
+    softmax = ("p = mx.softmax(s, axis=-1)\n        return p @ v" if p["softmax"] == "mx" else
+               "p = mx.exp(s - mx.max(s, axis=-1, keepdims=True))\n"
+               "        return (p / mx.sum(p, axis=-1, keepdims=True)) @ v")
+    core = f'''def _core(qg, k, v):
+    # qg (B, Hkv, G, D) pre-scaled fp32; k, v (B, Hkv, n, D) fp32: one matmul per kv head serves its G query heads.
+    if {split} == 0 or k.shape[2] <= {split}:
+        s = qg @ k.transpose(0, 1, 3, 2)
+        {softmax}
+    # Split-K in ops: per-chunk max, sum and un-normalised output, then a log-sum-exp merge.
+    ms, ls, os_ = [], [], []
+    for j in range(0, k.shape[2], {split}):
+        s = qg @ k[:, :, j:j + {split}].transpose(0, 1, 3, 2)
+        m = mx.max(s, axis=-1, keepdims=True)
+        e = mx.exp(s - m)
+        ms.append(m)
+        ls.append(mx.sum(e, axis=-1, keepdims=True))
+        os_.append(e @ v[:, :, j:j + {split}])
+    mmax = ms[0]
+    for m in ms[1:]:
+        mmax = mx.maximum(mmax, m)
+    num = sum(o * mx.exp(m - mmax) for o, m in zip(os_, ms))
+    den = sum(lc * mx.exp(m - mmax) for lc, m in zip(ls, ms))
+    return num / den
+'''
+    wrap = "_core = mx.compile(_core)\n" if p["compile"] else ""
+    return f'''# gqa_decode.cpu.grouped_ops {p}
+import math
+
+import mlx.core as mx
+
+
+{core}
+{wrap}
+
+def run(q, k_cache, v_cache, length):
+    b, hq, _, d = q.shape
+    hkv = k_cache.shape[1]
+    k = k_cache[:, :, :length].astype(mx.float32)
+    v = v_cache[:, :, :length].astype(mx.float32)
+    qg = q.astype(mx.float32).reshape(b, hkv, hq // hkv, d) * (1.0 / math.sqrt(d))
+    return _core(qg, k, v).reshape(b, hq, 1, d).astype(q.dtype)
+'''
+
+
+FAMILIES = [
+    TemplateFamily(
+        id="gqa_decode.cuda.split_k", tasks=("gqa_decode",), backends=("mlx-cuda",),
+        patterns=("split_k_decode_lse_merge", "gqa_head_grouping", "vectorized_loads", "simd_register_reduction",
+                  "online_softmax", "exp2_trick", "loop_unrolling", "double_buffering", "fused_epilogue"),
+        # First choices: one block per query head, no split, no prefetch: the naive starter with 16-byte loads.
+        params={"group_heads": (False, True), "target_blocks": (1, 264, 528, 1056, 2112), "unroll": (1, 2, 4, 8),
+                "prefetch": (False, True), "warps": (4, 2, 8), "min_chunk": (128, 256, 512), "fused": (False, True)},
+        render=render_cuda,
+        valid=lambda p: p["warps"] * p["unroll"] <= 32,
+        description="split-K flash-decoding with an LSE merge (last block or a kernel); GQA heads grouped per block"),
+    TemplateFamily(
+        id="gqa_decode.metal.split_k", tasks=("gqa_decode",), backends=("mlx-metal",),
+        patterns=("split_k_decode_lse_merge", "gqa_head_grouping", "vectorized_loads", "simd_register_reduction",
+                  "online_softmax", "exp2_trick"),
+        params={"target_blocks": (1, 128, 256, 512), "warps": (4, 2, 8), "min_chunk": (128, 256, 512)},
+        render=render_metal,
+        description="split-K flash-decoding in MSL (opt-in; not yet measured on Apple hardware)"),
+    TemplateFamily(
+        id="gqa_decode.cpu.grouped_ops", tasks=("gqa_decode",), backends=("mlx-cpu",),
+        patterns=("gqa_head_grouping", "blocked_attention_ops", "split_k_decode_lse_merge", "mx_compile_fusion"),
+        params={"split": (0, 256, 1024), "softmax": ("manual", "mx"), "compile": (False, True)},
+        render=render_cpu,
+        description="decode in MLX ops without K/V repetition; optional split-K with LSE merge; mx.compile"),
+]

@@ -1,0 +1,134 @@
+"""`ksearch report RUN`: the terminal summary of one run."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ksearch.harness.result import EvalResult
+from ksearch.report.rundata import RunData
+from ksearch.report.tables import STATUS_STYLE, fmt_time, fmt_x
+from ksearch.report.tree import rich_tree
+
+
+def when(ts: Any) -> str:
+    """created_at / finished_at are epoch seconds in the loop; accept ISO strings too."""
+    if isinstance(ts, int | float):
+        return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return str(ts) if ts else "-"
+
+
+def budget_text(run: RunData) -> str:
+    done, budget = run.evaluations_done, run.budget
+    dup = run.meta.get("duplicates_skipped")
+    text = f"{done}/{budget}" if budget else str(done)
+    if isinstance(dup, int) and dup:
+        text += f" ({dup} duplicates skipped, not counted)"
+    return text
+
+
+def spend_text(run: RunData) -> str:
+    u = run.llm_usage()
+    if not u["calls"]:
+        return "no LLM calls"
+    return (f"{int(u['calls'])} calls, {int(u['tokens_in']):,} tokens in / {int(u['tokens_out']):,} out, "
+            f"${u['cost_usd']:.4f}")
+
+
+def events_text(run: RunData) -> str:
+    counts: dict[str, int] = {}
+    for e in run.notable_events():
+        counts[e["kind"]] = counts.get(e["kind"], 0) + 1
+    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()) or "none"
+
+
+def headline(run: RunData) -> list[tuple[str, str]]:
+    """The facts both the terminal and the HTML page lead with, as (label, value)."""
+    m = run.meta
+    best = run.best_candidate
+    best_res = run.best_result()
+    hold = run.holdout_result()
+    counts = run.status_counts()
+    return [
+        ("run", run.run_id),
+        ("task / backend", f"{run.task} on {run.backend}"),
+        ("policy / strategy", f"{m.get('policy', '-')} / {m.get('strategy', '-')}"),
+        ("status", run.status),
+        ("started / finished", f"{when(m.get('created_at'))} / {when(m.get('finished_at'))}"),
+        ("best candidate", f"{best} (score {run.best_score:.3f}, vs baseline {best_res.baseline if best_res else '?'})"
+         if best else "none passed"),
+        ("holdout score", _holdout(hold)),
+        ("budget used", budget_text(run)),
+        ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "-"),
+        ("LLM spend", spend_text(run)),
+        ("loop events", events_text(run)),
+        ("seed", str(m.get("seed", "-"))),
+    ]
+
+
+def _holdout(hold: EvalResult | None) -> str:
+    if hold is None:
+        return "not evaluated"
+    score = hold.holdout_score if hold.holdout_score is not None else hold.score
+    return f"{score:.3f} ({hold.status})"
+
+
+def workload_rows(run: RunData) -> list[dict[str, Any]]:
+    """Per-workload figures of the best candidate: its search evaluation, then the holdout workloads."""
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for res in (run.best_result(), run.holdout_result()):
+        if res is None:
+            continue
+        for w in res.workloads:
+            key = (w.name, w.split)
+            if key in seen:
+                continue
+            seen.add(key)
+            rows.append({"workload": w.name, "split": w.split, "status": w.status, "latency": fmt_time(w.latency_s),
+                         "baseline": fmt_time(w.baseline_latency_s), "speedup": fmt_x(w.speedup),
+                         "roofline": "-" if w.roofline_fraction is None else f"{w.roofline_fraction * 100:.1f}%",
+                         "max abs err": "-" if w.max_abs_err is None else f"{w.max_abs_err:.2e}"})
+    return rows
+
+
+def workload_table(run: RunData) -> Table:
+    rows = workload_rows(run)
+    cols = ["workload", "split", "status", "latency", "baseline", "speedup", "roofline", "max abs err"]
+    if all(r["status"] == "passed" for r in rows):
+        cols.remove("status")  # the usual case for a best candidate; the room goes to the numbers
+    # Tight padding and short headers: the table fits an 80-column terminal without truncating numbers.
+    t = Table(title="best candidate per workload", title_justify="left", box=None, padding=(0, 1), header_style="bold underline",
+              pad_edge=False)
+    for c in cols:
+        t.add_column({"max abs err": "max err"}.get(c, c), no_wrap=True, justify="left" if c in ("workload", "split", "status") else "right")
+    for r in rows:
+        style = STATUS_STYLE.get(r["status"], "red")
+        t.add_row(*[f"[{style}]{r[c]}[/{style}]" if c == "status" else r[c] for c in cols])
+    return t
+
+
+def summary_renderable(run: RunData, show_tree: bool = True) -> RenderableType:
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    for label, value in headline(run):
+        facts.add_row(label, Text(value))
+    parts: list[RenderableType] = [Panel(facts, title=f"ksearch run {run.run_id}", title_align="left")]
+    if workload_rows(run):
+        parts.append(workload_table(run))
+    actions = run.best_actions()
+    if actions:
+        path = Text("path to the best: ", style="bold")
+        path.append(" → ".join(actions), style="")
+        parts.append(path)
+    if show_tree:
+        tree = rich_tree(run.world_model(), [str(n.get("node_id")) for n in run.best_path()])
+        if tree is not None:
+            parts.append(tree)
+    return Group(*parts)

@@ -1,0 +1,87 @@
+"""`ksearch watch RUN`: follow a run that another process is writing, until it is finished, stopped or failed.
+
+It only reads (the database is opened read-only), so any number of watchers can follow one run without slowing it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from ksearch.report.plots import STATUS_COLORS
+from ksearch.report.rundata import RunData, RunUnreadable, load_run
+from ksearch.report.summary import spend_text
+
+LAST = 8
+#: The loop's final states; any other ("running", "holdout" while the best is re-measured) is still going.
+DONE = {"finished", "stopped", "failed"}
+#: After this long without a new evaluation a "running" run is flagged: its process may have died without a word.
+STALE_S = 600.0
+
+
+def frame(run: RunData, now: float | None = None) -> RenderableType:
+    now = time.time() if now is None else now
+    head = Text()
+    head.append(f"{run.run_id}", style="bold")
+    head.append(f"  {run.task} on {run.backend}  ")
+    style = {"running": "cyan", "holdout": "cyan", "finished": "green", "stopped": "yellow",
+             "failed": "red"}.get(run.status, "dim")
+    head.append(run.status, style=f"bold {style}")
+    if run.status == "holdout":
+        head.append("  (re-measuring the best on unseen workloads)", style="dim")
+
+    done, budget = run.evaluations_done, run.budget
+    bar = Table.grid(padding=(0, 1))
+    bar.add_column(width=8)
+    bar.add_column(width=40)
+    bar.add_column()
+    bar.add_row("budget", ProgressBar(total=float(budget or max(done, 1)), completed=float(done), width=40),
+                f"{done}/{budget}" if budget else str(done))
+
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    best = run.best_candidate
+    facts.add_row("best score", f"[b green]{run.best_score:.3f}[/b green]" + (f"  ({best})" if best else ""))
+    facts.add_row("current action", Text(run.current_action() or "-"))
+    facts.add_row("LLM spend", spend_text(run))
+    last_at = max((e["created_at"] for e in run.evaluations), default=None)
+    if run.status not in DONE and last_at is not None and now - last_at > STALE_S:
+        facts.add_row("[yellow]warning[/yellow]",
+                      f"[yellow]no evaluation for {int(now - last_at)} s: is the search process alive?[/yellow]")
+
+    recent = Table(title=f"last {min(LAST, len(run.attempts))} evaluations", title_justify="left", box=None)
+    for c in ("#", "candidate", "action", "status", "score"):
+        recent.add_column(c, justify="right" if c in ("#", "score") else "left")
+    for a in run.attempts[-LAST:]:
+        color = STATUS_COLORS.get(a.status, "red")
+        recent.add_row(str(a.n), a.candidate_id, Text(a.action or "-", overflow="ellipsis", no_wrap=True),
+                       f"[{color}]{a.status}[/{color}]", f"{a.score:.3f}")
+    return Group(head, bar, facts, recent)
+
+
+def watch(path: Path, console: Console, interval: float = 1.0, once: bool = False,
+          sleep: Callable[[float], None] = time.sleep) -> RunData:
+    """Redraw until the run reaches a final state; returns the last state read. Transient read errors are retried."""
+    run = load_run(path)
+    if once or run.status in DONE:
+        console.print(frame(run))
+        return run
+    with Live(frame(run), console=console, refresh_per_second=4, transient=False) as live:
+        while run.status not in DONE:
+            sleep(interval)
+            if not (path / "run.db").is_file():
+                raise RunUnreadable(f"{path}/run.db disappeared while watching")
+            try:
+                run = load_run(path)
+            except RunUnreadable:
+                continue  # a writer mid-checkpoint: the next poll will read it
+            live.update(frame(run))
+    return run

@@ -1,0 +1,3 @@
+# Bad candidate: raises. Expected: runtime_error.
+def run(x):
+    raise ValueError("candidate blew up on purpose")

@@ -1,0 +1,4 @@
+# Bad candidate: never returns. Expected: timeout.
+def run(x):
+    while True:
+        pass

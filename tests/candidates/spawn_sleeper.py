@@ -1,0 +1,17 @@
+# Bad candidate: leaves a child process sleeping forever (its pid in a file next to the candidate, for the test).
+# Computes honestly. Expected: the child is gone after the evaluation.
+import os
+import subprocess
+import sys
+
+import mlx.core as mx
+
+_child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
+with open(os.environ["KSEARCH_TEST_PIDFILE"], "a") as f:
+    f.write(f"{_child.pid}\n")
+
+
+def run(x):
+    xf = x.astype(mx.float32)
+    e = mx.exp(xf - mx.max(xf, axis=-1, keepdims=True))
+    return (e / mx.sum(e, axis=-1, keepdims=True)).astype(x.dtype)

@@ -1,0 +1,74 @@
+"""`ksearch compare`: best-so-far curves of several runs, final scores, evaluations to reach 90% of the best."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from test_report_fakerun import make_fake_run
+from typer.testing import CliRunner
+
+from ksearch.cli import app
+from ksearch.report.compare import evaluations_to_reach, lines_for
+from ksearch.report.rundata import load_run
+from ksearch.store import RunStore
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    base = tmp_path_factory.mktemp("runs")
+    paths = [make_fake_run(base, "r-ksearch"), make_fake_run(base, "r-greedy", scale=0.8)]
+    store = RunStore(paths[1])
+    store.set_meta("strategy", "greedy")
+    store.close()
+    return paths
+
+
+def test_evaluations_to_reach() -> None:
+    assert evaluations_to_reach([0.0, 0.5, 0.95, 1.0]) == 3
+    assert evaluations_to_reach([1.0, 1.0]) == 1
+    assert evaluations_to_reach([0.0, 0.0]) is None
+    assert evaluations_to_reach([]) is None
+
+
+def test_lines(runs: list[Path]) -> None:
+    ks, gr = lines_for([load_run(p) for p in runs])
+    assert (ks.label, gr.label) == ("ksearch", "greedy")  # strategies tell the runs apart
+    assert ks.best == pytest.approx(1.31) and gr.best == pytest.approx(1.31 * 0.8)
+    # best-so-far reaches 1.18 >= 0.9 * 1.31 at the 6th evaluation
+    assert ks.to_reach == 6
+    assert ks.curve == sorted(ks.curve) and len(ks.curve) == 12
+
+
+@pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<?xml"), (".html", b"<!DOCTYPE html>")])
+def test_outputs(runs: list[Path], tmp_path: Path, suffix: str, magic: bytes) -> None:
+    out = tmp_path / f"cmp{suffix}"
+    r = CliRunner().invoke(app, ["compare", *map(str, runs), "--out", str(out)], env={"COLUMNS": "160"})
+    assert r.exit_code == 0, r.output
+    assert "ksearch" in r.output and "greedy" in r.output and "1.310" in r.output
+    assert out.read_bytes().startswith(magic)
+    if suffix == ".html":
+        html = out.read_text()
+        assert "<svg" in html and "r-greedy" in html
+        assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "the page must not fetch anything"
+
+
+def test_html_renders_in_chromium(runs: list[Path], tmp_path: Path) -> None:
+    from test_report_html import render
+
+    out = tmp_path / "cmp.html"
+    CliRunner().invoke(app, ["compare", *map(str, runs), "--out", str(out)])
+    dom, console = render(out, tmp_path, "--dump-dom")
+    assert console == []
+    assert 'id="compare-chart"' in dom and "<svg" in dom[dom.index('id="compare-chart"'):][:300]
+
+
+def test_mismatched_runs_warn(runs: list[Path], tmp_path: Path) -> None:
+    other = make_fake_run(tmp_path, "r-other")
+    store = RunStore(other)
+    store.set_meta("task", "rmsnorm")
+    store.close()
+    r = CliRunner().invoke(app, ["compare", str(runs[0]), str(other)])
+    assert r.exit_code == 0
+    assert "not comparable" in r.output

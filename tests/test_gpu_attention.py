@@ -1,0 +1,60 @@
+"""GPU checks of the attention and decode kernels (marker `gpu`: skipped in CI; run on the H200 with mlx-cuda).
+
+Every library configuration is checked against an fp32 reference in its own process (benchmarks/attention_gpu.py
+check-*: an illegal instruction would poison the process's CUDA context), and a sample of every CUDA template
+family's renderings passes the harness on the tasks' first GPU workload.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ksearch.harness import EvalOptions, evaluate
+from ksearch.policy.templates import attention as attn_t
+from ksearch.policy.templates import gqa_decode as dec_t
+from ksearch.tasks import get_task
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.fixture(scope="module")
+def cuda_backend():
+    from ksearch.backends import BackendUnavailable, get_backend
+
+    try:
+        return get_backend("mlx-cuda")
+    except BackendUnavailable as exc:
+        pytest.skip(f"mlx-cuda is not available here: {exc}")
+
+
+@pytest.mark.parametrize("kind", ["decode", "prefill"])
+def test_every_library_configuration_matches_fp32(cuda_backend, kind, tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "attention_gpu.py"), f"check-{kind}"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+
+def _samples():
+    out = []
+    for fam in attn_t.FAMILIES + dec_t.FAMILIES:
+        if "mlx-cuda" in fam.backends:
+            params = fam.all_params()
+            out += [(fam, fam.default()), (fam, params[len(params) // 2]), (fam, params[-1])]
+    return out
+
+
+@pytest.mark.parametrize("fam,params", _samples(), ids=lambda x: getattr(x, "id", str(x)))
+def test_cuda_family_renderings_pass_the_harness(cuda_backend, fam, params):
+    task = get_task(fam.tasks[0])
+    # The naive-like members are slow at long sequences: judge them on the shortest GPU workload.
+    workload = min(task.select_workloads("gpu"), key=lambda w: w.axes.get("L", 0) * w.axes["B"])
+    result = evaluate(task, fam.source(params), cuda_backend,
+                      EvalOptions(workloads=[workload.name], baseline=None, timeout_s=600))
+    assert result.status == "passed", result.message

@@ -1,0 +1,186 @@
+"""Isolation, timing and baselines: what a candidate's process may do to the rest, and what it can no longer do."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from ksearch.harness import EvalOptions, EvalResult, evaluate
+from ksearch.tasks import get_task
+
+CANDIDATES = Path(__file__).parent / "candidates"
+WORKER = "ksearch.harness.worker"
+
+
+def judge(backend: Any, task_name: str, candidate: str, **options: Any) -> EvalResult:
+    task = get_task(task_name)
+    options.setdefault("workloads", [task.select_workloads("cpu")[0].name])
+    options.setdefault("timeout_s", 90.0)
+    return evaluate(task, (CANDIDATES / f"{candidate}.py").read_text(), backend, EvalOptions(**options))
+
+
+@pytest.fixture(autouse=True)
+def no_worker_survives():
+    yield
+    left = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if WORKER in " ".join(p.cmdline()):
+                left.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    for p in left:
+        p.kill()
+    assert not left, f"worker processes survived the evaluation: {[p.pid for p in left]}"
+
+
+def _honest_speedup(result: EvalResult) -> float:
+    """The candidates below compute exactly what the naive baseline computes: an honest speedup is about 1."""
+    assert result.status == "passed", result.message
+    (w,) = result.workloads
+    assert w.latency_s and w.baseline_latency_s and w.speedup
+    return w.speedup
+
+
+def test_child_process_of_the_candidate_is_killed(cpu_backend, tmp_path):
+    pidfile = tmp_path / "pids.txt"
+    result = judge(cpu_backend, "softmax", "spawn_sleeper", extra_env={"KSEARCH_TEST_PIDFILE": str(pidfile)})
+    assert result.status == "passed", result.message
+    pids = [int(x) for x in pidfile.read_text().split()]
+    assert pids
+    deadline = time.monotonic() + 5
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.05)
+    for p in alive:
+        psutil.Process(p).kill()
+    assert not alive, "the candidate's child outlived the evaluation"
+
+
+def test_timer_patched_everywhere_is_a_runtime_error(cpu_backend):
+    result = judge(cpu_backend, "softmax", "timer_patch_all")
+    assert result.status == "runtime_error"
+    assert "inconsistent timings" in result.message
+
+
+def test_timer_patched_in_the_time_module_only_changes_nothing(cpu_backend):
+    # The worker captured its clock before the candidate was imported.
+    result = judge(cpu_backend, "softmax", "timer_patch_module", baseline="naive")
+    assert result.workloads[0].timing_source == "worker"
+    assert 0.2 < _honest_speedup(result) < 5
+
+
+def test_patched_eval_does_not_skip_the_work(cpu_backend):
+    result = judge(cpu_backend, "softmax", "patched_eval", baseline="naive")
+    assert 0.2 < _honest_speedup(result) < 5
+
+
+def test_memoising_on_the_input_object_does_not_skip_the_work(cpu_backend):
+    result = judge(cpu_backend, "softmax", "cache_by_identity", baseline="naive")
+    assert 0.2 < _honest_speedup(result) < 5
+
+
+def test_memoising_on_input_contents_or_address_does_not_skip_the_work(cpu_backend):
+    # Timed calls get their pool set rotated by a different offset on every pass: no two see the same contents.
+    result = judge(cpu_backend, "softmax", "cache_by_content", baseline="naive")
+    assert 0.2 < _honest_speedup(result) < 5
+
+
+def test_baseline_patched_in_the_candidates_process_is_unaffected(cpu_backend):
+    # The candidate makes mx.exp/max/sum sleep 50 ms in its own process; the baseline is timed in a trusted worker.
+    result = judge(cpu_backend, "softmax", "patched_baseline", baseline="naive")
+    assert result.workloads[0].baseline_latency_s < 0.05
+    assert 0.2 < _honest_speedup(result) < 5
+
+
+def test_baseline_is_timed_after_the_candidate_is_gone(cpu_backend):
+    # The candidate's thread keeps SIGSTOPping every other worker; it must be dead before the baseline is timed.
+    result = judge(cpu_backend, "softmax", "sabotage_baseline", baseline="naive")
+    assert 0.2 < _honest_speedup(result) < 5
+
+
+def test_memory_hog_is_killed_at_the_cap(cpu_backend):
+    result = judge(cpu_backend, "softmax", "memory_hog", memory_limit_bytes=1 << 30)
+    assert result.status == "runtime_error"
+    assert "memory" in result.message
+
+
+def test_transient_memory_peak_is_caught(cpu_backend, tmp_path):
+    # Allocates 1.5 GB and frees it within one call, faster than the parent polls: the kernel's high-water mark
+    # (VmHWM) still shows it.
+    src = (
+        "import mlx.core as mx\n"
+        "def run(x):\n"
+        "    big = mx.ones(((3 << 29) // 4,), dtype=mx.float32)\n"
+        "    mx.eval(big)\n"
+        "    del big\n"
+        "    mx.clear_cache()\n"
+        "    return mx.zeros_like(x)\n"
+    )
+    task = get_task("softmax")
+    result = evaluate(task, src, cpu_backend, EvalOptions(workloads=[task.select_workloads("cpu")[0].name],
+                                                          memory_limit_bytes=1 << 30, timeout_s=60))
+    assert result.status == "runtime_error", result.message
+    assert "memory" in result.message
+
+
+@pytest.mark.xfail(strict=True, reason="known hole: the timed loop runs in the candidate's process, and a candidate "
+                   "that rewrites the harness worker's loop there can skip the work; see the harness report")
+def test_rewriting_the_workers_timed_call_is_caught(cpu_backend):
+    result = judge(cpu_backend, "softmax", "patched_worker_loop", baseline="naive")
+    assert result.status != "passed" or _honest_speedup(result) < 5
+
+
+def test_skipping_work_only_when_timed_is_caught(cpu_backend):
+    # Correct in every trial, zeros in every timed call (it recognises them by its caller's frames).
+    result = judge(cpu_backend, "softmax", "junk_when_timed", baseline="naive")
+    assert result.status == "wrong_answer", result.message
+    assert "behaves differently when timed" in result.message
+
+
+def test_no_worker_left_after_an_evaluator_closes(cpu_backend):
+    from ksearch.harness import Evaluator
+
+    task = get_task("softmax")
+    with Evaluator(task, cpu_backend) as ev:
+        ev.evaluate((CANDIDATES / "nan_output.py").read_text(),
+                    EvalOptions(workloads=[task.select_workloads("cpu")[0].name], timeout_s=60))
+        assert ev._ref is not None and ev._ref.proc.poll() is None  # the trusted reference worker is kept warm
+    # the fixture checks that it is gone now
+
+
+@pytest.mark.parametrize("task_name", ["softmax", "selective_scan", "gqa_decode"])
+def test_timed_inputs_rotate_and_match_what_the_reference_rebuilds(task_name):
+    # Spot checks compare a timed call's output with the reference for that call's inputs, which the reference worker
+    # rebuilds by rotation: both ways must give the same bytes, and calls must not repeat their inputs.
+    import mlx.core as mx
+    import numpy as np
+
+    from ksearch.harness import timing
+    from ksearch.harness.worker import Worker, rotated
+
+    mx.set_default_device(mx.cpu)
+    task = get_task(task_name)
+    w = task.select_workloads("cpu")[0]
+    worker = Worker(None)  # type: ignore[arg-type]
+    worker.mx, worker.task, worker._eval = mx, task, mx.eval
+    seeds = [11, 22]
+    worker.pool = [worker._timing_set(w, s) for s in seeds]
+    from ksearch.tasks.inputs import make_inputs
+
+    seen = set()
+    for call in (0, 1, 2, 3, 5, 2 * 255 + 1, 2 * 256):  # the last one wraps around to shift 0 of set 0
+        views = worker._fresh(call)
+        seed, shift = seeds[call % 2], (call // 2) % timing.SHIFTS
+        want = rotated(mx, make_inputs(task, w, seed), shift, task.generator is None)
+        for name in want:
+            assert views[name].shape == want[name].shape and views[name].dtype == want[name].dtype
+            np.testing.assert_array_equal(np.array(views[name].astype(mx.float32)),
+                                          np.array(want[name].astype(mx.float32)))
+        seen.add(tuple(np.array(views[next(iter(views))].astype(mx.float32)).reshape(-1)[:16].tolist()))
+    assert len(seen) == 6  # calls 0 and 512 share set 0, shift 0; all others differ

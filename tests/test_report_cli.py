@@ -1,0 +1,87 @@
+"""`ksearch report` in the terminal, and its bad-input paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_report_fakerun import make_fake_run
+from typer.testing import CliRunner
+
+from ksearch.cli import app
+from ksearch.report.rundata import load_run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("runs")
+    make_fake_run(base)
+    return base
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(app, list(args), env={"COLUMNS": "160"})
+    return r.exit_code, r.output
+
+
+def test_summary_names_what_matters(runs: Path) -> None:
+    code, out = invoke("report", "20261129-120000-softmax-abc123", "--runs-dir", str(runs))
+    assert code == 0, out
+    for text in ("c0007", "1.310", "holdout score", "1.250", "12/12", "$0.0324", "cpu_128x4096_f32", "1.38x",
+                 "16.5%", "path to the best", "Multiply by the reciprocal of the sum", "world model", "backtrack 1",
+                 "too hard 1"):
+        assert text in out, text
+    # The path runs root -> n1 -> n2 in that order.
+    path_line = out[out.index("path to the best"):]
+    assert path_line.index("Fuse max and exp") < path_line.index("Multiply by the reciprocal")
+
+
+def test_report_by_path_and_env(runs: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    run_dir = runs / "20261129-120000-softmax-abc123"
+    code, out = invoke("report", str(run_dir), "--no-tree", "--html", str(tmp_path / "sub" / "r.html"))
+    assert code == 0, out
+    assert (tmp_path / "sub" / "r.html").read_text().startswith("<!DOCTYPE html>")
+    monkeypatch.setenv("KSEARCH_RUNS_DIR", str(runs))
+    code, out = invoke("report", "20261129-120000-softmax-abc123", "--no-tree")
+    assert code == 0 and "c0007" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["report", "no-such-run"], "no run 'no-such-run'"),
+    (["compare", "20261129-120000-softmax-abc123"], "at least two runs"),
+    (["compare", "20261129-120000-softmax-abc123", "20261129-120000-softmax-abc123", "--out", "x.pdf"], ".png"),
+    (["export", "20261129-120000-softmax-abc123", "--format", "cuda"], "module or flashinfer-trace"),
+    (["watch", "nope", "--once"], "no run 'nope'"),
+])
+def test_bad_input_is_one_line_exit_2(runs: Path, args: list[str], message: str) -> None:
+    code, out = invoke(*args, "--runs-dir", str(runs))
+    assert code == 2, out
+    assert message in out
+    assert "Traceback" not in out
+
+
+def test_corrupt_database_is_a_clean_error(tmp_path: Path) -> None:
+    bad = tmp_path / "broken"
+    bad.mkdir()
+    (bad / "run.db").write_bytes(b"this is not sqlite" * 100)
+    code, out = invoke("report", str(bad))
+    assert code == 2 and "cannot read" in out
+
+
+def test_report_does_not_write_to_the_run(runs: Path) -> None:
+    """Reading must never change a run another process may be writing (no schema, no WAL switch, no meta)."""
+    run_dir = runs / "20261129-120000-softmax-abc123"
+    # run.db-shm is SQLite's shared-memory index, which every reader of a WAL database updates by design.
+    before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if not p.name.endswith("-shm")}
+    load_run(run_dir)
+    invoke("report", str(run_dir))
+    after = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if not p.name.endswith("-shm")}
+    assert {k: v for k, v in after.items() if k in before} == before
+
+
+def test_run_without_a_pass(tmp_path: Path) -> None:
+    run_dir = make_fake_run(tmp_path, "early", status="running", n_evals=2)
+    run = load_run(run_dir)
+    assert run.best_candidate == "c0000"  # no best in meta yet: the best passed search evaluation
+    code, out = invoke("report", str(run_dir))
+    assert code == 0 and "running" in out

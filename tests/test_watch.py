@@ -1,0 +1,65 @@
+"""`ksearch watch`: one frame with --once, and following a run until another process marks it finished."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from test_report_fakerun import make_fake_run
+from typer.testing import CliRunner
+
+from ksearch.cli import app
+from ksearch.report.rundata import load_run
+from ksearch.report.watch import frame, watch
+from ksearch.store import RunStore
+
+
+def test_once_prints_one_frame(tmp_path: Path) -> None:
+    run_dir = make_fake_run(tmp_path, "live", status="running")
+    r = CliRunner().invoke(app, ["watch", str(run_dir), "--once"], env={"COLUMNS": "120"})
+    assert r.exit_code == 0, r.output
+    for text in ("running", "budget", "12/12", "1.310", "c0007", "current action", "Process rows in blocks of 64",
+                 "timeout"):
+        assert text in r.output, text
+
+
+def test_stale_run_is_flagged(tmp_path: Path) -> None:
+    run = load_run(make_fake_run(tmp_path, "stale", status="running"))
+    console = Console(record=True, width=120)
+    console.print(frame(run, now=time.time() + 3600))
+    assert "is the search process alive" in console.export_text()
+
+
+def test_follows_until_finished(tmp_path: Path) -> None:
+    run_dir = make_fake_run(tmp_path, "follow", status="running", n_evals=4)
+
+    def writer() -> None:
+        # Another process's view: the loop adds an evaluation, then finishes.
+        time.sleep(0.3)
+        store = RunStore(run_dir)
+        store.add_candidate("x = 1\n", "x = 1\n", 1, "n2", None, "late action", "improve", {})
+        store.add_evaluation("c0004", 4, 1, "search", {"status": "passed", "score": 1.5})
+        store.set_meta("evaluations_done", 5)
+        time.sleep(0.3)
+        store.set_meta("status", "holdout")  # still going: the best is re-measured on the holdout workloads
+        time.sleep(0.3)
+        store.set_meta("status", "finished")
+        store.close()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    console = Console(record=True, width=120, force_terminal=False)
+    final = watch(run_dir, console, interval=0.05)
+    t.join()
+    assert final.status == "finished"  # it did not stop at "holdout"
+    assert final.evaluations_done == 5
+    assert final.attempts[-1].score == 1.5
+
+
+def test_holdout_phase_is_shown(tmp_path: Path) -> None:
+    run = load_run(make_fake_run(tmp_path, "hold", status="holdout"))
+    console = Console(record=True, width=120)
+    console.print(frame(run))
+    assert "re-measuring the best" in console.export_text()
