@@ -158,12 +158,36 @@ def _register_commands() -> None:
 _register_commands()
 
 
-def main() -> None:
+def _click_exceptions():  # type: ignore[no-untyped-def]
+    """Typer >= 0.20 vendors click; older ones use click itself."""
     try:
-        app()
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
+
+
+def main() -> None:
+    click = _click_exceptions()
+    try:
+        code = app(standalone_mode=False)
+    except getattr(click, "NoArgsIsHelpError", ()) as exc:  # bare `ksearch`: the help, not an error
+        console.print(exc.ctx.get_help() if exc.ctx is not None else "ksearch --help")
+        sys.exit(0)
+    except click.UsageError as exc:
+        # One line that says what to do, instead of click's boxed usage text.
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        err.print(f"[red]error:[/red] {exc.format_message()}{hint}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        err.print(f"[red]error:[/red] {exc.format_message()}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
     except UserError as exc:
         err.print(f"[red]error:[/red] {exc}")
         sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

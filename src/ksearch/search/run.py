@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,6 +133,20 @@ def config_from_store(store: RunStore) -> RunConfig:
     return RunConfig(**data, weights=weights, llm=llm)
 
 
+class Terminated(BaseException):
+    """SIGTERM: end the run the way Ctrl-C does, so its status says stopped and --resume continues it."""
+
+
+def _stop_on_sigterm() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(_signum: int, _frame: Any) -> None:
+        raise Terminated("terminated")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def execute(store: RunStore, cfg: RunConfig, on_event: Callable[[str, dict[str, Any]], None] | None = None,
             evaluate: Callable[[str], EvalResult] | None = None, policy: Policy | None = None,
             stop_after: int | None = None) -> RunOutcome:
@@ -149,7 +167,10 @@ def execute(store: RunStore, cfg: RunConfig, on_event: Callable[[str, dict[str, 
                         wall_time_s=cfg.wall_time_s, weights=cfg.weights,
                         on_event=on_event or (lambda _k, _d: None))
     store.set_meta("status", "running")
+    store.set_meta("pid", os.getpid())
+    store.set_meta("host", socket.gethostname())
     store.set_meta("environment", (judge.ev.env() if judge else {}))
+    _stop_on_sigterm()
     holdout = None
     try:
         runner = _runner(cfg.strategy, setup, state, store.latest_world_model() if saved else None)

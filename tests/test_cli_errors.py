@@ -1,0 +1,36 @@
+"""Bad input gets one line that says what to do, and exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+KS = [sys.executable, "-m", "ksearch.cli"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["eval", "softmax", "x.py", "--bogus"], "No such option: --bogus"),
+    (["eval"], "Missing argument"),
+    (["eval", "softmax", "x.py", "--timeout", "abc"], "--timeout"),
+    (["eval", "nope", "x.py"], "unknown task 'nope'"),
+    (["run", "softmax", "--budget", "0"], "budget must be at least 1"),
+    (["run", "softmax", "--strategy", "sideways"], "unknown strategy 'sideways'"),
+    (["run", "softmax", "--backend", "mlx-tpu"], "unknown backend 'mlx-tpu'"),
+    (["run"], "name a task"),
+])
+def test_one_line_errors(args: list[str], needle: str, tmp_path) -> None:
+    res = subprocess.run([*KS, *args, *(["--runs-dir", str(tmp_path)] if args[0] == "run" else [])],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    assert needle in lines[0]
+    assert not list(tmp_path.iterdir()), "a refused run must not leave a run directory"
+
+
+def test_bare_command_prints_help() -> None:
+    res = subprocess.run(KS, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0
+    assert "Usage" in res.stdout
