@@ -21,6 +21,7 @@ class LiveView:
         self.action = "-"
         self.last: deque[str] = deque(maxlen=8)
         self.notes: deque[str] = deque(maxlen=3)
+        self.frontier: list[str] = []
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"))
         self.bar = self.progress.add_task("evaluations", total=budget)
         self.live = Live(self._render(), refresh_per_second=4, transient=False) if enabled else None
@@ -34,12 +35,15 @@ class LiveView:
         if self.live:
             self.live.update(self._render())
             self.live.__exit__(*exc)
+            self.live.console.print()
 
     def _render(self) -> Group:
         t = Table.grid(padding=(0, 2))
         t.add_row("best score", f"{self.best:.3f}x")
         t.add_row("current action", self.action)
         t.add_row("last statuses", " ".join(self.last) or "-")
+        for i, f in enumerate(self.frontier):
+            t.add_row("frontier" if i == 0 else "", f)
         for n in self.notes:
             t.add_row("", Text(n, style="dim"))
         return Group(Text(self.title, style="bold"), self.progress, t)
@@ -53,6 +57,7 @@ class LiveView:
             self.progress.update(self.bar, completed=self.done)
         elif kind == "select":
             self.action = f"{data.get('title')} ({data.get('node_id')}, V={data.get('priority', 0):.2f})"
+            self.frontier = [f"V={f['priority']:.2f}  {f['title']} ({f['node_id']})" for f in data.get("frontier", [])]
         elif kind in ("backtrack", "too_hard", "policy_error", "edit_rejected"):
             self.notes.append(f"{kind}: {str(data)[:100]}")
         if self.live:

@@ -78,8 +78,11 @@ class KSearch(Runner):
             if node is None:
                 return False
         self.state.cycle = Cycle(node_id=node["node_id"], best_at_start=self.state.best_score)
+        top = [{"node_id": n["node_id"], "title": (n.get("action") or {}).get("title"), "priority": v}
+               for v, n in self.wm.ranked_frontier(self.weights, self.state.visits)[:3]]
         self.event("select", {"node_id": node["node_id"], "title": (node.get("action") or {}).get("title"),
-                              "priority": self.wm.priority(node["node_id"], self.weights, self.state.visits)})
+                              "priority": self.wm.priority(node["node_id"], self.weights, self.state.visits),
+                              "frontier": top})
         self.write_state()
         return True
 

@@ -1,0 +1,25 @@
+"""`ksearch runs` lists what `ksearch run` wrote."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from ksearch.config import RunConfig
+from ksearch.search.run import create_run, execute
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_search_loop import ScriptedPolicy, scripted_judge  # noqa: E402
+
+
+def test_runs_lists_task_backend_policy_budget_and_best(tmp_path: Path) -> None:
+    cfg = RunConfig(task="rmsnorm", backend="mlx-cpu", budget=3, runs_dir=str(tmp_path))
+    store, _, _ = create_run(cfg)
+    execute(store, cfg, evaluate=scripted_judge, policy=ScriptedPolicy({"A": [("passed", 1.5), ("passed", 1.7)]}))
+    res = subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", "--runs-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr
+    assert store.path.name in res.stdout
+    assert "rmsnorm" in res.stdout and "mlx-cpu" in res.stdout and "offline" in res.stdout
+    assert "3/3" in res.stdout and "1.700" in res.stdout
