@@ -124,3 +124,14 @@ def test_apple_limits_are_the_documented_ones() -> None:
             assert p["max_threads_per_group"] == 1024
         else:
             assert p["shared_memory_kb"]["default"] == 48
+
+
+def test_knowledge_imports_without_jsonschema() -> None:
+    # The GPU machine's Python has no jsonschema: the layer must not need it outside tests.
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['jsonschema'] = None\n"
+            "import ksearch.knowledge, ksearch.knowledge.lint, ksearch.knowledge.spec, ksearch.knowledge.analyzer\n"
+            "ksearch.knowledge.load_patterns()\n")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

@@ -303,3 +303,14 @@ def test_kernels_sharing_or_clashing_headers_compile_as_mlx_would(dialect: str) 
     assert check(_two_kernels(dialect, guarded, guarded), None, "float32") == []  # one header, two kernels
     other = f"{q}inline float helper(float v) {{ return v + 1.0f; }}\n"
     assert check(_two_kernels(dialect, guarded, other), None, "float32") == []  # same helper name, two headers
+
+
+def test_block_uniform_early_return_is_fine_and_template_typed_arrays_are_sized() -> None:
+    src = CUDA_WARN.replace("    extern __shared__ float dyn[];\n",
+                            "    int row = blockIdx.x;\n    if (row >= x_shape[0]) return;\n    __syncthreads();\n")
+    assert "barrier-after-return" not in _codes(lint_source(src, "mlx-cuda"), "warning")
+    big = CUDA_WARN.replace("    extern __shared__ float dyn[];\n", "    __shared__ T a[64 * 128], b[64 * 128];\n")
+    diags = lint_source(big, "mlx-cuda")  # T unknown: 4 bytes assumed, 64 KB > 48 KB static
+    assert "shared-memory" in _codes(diags)
+    ok = big.replace("64 * 128", "32 * 64")
+    assert "shared-memory" not in _codes(lint_source(ok, "mlx-cuda"), "warning") | _codes(lint_source(ok, "mlx-cuda"))

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-BACKEND_HELP = "mlx-cuda, mlx-metal or mlx-cpu (need not be present here)."
+BACKEND_HELP = "mlx-cuda, mlx-metal or mlx-cpu (need not be present here); default: the best one here."
 
 
 def _fail(message: str) -> None:
@@ -17,9 +17,17 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _check_backend(backend: str) -> str:
+def _check_backend(backend: str | None) -> str:
     from ksearch.knowledge.lint import BACKENDS
 
+    if backend is None:
+        # The best backend on this machine; the knowledge layer works without one, so fall back to MLX-CUDA.
+        try:
+            from ksearch.backends import best_backend
+
+            return best_backend().name
+        except Exception:  # no MLX here: documentation and linting still work
+            return "mlx-cuda"
     if backend not in BACKENDS:
         _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     return backend
@@ -46,14 +54,14 @@ def _read(path: Path, what: str) -> str:
 
 def spec_cmd(
     task: Annotated[str, typer.Argument(help="Built-in task name or a task file (.py exporting TASK).")],
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "mlx-cuda",
+    backend: Annotated[str | None, typer.Option(help=BACKEND_HELP)] = None,
     from_cuda: Annotated[Path | None, typer.Option("--from-cuda", help="Add the port context of a .cu file.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the spec here instead of stdout.")] = None,
 ) -> None:
     """Print the spec a proposer receives: task contract, dialect API, knowledge, hardware, pitfalls."""
     from ksearch.knowledge.spec import render_spec
 
-    _check_backend(backend)
+    backend = _check_backend(backend)
     t = _load_task(task)
     port = None
     if from_cuda is not None:
@@ -71,14 +79,14 @@ def spec_cmd(
 
 def port_cmd(
     cuda_file: Annotated[Path, typer.Argument(help="A CUDA source file (.cu/.cuh).")],
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "mlx-cuda",
+    backend: Annotated[str | None, typer.Option(help=BACKEND_HELP)] = None,
     out: Annotated[Path | None, typer.Option(help="Write the port context JSON here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the port context as JSON.")] = False,
 ) -> None:
     """Analyse a CUDA kernel: primitives found, how they carry over, constructs without an equivalent."""
     from ksearch.knowledge.analyzer import analyze_cuda
 
-    _check_backend(backend)
+    backend = _check_backend(backend)
     ctx = analyze_cuda(_read(cuda_file, "CUDA file"), backend)
     ctx["file"] = str(cuda_file)
     if out is not None:
@@ -97,7 +105,7 @@ def port_cmd(
 
 def lint_cmd(
     candidate: Annotated[Path, typer.Argument(help="Candidate source file defining run(**inputs).")],
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "mlx-cuda",
+    backend: Annotated[str | None, typer.Option(help=BACKEND_HELP)] = None,
     task: Annotated[str | None, typer.Option(help="Task (built-in or file): checks its forbidden APIs and dtypes.")]
     = None,
     deep: Annotated[bool, typer.Option("--deep/--no-deep", help="Also compile: clang (Metal) / nvcc (CUDA).")] = False,
@@ -106,7 +114,7 @@ def lint_cmd(
     """Lint a candidate for its dialect; exit 1 when errors are found."""
     from ksearch.knowledge.lint import lint_source
 
-    _check_backend(backend)
+    backend = _check_backend(backend)
     source = _read(candidate, "candidate file")
     t = _load_task(task) if task else None
     diags = lint_source(source, backend, t, deep=deep)

@@ -70,7 +70,8 @@ def _tensor_dtypes(task: Task | None) -> dict[str, str]:
 
 
 def _template_ints(k: KernelUse) -> dict[str, int]:
-    return {t.name: (t.value if t.value is not None else 32) for t in k.template if t.kind == "int"}
+    # Only values known statically: a guessed value could invent an overflow (the compile checks guess instead).
+    return {t.name: t.value for t in k.template if t.kind == "int" and t.value is not None}
 
 
 def _eval_dim(expr: str, consts: dict[str, int]) -> int | None:
@@ -86,20 +87,31 @@ def _eval_dim(expr: str, consts: dict[str, int]) -> int | None:
         return None
 
 
-def _static_arrays(body: str, keyword: str, consts: dict[str, int]) -> tuple[int, int | None, list[str]]:
-    """Bytes of `<keyword> type name[d1][d2]...;` declarations; (total, line of the first, unknown-size names)."""
+def _static_arrays(body: str, keyword: str, consts: dict[str, int],
+                   dtypes: dict[str, int] | None = None) -> tuple[int, int | None, list[str]]:
+    """Bytes of `<keyword> type a[d1][d2], b[d3];` declarations; (total, line of the first, unknown-size names).
+    `dtypes` gives the byte size of template type parameters (T -> 4 when the dtype is unknown: the worst case)."""
     total, first, unknown = 0, None, []
-    pat = re.compile(rf"\b{keyword}\s+(?:static\s+)?(?:const\s+)?([A-Za-z_][\w:]*)\s+(\w+)\s*((?:\[[^\]]+\])+)")
+    sizes = {**_SIZES, **(dtypes or {})}
+    pat = re.compile(rf"\b{keyword}\s+(?:static\s+)?(?:const\s+)?([A-Za-z_][\w:]*)\s+([^;]+);")
     for m in pat.finditer(body):
-        dims = re.findall(r"\[([^\]]+)\]", m.group(3))
-        values = [_eval_dim(d, consts) for d in dims]
-        size = _SIZES.get(m.group(1).split("::")[-1])
-        first = first or line_of(body, m.start())
-        if size is None or any(v is None for v in values):
-            unknown.append(m.group(2))
-            continue
-        total += size * math.prod(v for v in values if v is not None)
+        size = sizes.get(m.group(1).split("::")[-1])
+        for decl in re.finditer(r"(\w+)\s*((?:\[[^\]]+\])+)", m.group(2)):
+            first = first or line_of(body, m.start())
+            values = [_eval_dim(d, consts) for d in re.findall(r"\[([^\]]+)\]", decl.group(2))]
+            if size is None or any(v is None for v in values):
+                unknown.append(decl.group(1))
+                continue
+            total += size * math.prod(v for v in values if v is not None)
     return total, first, unknown
+
+
+_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "uint32": 4, "int8": 1, "uint8": 1,
+                "int16": 2, "uint16": 2, "int64": 8, "uint64": 8, "bool": 1, "float64": 8}
+
+
+def _template_dtypes(k: KernelUse) -> dict[str, int]:
+    return {t.name: _DTYPE_BYTES.get(str(t.value), 4) for t in k.template if t.kind == "dtype"} or {"T": 4}
 
 
 def _constexprs(body: str, known: dict[str, int]) -> dict[str, int]:
@@ -140,14 +152,38 @@ def _bank_conflicts(body: str, keyword: str, k: KernelUse, consts: dict[str, int
     return out
 
 
+_THREAD_VARYING = (r"threadIdx|thread_position_in_grid|thread_position_in_threadgroup|thread_index_in_\w+|"
+                   r"simdgroup_index_in_threadgroup|thread_rank")
+
+
+def _thread_varying_names(body: str) -> set[str]:
+    """Local names whose value differs between threads of one group (derived from a thread index)."""
+    names: set[str] = set()
+    for _ in range(3):  # a few rounds let derivations chain (lane -> idx -> row)
+        for m in re.finditer(r"\b(?:const\s+)?(?:int|uint|unsigned|size_t|long|auto|bool|short)\s+([^;()]+(?:\([^;]*)?);",
+                             body):
+            for decl in m.group(1).split(","):
+                name, eq, expr = decl.partition("=")
+                name = name.strip()
+                if eq and re.fullmatch(r"\w+", name) and (
+                        re.search(_THREAD_VARYING, expr) or any(re.search(rf"\b{re.escape(n)}\b", expr) for n in names)):
+                    names.add(name)
+    return names
+
+
 def _early_return(body: str, barrier: str, k: KernelUse) -> list[Diagnostic]:
-    ret = re.search(r"\breturn\b", body)
+    """A `return` guarded by a thread-varying condition before a barrier (block-uniform exits are fine)."""
     bar = re.search(barrier, body)
-    if ret and bar and ret.start() < bar.start():
-        return [Diagnostic("warning", "barrier-after-return",
-                           f"{k.name}: a `return` precedes a barrier: threads that returned never reach it (undefined "
-                           "behaviour / hang); guard the work instead of returning early (concept: syncthreads)",
-                           _py_line(k, line_of(body, ret.start())))]
+    if not bar:
+        return []
+    varying = _thread_varying_names(body)
+    for m in re.finditer(r"\bif\s*\(([^;{}]*)\)\s*return\b", body[:bar.start()]):
+        cond = m.group(1)
+        if re.search(_THREAD_VARYING, cond) or any(re.search(rf"\b{re.escape(n)}\b", cond) for n in varying):
+            return [Diagnostic("warning", "barrier-after-return",
+                               f"{k.name}: a thread-dependent `return` precedes a barrier: threads that returned never "
+                               "reach it (undefined behaviour / hang); guard the work instead of returning early "
+                               "(concept: syncthreads)", _py_line(k, line_of(body, m.start())))]
     return []
 
 
@@ -175,15 +211,13 @@ def _lint_metal(k: KernelUse) -> list[Diagnostic]:
     if m:
         diags.append(Diagnostic("error", "msl-api", f"{k.name}: {m.group(1)} is a uint3 in MLX bodies: use .x",
                                 _py_line(k, line_of(body, m.start()))))
-    total, first, unknown = _static_arrays(body, "threadgroup", consts)
+    # Arrays sized by values only known at run time are left to the compile check and the device.
+    total, first, _unknown = _static_arrays(body, "threadgroup", consts, _template_dtypes(k))
     if total > METAL_TG_BYTES:
         diags.append(Diagnostic("error", "threadgroup-memory",
                                 f"{k.name}: {total} bytes of threadgroup memory; Apple GPUs allow {METAL_TG_BYTES} "
                                 "(32 KB) per threadgroup: shrink the tiles (concept: shared_memory)",
                                 _py_line(k, first)))
-    elif unknown:
-        diags.append(Diagnostic("warning", "threadgroup-memory", f"{k.name}: cannot size threadgroup arrays "
-                                f"{', '.join(unknown)} statically; keep the total under 32 KB", _py_line(k, first)))
     diags += _bank_conflicts(body, "threadgroup", k, consts)
     diags += _early_return(body, r"\bthreadgroup_barrier\s*\(", k)
     return diags
@@ -193,7 +227,7 @@ def _lint_cuda(k: KernelUse) -> list[Diagnostic]:
     body = strip_comments(k.source or "")
     consts = _constexprs(body, _template_ints(k))
     diags = _apply(METAL_IN_CUDA, body, k, "error") + _apply(COMMON_WARNINGS, body, k, "warning")
-    total, first, unknown = _static_arrays(body, "__shared__", consts)
+    total, first, _unknown = _static_arrays(body, "__shared__", consts, _template_dtypes(k))
     dynamic = k.shared_memory or 0
     if total > CUDA_STATIC_SMEM:
         diags.append(Diagnostic("error", "shared-memory", f"{k.name}: {total} bytes of static __shared__ memory; the "
@@ -202,9 +236,6 @@ def _lint_cuda(k: KernelUse) -> list[Diagnostic]:
     elif total + dynamic > CUDA_MAX_SMEM:
         diags.append(Diagnostic("error", "shared-memory", f"{k.name}: {total + dynamic} bytes of shared memory; "
                                 f"Hopper allows {CUDA_MAX_SMEM} (227 KB) per block", _py_line(k, first)))
-    elif unknown:
-        diags.append(Diagnostic("warning", "shared-memory", f"{k.name}: cannot size __shared__ arrays "
-                                f"{', '.join(unknown)} statically; keep them under 48 KB", _py_line(k, first)))
     m = re.search(r"\bextern\s+__shared__", body)
     if m and not dynamic:
         diags.append(Diagnostic("error", "shared-memory", f"{k.name}: `extern __shared__` needs shared_memory=<bytes> "
