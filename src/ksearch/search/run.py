@@ -113,6 +113,8 @@ def create_run(cfg: RunConfig) -> tuple[RunStore, Task, Backend]:
     backend = get_backend(cfg.backend)
     if cfg.baseline is not None and cfg.baseline not in task.baselines:
         raise RunError(f"task {task.name} has no baseline {cfg.baseline!r}; choose one of {', '.join(task.baselines)}")
+    if cfg.from_cuda and not Path(cfg.from_cuda).is_file():
+        raise RunError(f"--from-cuda file {cfg.from_cuda} does not exist")
     path = runs_dir(cfg.runs_dir) / new_run_id(task.name)
     store = RunStore(path, create=True)
     with store.transaction():
