@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
-from ksearch.kernels import attention as ka
 from ksearch.kernels import attention_cuda, decode_cuda
+
+# ksearch.kernels exports the function `attention`, which shadows the submodule's attribute: take the module itself.
+ka = importlib.import_module("ksearch.kernels.attention")
 
 
 def _ref(q, k, v, causal):
