@@ -186,7 +186,7 @@ def execute(store: RunStore, cfg: RunConfig, on_event: Callable[[str, dict[str, 
                 store.add_evaluation(final.best_candidate, final.evaluations_done, final.round, "holdout",
                                      holdout.to_json())
                 store.set_meta("holdout", holdout.to_json())
-        status = "finished" if final.evaluations_done >= cfg.budget else "stopped"
+        status = "finished" if done else "stopped"
         store.set_meta("status", status)
         store.set_meta("finished_at", time.time())
     except BaseException:

@@ -90,8 +90,9 @@ class _ActionStrategy(Runner):
                 before = self.state.evaluations_done
                 self.step()
                 skips = skips + 1 if self.state.evaluations_done == before else 0
-                if skips >= 50:  # the policy keeps proposing nothing new
+                if skips >= 50:  # the policy keeps proposing nothing new: the search space is exhausted
                     self.event("stalled", {"skips": skips})
+                    self.state.phase = "done"
                     break
         except StopSearch:
             pass
