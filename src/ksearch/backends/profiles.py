@@ -6,6 +6,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 from ksearch.backends.detect import Backend, device_name
@@ -51,6 +52,7 @@ def profile_for(backend: Backend) -> dict[str, Any]:
     if backend.family == "cpu":
         return {
             "id": "cpu", "name": name or "CPU", "vendor": "cpu", "llc_bytes": cpu_llc_bytes(),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
             "bandwidth_gbs": None, "peak_tflops": {}, "matched": True,
         }
     prof = match_profile(name, backend.family)

@@ -40,7 +40,7 @@ def tasks_table(tasks: list[Task]) -> Table:
 
 def backends_table(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="backends (first = default)")
-    for col in ("backend", "device", "MLX", "bandwidth", "peak fp16 / fp32", "shared/threadgroup mem", "SIMD"):
+    for col in ("backend", "device", "MLX", "memory", "bandwidth", "peak fp16 / fp32", "shared/threadgroup mem", "SIMD"):
         t.add_column(col)
     for r in rows:
         p, env = r["profile"], r["environment"]
@@ -48,6 +48,7 @@ def backends_table(rows: list[dict[str, Any]]) -> Table:
         smem = p.get("shared_memory_kb") or {}
         t.add_row(
             r["backend"], f"{env.get('device')} [dim]({p.get('id')})[/dim]", str(env.get("mlx")),
+            f"{p['memory_gb']} GB" if p.get("memory_gb") else "-",
             f"{p['bandwidth_gbs']} GB/s" if p.get("bandwidth_gbs") else "-",
             f"{peaks.get('float16', '-')} / {peaks.get('float32', '-')} TFLOP/s" if peaks else "-",
             f"{smem.get('default', '-')} KB (max {smem.get('max_opt_in', '-')})" if smem else "-",

@@ -1,0 +1,27 @@
+"""`ksearch backends` and `ksearch tasks`: what this machine has, with its hardware profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+KS = [sys.executable, "-m", "ksearch.cli"]
+
+
+def test_backends_json_lists_cpu_with_a_profile() -> None:
+    res = subprocess.run([*KS, "backends", "--json"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    cpu = next(r for r in rows if r["backend"] == "mlx-cpu")
+    assert cpu["profile"]["llc_bytes"] > 0
+    assert cpu["profile"]["memory_gb"] > 0
+    assert cpu["environment"]["mlx"]
+    assert rows[-1]["backend"] == "mlx-cpu"  # GPU backends, when present, come first (the default)
+
+
+def test_tasks_json_lists_every_builtin_task() -> None:
+    res = subprocess.run([*KS, "tasks", "--json"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    names = {t["name"] for t in json.loads(res.stdout)}
+    assert names == {"softmax", "rmsnorm", "selective_scan", "selective_state_update", "attention", "gqa_decode"}
