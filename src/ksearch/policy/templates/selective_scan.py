@@ -16,7 +16,7 @@ from typing import Any
 
 from ksearch.policy.templates.base import TemplateFamily
 
-_CPU = '''# selective_scan on MLX ops: chunk={chunk}, method={method}, compile={compile}
+_CPU = '''# selective_scan on MLX ops: chunk={chunk}, method={method}, compile={compile}, readout={readout}
 import mlx.core as mx
 
 F32 = mx.float32
@@ -28,7 +28,7 @@ def _chunk_seq(dt, v, C, A, h):
     for t in range(dt.shape[-1]):
         h = dA[:, :, t] * h + v[:, :, t]
         hs.append(h)
-    return mx.sum(mx.stack(hs, axis=2) * C[:, None], axis=-1), h
+    return _readout(mx.stack(hs, axis=2), C), h
 
 
 def _chunk_log(dt, v, C, A, h):
@@ -38,9 +38,18 @@ def _chunk_log(dt, v, C, A, h):
     lp = mx.logcumsumexp(mx.where(v > 0, logv, ninf), axis=2)
     ln = mx.logcumsumexp(mx.where(v < 0, logv, ninf), axis=2)
     hs = mx.exp(AS + lp) - mx.exp(AS + ln) + mx.exp(AS) * h[:, :, None, :]
-    return mx.sum(hs * C[:, None], axis=-1), hs[:, :, -1]
+    return _readout(hs, C), hs[:, :, -1]
 
 
+def _readout_sum(hs, C):
+    return mx.sum(hs * C[:, None], axis=-1)
+
+
+def _readout_einsum(hs, C):
+    return mx.einsum("bdtn,btn->bdt", hs, C)
+
+
+_readout = _readout_{readout}
 _chunk = {fn}
 
 
@@ -65,7 +74,7 @@ def run(u, delta, A, B, C, D, z, delta_bias):
 def _render_cpu(p: dict[str, Any]) -> str:
     base = "_chunk_seq" if p["method"] == "sequential" else "_chunk_log"
     fn = f"mx.compile({base})" if p["compile"] else base
-    return _CPU.format(chunk=p["chunk"], method=p["method"], compile=p["compile"], fn=fn)
+    return _CPU.format(chunk=p["chunk"], method=p["method"], compile=p["compile"], fn=fn, readout=p["readout"])
 
 
 CPU_FAMILY = TemplateFamily(
@@ -73,11 +82,17 @@ CPU_FAMILY = TemplateFamily(
     tasks=("selective_scan",),
     backends=("mlx-cpu",),
     patterns=("chunked_scan_ops", "mx_compile_fusion", "chunked_scan_carried_prefix"),
-    params={"chunk": (64, 16, 32, 128, 256), "method": ("sequential", "logcumsumexp"), "compile": (True, False)},
+    params={"chunk": (64, 16, 32, 128, 256, 8), "method": ("sequential", "logcumsumexp"), "compile": (True, False),
+            "readout": ("sum", "einsum")},
     render=_render_cpu,
     # The log-space form loses ~1e-5 per unit of |A| * sum(dt) in a chunk: keep its chunks short.
     valid=lambda p: p["method"] == "sequential" or p["chunk"] <= 16,
     description="MLX-ops chunked scan, sequential or log-space cumsum inside chunks",
+    # What switching each pattern on means here: a fused (compiled) chunk step; the sequential recurrence inside
+    # chunks; chunks short enough that the carried prefix matters (the log-space form needs them).
+    pattern_params={"mx_compile_fusion": {"compile": (True,)}, "chunked_scan_ops": {"method": ("sequential",)},
+                    "chunked_scan_carried_prefix": {"chunk": (8, 16, 32)}},
+    descriptors=("chunk", "method", "readout"),
 )
 
 # --------------------------------------------------------------------------------------------------------------
