@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -124,7 +125,7 @@ def create_run(cfg: RunConfig) -> tuple[RunStore, Task, Backend]:
                      "evaluations_done": 0, "best_candidate": None, "best_score": 0.0, "holdout": None,
                      "llm_usage": {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "calls": 0}}.items():
             store.set_meta(k, v)
-    (path / "config.json").write_text(__import__("json").dumps(cfg.to_json(), indent=2))
+    (path / "config.json").write_text(json.dumps(cfg.to_json(), indent=2))
     return store, task, backend
 
 
