@@ -102,3 +102,24 @@ def test_fp16_cast_keeps_scan_parameters_in_float32(model: M.Model) -> None:
     assert mixer.in_proj.weight.dtype == mx.float16
     out = m16(mx.array([[1, 2, 3]]))
     assert out.dtype == mx.float16 and not bool(mx.any(mx.isnan(out)))
+
+
+def test_compiled_runner_equals_eager_model_and_resets(model: M.Model) -> None:
+    from ksearch.models.mamba_compiled import CompiledMamba
+
+    tokens = mx.array([[5, 9, 2, 33, 7, 1, 60, 12, 8, 4, 4]])
+    ref = model(tokens)
+    runner = CompiledMamba(model)
+    got = [runner(tokens[:, :5]), runner(tokens[:, 5:6]), runner(tokens[:, 6:7]), runner(tokens[:, 7:])]
+    for g, pos in zip(got, (4, 5, 6, 10), strict=True):
+        assert mx.allclose(g, ref[:, pos], atol=1e-5, rtol=1e-5), pos
+    runner.reset()  # a new sequence: the same first logits again, from the kept trace
+    assert mx.allclose(runner(tokens[:, :5]), got[0], atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="batch=1"):
+        runner(tokens[0])
+
+
+def test_generation_compiled_equals_eager(model: M.Model) -> None:
+    prompt = [3, 14, 15, 9, 2, 6]
+    assert M.generate(model, prompt, max_tokens=8, compiled=True) == M.generate(model, prompt, max_tokens=8,
+                                                                                 compiled=False)

@@ -43,8 +43,9 @@ def register(bench_app: typer.Typer) -> None:
         res = run_bench(model_config, lens, decode_tokens, batch, dtype, reps, baseline_max_length, not no_compare,
                         log=typer.echo)
         notes = ("Random weights at the published config; one process; contenders interleaved per repetition; "
-                 "latency_s is the median, min/max the spread. Prefill covers the full forward (logits of every "
-                 "position) with state caches produced; decode is greedy steps after a 16-token prompt. mlx_lm runs "
+                 "latency_s is the median, min/max the spread. Prefill is the full forward (the head over every "
+                 "position) with state caches produced; decode is greedy steps after a 16-token prompt. ksearch is "
+                 "the mx.compile'd runner that generate() uses, ksearch_eager the same model op by op. mlx_lm runs "
                  f"prefill only up to L={baseline_max_length} (its per-token loop).")
         data = make_result(f"mamba-{model_config}", backend, res["figures"], res["shapes"], res["dtypes"],
                            res["summary"], notes)

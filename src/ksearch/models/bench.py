@@ -11,6 +11,7 @@ from typing import Any
 import mlx.core as mx
 
 from ksearch.models import mamba as M
+from ksearch.models.mamba_compiled import CompiledMamba
 
 Step = Callable[[], Any]
 
@@ -30,6 +31,13 @@ def _stats(times: list[float], tokens: int) -> dict[str, float]:
 
 
 def _prefill(model: Any, tokens: mx.array) -> Step:
+    if isinstance(model, CompiledMamba):
+        def run_compiled() -> Any:
+            model.reset()
+            return [model(tokens), *model.states]
+
+        return run_compiled
+
     def run() -> Any:
         cache = model.make_cache()
         logits = model(tokens, cache)
@@ -41,14 +49,20 @@ def _prefill(model: Any, tokens: mx.array) -> Step:
 def _decode(model: Any, prompt: mx.array, n_tokens: int, elapsed: list[float]) -> Step:
     """n_tokens greedy steps after a 16-token prefill; appends the decode time (prefill excluded) to `elapsed`."""
     def run() -> Any:
-        cache = model.make_cache()
-        logits = model(prompt, cache)
-        tok = mx.argmax(logits[:, -1], axis=-1)
+        if isinstance(model, CompiledMamba):
+            model.reset()
+            step: Callable[[mx.array], mx.array] = model
+        else:
+            cache = model.make_cache()
+
+            def step(t: mx.array) -> mx.array:
+                return model(t, cache)[:, -1]  # type: ignore[no-any-return]
+        tok = mx.argmax(step(prompt), axis=-1)
         mx.eval(tok)
         mx.synchronize()
         t0 = time.perf_counter()
         for _ in range(n_tokens):
-            tok = mx.argmax(model(tok[:, None], cache)[:, -1], axis=-1)
+            tok = mx.argmax(step(tok[:, None]), axis=-1)
             mx.async_eval(tok)  # like mlx-lm's generate: queue the step, read it at the next one
         mx.eval(tok)
         elapsed.append(time.perf_counter() - t0)
@@ -59,13 +73,15 @@ def _decode(model: Any, prompt: mx.array, n_tokens: int, elapsed: list[float]) -
 
 def run_bench(model_config: str = "370m", lengths: tuple[int, ...] = (512, 1024, 2048, 4096), decode_tokens: int = 64,
               batch: int = 1, dtype: str = "float16", reps: int = 3, baseline_max_length: int = 512,
-              compare: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
+              compare: bool = True, log: Callable[[str], None] = print,
+              args: M.ModelArgs | None = None) -> dict[str, Any]:
     from ksearch.integrations import mlx_lm as integ
     from ksearch.kernels.selective_scan import kernel_backend
 
-    args = M.config(model_config)
+    args = args or M.config(model_config)
     ours = M.random_model(args, seed=0, dtype=getattr(mx, dtype))
-    contenders: dict[str, Any] = {"ksearch": ours}
+    # "ksearch" is what generate() runs (the compiled step); "ksearch_eager" the same model op by op.
+    contenders: dict[str, Any] = {"ksearch": CompiledMamba(ours, batch=batch), "ksearch_eager": ours}
     if compare:
         theirs = integ.mlx_lm_model(ours)
         contenders["mlx_lm"] = theirs
@@ -116,6 +132,9 @@ def run_bench(model_config: str = "370m", lengths: tuple[int, ...] = (512, 1024,
         base = by.get(("prefill", "mlx_lm", length))
         if ours_f and base:
             summary[f"prefill_ratio_vs_mlx_lm_L{length}"] = base["latency_s"] / ours_f["latency_s"]
+    d_eager = by.get(("decode", "ksearch_eager", None))
+    if d_eager:
+        summary["decode_eager_tok_per_s"] = d_eager["tok_per_s"]
     d_ours = by.get(("decode", "ksearch", None))
     d_base = by.get(("decode", "mlx_lm", None))
     if d_ours:

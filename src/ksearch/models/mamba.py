@@ -292,14 +292,22 @@ def random_model(args: ModelArgs, seed: int = 0, dtype: mx.Dtype = F32) -> Model
 
 # -- generation ------------------------------------------------------------------------------------------------
 def generate_step(model: Model, prompt: mx.array, temperature: float = 0.0,
-                  prefill_step: int = 2048) -> Iterator[int]:
-    """Token ids after prompt (1-D int array): greedy at temperature 0, else sampled. Prefill runs in chunks."""
-    cache = model.make_cache()
+                  prefill_step: int = 2048, compiled: bool | None = None) -> Iterator[int]:
+    """Token ids after prompt (1-D int array): greedy at temperature 0, else sampled. Prefill runs in chunks.
+    Compiled (mamba_compiled.py) unless compiled=False or KSEARCH_MAMBA_COMPILE=0."""
+    from ksearch.models.mamba_compiled import CompiledMamba, use_compiled
+
     tokens = prompt[None]
+    runner = CompiledMamba(model) if use_compiled(compiled) else None
+    cache = model.make_cache()
+
+    def step(t: mx.array) -> mx.array:
+        return runner(t) if runner is not None else model(t, cache)[:, -1]
+
     for s in range(0, tokens.shape[1] - 1, prefill_step):
-        model(tokens[:, s:min(s + prefill_step, tokens.shape[1] - 1)], cache)
-        mx.eval([c for layer in cache for c in layer])
-    logits = model(tokens[:, -1:], cache)[:, -1]
+        last = step(tokens[:, s:min(s + prefill_step, tokens.shape[1] - 1)])
+        mx.eval(last, runner.states if runner is not None else [c for layer in cache for c in layer])
+    logits = step(tokens[:, -1:])
 
     def pick(lg: mx.array) -> mx.array:
         if temperature <= 0:
@@ -310,19 +318,19 @@ def generate_step(model: Model, prompt: mx.array, temperature: float = 0.0,
     mx.async_eval(y)
     while True:
         # Queue the next step before reading this token, so the GPU never waits on Python.
-        next_y = pick(model(y[:, None], cache)[:, -1])
+        next_y = pick(step(y[:, None]))
         mx.async_eval(next_y)
         yield int(cast(int, y.item()))
         y = next_y
 
 
 def generate(model: Model, prompt: list[int] | mx.array, max_tokens: int = 32, temperature: float = 0.0,
-             seed: int | None = None) -> list[int]:
+             seed: int | None = None, compiled: bool | None = None) -> list[int]:
     if seed is not None:
         mx.random.seed(seed)
     ids = prompt if isinstance(prompt, mx.array) else mx.array(prompt, dtype=mx.int32)
     out: list[int] = []
-    for tok in generate_step(model, ids, temperature):
+    for tok in generate_step(model, ids, temperature, compiled=compiled):
         out.append(tok)
         if len(out) >= max_tokens:
             break
