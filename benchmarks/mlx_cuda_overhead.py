@@ -20,7 +20,7 @@ import mlx.core as mx
 from ksearch.kernels.decode_cuda import DecodeConfig, decode_cuda
 
 TINY = mx.fast.cuda_kernel(name="ks_tiny_add", input_names=["x"], output_names=["y"],
-                           source="uint i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_size) y[i] = x[i] + 1.f;")
+                           source="int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = x[i] + 1.f;")
 
 
 def per_call(fn: Callable[[], Any], n: int, rounds: int = 7) -> float:

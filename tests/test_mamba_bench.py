@@ -23,4 +23,6 @@ def test_run_bench_times_every_contender() -> None:
     assert ("prefill", "mlx_lm", 16) not in seen  # past baseline_max_length
     assert all(f["tok_per_s"] > 0 and f["reps"] == 2 for f in res["figures"])
     s = res["summary"]
+    for name in ("ksearch", "ksearch_eager", "mlx_lm_patched"):
+        assert s[f"max_abs_diff_{name}_vs_mlx_lm_L8"] < 1e-4 * max(1.0, s["max_abs_logit_mlx_lm_L8"])
     assert {"decode_tok_per_s", "decode_eager_tok_per_s", "decode_ratio_vs_mlx_lm", "prefill_tok_per_s_L16"} <= set(s)

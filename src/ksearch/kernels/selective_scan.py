@@ -81,7 +81,8 @@ def selective_scan(u: mx.array, delta: mx.array, A: mx.array, B: mx.array, C: mx
                    delta_bias: mx.array, *, h0: mx.array | None = None, backend: str | None = None,
                    use_metal: bool | None = None) -> tuple[mx.array, mx.array]:
     """Mamba-1 selective scan (softplus on delta + delta_bias, D skip, z gate); h0 an optional initial state."""
-    return scan_views(u, delta, A, B, C, D, z, delta_bias, h0=h0, backend=backend, use_metal=use_metal)
+    c = mx.contiguous  # the kernels index parameters directly: a broadcast A (stride 0) would be misread
+    return scan_views(u, delta, c(A), B, C, c(D), z, c(delta_bias), h0=h0, backend=backend, use_metal=use_metal)
 
 
 def causal_conv_silu(x: mx.array, weight: mx.array, bias: mx.array | None, state: mx.array | None,
@@ -102,17 +103,20 @@ def selective_state_update(x: mx.array, z: mx.array, conv_state: mx.array, conv_
     mod = _pick(A.shape[1], backend, use_metal)
     if x.shape[1] > MAX_KERNEL_DIM.get(mod.__name__.rsplit("_", 1)[-1], 0):
         mod = ops_path
+    c = mx.contiguous  # parameters are indexed directly by the kernels
     return mod.mixer_step(  # type: ignore[no-any-return]
-        x, z, conv_state, conv_weight, conv_bias, x_proj_weight, dt_proj_weight, dt_bias, A, D, ssm_state)
+        x, z, conv_state, c(conv_weight), c(conv_bias) if conv_bias is not None else None, c(x_proj_weight),
+        c(dt_proj_weight), c(dt_bias), c(A), c(D), ssm_state)
 
 
 # -- model-facing: one Mamba-1 mixer after in_proj --------------------------------------------------------------
-# Default: the kernels read strided views of in_proj's / x_proj's outputs (slices and transposes, no copies): the
-# kernel modes checked on the H200. KSEARCH_MAMBA_FUSED=1 (or fused=True) takes the path with fewer graph nodes
-# (on MLX-CUDA each costs ~10 us of dispatch, most of a decode step): the outputs go to the kernels whole, with
-# offsets instead of slices, and the dt slice is folded into the dt_proj matmul (dt_ext has zero rows for the B and C
-# columns). It is the same memory access as the views, but its one GPU check so far came back with NaNs (together
-# with a 3-D addmm residual since removed), so it stays opt-in until `pytest -m gpu` passes with it.
+# Default: the kernels read strided views of in_proj's / x_proj's outputs (slices and transposes, no copies), the
+# layout whose outputs were checked against mlx-lm on the H200 (benchmarks/results/mamba-370m-*.json, summary
+# max_abs_diff_*). KSEARCH_MAMBA_FUSED=1 (or fused=True) takes the path with fewer graph nodes: the outputs go to the
+# kernels whole, with offsets instead of slices, and the dt slice is folded into the dt_proj matmul (dt_ext has zero
+# rows for the B and C columns). It measured faster decode on the H200 (457 vs 319 tok/s compiled) but its outputs
+# have not been compared on the GPU since the fix of the real bug behind its NaNs (a broadcast A_log, now made
+# contiguous in derive_params), so it stays opt-in until `pytest -m gpu tests/test_gpu_mamba.py` passes with it.
 
 
 def fused_layout(fused: bool | None = None) -> bool:
@@ -140,15 +144,19 @@ def derive_params(A_log: mx.array, D: mx.array, conv_weight: mx.array, conv_bias
     r = dt_proj_weight.shape[1]
     n2 = x_proj_weight.shape[0] - r
     dt_w = dt_proj_weight.astype(dtype)
+    # Every value row-contiguous (mx.contiguous is free on an array that already is): the kernels index parameters
+    # directly, and a parameter built with broadcast_to (A_log of a freshly constructed model) has stride 0 over
+    # channels. That was the H200's wrong-output bug of the random-weight model (benchmarks/mamba_gpu_diag.py).
+    c = mx.contiguous
     values: dict[str, Any] = {
-        "A": -mx.exp(A_log.astype(mx.float32)),
-        "D": D.astype(mx.float32),
-        "dt_bias": dt_proj_bias.astype(mx.float32),
-        "conv_w": mx.contiguous(conv_weight.reshape(dim, k).astype(dtype)),
-        "conv_b": conv_bias.astype(dtype) if conv_bias is not None else None,
-        "x_proj_w": x_proj_weight.astype(dtype),
+        "A": c(-mx.exp(A_log.astype(mx.float32))),
+        "D": c(D.astype(mx.float32)),
+        "dt_bias": c(dt_proj_bias.astype(mx.float32)),
+        "conv_w": c(conv_weight.reshape(dim, k).astype(dtype)),
+        "conv_b": c(conv_bias.astype(dtype)) if conv_bias is not None else None,
+        "x_proj_w": c(x_proj_weight.astype(dtype)),
         "x_proj_wT": x_proj_weight.astype(dtype).T,
-        "dt_proj_w": dt_w,
+        "dt_proj_w": c(dt_w),
         "dt_ext": mx.concatenate([dt_w.T, mx.zeros((n2, dim), dtype=dtype)], axis=0),
     }
     mx.eval([v for v in values.values() if v is not None])
@@ -171,8 +179,9 @@ def mixer_prefill(xz: mx.array, p: dict[str, Any], conv_state: mx.array | None,
         xc, conv_state = cu.conv_silu(xz, conv_w, p["conv_b"], conv_state)
         dbl = xc @ p["x_proj_wT"]
         dt = dbl @ p["dt_ext"]
-        y, ssm_state = cu.scan(xc, dt, A, dbl, dbl, p["D"], xz, p["dt_bias"], h0=ssm_state,
-                               y_bld=True, bld=True, z_off=dim, b_off=r, c_off=r + n)
+        # B and C as two distinct arrays (no array passed twice: placeholders.py).
+        y, ssm_state = cu.scan(xc, dt, A, dbl, dbl[..., r + n:], p["D"], xz, p["dt_bias"], h0=ssm_state,
+                               y_bld=True, bld=True, z_off=dim, b_off=r, c_off=0)
         return y, conv_state, ssm_state
     xs, z = xz[..., :dim], xz[..., dim:]
     xc, conv_state = causal_conv_silu(xs, conv_w, p["conv_b"], conv_state, backend=backend)
@@ -197,8 +206,8 @@ def mixer_decode(xz: mx.array, p: dict[str, Any], conv_state: mx.array, ssm_stat
             and dim <= MAX_KERNEL_DIM["cuda"]):
         from ksearch.kernels import selective_scan_cuda as cu
 
-        return cu.mixer_step(xz, xz, conv_state, p["conv_w"], p["conv_b"], p["x_proj_w"],
-                             p["dt_proj_w"], p["dt_bias"], A, p["D"], ssm_state, z_off=dim,
+        return cu.mixer_step(xz, xz[..., dim:], conv_state, p["conv_w"], p["conv_b"], p["x_proj_w"],
+                             p["dt_proj_w"], p["dt_bias"], A, p["D"], ssm_state, z_off=0,
                              y_shape=(batch, 1, dim))
     y, conv_state, ssm_state = selective_state_update(
         xz[:, 0, :dim], xz[:, 0, dim:], conv_state, p["conv_w"], p["conv_b"], p["x_proj_w"],

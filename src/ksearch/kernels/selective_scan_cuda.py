@@ -12,6 +12,8 @@ from typing import Any
 
 import mlx.core as mx
 
+from ksearch.kernels.placeholders import placeholder
+
 # Chunked scan. Block = CH channels x NCH chunks of L; thread (channel, chunk) keeps its N states in registers.
 # Pass 1: each thread runs its chunk from a zero state (end state H_c) and sums dt (the chunk's decay is
 # exp(A * sum dt), so no per-state product has to be kept). The chunk aggregates are combined in order in shared
@@ -293,7 +295,7 @@ def scan(u: mx.array, delta: mx.array, A: mx.array, B: mx.array, C: mx.array, D:
     A, D, delta_bias = _f32(A), _f32(D), _f32(delta_bias)
     y_shape = (batch, length, dim) if y_bld else (batch, dim, length)
     return tuple(scan_kernel()(  # type: ignore[return-value]
-        inputs=[u, delta, A, B, C, D, z, delta_bias, _f32(h0) if h0 is not None else D],
+        inputs=[u, delta, A, B, C, D, z, delta_bias, _f32(h0) if h0 is not None else placeholder("h0")],
         template=[("T", u.dtype), ("N", n), ("CH", ch), ("NCH", nch), ("HAS_H0", h0 is not None),
                   ("Y_BLD", y_bld), ("BLD", bld), ("Z_OFF", z_off), ("B_OFF", b_off), ("C_OFF", c_off)],
         grid=(batch * groups * ch * nch, 1, 1), threadgroup=(ch * nch, 1, 1),
@@ -308,7 +310,8 @@ def conv_silu(x: mx.array, weight: mx.array, bias: mx.array | None,
     batch, length = x.shape[0], x.shape[1]
     dim, k = weight.shape
     return tuple(conv_kernel()(  # type: ignore[return-value]
-        inputs=[x, weight, bias if bias is not None else weight, state if state is not None else weight],
+        inputs=[x, weight, bias if bias is not None else placeholder("conv_bias"),
+                state if state is not None else placeholder("conv_state")],
         template=[("T", x.dtype), ("K", k), ("HAS_BIAS", bias is not None), ("HAS_STATE", state is not None)],
         grid=(batch * length * dim, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(batch, length, dim), (batch, k - 1, dim)], output_dtypes=[x.dtype, x.dtype],
@@ -339,7 +342,7 @@ def mixer_step(x: mx.array, z: mx.array, conv_state: mx.array, conv_weight: mx.a
     dt = x.dtype
     return tuple(step_kernel()(  # type: ignore[return-value]
         inputs=[x, _as(z, dt), _as(conv_state, dt), _as(conv_weight, dt),
-                _as(conv_bias, dt) if conv_bias is not None else D, _as(x_proj_weight, dt), _as(dt_proj_weight, dt),
+                _as(conv_bias, dt) if conv_bias is not None else placeholder("conv_bias"), _as(x_proj_weight, dt), _as(dt_proj_weight, dt),
                 _f32(dt_bias), _f32(A), _f32(D), _f32(ssm_state)],
         template=[("T", dt), ("N", n), ("K", k), ("R", r), ("CPB", cpb), ("MAXD", maxd),
                   ("HAS_BIAS", conv_bias is not None), ("Z_OFF", z_off)],

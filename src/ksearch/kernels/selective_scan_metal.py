@@ -13,6 +13,8 @@ from typing import Any
 
 import mlx.core as mx
 
+from ksearch.kernels.placeholders import placeholder
+
 SCAN_SOURCE = r"""
     constexpr float LOG2E = 1.4426950408889634f;
     const int batch = u_shape[0], dim = u_shape[1], L = u_shape[2];
@@ -205,7 +207,7 @@ def scan(u: mx.array, delta: mx.array, A: mx.array, B: mx.array, C: mx.array, D:
     A, D, delta_bias = (mx.contiguous(a.astype(f32)) for a in (A, D, delta_bias))
     y_shape = (batch, length, dim) if y_bld else (batch, dim, length)
     return tuple(scan_kernel()(  # type: ignore[return-value]
-        inputs=[u, delta, A, B, C, D, z, delta_bias, h0.astype(f32) if h0 is not None else D],
+        inputs=[u, delta, A, B, C, D, z, delta_bias, h0.astype(f32) if h0 is not None else placeholder("h0")],
         template=[("T", u.dtype), ("N", n), ("CH", ch), ("NCH", nch), ("HAS_H0", h0 is not None),
                   ("Y_BLD", y_bld)],
         grid=(batch * groups * ch * nch, 1, 1), threadgroup=(ch * nch, 1, 1),
@@ -218,8 +220,8 @@ def conv_silu(x: mx.array, weight: mx.array, bias: mx.array | None,
     batch, length, dim = x.shape
     k = weight.shape[1]
     return tuple(conv_kernel()(  # type: ignore[return-value]
-        inputs=[x, mx.contiguous(weight), mx.contiguous(bias) if bias is not None else weight,
-                mx.contiguous(state) if state is not None else weight],
+        inputs=[x, mx.contiguous(weight), mx.contiguous(bias) if bias is not None else placeholder("conv_bias"),
+                mx.contiguous(state) if state is not None else placeholder("conv_state")],
         template=[("T", x.dtype), ("K", k), ("HAS_BIAS", bias is not None), ("HAS_STATE", state is not None)],
         grid=(batch * length * dim, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(batch, length, dim), (batch, k - 1, dim)], output_dtypes=[x.dtype, x.dtype],
@@ -240,7 +242,7 @@ def mixer_step(x: mx.array, z: mx.array, conv_state: mx.array, conv_weight: mx.a
         mx.contiguous(w.astype(x.dtype)) for w in (conv_weight, x_proj_weight, dt_proj_weight))
     return tuple(step_kernel()(  # type: ignore[return-value]
         inputs=[x, z, mx.contiguous(conv_state.astype(x.dtype)), conv_weight,
-                mx.contiguous(conv_bias) if conv_bias is not None else D, x_proj_weight, dt_proj_weight, dt_bias,
+                mx.contiguous(conv_bias) if conv_bias is not None else placeholder("conv_bias"), x_proj_weight, dt_proj_weight, dt_bias,
                 A, D, mx.contiguous(ssm_state.astype(f32))],
         template=[("T", x.dtype), ("N", n), ("K", k), ("R", r), ("CPB", cpb), ("MAXD", maxd),
                   ("HAS_BIAS", conv_bias is not None)],

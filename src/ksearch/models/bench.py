@@ -91,6 +91,7 @@ def run_bench(model_config: str = "370m", lengths: tuple[int, ...] = (512, 1024,
         (integ.patch if name == "mlx_lm_patched" else integ.unpatch)()
 
     figures: list[dict[str, Any]] = []
+    checks: dict[str, Any] = {}
     for length in lengths:
         tokens = mx.random.randint(0, args.vocab_size, (batch, length), key=mx.random.key(length))
         names = [n for n in contenders if n != "mlx_lm" or length <= baseline_max_length]
@@ -102,6 +103,18 @@ def run_bench(model_config: str = "370m", lengths: tuple[int, ...] = (512, 1024,
             for name in names:
                 set_patch(name)
                 times[name].append(_time(_prefill(contenders[name], tokens)))
+        if "mlx_lm" in names and "agreement" not in checks:
+            # The numbers only count if the outputs agree: last-position logits of every contender vs mlx-lm's own.
+            lasts = {}
+            for name in names:
+                set_patch(name)
+                lasts[name] = _prefill(contenders[name], tokens)()[0]
+                lasts[name] = (lasts[name][:, -1] if lasts[name].ndim == 3 else lasts[name]).astype(mx.float32)
+            ref = lasts["mlx_lm"]
+            checks["agreement"] = {f"max_abs_diff_{n}_vs_mlx_lm_L{length}": float(mx.max(mx.abs(v - ref)))
+                                   for n, v in lasts.items() if n != "mlx_lm"}
+            checks["agreement"][f"max_abs_logit_mlx_lm_L{length}"] = float(mx.max(mx.abs(ref)))
+            log(f"agreement: {checks['agreement']}")
         for name in names:
             row: dict[str, Any] = {"phase": "prefill", "contender": name, "batch": batch, "length": length,
                    **_stats(times[name], batch * length)}
@@ -123,7 +136,7 @@ def run_bench(model_config: str = "370m", lengths: tuple[int, ...] = (512, 1024,
                **_stats(dec[name], batch * decode_tokens)}
         figures.append(row)
         log(f"decode {decode_tokens} tokens {name:15s} {row['tok_per_s']:10.1f} tok/s")
-    summary: dict[str, Any] = {"scan_backend": kernel_backend()}
+    summary: dict[str, Any] = {"scan_backend": kernel_backend(), **checks.get("agreement", {})}
     by = {(f["phase"], f["contender"], f.get("length")): f for f in figures}
     for length in lengths:
         ours_f = by.get(("prefill", "ksearch", length))

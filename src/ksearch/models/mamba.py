@@ -105,7 +105,8 @@ class MambaMixer(nn.Module):
         self.conv1d = DepthwiseConv(di, args.d_conv, args.conv_bias)
         self.x_proj = nn.Linear(di, r + 2 * n, bias=False)
         self.dt_proj = nn.Linear(r, di, bias=True)
-        self.A_log = mx.log(mx.broadcast_to(mx.arange(1, n + 1, dtype=F32), (di, n)))
+        # mx.contiguous: a broadcast array has stride 0 over channels, and the kernels index parameters directly.
+        self.A_log = mx.contiguous(mx.log(mx.broadcast_to(mx.arange(1, n + 1, dtype=F32), (di, n))))
         self.D = mx.ones((di,))
         self.out_proj = nn.Linear(di, args.d_model, bias=args.bias)
         self._params: MixerParams | None = None
