@@ -68,3 +68,26 @@ def test_offline_policy_actions_come_from_patterns(tmp_path: Path) -> None:
     boosted = next(n for n in wm.frontier() if n.get("pattern_id") == "mx_compile_fusion")
     other = next(n for n in wm.frontier() if n.get("pattern_id") == "fused_expression")
     assert boosted["overall_rating_0_to_10"] >= other["overall_rating_0_to_10"]
+
+
+def test_offline_attention_on_cuda_starts_on_tensor_cores() -> None:
+    """The highest-rated first actions on the attention task are patterns both CUDA families realise; the proposer
+    must render them in the tensor-core family (on the H200 the scalar family's first kernels ran at 0.02x)."""
+    import random
+
+    from ksearch.backends.detect import Backend
+    from ksearch.policy.base import ImplementRequest, PolicyContext
+    from ksearch.policy.offline import OfflinePolicy
+    from ksearch.search.world_model import WorldModel
+    from ksearch.tasks import get_task
+
+    # The policy only reads the backend's name and family: no GPU needed to check its choice.
+    ctx = PolicyContext(task=get_task("attention"), backend=Backend("mlx-cuda", "cuda"), rng=random.Random(0))
+    policy = OfflinePolicy()
+    wm = WorldModel.from_json(policy.init_world_model(ctx, "analysis"))
+    top = max(wm.frontier(), key=lambda n: n["overall_rating_0_to_10"])
+    req = ImplementRequest(action=top, mode="first", parent_source=None, parent_params=None, feedback=None,
+                           history=[], best_source=None, best_score=0.0)
+    out = policy.implement(ctx, req)
+    assert out is not None
+    assert out[1]["family"] == "attention.cuda.flash_mma", (top.get("pattern_id"), out[1])

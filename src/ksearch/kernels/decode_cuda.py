@@ -267,8 +267,8 @@ class DecodeConfig:
     target_blocks: int = 1056  # aim for ~8 blocks per SM on an H200 (132 SMs); 1 = no split
     min_chunk: int = 128    # keys per split at least: below that the merge costs more than it saves
     group_heads: bool = True  # all query heads of a kv head in one block (K/V read once) vs one head per block
-    # Last block merges (one launch) vs a separate merge kernel. Off by default: the fused tail compiles for sm_90a but
-    # has not run on the GPU yet (benchmarks/attention_gpu.py check-decode covers it); turn on once checked.
+    # Last block merges (one launch) vs a separate merge kernel. Off by default: correct on the H200 but slower there
+    # (37.3 vs 30.6 us a call at B=1, S=4096: benchmarks/results/mlx-cuda-overhead-nvidia-h200.json).
     fused: bool = False
 
     def keys_per_step(self, d: int) -> int:

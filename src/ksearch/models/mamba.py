@@ -157,7 +157,7 @@ class ResidualBlock(nn.Module):
         out = self.mixer.out_proj
         if "bias" in out:
             return out(y) + x
-        # Not mx.addmm(x, y, W.T): with 3-D operands on MLX-CUDA it was the prime suspect of the NaNs in our GPU check.
+        # Plain matmul + add (not mx.addmm): once suspected of our GPU NaNs, which came from a broadcast A_log instead.
         return y @ self.mixer.proj_t()[1] + x
 
 
