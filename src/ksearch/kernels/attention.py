@@ -71,8 +71,11 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool |
         if attention_cuda.supports(q, k, v, causal, cfg):
             return attention_cuda.attention_cuda(q, k, v, causal, cfg)
     elif where == "metal" and metal_enabled(use_metal):
-        from ksearch.kernels import attention_metal
+        from ksearch.kernels import attention_metal, attention_metal_mma
 
+        # float16: the simdgroup_matrix kernel; other dtypes: the row kernel. Neither has run on Apple hardware.
+        if attention_metal_mma.supports(q, k, v, causal):
+            return attention_metal_mma.attention_metal_mma(q, k, v, causal)
         if attention_metal.supports_prefill(q, k, v, causal):
             return attention_metal.attention_metal(q, k, v, causal)
     return native_attention(q, k, v, causal)

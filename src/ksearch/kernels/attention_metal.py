@@ -3,8 +3,8 @@
 Decode is the same split-K flash-decoding as the CUDA version (decode_cuda.py): one threadgroup per (batch, kv head,
 split) holding all G query heads of the kv head, each simdgroup lane owning 4 dimensions of a key row, scores reduced
 with `simd_shuffle_xor`, online softmax in exp2, then a log-sum-exp merge kernel. Prefill here is the row-per-thread
-kernel with K/V tiles staged in threadgroup memory (one tile serves NT query rows) and causal tile skipping; a
-`simdgroup_matrix` version is future work (docs/attention.md).
+kernel with K/V tiles staged in threadgroup memory (one tile serves NT query rows) and causal tile skipping, used for
+dtypes other than float16; float16 prefill goes to the `simdgroup_matrix` kernel of attention_metal_mma.py.
 Enable with KSEARCH_METAL_KERNELS=1 (or `use_metal=True`) and please report timings from `ksearch bench decode`.
 """
 

@@ -118,6 +118,7 @@ template <class T, int N, class... A> inline metal::vec<T, N> make(A... a) {
 #define uint2(...) (::ks::make<uint, 2>(__VA_ARGS__))
 #define uint3(...) (::ks::make<uint, 3>(__VA_ARGS__))
 #define uint4(...) (::ks::make<uint, 4>(__VA_ARGS__))
+#define ulong2(...) (::ks::make<ulong, 2>(__VA_ARGS__))
 
 constexpr half operator"" h(long double v) { return static_cast<half>(v); }
 constexpr half operator"" h(unsigned long long v) { return static_cast<half>(v); }

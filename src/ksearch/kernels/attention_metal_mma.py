@@ -1,0 +1,196 @@
+"""FlashAttention-2 style prefill on Apple's `simdgroup_matrix` (8x8 matrix units) for mx.fast.metal_kernel.
+
+OPT-IN and NEVER RUN: no Apple hardware was available; the body passes clang with the project's MSL shim
+(tests/test_attention_metal_mma.py) and nothing more. Enable with KSEARCH_METAL_KERNELS=1; `ksearch.kernels.attention`
+then takes this kernel for float16 inputs with D 64 or 128 (the row kernel of attention_metal.py otherwise).
+
+Layout: a threadgroup of 4 simdgroups owns BQ = 32 query rows of one (batch, head); simdgroup s owns rows 8s..8s+7.
+Per key block of BK rows (16 at D=128, 32 at D=64, so that Q, K, V, S and P fit in 22 KB of the 32 KB of threadgroup
+memory): K and V are staged in threadgroup memory; S = Q K^T is built from 8x8 products (K loaded transposed by
+`simdgroup_load`), stored to threadgroup memory, where 4 lanes per row run the online softmax in exp2 (scale and
+log2(e) folded into Q) and write P as half; the accumulator rows are rescaled by a diagonal 8x8 matrix (matrix
+units have no per-row access), and O += P V. Causal: keys aligned lower right (key j visible to query i when
+j <= i + S - L), blocks past the last visible key skipped. GQA: head h reads kv head h / (Hq / Hkv).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+BQ = 32  # query rows per threadgroup (4 simdgroups x 8)
+NT = 128
+
+# Template: T (half), D (64 or 128), BK (key rows per block), CAUSAL.
+SOURCE = r"""
+    constexpr int NSG = 4;
+    constexpr int BQ = 32;
+    constexpr int DT = D / 8;
+    constexpr int KT = BK / 8;
+    constexpr int CPL = BK / 4;  // softmax: 4 lanes per row, CPL columns each
+    const uint sg = simdgroup_index_in_threadgroup, lane = thread_index_in_simdgroup;
+    const uint tid = thread_index_in_threadgroup;
+    const int qblk = int(threadgroup_position_in_grid.x), bh = int(threadgroup_position_in_grid.y);
+    const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
+    const int b = bh / Hq, h = bh % Hq, hk = h / (Hq / Hkv);
+    const int q0 = qblk * BQ;
+    const int off = S - L;
+    const device T* qp = q + size_t(bh) * size_t(L) * D;
+    const device T* kp = k + (size_t(b) * Hkv + hk) * size_t(S) * D;
+    const device T* vp = v + (size_t(b) * Hkv + hk) * size_t(S) * D;
+
+    threadgroup T Qs[BQ * D];
+    threadgroup T Ks[BK * D];
+    threadgroup T Vs[BK * D];
+    threadgroup float Ss[BQ * BK];
+    threadgroup T Ps[BQ * BK];
+    threadgroup float Ds[NSG * 64];
+    threadgroup float Os[NSG * 64];
+    threadgroup float rowm[BQ];
+    threadgroup float rowl[BQ];
+
+    const float qscale = 1.4426950408889634f * rsqrt(float(D));
+    for (uint i = tid; i < uint(BQ * D); i += NSG * 32) {
+        const int r = int(i) / D, c = int(i) % D;
+        Qs[i] = (q0 + r < L) ? T(float(qp[size_t(q0 + r) * D + c]) * qscale) : T(0.0f);
+    }
+    if (tid < uint(BQ)) { rowm[tid] = -INFINITY; rowl[tid] = 0.0f; }
+    simdgroup_float8x8 acc[DT];
+    for (int t = 0; t < DT; ++t) acc[t] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    const int kend = CAUSAL ? min(S, q0 + BQ + off) : S;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    for (int k0 = 0; k0 < kend; k0 += BK) {
+        for (uint i = tid; i < uint(BK * D); i += NSG * 32) {
+            const int r = int(i) / D, c = int(i) % D;
+            const bool ok = k0 + r < S;
+            Ks[i] = ok ? kp[size_t(k0 + r) * D + c] : T(0.0f);
+            Vs[i] = ok ? vp[size_t(k0 + r) * D + c] : T(0.0f);
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+
+        // S (8 x BK) of this simdgroup's rows: Q (8 x D) times K^T (D x BK), 8x8 tiles.
+        for (int j = 0; j < KT; ++j) {
+            simdgroup_float8x8 s = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+            for (int t = 0; t < DT; ++t) {
+                simdgroup_matrix<T, 8, 8> qa;
+                simdgroup_matrix<T, 8, 8> kb;
+                simdgroup_load(qa, Qs, D, ulong2(t * 8, sg * 8));
+                simdgroup_load(kb, Ks, D, ulong2(t * 8, j * 8), true);
+                simdgroup_multiply_accumulate(s, qa, kb, s);
+            }
+            simdgroup_store(s, Ss, BK, ulong2(j * 8, sg * 8));
+        }
+        simdgroup_barrier(mem_flags::mem_threadgroup);
+
+        // Online softmax over the block, 4 lanes per row; P as T; the rows' rescale factors on a diagonal.
+        {
+            const int r = int(sg) * 8 + int(lane) / 4, part = int(lane) % 4;
+            const int qi = q0 + r;
+            const float mold = rowm[r];
+            float sv[CPL];
+            float mblk = -INFINITY;
+            for (int c = 0; c < CPL; ++c) {
+                const int col = part * CPL + c, kj = k0 + col;
+                const bool vis = kj < S && (!CAUSAL || kj <= qi + off);
+                sv[c] = vis ? Ss[r * BK + col] : -INFINITY;
+                mblk = max(mblk, sv[c]);
+            }
+            mblk = max(mblk, simd_shuffle_xor(mblk, ushort(1)));
+            mblk = max(mblk, simd_shuffle_xor(mblk, ushort(2)));
+            const float mnew = max(mold, mblk);
+            const float base = (mnew == -INFINITY) ? 0.0f : mnew;  // no visible key yet: avoid -inf - -inf
+            float ls = 0.0f;
+            for (int c = 0; c < CPL; ++c) {
+                const float p = fast::exp2(sv[c] - base);
+                ls += p;
+                Ps[r * BK + part * CPL + c] = T(p);
+            }
+            ls += simd_shuffle_xor(ls, ushort(1));
+            ls += simd_shuffle_xor(ls, ushort(2));
+            const float corr = fast::exp2(mold - base);
+            for (uint e = lane; e < 64; e += 32) Ds[sg * 64 + e] = 0.0f;
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+            if (part == 0) {
+                rowm[r] = mnew;
+                rowl[r] = rowl[r] * corr + ls;
+                Ds[sg * 64 + (lane / 4) * 9] = corr;
+            }
+        }
+        simdgroup_barrier(mem_flags::mem_threadgroup);
+
+        // acc = diag(corr) acc + P V
+        {
+            simdgroup_float8x8 dg;
+            simdgroup_load(dg, Ds + sg * 64, 8);
+            for (int t = 0; t < DT; ++t) {
+                simdgroup_float8x8 scaled;
+                simdgroup_multiply(scaled, dg, acc[t]);
+                acc[t] = scaled;
+            }
+            for (int j = 0; j < KT; ++j) {
+                simdgroup_matrix<T, 8, 8> pa;
+                simdgroup_load(pa, Ps, BK, ulong2(j * 8, sg * 8));
+                for (int t = 0; t < DT; ++t) {
+                    simdgroup_matrix<T, 8, 8> vb;
+                    simdgroup_load(vb, Vs, D, ulong2(t * 8, j * 8));
+                    simdgroup_multiply_accumulate(acc[t], pa, vb, acc[t]);
+                }
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);  // Ks / Vs / Ss are refilled by the next block
+    }
+
+    // O = diag(1 / l) acc, written through an 8x8 staging tile per simdgroup.
+    for (uint e = lane; e < 64; e += 32) Ds[sg * 64 + e] = 0.0f;
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    if (lane < 8) {
+        const float l = rowl[sg * 8 + lane];
+        Ds[sg * 64 + lane * 9] = l > 0.0f ? 1.0f / l : 0.0f;
+    }
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    simdgroup_float8x8 dg;
+    simdgroup_load(dg, Ds + sg * 64, 8);
+    for (int t = 0; t < DT; ++t) {
+        simdgroup_float8x8 ot;
+        simdgroup_multiply(ot, dg, acc[t]);
+        simdgroup_store(ot, Os + sg * 64, 8);
+        simdgroup_barrier(mem_flags::mem_threadgroup);
+        for (uint e = lane; e < 64; e += 32) {
+            const int qi = q0 + int(sg) * 8 + int(e) / 8;
+            if (qi < L) o[(size_t(bh) * L + qi) * D + t * 8 + int(e) % 8] = T(Os[sg * 64 + e]);
+        }
+        simdgroup_barrier(mem_flags::mem_threadgroup);
+    }
+"""
+
+
+def block_keys(d: int) -> int:
+    """Key rows per block: Q + K + V + S + P stay near 22 KB of the 32 KB of threadgroup memory."""
+    return 16 if d == 128 else 32
+
+
+def supports(q: Any, k: Any, v: Any, causal: bool) -> bool:
+    import mlx.core as mx
+
+    d = q.shape[-1]
+    return (q.dtype == mx.float16 and k.dtype == q.dtype and v.dtype == q.dtype and d in (64, 128)
+            and q.shape[1] % k.shape[1] == 0 and (not causal or q.shape[2] <= k.shape[2]))
+
+
+@cache
+def _kernel() -> Any:
+    import mlx.core as mx
+
+    return mx.fast.metal_kernel(name="ks_attention_simdgroup_mma", input_names=["q", "k", "v"], output_names=["o"],
+                                source=SOURCE)
+
+
+def attention_metal_mma(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
+    b, hq, length, d = q.shape
+    nblk = math.ceil(length / BQ)
+    return _kernel()(inputs=[q, k, v], template=[("T", q.dtype), ("D", d), ("BK", block_keys(d)),
+                                                 ("CAUSAL", bool(causal))],
+                     grid=(nblk * NT, b * hq, 1), threadgroup=(NT, 1, 1), output_shapes=[q.shape],
+                     output_dtypes=[q.dtype])[0]

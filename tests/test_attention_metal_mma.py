@@ -1,0 +1,80 @@
+"""The Metal kernels of ksearch.kernels (never run here: no Apple hardware) pass clang with the project's MSL shim,
+at every template configuration the dispatch code uses; and the dispatch picks them only when opted in."""
+
+from __future__ import annotations
+
+import pytest
+
+from ksearch.kernels import attention_metal, attention_metal_mma
+from ksearch.knowledge.extract import KernelUse, TemplateArg
+from ksearch.knowledge.metal_check import check_kernels, clang_path
+
+needs_clang = pytest.mark.skipif(clang_path() is None, reason="clang not installed")
+
+
+def _use(name: str, source: str, inputs: list[str], outputs: list[str], template: list[TemplateArg],
+         out_dtypes: list[str] | None = None, in_dtypes: dict[str, str] | None = None) -> KernelUse:
+    return KernelUse(dialect="metal", line=0, var=None, name=name, input_names=inputs, output_names=outputs,
+                     source=source, output_dtypes=out_dtypes or ["T"] * len(outputs), template=template,
+                     input_dtypes=in_dtypes or {})
+
+
+def _mma(d: int, causal: bool) -> KernelUse:
+    return _use(f"mma_d{d}_{int(causal)}", attention_metal_mma.SOURCE, ["q", "k", "v"], ["o"],
+                [TemplateArg("T", "dtype", "float16"), TemplateArg("D", "int", d),
+                 TemplateArg("BK", "int", attention_metal_mma.block_keys(d)), TemplateArg("CAUSAL", "bool", causal)])
+
+
+@needs_clang
+def test_simdgroup_mma_prefill_passes_clang_at_every_configuration() -> None:
+    kernels = [_mma(d, c) for d in (64, 128) for c in (False, True)]
+    errors = check_kernels(kernels)
+    assert errors == [], [str(e) for e in errors or []]
+
+
+@needs_clang
+def test_a_broken_simdgroup_call_is_caught() -> None:
+    # The check must be able to fail: an 8x8 matrix of int is not a simdgroup_matrix.
+    bad = attention_metal_mma.SOURCE.replace("simdgroup_float8x8 s =", "simdgroup_matrix<int, 8, 8> s =", 1)
+    k = _mma(64, False)
+    k.source = bad
+    assert check_kernels([k])
+
+
+@needs_clang
+def test_row_and_decode_metal_kernels_pass_clang() -> None:
+    f16 = TemplateArg("T", "dtype", "float16")
+    kernels = [
+        _use("rows", attention_metal.PREFILL_SOURCE, ["q", "k", "v"], ["o"],
+             [f16, TemplateArg("D", "int", 128), TemplateArg("NT", "int", attention_metal.PREFILL_NT),
+              TemplateArg("BN", "int", attention_metal.PREFILL_BN), TemplateArg("CAUSAL", "bool", True)]),
+        _use("split", attention_metal.DECODE_SPLIT_SOURCE, ["q", "k_cache", "v_cache", "meta"],
+             ["part_acc", "part_ml"], [f16, TemplateArg("D", "int", 128), TemplateArg("G", "int", 4),
+                                       TemplateArg("NW", "int", 4)], ["float32", "float32"],
+             in_dtypes={"meta": "int32"}),
+        _use("merge", attention_metal.DECODE_MERGE_SOURCE, ["part_acc", "part_ml"], ["o"],
+             [f16, TemplateArg("D", "int", 128), TemplateArg("G", "int", 4)],
+             in_dtypes={"part_acc": "float32", "part_ml": "float32"}),
+    ]
+    errors = check_kernels(kernels)
+    assert errors == [], [str(e) for e in errors or []]
+
+
+def test_metal_dispatch_is_opt_in_and_picks_by_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    mx = pytest.importorskip("mlx.core")
+    A = importlib.import_module("ksearch.kernels.attention")  # the module: the package re-exports the function
+
+    monkeypatch.setattr(A, "_backend", lambda: "metal")
+    monkeypatch.setattr(attention_metal_mma, "attention_metal_mma", lambda *a: "mma")
+    monkeypatch.setattr(attention_metal, "attention_metal", lambda *a: "rows")
+    q16 = mx.zeros((1, 4, 8, 64), dtype=mx.float16)
+    k16 = mx.zeros((1, 2, 8, 64), dtype=mx.float16)
+    q32, k32 = q16.astype(mx.float32), k16.astype(mx.float32)
+    monkeypatch.delenv("KSEARCH_METAL_KERNELS", raising=False)
+    assert not isinstance(A.attention(q16, k16, k16), str)  # not opted in: MLX's own attention
+    monkeypatch.setenv("KSEARCH_METAL_KERNELS", "1")
+    assert A.attention(q16, k16, k16, causal=True) == "mma"
+    assert A.attention(q32, k32, k32) == "rows"
+    assert not isinstance(A.attention(q16[..., :48], k16[..., :48], k16[..., :48]), str)  # D=48: no kernel fits
