@@ -67,6 +67,12 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool |
     if where == "cuda":
         from ksearch.kernels import attention_cuda
 
+        if os.environ.get("KSEARCH_WGMMA", "") not in ("", "0"):
+            # Opt-in: the wgmma kernel has not run on a GPU yet (attention_wgmma.py, benchmarks/attention_wgmma_check.py).
+            from ksearch.kernels import attention_wgmma
+
+            if attention_wgmma.supports(q, k, v, causal, attention_wgmma.WgmmaConfig()):
+                return attention_wgmma.attention_wgmma(q, k, v, causal)
         cfg = config or prefill_config(q, k, causal)
         if attention_cuda.supports(q, k, v, causal, cfg):
             return attention_cuda.attention_cuda(q, k, v, causal, cfg)
