@@ -37,7 +37,7 @@ def digest_numpy(a: np.ndarray) -> str:
         step = max(1, flat.size // (FULL_HASH_LIMIT // flat.itemsize // 4))
         h.update(np.ascontiguousarray(flat[::step]).tobytes())
         raw = flat.view(np.uint8)
-        h.update(zlib.crc32(memoryview(raw)).to_bytes(4, "little"))
+        h.update(zlib.crc32(raw.data).to_bytes(4, "little"))
         words = raw[: raw.size // 8 * 8].view(np.uint64)
         h.update(int(words.sum(dtype=np.uint64)).to_bytes(8, "little"))
         h.update(raw[words.size * 8:].tobytes())
