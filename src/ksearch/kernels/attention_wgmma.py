@@ -239,7 +239,10 @@ SOURCE = r"""
 @dataclass(frozen=True)
 class WgmmaConfig:
     wg: int = 1          # warpgroups per block (64 query rows each)
-    vmode: int = 1       # 1: V read MN-major with the transpose bit; 0: V transposed by hand (K-major)
+    # 0: V transposed by hand into a K-major tile: only the K-major layout, whose byte offsets match a public wgmma
+    # test (LBO along K = 128 B, SBO along M/N), is relied on. 1: V read MN-major with the transpose bit (cheaper
+    # loads, offsets unverified).
+    vmode: int = 0
     ls_swap: bool = False  # swap the descriptors' leading / stride byte offsets (unverified which one is right)
 
     def smem_bytes(self, d: int) -> int:
