@@ -9,7 +9,8 @@ Per key block of BK rows (16 at D=128, 32 at D=64, so that Q, K, V, S and P fit 
 memory): K and V are staged in threadgroup memory; S = Q K^T is built from 8x8 products (K loaded transposed by
 `simdgroup_load`), stored to threadgroup memory, where 4 lanes per row run the online softmax in exp2 (scale and
 log2(e) folded into Q) and write P as half; the accumulator rows are rescaled by a diagonal 8x8 matrix (matrix
-units have no per-row access), and O += P V. Causal: keys aligned lower right (key j visible to query i when
+units have no per-row access), and O += P V. Tiles are addressed by pointer (origin 0), so the only layout convention
+relied on is `simdgroup_load`'s transpose flag for K^T. Causal: keys aligned lower right (key j visible to query i when
 j <= i + S - L), blocks past the last visible key skipped. GQA: head h reads kv head h / (Hq / Hkv).
 """
 
@@ -76,11 +77,11 @@ SOURCE = r"""
             for (int t = 0; t < DT; ++t) {
                 simdgroup_matrix<T, 8, 8> qa;
                 simdgroup_matrix<T, 8, 8> kb;
-                simdgroup_load(qa, Qs, D, ulong2(t * 8, sg * 8));
-                simdgroup_load(kb, Ks, D, ulong2(t * 8, j * 8), true);
+                simdgroup_load(qa, Qs + sg * 8 * D + t * 8, D);
+                simdgroup_load(kb, Ks + j * 8 * D + t * 8, D, ulong2(0, 0), true);
                 simdgroup_multiply_accumulate(s, qa, kb, s);
             }
-            simdgroup_store(s, Ss, BK, ulong2(j * 8, sg * 8));
+            simdgroup_store(s, Ss + sg * 8 * BK + j * 8, BK);
         }
         simdgroup_barrier(mem_flags::mem_threadgroup);
 
@@ -131,10 +132,10 @@ SOURCE = r"""
             }
             for (int j = 0; j < KT; ++j) {
                 simdgroup_matrix<T, 8, 8> pa;
-                simdgroup_load(pa, Ps, BK, ulong2(j * 8, sg * 8));
+                simdgroup_load(pa, Ps + sg * 8 * BK + j * 8, BK);
                 for (int t = 0; t < DT; ++t) {
                     simdgroup_matrix<T, 8, 8> vb;
-                    simdgroup_load(vb, Vs, D, ulong2(t * 8, j * 8));
+                    simdgroup_load(vb, Vs + j * 8 * D + t * 8, D);
                     simdgroup_multiply_accumulate(acc[t], pa, vb, acc[t]);
                 }
             }
