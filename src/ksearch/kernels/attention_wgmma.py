@@ -68,6 +68,13 @@ template <> __device__ __forceinline__ unsigned ks_pack2<__half>(float x, float 
 template <> __device__ __forceinline__ unsigned ks_pack2<__nv_bfloat16>(float x, float y) {
   __nv_bfloat162 h = __floats2bfloat162_rn(x, y); return *reinterpret_cast<unsigned*>(&h);
 }
+// Pins an accumulator register between asm statements: without it the compiler may read an accumulator before the
+// wait on its asynchronous wgmma, or write it (a rescale) after the wgmma that reads it was issued.
+__device__ __forceinline__ void ks_fence_reg(float& r) { asm volatile("" : "+f"(r) :: "memory"); }
+template <int N> __device__ __forceinline__ void ks_fence_regs(float* r) {
+  #pragma unroll
+  for (int i = 0; i < N; ++i) ks_fence_reg(r[i]);
+}
 __device__ __forceinline__ void ks_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void ks_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void ks_wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -166,6 +173,7 @@ SOURCE = r"""
       float s[BN / 2];
       #pragma unroll
       for (int i = 0; i < BN / 2; ++i) s[i] = 0.f;  // scale-d = 0 on the first product ignores them; no undefined reads
+      ks_fence_regs<BN / 2>(s);
       ks_wg_fence();
       #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc) {
@@ -174,6 +182,7 @@ SOURCE = r"""
       }
       ks_wg_commit();
       ks_wg_wait0();
+      ks_fence_regs<BN / 2>(s);
       const int n0 = t * BN;
       const bool need_mask = CAUSAL && (n0 + BN - 1 > m0 + wg * 64 + warp * 16 + shift);
       float mx[2] = {mrow[0], mrow[1]};
@@ -207,6 +216,7 @@ SOURCE = r"""
         pa[j >> 1][(j & 1) * 2] = ks_pack2<T>(p0, p1);
         pa[j >> 1][(j & 1) * 2 + 1] = ks_pack2<T>(p2, p3);
       }
+      ks_fence_regs<D / 2>(oacc);
       ks_wg_fence();
       #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
@@ -217,6 +227,7 @@ SOURCE = r"""
       }
       ks_wg_commit();
       ks_wg_wait0();
+      ks_fence_regs<D / 2>(oacc);
       __syncthreads();  // every warpgroup is done with stage st before it is refilled
       if (!VMODE && t + 1 < ntiles) ks_load_vt<D, BN, NT>(Vs + (st ^ 1) * KB, vg + (size_t)(t + 1) * BN * D);
     }
