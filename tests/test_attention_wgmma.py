@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from ksearch.kernels import attention_cuda
 from ksearch.kernels import attention_wgmma as W
 from ksearch.kernels.attention_nvcc import compile_check, nvcc, wrap
 
@@ -42,7 +43,7 @@ def test_a_malformed_wgmma_is_rejected() -> None:
 
 def test_wgmma_config_fits_shared_memory() -> None:
     for wg in (1, 2):
-        assert W.WgmmaConfig(wg=wg).smem_bytes(128) <= W.MAX_SMEM
+        assert W.WgmmaConfig(wg=wg).smem_bytes(128) <= attention_cuda.MAX_SMEM
 
 
 def test_wgmma_is_taken_only_when_opted_in(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,7 +51,6 @@ def test_wgmma_is_taken_only_when_opted_in(monkeypatch: pytest.MonkeyPatch) -> N
 
     mx = pytest.importorskip("mlx.core")
     A = importlib.import_module("ksearch.kernels.attention")
-    from ksearch.kernels import attention_cuda
 
     monkeypatch.setattr(A, "_backend", lambda: "cuda")
     monkeypatch.setattr(W, "attention_wgmma", lambda *a: "wgmma")

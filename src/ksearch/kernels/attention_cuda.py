@@ -224,15 +224,21 @@ class PrefillConfig:
 MAX_SMEM = 100_000  # checked to work from mx.fast.cuda_kernel on the H200
 
 
-def supports(q: Any, k: Any, v: Any, causal: bool, cfg: PrefillConfig) -> bool:
+def fits(q: Any, k: Any, v: Any, causal: bool, rows: int, keys: int, smem: int) -> bool:
+    """What our tensor-core prefill kernels handle: fp16/bf16, D 64 or 128, GQA, L a multiple of the block's `rows`,
+    S of its `keys`, causal only with L <= S, and `smem` bytes within MAX_SMEM."""
     import mlx.core as mx
 
     if q.dtype not in (mx.float16, mx.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
         return False
     b, hq, length, d = q.shape
     hkv, s = k.shape[1], k.shape[2]
-    return (d in (64, 128) and v.shape == k.shape and hq % hkv == 0 and length % cfg.bm == 0 and s % cfg.bn == 0
-            and (not causal or length <= s) and cfg.smem_bytes(d) <= MAX_SMEM)
+    return (d in (64, 128) and v.shape == k.shape and hq % hkv == 0 and length % rows == 0 and s % keys == 0
+            and (not causal or length <= s) and smem <= MAX_SMEM)
+
+
+def supports(q: Any, k: Any, v: Any, causal: bool, cfg: PrefillConfig) -> bool:
+    return fits(q, k, v, causal, cfg.bm, cfg.bn, cfg.smem_bytes(q.shape[-1]))
 
 
 @cache

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from ksearch.kernels.attention_cuda import fits
+
 
 def _wgmma_funcs(ctype: str, ptx: str) -> str:
     """Inline-PTX wrappers: SS (both operands from shared memory) with N=64, RS (A from registers) with N=64/128."""
@@ -260,18 +262,8 @@ class WgmmaConfig:
         return (64 * self.wg + 4 * 64) * d * 2
 
 
-MAX_SMEM = 100_000  # as attention_cuda: checked to work from mx.fast.cuda_kernel on the H200
-
-
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WgmmaConfig) -> bool:
-    import mlx.core as mx
-
-    if q.dtype not in (mx.float16, mx.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
-        return False
-    b, hq, length, d = q.shape
-    hkv, s = k.shape[1], k.shape[2]
-    return (d in (64, 128) and v.shape == k.shape and hq % hkv == 0 and length % (64 * cfg.wg) == 0 and s % 64 == 0
-            and (not causal or length <= s) and cfg.smem_bytes(d) <= MAX_SMEM)
+    return fits(q, k, v, causal, 64 * cfg.wg, 64, cfg.smem_bytes(q.shape[-1]))
 
 
 @cache
