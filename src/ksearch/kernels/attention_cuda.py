@@ -242,24 +242,28 @@ def supports(q: Any, k: Any, v: Any, causal: bool, cfg: PrefillConfig) -> bool:
 
 
 @cache
-def _kernel(cfg: PrefillConfig, smem: int) -> Any:
+def build_kernel(name: str, source: str, header: str, smem: int) -> Any:
+    """A prefill kernel object (inputs q, k, v, scale; output o), built once per name and shared-memory size."""
     import mlx.core as mx
 
-    return mx.fast.cuda_kernel(
-        name=f"ks_flash_fwd_m{cfg.bm}_n{cfg.bn}_{'db' if cfg.db else 'sb'}", input_names=["q", "k", "v", "scale"],
-        output_names=["o"], source=SOURCE, header=HEADER, shared_memory=smem)
+    return mx.fast.cuda_kernel(name=name, input_names=["q", "k", "v", "scale"], output_names=["o"], source=source,
+                               header=header, shared_memory=smem)
+
+
+def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]]) -> Any:
+    """One block of nt threads per `rows` query rows of each (batch, query head); o has q's shape and dtype."""
+    import mlx.core as mx
+
+    b, hq, length, d = q.shape
+    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
+    return kern(inputs=[q, k, v, scale], template=[("T", q.dtype), ("D", d), *template],
+                grid=(length // rows * nt, b * hq, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
+                output_dtypes=[q.dtype])[0]
 
 
 def attention_cuda(q: Any, k: Any, v: Any, causal: bool = False, cfg: PrefillConfig | None = None) -> Any:
-    import mlx.core as mx
-
     cfg = cfg or PrefillConfig()
-    b, hq, length, d = q.shape
-    kern = _kernel(cfg, cfg.smem_bytes(d))
-    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
-    nt = cfg.bm // 16 * 32
-    return kern(inputs=[q, k, v, scale],
-                template=[("T", q.dtype), ("D", d), ("BM", cfg.bm), ("BN", cfg.bn), ("CAUSAL", bool(causal)),
-                          ("DB", cfg.db)],
-                grid=(length // cfg.bm * nt, b * hq, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
-                output_dtypes=[q.dtype])[0]
+    kern = build_kernel(f"ks_flash_fwd_m{cfg.bm}_n{cfg.bn}_{'db' if cfg.db else 'sb'}", SOURCE, HEADER,
+                        cfg.smem_bytes(q.shape[-1]))
+    return launch(kern, q, k, v, cfg.bm, cfg.bm // 16 * 32,
+                  [("BM", cfg.bm), ("BN", cfg.bn), ("CAUSAL", bool(causal)), ("DB", cfg.db)])

@@ -19,12 +19,10 @@ which assignment the hardware wants is the one thing we could not check without 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-from ksearch.kernels.attention_cuda import fits
+from ksearch.kernels.attention_cuda import build_kernel, fits, launch
 
 
 def _wgmma_funcs(ctype: str, ptx: str) -> str:
@@ -266,25 +264,9 @@ def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WgmmaConfig) -> bool:
     return fits(q, k, v, causal, 64 * cfg.wg, 64, cfg.smem_bytes(q.shape[-1]))
 
 
-@cache
-def _kernel(cfg: WgmmaConfig, smem: int) -> Any:
-    import mlx.core as mx
-
-    return mx.fast.cuda_kernel(
-        name=f"ks_flash_wgmma_wg{cfg.wg}_v{cfg.vmode}_s{int(cfg.ls_swap)}", input_names=["q", "k", "v", "scale"],
-        output_names=["o"], source=SOURCE, header=HEADER, shared_memory=smem)
-
-
 def attention_wgmma(q: Any, k: Any, v: Any, causal: bool = False, cfg: WgmmaConfig | None = None) -> Any:
-    import mlx.core as mx
-
     cfg = cfg or WgmmaConfig()
-    b, hq, length, d = q.shape
-    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
-    nt = 128 * cfg.wg
-    return _kernel(cfg, cfg.smem_bytes(d))(
-        inputs=[q, k, v, scale],
-        template=[("T", q.dtype), ("D", d), ("WG", cfg.wg), ("CAUSAL", bool(causal)), ("VMODE", cfg.vmode),
-                  ("LS_SWAP", cfg.ls_swap)],
-        grid=(length // (64 * cfg.wg) * nt, b * hq, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
-        output_dtypes=[q.dtype])[0]
+    kern = build_kernel(f"ks_flash_wgmma_wg{cfg.wg}_v{cfg.vmode}_s{int(cfg.ls_swap)}", SOURCE, HEADER,
+                        cfg.smem_bytes(q.shape[-1]))
+    return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg,
+                  [("WG", cfg.wg), ("CAUSAL", bool(causal)), ("VMODE", cfg.vmode), ("LS_SWAP", cfg.ls_swap)])
