@@ -19,7 +19,10 @@ os.environ.setdefault("MLX_ENABLE_TF32", "0")  # the fp32 reference must be real
 import mlx.core as mx  # noqa: E402
 
 from ksearch.commands import bench_attention as ba  # noqa: E402
+from ksearch.kernels.attention import hopper  # noqa: E402
 from ksearch.kernels.attention_cuda import PrefillConfig, attention_cuda  # noqa: E402
+from ksearch.kernels.attention_wgmma import WgmmaConfig, attention_wgmma  # noqa: E402
+from ksearch.kernels.attention_wgmma_ws import WsConfig, attention_wgmma_ws  # noqa: E402
 from ksearch.kernels.decode_cuda import DecodeConfig, decode_cuda  # noqa: E402
 
 DECODE_CONFIGS = [DecodeConfig(),  # the library default: 4 warps, 4 steps in flight, separate merge kernel
@@ -27,6 +30,16 @@ DECODE_CONFIGS = [DecodeConfig(),  # the library default: 4 warps, 4 steps in fl
                   DecodeConfig(unroll=2, target_blocks=528, min_chunk=256), DecodeConfig(warps=8, unroll=2)]
 PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), PrefillConfig(64, 64, False),
                    PrefillConfig(128, 32, True), PrefillConfig(64, 32, True)]
+# Hopper only; the first is the library default there.
+WGMMA_CONFIGS = [WgmmaConfig(3, 64), WgmmaConfig(2, 64), WgmmaConfig(2, 128), WsConfig(2, 64, 3, 4)]
+
+
+def prefill_kernel(cfg, q, k, v, causal):
+    if isinstance(cfg, WsConfig):
+        return attention_wgmma_ws(q, k, v, causal, cfg)
+    if isinstance(cfg, WgmmaConfig):
+        return attention_wgmma(q, k, v, causal, cfg)
+    return attention_cuda(q, k, v, causal, cfg)
 
 
 def ref_attention(q, k, v, causal):
@@ -73,12 +86,15 @@ def check(kind: str) -> int:
         runs = [(PREFILL_CONFIGS[1], c, t, cz) for c in cases for t in (mx.float16, mx.bfloat16) for cz in (False, True)]
         runs += [(cfg, c, mx.float16, cz) for cfg in PREFILL_CONFIGS if cfg != PREFILL_CONFIGS[1]
                  for c in cases[1:3] for cz in (False, True)]
+        if hopper():  # L=256 is a partial last block at 192 rows a block
+            runs += [(WGMMA_CONFIGS[0], c, t, cz) for c in cases for t in (mx.float16, mx.bfloat16) for cz in (0, 1)]
+            runs += [(cfg, c, mx.float16, cz) for cfg in WGMMA_CONFIGS[1:] for c in cases[1:3] for cz in (0, 1)]
         for cfg, (b, hq, hkv, length, s, d), dt, causal in runs:
             if True:
                 q = mx.random.normal((b, hq, length, d)).astype(dt)
                 k = mx.random.normal((b, hkv, s, d)).astype(dt)
                 v = mx.random.normal((b, hkv, s, d)).astype(dt)
-                out = attention_cuda(q, k, v, causal, cfg).astype(mx.float32)
+                out = prefill_kernel(cfg, q, k, v, bool(causal)).astype(mx.float32)
                 err = float(mx.max(mx.abs(out - ref_attention(q, k, v, causal))).item())
                 ok = err < (3e-2 if dt == mx.bfloat16 else 5e-3)
                 bad += not ok

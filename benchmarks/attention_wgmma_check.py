@@ -1,10 +1,13 @@
-"""One GPU call for the wgmma prefill kernel (ksearch/kernels/attention_wgmma.py), never run before: which layout
-variant is correct, then its speed against cuDNN and our mma.sync kernel, interleaved in one process.
+"""One GPU call for the wgmma prefill kernel (ksearch/kernels/attention_wgmma.py): which configurations are correct,
+then their speed against cuDNN (MLX's native attention) and our mma.sync kernel, interleaved in one process.
 
-    python benchmarks/attention_wgmma_check.py OUT_DIR
+    python benchmarks/attention_wgmma_check.py OUT_DIR [CONFIG ...]
 
-Each variant's correctness runs in a subprocess of its own (a wrong descriptor can fault the GPU context), with a
-time limit; results go to OUT_DIR/wgmma-check.json as they come.
+A configuration is "wgW_nN" (the synchronous kernel, attention_wgmma.py: W warpgroups, N keys per tile) or
+"wsW_nN_sS[_pP]" (the warp-specialised one, attention_wgmma_ws.py, with S stages and P producer warps).
+
+Each configuration's correctness runs in a subprocess of its own (a bad kernel can fault the GPU context), with a time
+limit; results go to OUT_DIR/wgmma-check.json as they come.
 """
 
 from __future__ import annotations
@@ -14,30 +17,55 @@ import os
 import subprocess
 import sys
 
-VARIANTS = [(wg, vmode, swap) for vmode in (1, 0) for swap in (False, True) for wg in (1, 2)]
+CONFIGS = ["wg2_n64", "wg2_n128", "wg3_n64", "ws2_n64_s3_p4"]
+# (dtype, D, Hq, Hkv, L, S, causal): GQA, both head dims and dtypes, causal with S > L (the mask's shift)
+CASES = [("float16", 128, 8, 2, 768, 768, False), ("float16", 128, 8, 2, 768, 768, True),
+         ("bfloat16", 64, 8, 8, 768, 768, True), ("float16", 128, 4, 1, 384, 768, True),
+         ("float16", 128, 32, 8, 1536, 1536, False), ("float16", 128, 8, 2, 1024, 1024, True),
+         ("bfloat16", 64, 8, 8, 1024, 1024, False)]  # L=1024: a partial last block at 192 rows a block
 
 
-def check_one(wg: int, vmode: int, swap: bool) -> dict:
+LENGTHS = [int(x) for x in os.environ.get("KS_CHECK_LENGTHS", "2048,4096,8192").split(",")]
+
+
+def kernel(name: str):  # type: ignore[no-untyped-def]
+    """name -> (fn(q, k, v, causal), supports(q, k, v, causal))."""
+    import re
+
+    from ksearch.kernels import attention_wgmma as W
+    from ksearch.kernels import attention_wgmma_ws as WS
+
+    m = re.fullmatch(r"(wg|ws)(\d)_n(\d+)(?:_s(\d))?(?:_p(\d))?", name)
+    assert m, name
+    if m[1] == "wg":
+        c = W.WgmmaConfig(int(m[2]), int(m[3]))
+        return (lambda q, k, v, causal: W.attention_wgmma(q, k, v, causal, c)), (lambda *a: W.supports(*a, c))
+    cw = WS.WsConfig(int(m[2]), int(m[3]), int(m[4]), int(m[5] or 1))
+    return (lambda q, k, v, causal: WS.attention_wgmma_ws(q, k, v, causal, cw)), (lambda *a: WS.supports(*a, cw))
+
+
+def check_one(name: str) -> dict:
     import mlx.core as mx
 
-    from ksearch.kernels.attention_wgmma import WgmmaConfig, attention_wgmma
-
-    cfg = WgmmaConfig(wg=wg, vmode=vmode, ls_swap=swap)
+    fn, _ = kernel(name)
     out = {}
-    for dt, d, causal in (("float16", 128, False), ("float16", 128, True), ("bfloat16", 64, True)):
+    for dt, d, hq, hkv, length, s, causal in CASES:
         dtype = getattr(mx, dt)
         mx.random.seed(0)
-        q = mx.random.normal((1, 8, 512, d)).astype(dtype)
-        k = mx.random.normal((1, 2, 512, d)).astype(dtype)
-        v = mx.random.normal((1, 2, 512, d)).astype(dtype)
+        q = mx.random.normal((1, hq, length, d)).astype(dtype)
+        k = mx.random.normal((1, hkv, s, d)).astype(dtype)
+        v = mx.random.normal((1, hkv, s, d)).astype(dtype)
         ref = mx.fast.scaled_dot_product_attention(q.astype(mx.float32), k.astype(mx.float32), v.astype(mx.float32),
                                                    scale=d ** -0.5, mask="causal" if causal else None)
-        got = attention_wgmma(q, k, v, causal, cfg).astype(mx.float32)
-        out[f"{dt}_d{d}_{'causal' if causal else 'full'}"] = float(mx.max(mx.abs(got - ref)))
+        got = [fn(q, k, v, causal) for _ in range(4)]  # a race between warps shows as runs that differ
+        key = f"{dt}_d{d}_Hq{hq}_Hkv{hkv}_L{length}_S{s}_{'causal' if causal else 'full'}"
+        out[key] = float(mx.max(mx.abs(got[0].astype(mx.float32) - ref)))
+        out[key + "_runs_differ"] = float(max(mx.max(mx.abs(g.astype(mx.float32) - got[0].astype(mx.float32)))
+                                              for g in got[1:]))
     return out
 
 
-def bench(variant: tuple[int, int, bool]) -> list[dict]:
+def bench(configs: list[str]) -> list[dict]:
     import statistics
     import time
 
@@ -45,65 +73,66 @@ def bench(variant: tuple[int, int, bool]) -> list[dict]:
 
     from ksearch.kernels.attention import native_attention
     from ksearch.kernels.attention_cuda import PrefillConfig, attention_cuda
-    from ksearch.kernels.attention_wgmma import WgmmaConfig, attention_wgmma
 
-    cfg = WgmmaConfig(wg=variant[0], vmode=variant[1], ls_swap=variant[2])
     rows = []
-    for length in (2048, 4096, 8192):
-        for causal in (False, True):
-            q = mx.random.normal((1, 32, length, 128)).astype(mx.float16)
-            k = mx.random.normal((1, 8, length, 128)).astype(mx.float16)
-            v = mx.random.normal((1, 8, length, 128)).astype(mx.float16)
-            mx.eval(q, k, v)
-            a = (q, k, v, causal)  # bound now: the lambdas run within this iteration only
-            fns = {"wgmma": lambda a=a: attention_wgmma(*a, cfg),
-                   "mma_sync": lambda a=a: attention_cuda(*a, PrefillConfig(128, 64, True)),
-                   "native": lambda a=a: native_attention(*a)}
-            times: dict[str, list[float]] = {n: [] for n in fns}
-            for r in range(6):
-                for name, fn in fns.items():
-                    mx.synchronize()
-                    t0 = time.perf_counter()
-                    mx.eval([fn() for _ in range(3)])
-                    mx.synchronize()
-                    if r:
-                        times[name].append((time.perf_counter() - t0) / 3)
-            flops = 4 * 32 * length * length * 128 * (0.5 if causal else 1.0)
-            med = {n: statistics.median(t) for n, t in times.items()}
-            rows.append({"L": length, "causal": causal, **{f"{n}_s": m for n, m in med.items()},
-                         **{f"{n}_tflops": flops / m / 1e12 for n, m in med.items()},
-                         "wgmma_vs_native": med["native"] / med["wgmma"]})
-            print(rows[-1], flush=True)
+    for d, hkv in ((128, 8), (64, 32)):
+        for length in LENGTHS:
+            for causal in (False, True):
+                q = mx.random.normal((1, 32, length, d)).astype(mx.float16)
+                k = mx.random.normal((1, hkv, length, d)).astype(mx.float16)
+                v = mx.random.normal((1, hkv, length, d)).astype(mx.float16)
+                mx.eval(q, k, v)
+                a = (q, k, v, causal)  # bound now: the lambdas run within this iteration only
+                fns = {name: (lambda a=a, f=kernel(name)[0]: f(*a)) for name in configs if kernel(name)[1](*a)}
+                fns["mma_sync"] = lambda a=a: attention_cuda(*a, PrefillConfig(128, 64, True))
+                fns["native"] = lambda a=a: native_attention(*a)
+                times: dict[str, list[float]] = {n: [] for n in fns}
+                for r in range(6):
+                    for name, fn in fns.items():
+                        mx.synchronize()
+                        t0 = time.perf_counter()
+                        mx.eval([fn() for _ in range(3)])
+                        mx.synchronize()
+                        if r:
+                            times[name].append((time.perf_counter() - t0) / 3)
+                flops = 4 * 32 * length * length * d * (0.5 if causal else 1.0)
+                med = {n: statistics.median(t) for n, t in times.items()}
+                row = {"D": d, "Hkv": hkv, "L": length, "causal": causal,
+                       **{f"{n}_tflops": round(flops / m / 1e12, 1) for n, m in med.items()}}
+                best = min((m, n) for n, m in med.items() if n not in ("native", "mma_sync"))
+                row["best"], row["best_vs_native"] = best[1], round(med["native"] / best[0], 3)
+                rows.append(row)
+                print(row, flush=True)
     return rows
 
 
-def main(out_dir: str) -> None:
+def main(out_dir: str, configs: list[str]) -> None:
     path = os.path.join(out_dir, "wgmma-check.json")
-    res: dict = {"variants": {}}
-    for wg, vmode, swap in VARIANTS:
-        key = f"wg{wg}_v{vmode}_s{int(swap)}"
+    res: dict = {"device": "NVIDIA H200", "configs": {}}
+    for key in configs:
         try:
-            proc = subprocess.run([sys.executable, __file__, "--one", str(wg), str(vmode), str(int(swap))],
-                                  capture_output=True, text=True, timeout=90)
+            proc = subprocess.run([sys.executable, __file__, "--one", key],
+                                  capture_output=True, text=True, timeout=120)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            res["variants"][key] = json.loads(lines[-1]) if lines else {"error": proc.stderr[-800:]}
+            res["configs"][key] = json.loads(lines[-1]) if lines else {"error": proc.stderr[-800:]}
         except subprocess.TimeoutExpired:
-            res["variants"][key] = {"error": "timed out (hang?)"}
-        print(key, res["variants"][key], flush=True)
+            res["configs"][key] = {"error": "timed out (hang?)"}
+        print(key, res["configs"][key], flush=True)
         with open(path, "w") as fh:
             json.dump(res, fh, indent=1)
-    good = [k for k, r in res["variants"].items() if "error" not in r and max(r.values()) < 2e-2]
-    res["correct_variants"] = good
+    good = [c for c in configs if "error" not in (r := res["configs"][c]) and max(r.values()) < 2e-2]
+    res["correct"] = good
     if good:
-        wg, vmode, swap = next((w, m, s) for w, m, s in VARIANTS if f"wg{w}_v{m}_s{int(s)}" == good[0])
-        res["bench_variant"] = good[0]
-        res["bench"] = bench((wg, vmode, swap))
+        import mlx.core as mx
+
+        res["mlx"] = mx.__version__
+        res["bench"] = bench(good)
     with open(path, "w") as fh:
         json.dump(res, fh, indent=1)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "--one":
-        print(json.dumps(check_one(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1")))
+        print(json.dumps(check_one(sys.argv[2])))
     else:
-        main(sys.argv[1])
+        main(sys.argv[1], sys.argv[2:] or CONFIGS)

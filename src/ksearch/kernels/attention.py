@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 import os
+from functools import cache
 from typing import Any
 
 from ksearch.kernels.attention_cuda import PrefillConfig
+from ksearch.kernels.attention_wgmma import WgmmaConfig
+from ksearch.kernels.attention_wgmma_ws import WsConfig
 from ksearch.kernels.decode_cuda import DecodeConfig
 
 
@@ -34,8 +37,37 @@ def metal_enabled(use_metal: bool | None = None) -> bool:
     return os.environ.get("KSEARCH_METAL_KERNELS", "") not in ("", "0", "false", "False")
 
 
+@cache
+def hopper() -> bool:
+    """Whether the CUDA device runs wgmma (compute capability 9.x: H100, H200, H800, H20, GH200)."""
+    import mlx.core as mx
+
+    try:
+        info = mx.device_info()
+    except Exception:  # noqa: BLE001 - an MLX without device_info: assume not, the mma.sync kernel runs anywhere
+        return False
+    return int(info.get("compute_capability_major", 0)) == 9 or str(info.get("architecture", "")).startswith("sm_90")
+
+
+def wgmma_enabled() -> bool:
+    """KSEARCH_WGMMA: unset or "auto" -> on Hopper only; "0" off; "1" on (for a device `hopper()` misreads)."""
+    env = os.environ.get("KSEARCH_WGMMA", "auto").strip().lower()
+    if env in ("0", "false", "off", "no"):
+        return False
+    if env in ("1", "true", "on", "yes"):
+        return True
+    return hopper()
+
+
+def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig:
+    """Three warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two, which the
+    H200 measured as the best of the wgmma configurations at nearly every shape, both head dims
+    (benchmarks/results/attention-wgmma-check-mlx-cuda-nvidia-h200.json)."""
+    return WgmmaConfig(wg=3, bn=64)
+
+
 def prefill_config(q: Any, k: Any, causal: bool) -> PrefillConfig:
-    """The configuration measured best on the H200 for this shape (see docs/attention.md)."""
+    """The mma.sync configuration measured best on the H200 (see docs/attention.md); used where wgmma is not."""
     # 8 warps (BM=128) share each K/V tile between twice the rows of BM=64: half the tile loads per FLOP. Measured
     # as the default on the H200 for both head dims (benchmarks/results/attention-prefill-*.json).
     return PrefillConfig(bm=128, bn=64, db=True)
@@ -61,19 +93,26 @@ def native_decode(q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
 
 
 def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
-              config: PrefillConfig | None = None) -> Any:
-    """softmax(q k^T / sqrt(D) + causal mask) v; q (B, Hq, L, D), k/v (B, Hkv, S, D), mask aligned lower right."""
+              config: PrefillConfig | WgmmaConfig | WsConfig | None = None) -> Any:
+    """softmax(q k^T / sqrt(D) + causal mask) v; q (B, Hq, L, D), k/v (B, Hkv, S, D), mask aligned lower right.
+
+    On CUDA: the wgmma kernel on Hopper (see `wgmma_enabled`), else the mma.sync one; `config` picks a kernel and
+    configuration outright (it still falls back to native where that kernel does not fit the shape)."""
     where = _backend()
     if where == "cuda":
-        from ksearch.kernels import attention_cuda
+        from ksearch.kernels import attention_cuda, attention_wgmma, attention_wgmma_ws
 
-        if os.environ.get("KSEARCH_WGMMA", "") not in ("", "0"):
-            # Opt-in: the wgmma kernel has not run on a GPU yet (attention_wgmma.py, benchmarks/attention_wgmma_check.py).
-            from ksearch.kernels import attention_wgmma
-
-            if attention_wgmma.supports(q, k, v, causal, attention_wgmma.WgmmaConfig()):
-                return attention_wgmma.attention_wgmma(q, k, v, causal)
-        cfg = config or prefill_config(q, k, causal)
+        if isinstance(config, WsConfig):
+            if attention_wgmma_ws.supports(q, k, v, causal, config):
+                return attention_wgmma_ws.attention_wgmma_ws(q, k, v, causal, config)
+            return native_attention(q, k, v, causal)
+        if isinstance(config, WgmmaConfig) or (config is None and wgmma_enabled()):
+            wcfg = config if isinstance(config, WgmmaConfig) else wgmma_config(q, k, causal)
+            if attention_wgmma.supports(q, k, v, causal, wcfg):
+                return attention_wgmma.attention_wgmma(q, k, v, causal, wcfg)
+            if isinstance(config, WgmmaConfig):
+                return native_attention(q, k, v, causal)
+        cfg = config if isinstance(config, PrefillConfig) else prefill_config(q, k, causal)
         if attention_cuda.supports(q, k, v, causal, cfg):
             return attention_cuda.attention_cuda(q, k, v, causal, cfg)
     elif where == "metal" and metal_enabled(use_metal):

@@ -251,13 +251,14 @@ def build_kernel(name: str, source: str, header: str, smem: int) -> Any:
 
 
 def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]]) -> Any:
-    """One block of nt threads per `rows` query rows of each (batch, query head); o has q's shape and dtype."""
+    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head);
+    o has q's shape and dtype."""
     import mlx.core as mx
 
     b, hq, length, d = q.shape
     scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
     return kern(inputs=[q, k, v, scale], template=[("T", q.dtype), ("D", d), *template],
-                grid=(length // rows * nt, b * hq, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
+                grid=(-(-length // rows) * nt, b * hq, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
                 output_dtypes=[q.dtype])[0]
 
 

@@ -1,20 +1,18 @@
 """FlashAttention prefill on Hopper's `wgmma` (sm_90a) for MLX-CUDA: the route to cuDNN's speed that `mma.sync`
 cannot reach (our mma.sync kernel measured 0.48x of cuDNN on the H200).
 
-OPT-IN AND NOT YET RUN: written after the device time of its session was spent. It compiles with nvcc for sm_90a
-(tests/test_attention_wgmma.py) and nothing more; `benchmarks/attention_wgmma_check.py` is the one-call GPU check
-that tells which of its layout variants is right and how fast it is. `ksearch.kernels.attention` takes it only with
-KSEARCH_WGMMA=1.
+OPT-IN (KSEARCH_WGMMA=1) until it beats the mma.sync kernel. Its first version ran correct on the H200 (max abs error
+3e-4 fp16 and 7e-3 bf16 against fp32, benchmarks/results/attention-wgmma-check-*.json), which fixed the descriptor
+layouts used here, but it reached only 118-165 TFLOP/s, below mma.sync's 168-244, because each warpgroup waited on
+every product before its softmax. `benchmarks/attention_wgmma_check.py` checks and times the configurations.
 
 Design (FA-3 without TMA or warp specialisation): a block of WG warpgroups (128 threads each) owns 64 * WG query rows
-of one (batch, head); warpgroup w owns rows 64w..64w+63. K / V tiles of 64 keys stream through shared memory with
-`cp.async`, double-buffered. Shared tiles use the no-swizzle "core matrix" layout that wgmma descriptors describe:
-8 rows x 16 bytes contiguous (128 B) per core matrix. S = Q K^T is `wgmma m64n64k16` with both operands in shared
-memory (K-major); the online softmax (exp2, fp32) runs on the accumulator registers, whose layout is the register
-A-operand layout, so P goes to `wgmma m64nDk16` for O += P V straight from registers. V is the B operand of that
-product with N = D: either transposed by hand into a K-major tile (VMODE 0) or kept as loaded and read MN-major with
-the instruction's transpose bit (VMODE 1, cheaper loads). LS_SWAP swaps the two byte offsets of the descriptors:
-which assignment the hardware wants is the one thing we could not check without a GPU, so the check tries both.
+of one (batch, head); warpgroup w owns rows 64w..64w+63 and they share every K / V tile. Tiles of BN keys stream
+through shared memory with `cp.async`, one tile ahead. Shared tiles use the no-swizzle "core matrix" layout that wgmma
+descriptors describe: 8 rows x 16 bytes contiguous (128 B) per core matrix. S = Q K^T is `wgmma m64nBNk16` with both
+operands in shared memory (K-major); the online softmax (exp2, fp32) runs on the accumulator registers, whose layout
+is the register A-operand layout, so P goes to `wgmma m64nDk16` for O += P V straight from registers, with V read
+MN-major through the transpose bit. Tile t's softmax runs while O += P(t-1) V(t-1) is still on the tensor cores.
 """
 
 from __future__ import annotations
@@ -26,31 +24,27 @@ from ksearch.kernels.attention_cuda import build_kernel, fits, launch
 
 
 def _wgmma_funcs(ctype: str, ptx: str) -> str:
-    """Inline-PTX wrappers: SS (both operands from shared memory) with N=64, RS (A from registers) with N=64/128."""
-    out = []
-    n = 64
-    regs = n // 2
-    dl = ",".join(f"%{i}" for i in range(regs))
-    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    out.append(f"""
-template <> struct KsWg<{ctype}> {{
-  template <int TB>
-  static __device__ __forceinline__ void ss64(float* d, unsigned long long da, unsigned long long db, int acc) {{
-    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.{ptx}.{ptx} {{{dl}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, %{regs + 3};\\n}}\\n"
-                 : {cons} : "l"(da), "l"(db), "r"(acc), "n"(TB));
-  }}""")
+    """Inline-PTX wrappers, N = 64 or 128: SS (both operands from shared memory) and RS (A from registers). ss{N}z
+    starts a product (scale-d 0) and declares its accumulators outputs only: were they inputs too, the registers the
+    softmax wrote would feed a wgmma, and ptxas would keep that softmax from overlapping the P V product in flight."""
+    out = [f"template <> struct KsWg<{ctype}> {{"]
     for n in (64, 128):
         regs = n // 2
         dl = ",".join(f"%{i}" for i in range(regs))
-        cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
         a = ",".join(f"%{regs + i}" for i in range(4))
+        for name, con, scale_d in ((f"ss{n}z", "=f", "0"), (f"ss{n}", "+f", "1")):
+            cons = ", ".join(f'"{con}"(d[{i}])' for i in range(regs))
+            out.append(f"""
+  static __device__ __forceinline__ void {name}(float* d, unsigned long long da, unsigned long long db) {{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dl}}}, %{regs}, %{regs + 1}, {scale_d}, 1, 1, 0, 0;\\n"
+                 : {cons} : "l"(da), "l"(db));
+  }}""")
+        cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
         out.append(f"""
   template <int TB>
   static __device__ __forceinline__ void rs{n}(float* d, const unsigned* a, unsigned long long db) {{
-    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n"
-                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dl}}}, {{{a}}}, %{regs + 4}, p, 1, 1, %{regs + 6};\\n}}\\n"
-                 : {cons} : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
+    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dl}}}, {{{a}}}, %{regs + 4}, 1, 1, 1, %{regs + 5};\\n"
+                 : {cons} : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB));
   }}""")
     out.append("};")
     return "\n".join(out)
@@ -68,6 +62,12 @@ template <> __device__ __forceinline__ unsigned ks_pack2<__half>(float x, float 
 template <> __device__ __forceinline__ unsigned ks_pack2<__nv_bfloat16>(float x, float y) {
   __nv_bfloat162 h = __floats2bfloat162_rn(x, y); return *reinterpret_cast<unsigned*>(&h);
 }
+// MUFU.EX2 alone (exp2f adds range fix-ups); ex2.approx(-inf) = +0, which masked scores rely on.
+__device__ __forceinline__ float ks_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 // Pins an accumulator register between asm statements: without it the compiler may read an accumulator before the
 // wait on its asynchronous wgmma, or write it (a rescale) after the wgmma that reads it was issued.
 __device__ __forceinline__ void ks_fence_reg(float& r) { asm volatile("" : "+f"(r) :: "memory"); }
@@ -78,11 +78,33 @@ template <int N> __device__ __forceinline__ void ks_fence_regs(float* r) {
 __device__ __forceinline__ void ks_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void ks_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void ks_wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void ks_wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+// The same pin for a register A operand: keeps its registers live (not reused) until its wgmma has completed.
+template <int N> __device__ __forceinline__ void ks_fence_u(unsigned* r) {
+  #pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i]) :: "memory");
+}
 // Shared-memory writes of the generic proxy (st.shared, cp.async) become visible to wgmma's async proxy.
 __device__ __forceinline__ void ks_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void ks_cp16w(void* smem, const void* gmem) {
   unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(s), "l"(gmem));
+}
+// mbarriers (shared memory, 8 bytes each) for the warp-specialised kernel (attention_wgmma_ws.py).
+__device__ __forceinline__ unsigned ks_saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void ks_mbar_init(unsigned long long* b, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(ks_saddr(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void ks_mbar_arrive(unsigned long long* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(ks_saddr(b)) : "memory");
+}
+// One arrival on b once every cp.async this thread has issued so far has landed.
+__device__ __forceinline__ void ks_cp_mbar_arrive(unsigned long long* b) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(ks_saddr(b)) : "memory");
+}
+__device__ __forceinline__ void ks_mbar_wait(unsigned long long* b, int parity) {
+  asm volatile("{\n.reg .pred P1;\nKS_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+               "@P1 bra KS_DONE;\nbra KS_WAIT;\nKS_DONE:\n}\n" :: "r"(ks_saddr(b)), "r"(parity) : "memory");
 }
 __device__ __forceinline__ void ks_commit_w() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void ks_wait_all_w() { asm volatile("cp.async.wait_group 0;\n" ::); }
@@ -97,103 +119,92 @@ __device__ __forceinline__ unsigned long long ks_desc(const void* p, int lbo, in
 template <int C> __device__ __forceinline__ int ks_core(int r, int c) {
   return ((r >> 3) * (C >> 3) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
 }
-// rows x C tile, rows contiguous in global memory (row stride C), into the core-matrix layout; NT threads.
-template <int C, int NT, typename T> __device__ __forceinline__ void ks_load_core(T* sm, const T* g, int rows) {
+// rows x C tile, rows contiguous in global memory (row stride C), into the core-matrix layout; NT threads, this one
+// number tid among them.
+template <int C, int NT, typename T>
+__device__ __forceinline__ void ks_load_core(T* sm, const T* g, int rows, int tid) {
   constexpr int CPR = C / 8;
-  for (int i = threadIdx.x; i < rows * CPR; i += NT) {
+  for (int i = tid; i < rows * CPR; i += NT) {
     int r = i / CPR, c = (i % CPR) * 8;
     ks_cp16w(sm + ks_core<C>(r, c), g + (size_t)r * C + c);
-  }
-}
-// V tile (BN keys x D) transposed into a K-major (D rows x BN keys) core-matrix tile, by registers.
-template <int D, int BN, int NT, typename T> __device__ __forceinline__ void ks_load_vt(T* sm, const T* g) {
-  constexpr int CPR = D / 8;
-  for (int i = threadIdx.x; i < BN * CPR; i += NT) {
-    int key = i / CPR, d0 = (i % CPR) * 8;
-    uint4 raw = *reinterpret_cast<const uint4*>(g + (size_t)key * D + d0);
-    const T* v = reinterpret_cast<const T*>(&raw);
-    #pragma unroll
-    for (int j = 0; j < 8; ++j) sm[ks_core<BN>(d0 + j, key)] = v[j];
   }
 }
 #endif
 """
 
-# Template constants: T, D (64 | 128), WG (warpgroups per block), CAUSAL, VMODE (0: V transposed by hand,
-# 1: V as loaded, read with the transpose bit), LS_SWAP (swap the descriptors' two byte offsets).
-SOURCE = r"""
-    constexpr int BM = 64 * WG, BN = 64, NT = 128 * WG;
+# The kernel body in parts that the two variants share (template constants: T, D 64 | 128, WG warpgroups per block,
+# BN 64 | 128 keys per tile, CAUSAL; STAGES K / V stages).
+SETUP = r"""
+    constexpr int BM = 64 * WG, NT = 128 * WG;
     constexpr int QB = BM * D, KB = BN * D;
     extern __shared__ __align__(128) unsigned char ks_smem[];
     T* Qs = reinterpret_cast<T*>(ks_smem);
-    T* Ks = Qs + QB;            // 2 stages
-    T* Vs = Ks + 2 * KB;        // 2 stages
+    T* Ks = Qs + QB;                // STAGES stages
+    T* Vs = Ks + STAGES * KB;       // STAGES stages
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
     const int warp = wt / 32, lane = wt % 32, g = lane >> 2, tq = lane & 3;
     const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
     const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first
     const int bhq = blockIdx.y, b = bhq / Hq, h = bhq % Hq, hk = h / (Hq / Hkv);
     const int m0 = mt * BM, shift = S - L;
+    const int rows_here = min(BM, L - m0);  // the last block may be partial (L a multiple of 64, not of BM)
     const T* qg = q + ((size_t)bhq * L + m0) * D;
     const T* kg = k + (size_t)(b * Hkv + hk) * S * D;
     const T* vg = v + (size_t)(b * Hkv + hk) * S * D;
     const int n_end = CAUSAL ? min(S, m0 + BM + shift) : S;
     const int ntiles = (n_end + BN - 1) / BN;
     const float sl2 = scale[0] * 1.4426950408889634f;
-    // Byte offsets between core matrices: along K (leading) and along M/N (stride), for each operand's layout.
-    const int qk_lead = LS_SWAP ? (D / 8) * 128 : 128, qk_stride = LS_SWAP ? 128 : (D / 8) * 128;
-    // VMODE 0: V^T tile (D rows x BN keys), K-major. VMODE 1: V tile (BN keys x D), MN-major, transpose bit set.
-    const int v_lead = VMODE ? (LS_SWAP ? 128 : (D / 8) * 128) : (LS_SWAP ? (BN / 8) * 128 : 128);
-    const int v_stride = VMODE ? (LS_SWAP ? (D / 8) * 128 : 128) : (LS_SWAP ? 128 : (BN / 8) * 128);
+    // Byte offsets between core matrices (checked on the H200): Q and K are K-major (leading 128 B along the head
+    // dim, stride one core-matrix row); V is read MN-major with the transpose bit (leading one core-matrix row of V).
+    constexpr int qk_lead = 128, qk_stride = (D / 8) * 128, v_lead = (D / 8) * 128, v_stride = 128;
 
-    ks_load_core<D, NT>(Qs, qg, BM);
-    ks_load_core<D, NT>(Ks, kg, BN);
-    if (VMODE) ks_load_core<D, NT>(Vs, vg, BN); else ks_load_vt<D, BN, NT>(Vs, vg);
-    ks_commit_w();
-
+"""
+REGISTERS = r"""
     float oacc[D / 2];
     #pragma unroll
     for (int i = 0; i < D / 2; ++i) oacc[i] = 0.f;
-    float mrow[2] = {-1e30f, -1e30f}, lrow[2] = {0.f, 0.f};
+    float s[BN / 2];
+    unsigned pa[BN / 16][4];
+    float mrow[2] = {-1e30f, -1e30f}, lrow[2] = {0.f, 0.f}, corr[2] = {1.f, 1.f};
     const int row_lo = m0 + wg * 64 + warp * 16 + g;  // this lane's rows: row_lo and row_lo + 8
     const T* Qw = Qs + wg * 64 * D;                    // this warpgroup's 64 rows (8 core-matrix rows)
 
-    for (int t = 0; t < ntiles; ++t) {
-      const int st = t & 1;
-      ks_wait_all_w();
-      ks_proxy_fence();
-      __syncthreads();
-      if (t + 1 < ntiles) {  // prefetch the next tile into the other stage while this one computes
-        ks_load_core<D, NT>(Ks + (st ^ 1) * KB, kg + (size_t)(t + 1) * BN * D, BN);
-        if (VMODE) ks_load_core<D, NT>(Vs + (st ^ 1) * KB, vg + (size_t)(t + 1) * BN * D, BN);
-        ks_commit_w();
-      }
-      const T* Kt = Ks + st * KB;
-      const T* Vt = Vs + st * KB;
-      float s[BN / 2];
-      #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) s[i] = 0.f;  // scale-d = 0 on the first product ignores them; no undefined reads
-      ks_fence_regs<BN / 2>(s);
-      ks_wg_fence();
+"""
+STEPS = r"""
+    auto issue_s = [&](int t) {  // S = Q K(t)^T
+      const T* Kt = Ks + (t % STAGES) * KB;
       #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc) {
-        KsWg<T>::template ss64<0>(s, ks_desc(Qw + kc * 128, qk_lead, qk_stride),
-                                  ks_desc(Kt + kc * 128, qk_lead, qk_stride), kc > 0);
+        const unsigned long long da = ks_desc(Qw + kc * 128, qk_lead, qk_stride);
+        const unsigned long long db = ks_desc(Kt + kc * 128, qk_lead, qk_stride);
+        if (BN == 128) {
+          if (kc == 0) KsWg<T>::ss128z(s, da, db); else KsWg<T>::ss128(s, da, db);
+        } else {
+          if (kc == 0) KsWg<T>::ss64z(s, da, db); else KsWg<T>::ss64(s, da, db);
+        }
       }
       ks_wg_commit();
-      ks_wg_wait0();
-      ks_fence_regs<BN / 2>(s);
+    };
+    auto issue_pv = [&](int t) {  // O += P(t) V(t), 16 keys (rows 16kk.. of the V tile) at a time
+      const T* Vt = Vs + (t % STAGES) * KB;
+      #pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const unsigned long long db = ks_desc(Vt + kk * 2 * (D / 8) * 64, v_lead, v_stride);
+        if (D == 128) KsWg<T>::template rs128<1>(oacc, pa[kk], db); else KsWg<T>::template rs64<1>(oacc, pa[kk], db);
+      }
+      ks_wg_commit();
+    };
+    // Tile t's online softmax, in place on s: new row maxima, corr, running sums, and P in fp32. P becomes fp16 /
+    // bf16 A-operand registers only in take_p, after O += P(t-1) V(t-1) has completed: defining registers while a
+    // wgmma is in flight (other than the finished S accumulators) makes ptxas serialise every wgmma (C7513).
+    auto softmax = [&](int t) {
       const int n0 = t * BN;
       const bool need_mask = CAUSAL && (n0 + BN - 1 > m0 + wg * 64 + warp * 16 + shift);
       float mx[2] = {mrow[0], mrow[1]};
       #pragma unroll
       for (int i = 0; i < BN / 2; ++i) {
         float x = s[i] * sl2;
-        if (need_mask) {
-          int key = n0 + (i >> 2) * 8 + 2 * tq + (i & 1);
-          int row = row_lo + (((i >> 1) & 1) << 3);
-          if (key > row + shift) x = -INFINITY;
-        }
+        if (need_mask && n0 + (i >> 2) * 8 + 2 * tq + (i & 1) > row_lo + (((i >> 1) & 1) << 3) + shift) x = -INFINITY;
         s[i] = x;
         mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
       }
@@ -201,36 +212,28 @@ SOURCE = r"""
       for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        corr[r] = ks_exp2(mrow[r] - mx[r]);
+        mrow[r] = mx[r];
+        lrow[r] *= corr[r];
       }
-      float corr[2] = {exp2f(mrow[0] - mx[0]), exp2f(mrow[1] - mx[1])};
-      mrow[0] = mx[0]; mrow[1] = mx[1];
-      lrow[0] *= corr[0]; lrow[1] *= corr[1];
+      #pragma unroll
+      for (int i = 0; i < BN / 2; ++i) {
+        s[i] = ks_exp2(s[i] - mx[(i >> 1) & 1]);
+        lrow[(i >> 1) & 1] += s[i];
+      }
+    };
+    auto take_p = [&]() {  // rescale O by this tile's corr and pack its P as the next product's A operand
       #pragma unroll
       for (int i = 0; i < D / 2; ++i) oacc[i] *= corr[(i >> 1) & 1];
-      unsigned pa[BN / 16][4];
       #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
-        float p0 = exp2f(s[4 * j] - mx[0]), p1 = exp2f(s[4 * j + 1] - mx[0]);
-        float p2 = exp2f(s[4 * j + 2] - mx[1]), p3 = exp2f(s[4 * j + 3] - mx[1]);
-        lrow[0] += p0 + p1; lrow[1] += p2 + p3;
-        pa[j >> 1][(j & 1) * 2] = ks_pack2<T>(p0, p1);
-        pa[j >> 1][(j & 1) * 2 + 1] = ks_pack2<T>(p2, p3);
+        pa[j >> 1][(j & 1) * 2] = ks_pack2<T>(s[4 * j], s[4 * j + 1]);
+        pa[j >> 1][(j & 1) * 2 + 1] = ks_pack2<T>(s[4 * j + 2], s[4 * j + 3]);
       }
-      ks_fence_regs<D / 2>(oacc);
-      ks_wg_fence();
-      #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        // 16 keys: VMODE 0 -> columns 16kk.. of the V^T tile; VMODE 1 -> rows 16kk.. of the V tile.
-        const T* vp = VMODE ? Vt + kk * 2 * (D / 8) * 64 : Vt + kk * 128;
-        if (D == 128) KsWg<T>::template rs128<VMODE>(oacc, pa[kk], ks_desc(vp, v_lead, v_stride));
-        else KsWg<T>::template rs64<VMODE>(oacc, pa[kk], ks_desc(vp, v_lead, v_stride));
-      }
-      ks_wg_commit();
-      ks_wg_wait0();
-      ks_fence_regs<D / 2>(oacc);
-      __syncthreads();  // every warpgroup is done with stage st before it is refilled
-      if (!VMODE && t + 1 < ntiles) ks_load_vt<D, BN, NT>(Vs + (st ^ 1) * KB, vg + (size_t)(t + 1) * BN * D);
-    }
+    };
+
+"""
+EPILOGUE = r"""
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
       lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
@@ -238,35 +241,90 @@ SOURCE = r"""
       lrow[r] = 1.f / lrow[r];
     }
     T* og = o + ((size_t)bhq * L + row_lo) * D + 2 * tq;
-    #pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<unsigned*>(og + j * 8) = ks_pack2<T>(oacc[4 * j] * lrow[0], oacc[4 * j + 1] * lrow[0]);
-      *reinterpret_cast<unsigned*>(og + 8 * D + j * 8) =
-          ks_pack2<T>(oacc[4 * j + 2] * lrow[1], oacc[4 * j + 3] * lrow[1]);
+    if (row_lo < L) {  // a warpgroup past L (partial last block) computed on unloaded rows: nothing to store
+      #pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        *reinterpret_cast<unsigned*>(og + j * 8) = ks_pack2<T>(oacc[4 * j] * lrow[0], oacc[4 * j + 1] * lrow[0]);
+        *reinterpret_cast<unsigned*>(og + 8 * D + j * 8) =
+            ks_pack2<T>(oacc[4 * j + 2] * lrow[1], oacc[4 * j + 3] * lrow[1]);
+      }
     }
 """
+
+# Every thread loads; a __syncthreads per tile hands the stages over.
+SOURCE = "    constexpr int STAGES = 2;" + SETUP + r"""
+    ks_load_core<D, NT>(Qs, qg, rows_here, threadIdx.x);  // rows past L: never stored
+    ks_load_core<D, NT>(Ks, kg, BN, threadIdx.x);
+    ks_commit_w();
+
+""" + REGISTERS + r"""
+    // Loads run one tile ahead: at step t, K(t+1) and V(t) go into the stages that S(t-1) and PV(t-2) are done with.
+    auto next_loads = [&](int t) {
+      ks_wait_all_w();
+      ks_proxy_fence();
+      __syncthreads();
+      if (t + 1 < ntiles) ks_load_core<D, NT>(Ks + ((t + 1) & 1) * KB, kg + (size_t)(t + 1) * BN * D, BN, threadIdx.x);
+      if (t < ntiles) ks_load_core<D, NT>(Vs + (t & 1) * KB, vg + (size_t)t * BN * D, BN, threadIdx.x);
+      ks_commit_w();
+    };
+""" + STEPS + r"""
+    // Tile 0: S alone. Then each step issues S(t) and O += P(t-1) V(t-1) back to back and runs tile t's softmax
+    // while the second product is still on the tensor cores (FA-3's intra-warpgroup overlap). No branch separates
+    // a wgmma from its wait: ptxas serialises every wgmma of a kernel where it cannot prove the accumulators idle.
+    next_loads(0);
+    ks_fence_regs<BN / 2>(s);
+    ks_wg_fence();
+    issue_s(0);
+    ks_wg_wait0();
+    ks_fence_regs<BN / 2>(s);
+    softmax(0);
+    take_p();
+    for (int t = 1; t < ntiles; ++t) {
+      next_loads(t);
+      ks_fence_regs<BN / 2>(s);
+      ks_fence_regs<D / 2>(oacc);
+      ks_fence_u<BN / 4>(&pa[0][0]);
+      ks_wg_fence();
+      issue_s(t);
+      issue_pv(t - 1);
+      ks_wg_wait1();
+      ks_fence_regs<BN / 2>(s);
+      softmax(t);
+      ks_fence_regs<BN / 2>(s);  // keeps the softmax above the wait: it is what overlaps the product in flight
+      ks_wg_wait0();
+      ks_fence_regs<D / 2>(oacc);
+      ks_fence_u<BN / 4>(&pa[0][0]);
+      take_p();
+    }
+    next_loads(ntiles);
+    ks_fence_regs<D / 2>(oacc);
+    ks_fence_u<BN / 4>(&pa[0][0]);
+    ks_wg_fence();
+    issue_pv(ntiles - 1);
+    ks_wg_wait0();
+    ks_fence_regs<D / 2>(oacc);
+""" + EPILOGUE
+
+# Shared memory a block may take on Hopper (227 KB); mx.fast.cuda_kernel raises the kernel's limit to what it asks.
+MAX_SMEM = 227 * 1024
 
 
 @dataclass(frozen=True)
 class WgmmaConfig:
-    wg: int = 1          # warpgroups per block (64 query rows each)
-    # 0: V transposed by hand into a K-major tile: only the K-major layout, whose byte offsets match a public wgmma
-    # test (LBO along K = 128 B, SBO along M/N), is relied on. 1: V read MN-major with the transpose bit (cheaper
-    # loads, offsets unverified).
-    vmode: int = 0
-    ls_swap: bool = False  # swap the descriptors' leading / stride byte offsets (unverified which one is right)
+    wg: int = 2    # warpgroups per block (64 query rows each): they share every K/V tile
+    bn: int = 128  # keys per K/V tile: the S product is m64n{bn}k16
 
     def smem_bytes(self, d: int) -> int:
-        return (64 * self.wg + 4 * 64) * d * 2
+        return (64 * self.wg + 4 * self.bn) * d * 2  # Q, then K and V in two stages each
 
 
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WgmmaConfig) -> bool:
-    return fits(q, k, v, causal, 64 * cfg.wg, 64, cfg.smem_bytes(q.shape[-1]))
+    # fits() bounds shared memory by the mma.sync kernel's checked 100 KB; wgmma's bound is its own. L need only be a
+    # multiple of one warpgroup's 64 rows: the last block may be partial.
+    return cfg.smem_bytes(q.shape[-1]) <= MAX_SMEM and fits(q, k, v, causal, 64, cfg.bn, 0)
 
 
 def attention_wgmma(q: Any, k: Any, v: Any, causal: bool = False, cfg: WgmmaConfig | None = None) -> Any:
     cfg = cfg or WgmmaConfig()
-    kern = build_kernel(f"ks_flash_wgmma_wg{cfg.wg}_v{cfg.vmode}_s{int(cfg.ls_swap)}", SOURCE, HEADER,
-                        cfg.smem_bytes(q.shape[-1]))
-    return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg,
-                  [("WG", cfg.wg), ("CAUSAL", bool(causal)), ("VMODE", cfg.vmode), ("LS_SWAP", cfg.ls_swap)])
+    kern = build_kernel(f"ks_flash_wgmma_wg{cfg.wg}_n{cfg.bn}", SOURCE, HEADER, cfg.smem_bytes(q.shape[-1]))
+    return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg, [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal))])
