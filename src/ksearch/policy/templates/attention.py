@@ -137,10 +137,28 @@ HEADER = {attention_cuda.HEADER!r}
 SOURCE = {attention_cuda.SOURCE!r}
 {kernels}
 {_OPS_FALLBACK}
+# float32: no tensor cores (their fp32 input is TF32, as is MLX's own fp32 matmul on CUDA by default, and the task
+# compares against a true fp32 reference): the row kernel, in fp32 FMAs.
+ROW_SOURCE = {ROW_TILED_SOURCE!r}
+_rows = mx.fast.cuda_kernel(name="attention_rows_f32", input_names=["q", "k", "v", "scale"], output_names=["o"],
+                            source=ROW_SOURCE)
+
+
+def _f32(q, k, v, causal):
+    b, hq, length, d = q.shape
+    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
+    return _rows(inputs=[q, k, v, scale],
+                 template=[("T", q.dtype), ("HEAD_DIM", d), ("CAUSAL", bool(causal)), ("NT", 128), ("BN", 32),
+                           ("TILE", True), ("EXP2", True), ("SKIP", True)],
+                 grid=(b * hq * ((length + 127) // 128) * 128, 1, 1), threadgroup=(128, 1, 1),
+                 output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
+
 
 def run(q, k, v, causal):
     b, hq, length, d = q.shape
     s = k.shape[2]
+    if q.dtype == mx.float32 and d <= 128:
+        return _f32(q, k, v, causal)
     if (q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or length % {cfg.bm} or s % {cfg.bn}
             or (causal and length > s)):
         return _ops(q, k, v, causal)
