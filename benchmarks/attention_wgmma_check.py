@@ -4,7 +4,7 @@ then their speed against cuDNN (MLX's native attention) and our mma.sync kernel,
     python benchmarks/attention_wgmma_check.py OUT_DIR [CONFIG ...]
 
 A configuration is "wgW_nN" (the synchronous kernel, attention_wgmma.py: W warpgroups, N keys per tile) or
-"wsW_nN_sS[_pP]" (the warp-specialised one, attention_wgmma_ws.py, with S stages and P producer warps).
+"wsW_nN_sS[_pP]" (attention_wgmma_ws.py: S stages, P producer warps; P=0 every thread loads, mbarriers only).
 
 Each configuration's correctness runs in a subprocess of its own (a bad kernel can fault the GPU context), with a time
 limit; results go to OUT_DIR/wgmma-check.json as they come.
@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-CONFIGS = ["wg2_n64", "wg2_n128", "wg3_n64", "ws2_n64_s3_p4"]
+CONFIGS = ["wg2_n64", "wg2_n128", "wg3_n64", "ws2_n64_s3_p4", "ws3_n64_s4_p0"]
 # (dtype, D, Hq, Hkv, L, S, causal): GQA, both head dims and dtypes, causal with S > L (the mask's shift)
 CASES = [("float16", 128, 8, 2, 768, 768, False), ("float16", 128, 8, 2, 768, 768, True),
          ("bfloat16", 64, 8, 8, 768, 768, True), ("float16", 128, 4, 1, 384, 768, True),
@@ -30,18 +30,13 @@ LENGTHS = [int(x) for x in os.environ.get("KS_CHECK_LENGTHS", "2048,4096,8192").
 
 def kernel(name: str):  # type: ignore[no-untyped-def]
     """name -> (fn(q, k, v, causal), supports(q, k, v, causal))."""
-    import re
-
     from ksearch.kernels import attention_wgmma as W
     from ksearch.kernels import attention_wgmma_ws as WS
 
-    m = re.fullmatch(r"(wg|ws)(\d)_n(\d+)(?:_s(\d))?(?:_p(\d))?", name)
-    assert m, name
-    if m[1] == "wg":
-        c = W.WgmmaConfig(int(m[2]), int(m[3]))
+    c = WS.parse_config(name)
+    if isinstance(c, W.WgmmaConfig):
         return (lambda q, k, v, causal: W.attention_wgmma(q, k, v, causal, c)), (lambda *a: W.supports(*a, c))
-    cw = WS.WsConfig(int(m[2]), int(m[3]), int(m[4]), int(m[5] or 1))
-    return (lambda q, k, v, causal: WS.attention_wgmma_ws(q, k, v, causal, cw)), (lambda *a: WS.supports(*a, cw))
+    return (lambda q, k, v, causal: WS.attention_wgmma_ws(q, k, v, causal, c)), (lambda *a: WS.supports(*a, c))
 
 
 def check_one(name: str) -> dict:

@@ -23,12 +23,13 @@ def _units(combos: list[tuple[str, int, int, int, bool]]) -> list[str]:
 
 
 def _ws_units(combos: list[tuple[str, int, int, int, bool, int, int]]) -> list[str]:
-    return [wrap(f"ws{i}", WS.SOURCE, "", [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")],
+    return [wrap(f"ws{i}", WS.SOURCE if pw else WS.SOURCE_MB, "", [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")],
                  [("T", dt), ("D", d), ("WG", wg), ("BN", bn), ("CAUSAL", c), ("NSTAGES", st), ("PWARPS", pw)])
             for i, (dt, d, wg, bn, c, st, pw) in enumerate(combos)]
 
 
 WS_COMBOS = [("float16", 128, 2, 64, c, 3, 4) for c in (False, True)] + [("bfloat16", 64, 2, 64, True, 2, 1)]
+WS_COMBOS += [("float16", 128, 3, 64, c, 4, 0) for c in (False, True)] + [("bfloat16", 64, 3, 64, True, 4, 0)]
 COMBOS = [("float16", 128, wg, bn, c) for wg, bn, c in itertools.product((1, 2, 3), (64, 128), (False, True))]
 COMBOS += [("bfloat16", 64, 2, 128, True), ("float16", 64, 1, 64, False)]
 
@@ -108,3 +109,43 @@ def test_hopper_reads_the_compute_capability(monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.setattr(mx, "device_info", lambda info=info: info)
         assert A.hopper() is want
     A.hopper.cache_clear()
+
+
+def test_configuration_names_parse_and_bad_ones_say_what_to_use() -> None:
+    assert WS.parse_config("wg3_n64") == W.WgmmaConfig(3, 64)
+    assert WS.parse_config("ws3_n64_s4_p0") == WS.WsConfig(3, 64, 4, 0)
+    assert WS.parse_config("ws2_n64_s3") == WS.WsConfig(2, 64, 3, 1)
+    with pytest.raises(ValueError, match="wgW_nN"):
+        WS.parse_config("wg3")
+
+
+def test_a_producerless_config_needs_four_stages() -> None:
+    mx = pytest.importorskip("mlx.core")
+    q = mx.zeros((1, 8, 1024, 128), dtype=mx.float16)
+    k = mx.zeros((1, 2, 1024, 128), dtype=mx.float16)
+    assert WS.supports(q, k, k, False, WS.WsConfig(3, 64, 4, 0))
+    assert not WS.supports(q, k, k, False, WS.WsConfig(3, 64, 3, 0))  # it would wait on its own release
+
+
+def test_env_names_the_wgmma_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    A = importlib.import_module("ksearch.kernels.attention")
+    monkeypatch.setenv("KSEARCH_WGMMA_CONFIG", "ws3_n64_s4_p0")
+    assert A.wgmma_config(None, None, False) == WS.WsConfig(3, 64, 4, 0)
+    monkeypatch.delenv("KSEARCH_WGMMA_CONFIG")
+    assert A.wgmma_config(None, None, False) == W.WgmmaConfig(3, 64)
+
+
+def test_a_named_warp_specialised_default_is_dispatched(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    mx = pytest.importorskip("mlx.core")
+    A = importlib.import_module("ksearch.kernels.attention")
+    monkeypatch.setattr(A, "_backend", lambda: "cuda")
+    monkeypatch.setattr(A, "hopper", lambda: True)
+    monkeypatch.setattr(WS, "attention_wgmma_ws", lambda *a: "ws")
+    monkeypatch.setenv("KSEARCH_WGMMA_CONFIG", "ws3_n64_s4_p0")
+    q = mx.zeros((1, 4, 128, 64), dtype=mx.float16)
+    k = mx.zeros((1, 2, 128, 64), dtype=mx.float16)
+    assert A.attention(q, k, k) == "ws"

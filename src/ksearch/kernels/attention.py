@@ -59,10 +59,16 @@ def wgmma_enabled() -> bool:
     return hopper()
 
 
-def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig:
+def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
     """Three warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two, which the
     H200 measured as the best of the wgmma configurations at nearly every shape, both head dims
-    (benchmarks/results/attention-wgmma-check-mlx-cuda-nvidia-h200.json)."""
+    (benchmarks/results/attention-wgmma-check-mlx-cuda-nvidia-h200.json). KSEARCH_WGMMA_CONFIG names another
+    (attention_wgmma_ws.parse_config: e.g. wg2_n64, ws3_n64_s4_p0)."""
+    name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
+    if name:
+        from ksearch.kernels.attention_wgmma_ws import parse_config
+
+        return parse_config(name)
     return WgmmaConfig(wg=3, bn=64)
 
 
@@ -106,12 +112,16 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool |
             if attention_wgmma_ws.supports(q, k, v, causal, config):
                 return attention_wgmma_ws.attention_wgmma_ws(q, k, v, causal, config)
             return native_attention(q, k, v, causal)
-        if isinstance(config, WgmmaConfig) or (config is None and wgmma_enabled()):
-            wcfg = config if isinstance(config, WgmmaConfig) else wgmma_config(q, k, causal)
-            if attention_wgmma.supports(q, k, v, causal, wcfg):
-                return attention_wgmma.attention_wgmma(q, k, v, causal, wcfg)
-            if isinstance(config, WgmmaConfig):
-                return native_attention(q, k, v, causal)
+        if config is None and wgmma_enabled():
+            auto = wgmma_config(q, k, causal)
+            if isinstance(auto, WsConfig) and attention_wgmma_ws.supports(q, k, v, causal, auto):
+                return attention_wgmma_ws.attention_wgmma_ws(q, k, v, causal, auto)
+            if isinstance(auto, WgmmaConfig) and attention_wgmma.supports(q, k, v, causal, auto):
+                return attention_wgmma.attention_wgmma(q, k, v, causal, auto)
+        if isinstance(config, WgmmaConfig):
+            if attention_wgmma.supports(q, k, v, causal, config):
+                return attention_wgmma.attention_wgmma(q, k, v, causal, config)
+            return native_attention(q, k, v, causal)
         cfg = config if isinstance(config, PrefillConfig) else prefill_config(q, k, causal)
         if attention_cuda.supports(q, k, v, causal, cfg):
             return attention_cuda.attention_cuda(q, k, v, causal, cfg)

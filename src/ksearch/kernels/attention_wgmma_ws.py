@@ -100,6 +100,72 @@ WS_LOOP = r"""
     ks_fence_regs<D / 2>(oacc);
 """
 
+# Without a producer (pwarps=0): every thread loads its share of tile t + 2 at step t and arrives on that stage's
+# "full" mbarrier through cp.async.mbarrier.arrive (so the barrier completes once all of the tile has landed); each
+# warp arrives on the "empty" one after its O += P V of the tile. No __syncthreads: a warpgroup can run up to a step
+# ahead of the others, so one's softmax can meet another's products (4 stages: loads two tiles ahead).
+MB_SPLIT = r"""
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(Vs + STAGES * KB);
+    unsigned long long *full = bars, *empty = bars + STAGES;
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < STAGES; ++i) { ks_mbar_init(full + i, NT); ks_mbar_init(empty + i, NT / 32); }
+    }
+    __syncthreads();  // barriers initialised; the only block-wide barrier
+    auto load_tile = [&](int t) {  // this thread's share of K(t), V(t); the arrival also covers its earlier copies
+      const int st = t % STAGES;
+      if (t >= STAGES) ks_mbar_wait(empty + st, ((t - STAGES) / STAGES) & 1);
+      ks_load_core<D, NT>(Ks + st * KB, kg + (size_t)t * BN * D, BN, threadIdx.x);
+      ks_load_core<D, NT>(Vs + st * KB, vg + (size_t)t * BN * D, BN, threadIdx.x);
+      ks_cp_mbar_arrive(full + st);
+    };
+    ks_load_core<D, NT>(Qs, qg, rows_here, threadIdx.x);  // covered by tile 0's arrival
+    load_tile(0);
+    if (ntiles > 1) load_tile(1);
+"""
+
+MB_LOOP = r"""
+    auto wait_full = [&](int t) {  // then a proxy fence: other threads' cp.async writes, visible to wgmma reads
+      ks_mbar_wait(full + t % STAGES, (t / STAGES) & 1);
+      ks_proxy_fence();
+    };
+    if (ntiles > 2) load_tile(2);
+    wait_full(0);
+    ks_fence_regs<BN / 2>(s);
+    ks_wg_fence();
+    issue_s(0);
+    ks_wg_wait0();
+    ks_fence_regs<BN / 2>(s);
+    softmax(0);
+    take_p();
+    for (int t = 1; t < ntiles; ++t) {
+      if (t + 2 < ntiles) load_tile(t + 2);  // waits for every warp's O += P(t-2) V(t-2)
+      wait_full(t);
+      ks_fence_regs<BN / 2>(s);
+      ks_fence_regs<D / 2>(oacc);
+      ks_fence_u<BN / 4>(&pa[0][0]);
+      ks_wg_fence();
+      issue_s(t);
+      issue_pv(t - 1);
+      ks_wg_wait1();
+      ks_fence_regs<BN / 2>(s);
+      softmax(t);
+      ks_fence_regs<BN / 2>(s);
+      ks_wg_wait0();
+      ks_fence_regs<D / 2>(oacc);
+      ks_fence_u<BN / 4>(&pa[0][0]);
+      if (lane == 0) ks_mbar_arrive(empty + (t - 1) % STAGES);  // this warp is done with tile t - 1
+      take_p();
+    }
+    ks_fence_regs<D / 2>(oacc);
+    ks_fence_u<BN / 4>(&pa[0][0]);
+    ks_wg_fence();
+    issue_pv(ntiles - 1);
+    ks_wg_wait0();
+    ks_fence_regs<D / 2>(oacc);
+    ks_wait_all_w();
+"""
+
+SOURCE_MB = "    constexpr int STAGES = NSTAGES;" + SETUP + MB_SPLIT + REGISTERS + STEPS + MB_LOOP + EPILOGUE
 SOURCE = "    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;" + SETUP + WS_SPLIT + REGISTERS + STEPS + WS_LOOP + EPILOGUE
 
 
@@ -108,20 +174,38 @@ class WsConfig:
     wg: int = 2      # consumer warpgroups per block (64 query rows each)
     bn: int = 64     # keys per K / V tile
     stages: int = 2  # K / V stages in shared memory
-    pwarps: int = 1  # producer warps
+    pwarps: int = 1  # producer warps; 0: no producer, every thread loads (SOURCE_MB)
 
     def smem_bytes(self, d: int) -> int:
         return (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8
 
 
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
+    if cfg.pwarps == 0 and cfg.stages < 4:  # loads run two tiles ahead of the one released last
+        return False
     return cfg.smem_bytes(q.shape[-1]) <= MAX_SMEM and fits(q, k, v, causal, 64, cfg.bn, 0)  # partial last block
 
 
 def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConfig | None = None) -> Any:
     cfg = cfg or WsConfig()
-    kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}", SOURCE, HEADER,
-                        cfg.smem_bytes(q.shape[-1]))
+    kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}",
+                        SOURCE if cfg.pwarps else SOURCE_MB, HEADER, cfg.smem_bytes(q.shape[-1]))
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
                   [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), ("NSTAGES", cfg.stages),
                    ("PWARPS", cfg.pwarps)])
+
+
+def parse_config(name: str) -> Any:
+    """"wgW_nN" -> WgmmaConfig(W, N); "wsW_nN_sS[_pP]" -> WsConfig(W, N, S, P) (P defaults to 1). For
+    KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms."""
+    import re
+
+    from ksearch.kernels.attention_wgmma import WgmmaConfig
+
+    m = re.fullmatch(r"wg(\d)_n(\d+)|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?", name.strip())
+    if not m:
+        raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN (e.g. wg3_n64) or wsW_nN_sS[_pP] "
+                         "(e.g. ws3_n64_s4_p0)")
+    if m[1]:
+        return WgmmaConfig(int(m[1]), int(m[2]))
+    return WsConfig(int(m[3]), int(m[4]), int(m[5]), int(m[6] or 1))
