@@ -60,11 +60,12 @@ def test_cuda_family_renderings_pass_the_harness(cuda_backend, fam, params):
     assert result.status == "passed", result.message
 
 
-def test_flash_mma_passes_the_holdout_workloads(cuda_backend):
+@pytest.mark.parametrize("family", ["attention.cuda.flash_mma", "attention.cuda.flash_wgmma"])
+def test_tensor_core_families_pass_the_holdout_workloads(cuda_backend, family):
     # The H200 search's best (flash_mma) failed its holdout: float32 went to MLX ops, whose matmuls are TF32 on CUDA,
     # against a true fp32 reference. float32 now takes the fp32 row kernel.
     task = get_task("attention")
-    fam = next(f for f in attn_t.FAMILIES if f.id == "attention.cuda.flash_mma")
+    fam = next(f for f in attn_t.FAMILIES if f.id == family)
     names = [w.name for w in task.holdout_workloads("gpu")]
     assert any("f32" in n for n in names)
     result = evaluate(task, fam.source(fam.default()), cuda_backend,

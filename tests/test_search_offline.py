@@ -90,4 +90,4 @@ def test_offline_attention_on_cuda_starts_on_tensor_cores() -> None:
                            history=[], best_source=None, best_score=0.0)
     out = policy.implement(ctx, req)
     assert out is not None
-    assert out[1]["family"] == "attention.cuda.flash_mma", (top.get("pattern_id"), out[1])
+    assert out[1]["family"] == "attention.cuda.flash_wgmma", (top.get("pattern_id"), out[1])

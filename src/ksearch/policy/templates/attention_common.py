@@ -1,0 +1,101 @@
+"""Text shared by the attention template families: the row kernel (one thread per query row) and the two fallbacks a
+tensor-core candidate carries (fp32 MLX ops for shapes no kernel takes; the fp32 row kernel for float32 inputs)."""
+
+from __future__ import annotations
+
+# One thread per (batch, head, query row); NT rows of one head per block so that K/V tiles in shared memory serve
+# all of them (TILE); EXP2 folds log2(e) into q; SKIP stops loading tiles past the block's causal diagonal.
+ROW_TILED_SOURCE = r"""
+    int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
+    int nblk = (L + NT - 1) / NT;
+    int bh = blockIdx.x / nblk, r0 = (blockIdx.x % nblk) * NT, i = r0 + threadIdx.x;
+    int b = bh / Hq, h = bh % Hq, hk = h / (Hq / Hkv);
+    bool active = i < L;
+    const T* kb = k + ((size_t)b * Hkv + hk) * S * HEAD_DIM;
+    const T* vb = v + ((size_t)b * Hkv + hk) * S * HEAD_DIM;
+    float qscale = scale[0] * (EXP2 ? 1.4426950408889634f : 1.f);
+    float acc[HEAD_DIM], qv[HEAD_DIM];
+    for (int d = 0; d < HEAD_DIM; ++d) {
+      acc[d] = 0.f;
+      qv[d] = active ? (float)q[((size_t)bh * L + i) * HEAD_DIM + d] * qscale : 0.f;
+    }
+    float m = -1e30f, l = 0.f;
+    int last = CAUSAL ? min(S, i + S - L + 1) : S;
+    if (!active) last = 0;
+    if (TILE) {
+      __shared__ T Ks[BN * HEAD_DIM], Vs[BN * HEAD_DIM];
+      int block_last = (CAUSAL && SKIP) ? min(S, min(L, r0 + NT) + S - L) : S;
+      for (int n0 = 0; n0 < block_last; n0 += BN) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < BN * HEAD_DIM; e += NT) {
+          bool in = n0 + e / HEAD_DIM < S;
+          Ks[e] = in ? kb[(size_t)n0 * HEAD_DIM + e] : (T)0.f;
+          Vs[e] = in ? vb[(size_t)n0 * HEAD_DIM + e] : (T)0.f;
+        }
+        __syncthreads();
+        int nmax = min(BN, last - n0);
+        for (int jj = 0; jj < nmax; ++jj) {
+          float s = 0.f;
+          for (int d = 0; d < HEAD_DIM; ++d) s += qv[d] * (float)Ks[jj * HEAD_DIM + d];
+          float mn = fmaxf(m, s);
+          float corr = EXP2 ? exp2f(m - mn) : expf(m - mn), p = EXP2 ? exp2f(s - mn) : expf(s - mn);
+          l = l * corr + p;
+          for (int d = 0; d < HEAD_DIM; ++d) acc[d] = acc[d] * corr + p * (float)Vs[jj * HEAD_DIM + d];
+          m = mn;
+        }
+      }
+    } else {
+      for (int j = 0; j < last; ++j) {
+        float s = 0.f;
+        for (int d = 0; d < HEAD_DIM; ++d) s += qv[d] * (float)kb[(size_t)j * HEAD_DIM + d];
+        float mn = fmaxf(m, s);
+        float corr = EXP2 ? exp2f(m - mn) : expf(m - mn), p = EXP2 ? exp2f(s - mn) : expf(s - mn);
+        l = l * corr + p;
+        for (int d = 0; d < HEAD_DIM; ++d) acc[d] = acc[d] * corr + p * (float)vb[(size_t)j * HEAD_DIM + d];
+        m = mn;
+      }
+    }
+    if (active) {
+      for (int d = 0; d < HEAD_DIM; ++d) o[((size_t)bh * L + i) * HEAD_DIM + d] = (T)(acc[d] / l);
+    }
+"""
+
+OPS_FALLBACK = '''
+def _ops(q, k, v, causal):
+    # fp32 MLX ops, query-blocked, GQA without repetition: what the kernel does not take.
+    b, hq, length, d = q.shape
+    hkv, s = k.shape[1], k.shape[2]
+    g = hq // hkv
+    kf = k.astype(mx.float32)[:, :, None]
+    vf = v.astype(mx.float32)[:, :, None]
+    qf = q.astype(mx.float32).reshape(b, hkv, g, length, d) * (1.0 / math.sqrt(d))
+    outs = []
+    for r0 in range(0, length, 512):
+        sc = qf[:, :, :, r0:r0 + 512] @ kf.transpose(0, 1, 2, 4, 3)
+        if causal:
+            rows = mx.arange(r0, min(r0 + 512, length))[:, None] + (s - length)
+            sc = mx.where(mx.arange(s)[None, :] <= rows, sc, -mx.inf)
+        p = mx.exp(sc - mx.max(sc, axis=-1, keepdims=True))
+        outs.append((p / mx.sum(p, axis=-1, keepdims=True)) @ vf)
+    return mx.concatenate(outs, axis=3).reshape(b, hq, length, d).astype(q.dtype)
+'''
+
+
+
+# float32: no tensor cores (their fp32 input is TF32, as is MLX's own fp32 matmul on CUDA by default, and the task
+# compares against a true fp32 reference): the row kernel, in fp32 FMAs. Needs `math`, `mx` and ROW_TILED_SOURCE
+# rendered as ROW_SOURCE.
+F32_PATH = '''
+_rows = mx.fast.cuda_kernel(name="attention_rows_f32", input_names=["q", "k", "v", "scale"], output_names=["o"],
+                            source=ROW_SOURCE)
+
+
+def _f32(q, k, v, causal):
+    b, hq, length, d = q.shape
+    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
+    return _rows(inputs=[q, k, v, scale],
+                 template=[("T", q.dtype), ("HEAD_DIM", d), ("CAUSAL", bool(causal)), ("NT", 128), ("BN", 32),
+                           ("TILE", True), ("EXP2", True), ("SKIP", True)],
+                 grid=(b * hq * ((length + 127) // 128) * 128, 1, 1), threadgroup=(128, 1, 1),
+                 output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
+'''

@@ -1,0 +1,93 @@
+"""The `attention.cuda.flash_wgmma` template family: FlashAttention on Hopper's wgmma (ksearch.kernels.attention_wgmma,
+the same text the library runs), with the mma.sync kernel for GPUs that are not Hopper.
+
+Parameters: warpgroups per block (64 query rows each; they share every K/V tile) and keys per tile. 3 x 128 is left
+out: its 206 registers a thread times 384 threads exceed the register file and the launch fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ksearch.kernels import attention_cuda, attention_wgmma
+from ksearch.policy.templates.attention_common import F32_PATH, OPS_FALLBACK, ROW_TILED_SOURCE
+from ksearch.policy.templates.base import TemplateFamily
+
+# The mma.sync configuration a non-Hopper GPU runs (the library's default there).
+_MMA = attention_cuda.PrefillConfig(128, 64, True)
+
+
+def render_flash_wgmma(p: dict[str, Any]) -> str:
+    cfg = attention_wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"])
+    bm, nt = 64 * cfg.wg, 128 * cfg.wg
+    mma_nt = _MMA.bm // 16 * 32
+    wg_calls = "\n".join(f'''        if d == {d}:
+            return _wg{d}(inputs=[q, k, v, scale],
+                          template=[("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal))],
+                          grid=((length + {bm - 1}) // {bm} * {nt}, b * hq, 1), threadgroup=({nt}, 1, 1),
+                          output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
+    mma_calls = "\n".join(f'''        if d == {d}:
+            return _mma{d}(inputs=[q, k, v, scale],
+                           template=[("T", q.dtype), ("D", {d}), ("BM", {_MMA.bm}), ("BN", {_MMA.bn}), ("CAUSAL", bool(causal)),
+                                     ("DB", {_MMA.db})],
+                           grid=(length // {_MMA.bm} * {mma_nt}, b * hq, 1), threadgroup=({mma_nt}, 1, 1),
+                           output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
+    # Module-level kernel objects, one per head dim (shared memory differs), and literal launch sizes: the project's
+    # linter reads them (whole warpgroups for wgmma, shared memory within the chip's limit).
+    kernels = "\n".join(
+        f'''_wg{d} = mx.fast.cuda_kernel(name="flash_wgmma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
+                             source=WG_SOURCE, header=WG_HEADER, shared_memory={cfg.smem_bytes(d)})
+_mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
+                              source=MMA_SOURCE, header=MMA_HEADER, shared_memory={_MMA.smem_bytes(d)})''' for d in (64, 128))
+    return f'''# attention.cuda.flash_wgmma {p}
+# FlashAttention on Hopper's wgmma (sm_90a): {cfg.wg} warpgroups of 64 query rows share each {cfg.bn}-key K/V tile
+# (cp.async, two stages), S = Q K^T from shared memory, P from the accumulator registers into O += P V, the softmax of
+# tile t issued while P(t-1) V(t-1) runs. Not Hopper: the mma.sync FlashAttention-2 kernel.
+import math
+
+import mlx.core as mx
+
+WG_HEADER = {attention_wgmma.HEADER!r}
+WG_SOURCE = {attention_wgmma.SOURCE!r}
+MMA_HEADER = {attention_cuda.HEADER!r}
+MMA_SOURCE = {attention_cuda.SOURCE!r}
+{kernels}
+
+
+def _hopper():
+    try:
+        return int(mx.device_info().get("compute_capability_major", 0)) == 9
+    except Exception:
+        return False
+
+
+_HOPPER = _hopper()
+{OPS_FALLBACK}
+ROW_SOURCE = {ROW_TILED_SOURCE!r}
+{F32_PATH}
+
+def run(q, k, v, causal):
+    b, hq, length, d = q.shape
+    s = k.shape[2]
+    if q.dtype == mx.float32 and d <= 128:
+        return _f32(q, k, v, causal)
+    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or (causal and length > s):
+        return _ops(q, k, v, causal)
+    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
+    if _HOPPER and length % 64 == 0 and s % {cfg.bn} == 0:
+{wg_calls}
+    if length % {_MMA.bm} == 0 and s % {_MMA.bn} == 0:
+{mma_calls}
+    return _ops(q, k, v, causal)
+'''
+
+
+FLASH_WGMMA = TemplateFamily(
+    id="attention.cuda.flash_wgmma", tasks=("attention",), backends=("mlx-cuda",),
+    patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "double_buffering",
+              "causal_block_skipping", "gqa_head_grouping"),
+    params={"wg": (3, 2), "bn": (64, 128)},
+    render=render_flash_wgmma,
+    valid=lambda p: (p["wg"], p["bn"]) != (3, 128)
+    and attention_wgmma.WgmmaConfig(p["wg"], p["bn"]).smem_bytes(128) <= attention_wgmma.MAX_SMEM,
+    description="FlashAttention on wgmma (Hopper): warpgroups share K/V tiles; mma.sync elsewhere")
