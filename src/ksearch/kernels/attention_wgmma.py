@@ -251,6 +251,55 @@ EPILOGUE = r"""
     }
 """
 
+def pipeline(first: str, step: str, last: str, after_s0: str = "", after_s: str = "", after_pv: str = "",
+             end: str = "") -> str:
+    """The main loop all three kernels share, with their own hand-over code spliced in: `first` before tile 0's S,
+    `after_s0` once S(0) is done, `step` at the top of step t, `after_s` once S(t) is done, `after_pv` once
+    P(t-1) V(t-1) is, `last` before the final P V and `end` after it. Tile 0: S alone. Then each step issues S(t) and O += P(t-1) V(t-1) back to back and runs
+    tile t's softmax while the second product is still on the tensor cores (FA-3's intra-warpgroup overlap). No
+    branch separates a wgmma from its wait: ptxas serialises every wgmma of a kernel where it cannot prove the
+    accumulators idle."""
+    ind = "\n      "
+    return f"""
+    {first.replace(chr(10), chr(10) + "    ")}
+    ks_fence_regs<BN / 2>(s);
+    ks_wg_fence();
+    issue_s(0);
+    ks_wg_wait0();
+    ks_fence_regs<BN / 2>(s);
+    {after_s0}
+    softmax(0);
+    take_p();
+    for (int t = 1; t < ntiles; ++t) {{
+      {step.replace(chr(10), ind)}
+      ks_fence_regs<BN / 2>(s);
+      ks_fence_regs<D / 2>(oacc);
+      ks_fence_u<BN / 4>(&pa[0][0]);
+      ks_wg_fence();
+      issue_s(t);
+      issue_pv(t - 1);
+      ks_wg_wait1();
+      ks_fence_regs<BN / 2>(s);
+      {after_s}
+      softmax(t);
+      ks_fence_regs<BN / 2>(s);  // keeps the softmax above the wait: it is what overlaps the product in flight
+      ks_wg_wait0();
+      ks_fence_regs<D / 2>(oacc);
+      ks_fence_u<BN / 4>(&pa[0][0]);
+      {after_pv}
+      take_p();
+    }}
+    {last}
+    ks_fence_regs<D / 2>(oacc);
+    ks_fence_u<BN / 4>(&pa[0][0]);
+    ks_wg_fence();
+    issue_pv(ntiles - 1);
+    ks_wg_wait0();
+    ks_fence_regs<D / 2>(oacc);
+    {end}
+"""
+
+
 # Every thread loads; a __syncthreads per tile hands the stages over.
 SOURCE = "    constexpr int STAGES = 2;" + SETUP + r"""
     ks_load_core<D, NT>(Qs, qg, rows_here, threadIdx.x);  // rows past L: never stored
@@ -268,42 +317,7 @@ SOURCE = "    constexpr int STAGES = 2;" + SETUP + r"""
       ks_commit_w();
     };
 """ + STEPS + r"""
-    // Tile 0: S alone. Then each step issues S(t) and O += P(t-1) V(t-1) back to back and runs tile t's softmax
-    // while the second product is still on the tensor cores (FA-3's intra-warpgroup overlap). No branch separates
-    // a wgmma from its wait: ptxas serialises every wgmma of a kernel where it cannot prove the accumulators idle.
-    next_loads(0);
-    ks_fence_regs<BN / 2>(s);
-    ks_wg_fence();
-    issue_s(0);
-    ks_wg_wait0();
-    ks_fence_regs<BN / 2>(s);
-    softmax(0);
-    take_p();
-    for (int t = 1; t < ntiles; ++t) {
-      next_loads(t);
-      ks_fence_regs<BN / 2>(s);
-      ks_fence_regs<D / 2>(oacc);
-      ks_fence_u<BN / 4>(&pa[0][0]);
-      ks_wg_fence();
-      issue_s(t);
-      issue_pv(t - 1);
-      ks_wg_wait1();
-      ks_fence_regs<BN / 2>(s);
-      softmax(t);
-      ks_fence_regs<BN / 2>(s);  // keeps the softmax above the wait: it is what overlaps the product in flight
-      ks_wg_wait0();
-      ks_fence_regs<D / 2>(oacc);
-      ks_fence_u<BN / 4>(&pa[0][0]);
-      take_p();
-    }
-    next_loads(ntiles);
-    ks_fence_regs<D / 2>(oacc);
-    ks_fence_u<BN / 4>(&pa[0][0]);
-    ks_wg_fence();
-    issue_pv(ntiles - 1);
-    ks_wg_wait0();
-    ks_fence_regs<D / 2>(oacc);
-""" + EPILOGUE
+""" + pipeline(first="next_loads(0);", step="next_loads(t);", last="next_loads(ntiles);") + EPILOGUE
 
 # Shared memory a block may take on Hopper (227 KB); mx.fast.cuda_kernel raises the kernel's limit to what it asks.
 MAX_SMEM = 227 * 1024

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ksearch.kernels.attention_cuda import build_kernel, fits, launch
-from ksearch.kernels.attention_wgmma import EPILOGUE, HEADER, MAX_SMEM, REGISTERS, SETUP, STEPS
+from ksearch.kernels.attention_wgmma import EPILOGUE, HEADER, MAX_SMEM, REGISTERS, SETUP, STEPS, pipeline
 
 # mbarriers after the K / V stages: K full, K empty, V full, V empty (STAGES each). "Full" counts the PT producer
 # threads' cp.async arrivals; "empty" one arrival per consumer warp.
@@ -52,7 +52,7 @@ WS_SPLIT = r"""
     asm volatile("bar.sync %0, 128;\n" :: "r"(1 + wg) : "memory");
 """
 
-WS_LOOP = r"""
+WS_HANDOVER = r"""
     // Waiting on a "full" mbarrier, then a proxy fence: the producer's cp.async writes (generic proxy) become
     // visible to this warpgroup's wgmma reads (async proxy).
     auto wait_full = [&](unsigned long long* bar, int t) {
@@ -62,43 +62,8 @@ WS_LOOP = r"""
     auto release = [&](unsigned long long* bar, int t) {  // one arrival per warp, after its wgmma wait
       if (lane == 0) ks_mbar_arrive(bar + t % STAGES);
     };
-    wait_full(kfull, 0);
-    ks_fence_regs<BN / 2>(s);
-    ks_wg_fence();
-    issue_s(0);
-    ks_wg_wait0();
-    ks_fence_regs<BN / 2>(s);
-    release(kempty, 0);
-    softmax(0);
-    take_p();
-    for (int t = 1; t < ntiles; ++t) {
-      wait_full(kfull, t);
-      wait_full(vfull, t - 1);
-      ks_fence_regs<BN / 2>(s);
-      ks_fence_regs<D / 2>(oacc);
-      ks_fence_u<BN / 4>(&pa[0][0]);
-      ks_wg_fence();
-      issue_s(t);
-      issue_pv(t - 1);
-      ks_wg_wait1();
-      ks_fence_regs<BN / 2>(s);
-      release(kempty, t);
-      softmax(t);
-      ks_fence_regs<BN / 2>(s);
-      ks_wg_wait0();
-      ks_fence_regs<D / 2>(oacc);
-      ks_fence_u<BN / 4>(&pa[0][0]);
-      release(vempty, t - 1);
-      take_p();
-    }
-    wait_full(vfull, ntiles - 1);
-    ks_fence_regs<D / 2>(oacc);
-    ks_fence_u<BN / 4>(&pa[0][0]);
-    ks_wg_fence();
-    issue_pv(ntiles - 1);
-    ks_wg_wait0();
-    ks_fence_regs<D / 2>(oacc);
 """
+
 
 # Without a producer (pwarps=0): every thread loads its share of tile t + 2 at step t and arrives on that stage's
 # "full" mbarrier through cp.async.mbarrier.arrive (so the barrier completes once all of the tile has landed); each
@@ -123,50 +88,24 @@ MB_SPLIT = r"""
     if (ntiles > 1) load_tile(1);
 """
 
-MB_LOOP = r"""
+MB_HANDOVER = r"""
     auto wait_full = [&](int t) {  // then a proxy fence: other threads' cp.async writes, visible to wgmma reads
       ks_mbar_wait(full + t % STAGES, (t / STAGES) & 1);
       ks_proxy_fence();
     };
-    if (ntiles > 2) load_tile(2);
-    wait_full(0);
-    ks_fence_regs<BN / 2>(s);
-    ks_wg_fence();
-    issue_s(0);
-    ks_wg_wait0();
-    ks_fence_regs<BN / 2>(s);
-    softmax(0);
-    take_p();
-    for (int t = 1; t < ntiles; ++t) {
-      if (t + 2 < ntiles) load_tile(t + 2);  // waits for every warp's O += P(t-2) V(t-2)
-      wait_full(t);
-      ks_fence_regs<BN / 2>(s);
-      ks_fence_regs<D / 2>(oacc);
-      ks_fence_u<BN / 4>(&pa[0][0]);
-      ks_wg_fence();
-      issue_s(t);
-      issue_pv(t - 1);
-      ks_wg_wait1();
-      ks_fence_regs<BN / 2>(s);
-      softmax(t);
-      ks_fence_regs<BN / 2>(s);
-      ks_wg_wait0();
-      ks_fence_regs<D / 2>(oacc);
-      ks_fence_u<BN / 4>(&pa[0][0]);
-      if (lane == 0) ks_mbar_arrive(empty + (t - 1) % STAGES);  // this warp is done with tile t - 1
-      take_p();
-    }
-    ks_fence_regs<D / 2>(oacc);
-    ks_fence_u<BN / 4>(&pa[0][0]);
-    ks_wg_fence();
-    issue_pv(ntiles - 1);
-    ks_wg_wait0();
-    ks_fence_regs<D / 2>(oacc);
-    ks_wait_all_w();
 """
 
-SOURCE_MB = "    constexpr int STAGES = NSTAGES;" + SETUP + MB_SPLIT + REGISTERS + STEPS + MB_LOOP + EPILOGUE
-SOURCE = "    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;" + SETUP + WS_SPLIT + REGISTERS + STEPS + WS_LOOP + EPILOGUE
+
+SOURCE_MB = ("    constexpr int STAGES = NSTAGES;" + SETUP + MB_SPLIT + REGISTERS + STEPS + MB_HANDOVER
+             + pipeline(first="if (ntiles > 2) load_tile(2);\nwait_full(0);",
+                        step="if (t + 2 < ntiles) load_tile(t + 2);  // waits for every warp's O += P(t-2) V(t-2)\n"
+                             "wait_full(t);",
+                        after_pv="if (lane == 0) ks_mbar_arrive(empty + (t - 1) % STAGES);  // done with tile t - 1",
+                        last="", end="ks_wait_all_w();") + EPILOGUE)
+SOURCE = ("    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;" + SETUP + WS_SPLIT + REGISTERS + STEPS + WS_HANDOVER
+          + pipeline(first="wait_full(kfull, 0);", after_s0="release(kempty, 0);",
+                     step="wait_full(kfull, t);\nwait_full(vfull, t - 1);", after_s="release(kempty, t);",
+                     after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);") + EPILOGUE)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ksearch.kernels import attention_cuda, attention_metal
-from ksearch.policy.templates.attention_common import F32_PATH, OPS_FALLBACK, ROW_TILED_SOURCE
+from ksearch.policy.templates.attention_common import ROW_TILED_SOURCE, RUN_HEAD, fallbacks
 from ksearch.policy.templates.attention_wgmma import FLASH_WGMMA
 from ksearch.policy.templates.base import TemplateFamily
 
@@ -62,16 +62,7 @@ import mlx.core as mx
 HEADER = {attention_cuda.HEADER!r}
 SOURCE = {attention_cuda.SOURCE!r}
 {kernels}
-{OPS_FALLBACK}
-ROW_SOURCE = {ROW_TILED_SOURCE!r}
-{F32_PATH}
-
-def run(q, k, v, causal):
-    b, hq, length, d = q.shape
-    s = k.shape[2]
-    if q.dtype == mx.float32 and d <= 128:
-        return _f32(q, k, v, causal)
-    if (q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or length % {cfg.bm} or s % {cfg.bn}
+{fallbacks()}{RUN_HEAD}    if (q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or length % {cfg.bm} or s % {cfg.bn}
             or (causal and length > s)):
         return _ops(q, k, v, causal)
     scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)

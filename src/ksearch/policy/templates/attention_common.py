@@ -99,3 +99,18 @@ def _f32(q, k, v, causal):
                  grid=(b * hq * ((length + 127) // 128) * 128, 1, 1), threadgroup=(128, 1, 1),
                  output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
 '''
+
+
+def fallbacks() -> str:
+    """What a tensor-core candidate carries for the inputs its kernel does not take: `_ops` and `_f32`."""
+    return OPS_FALLBACK + f"\nROW_SOURCE = {ROW_TILED_SOURCE!r}\n" + F32_PATH + "\n"
+
+
+# The head of such a candidate's run(): float32 to the row kernel, then what no tensor-core kernel takes to `_ops`.
+RUN_HEAD = """
+def run(q, k, v, causal):
+    b, hq, length, d = q.shape
+    s = k.shape[2]
+    if q.dtype == mx.float32 and d <= 128:
+        return _f32(q, k, v, causal)
+"""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ksearch.kernels import attention_cuda, attention_wgmma
-from ksearch.policy.templates.attention_common import F32_PATH, OPS_FALLBACK, ROW_TILED_SOURCE
+from ksearch.policy.templates.attention_common import RUN_HEAD, fallbacks
 from ksearch.policy.templates.base import TemplateFamily
 
 # The mma.sync configuration a non-Hopper GPU runs (the library's default there).
@@ -62,16 +62,7 @@ def _hopper():
 
 
 _HOPPER = _hopper()
-{OPS_FALLBACK}
-ROW_SOURCE = {ROW_TILED_SOURCE!r}
-{F32_PATH}
-
-def run(q, k, v, causal):
-    b, hq, length, d = q.shape
-    s = k.shape[2]
-    if q.dtype == mx.float32 and d <= 128:
-        return _f32(q, k, v, causal)
-    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or (causal and length > s):
+{fallbacks()}{RUN_HEAD}    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or (causal and length > s):
         return _ops(q, k, v, causal)
     scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
     if _HOPPER and length % 64 == 0 and s % {cfg.bn} == 0:
