@@ -180,7 +180,7 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("attention")
     def attention_cmd(full: bool = typer.Option(False, help="the issue's whole shape grid (B=4 at every dtype/Hkv)"),
                       out: str = typer.Option("benchmarks/results", help="directory for the JSON result")) -> None:
-        """Prefill attention: our FlashAttention-2 kernel vs mx.fast.scaled_dot_product_attention."""
+        """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere) vs MLX native attention."""
         run_bench("prefill", full, out)
 
     @bench_app.command("decode")
