@@ -1,10 +1,11 @@
 """FlashAttention prefill on Hopper's `wgmma` (sm_90a) for MLX-CUDA: the route to cuDNN's speed that `mma.sync`
 cannot reach (our mma.sync kernel measured 0.48x of cuDNN on the H200).
 
-OPT-IN (KSEARCH_WGMMA=1) until it beats the mma.sync kernel. Its first version ran correct on the H200 (max abs error
-3e-4 fp16 and 7e-3 bf16 against fp32, benchmarks/results/attention-wgmma-check-*.json), which fixed the descriptor
-layouts used here, but it reached only 118-165 TFLOP/s, below mma.sync's 168-244, because each warpgroup waited on
-every product before its softmax. `benchmarks/attention_wgmma_check.py` checks and times the configurations.
+The prefill `ksearch.kernels.attention` runs on Hopper (KSEARCH_WGMMA=0 turns it off). Measured on the H200
+(benchmarks/results/attention-wgmma-check-*.json, attention-prefill-*.json): 3 warpgroups a block reach 340-362
+TFLOP/s fp16 at L=8192, D=128, against cuDNN's 566-670 and our mma.sync kernel's 239-244; 0.59x of cuDNN over the
+issue's grid. Its first version (each warpgroup waiting on every product before its softmax) reached 118-165.
+`benchmarks/attention_wgmma_check.py` checks and times configurations; docs/attention.md tells the whole story.
 
 Design (FA-3 without TMA or warp specialisation): a block of WG warpgroups (128 threads each) owns 64 * WG query rows
 of one (batch, head); warpgroup w owns rows 64w..64w+63 and they share every K / V tile. Tiles of BN keys stream
@@ -325,8 +326,8 @@ MAX_SMEM = 227 * 1024
 
 @dataclass(frozen=True)
 class WgmmaConfig:
-    wg: int = 2    # warpgroups per block (64 query rows each): they share every K/V tile
-    bn: int = 128  # keys per K/V tile: the S product is m64n{bn}k16
+    wg: int = 3   # warpgroups per block (64 query rows each): they share every K/V tile
+    bn: int = 64  # keys per K/V tile: the S product is m64n{bn}k16
 
     def smem_bytes(self, d: int) -> int:
         return (64 * self.wg + 4 * self.bn) * d * 2  # Q, then K and V in two stages each

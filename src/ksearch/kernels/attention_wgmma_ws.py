@@ -1,13 +1,17 @@
-"""The wgmma FlashAttention prefill with a producer warp (FA-3's warp specialisation, without TMA).
+"""The wgmma FlashAttention prefill handing K / V stages over through mbarriers instead of `__syncthreads`.
 
 In `attention_wgmma.SOURCE` every thread loads K / V and a `__syncthreads` per tile hands the stages over, which keeps
 the block's warpgroups in lockstep: all of them multiply at once and all of them run their softmax at once, so the
 tensor cores idle during the softmax. Here one extra warp only loads (`cp.async`, completion tracked by mbarriers
 through `cp.async.mbarrier.arrive`), and each consumer warpgroup waits on "full" mbarriers and releases stages on
 "empty" ones on its own schedule; the warp scheduler can then run one warpgroup's softmax while another's product is
-on the tensor cores. The steps (products, softmax) are the same code as the synchronous kernel's.
+on the tensor cores. The steps (products, softmax) are the same code as the synchronous kernel's. SOURCE_MB does the
+same without a producer (every thread loads, four stages).
 
-NOT YET RUN on a GPU when written: `benchmarks/attention_wgmma_check.py` checks it (configurations "ws...").
+Measured correct on the H200 but not faster (benchmarks/results/attention-wgmma-check-*.json): a producer warp's
+loads bound it; 4 producer warps and 3 stages reach 317 / 289 TFLOP/s at L=8192 (non-causal / causal), but the
+register file allows only 2 consumer warpgroups beside them, against the synchronous kernel's 3; the producerless
+variant with 3 warpgroups is within 1% of the synchronous one over the grid. Opt-in: KSEARCH_WGMMA_CONFIG.
 """
 
 from __future__ import annotations
