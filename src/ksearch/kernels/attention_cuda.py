@@ -71,6 +71,21 @@ __device__ __forceinline__ void ks_load_tile(T* sm, const T* g, int rows) {
 #endif
 """
 
+# Where a block of BM query rows of one (batch, query head) starts, its K / V, and how many BN-key tiles it visits
+# (causal: none past its diagonal). Shared by the mma.sync and wgmma prefills.
+BLOCK_COORDS = r"""
+    const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
+    const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first
+    const int bhq = blockIdx.y, b = bhq / Hq, h = bhq % Hq, hk = h / (Hq / Hkv);
+    const int m0 = mt * BM, shift = S - L;
+    const T* qg = q + ((size_t)bhq * L + m0) * D;
+    const T* kg = k + (size_t)(b * Hkv + hk) * S * D;
+    const T* vg = v + (size_t)(b * Hkv + hk) * S * D;
+    const int n_end = CAUSAL ? min(S, m0 + BM + shift) : S;
+    const int ntiles = (n_end + BN - 1) / BN;
+    const float sl2 = scale[0] * 1.4426950408889634f;
+"""
+
 # Template constants: T, D (64 | 128), BM (16 * warps), BN (keys per tile, multiple of 16), CAUSAL, DB.
 SOURCE = r"""
     constexpr int NW = BM / 16, NT = NW * 32, STAGES = DB ? 2 : 1;
@@ -80,17 +95,7 @@ SOURCE = r"""
     T* Vs = Ks + STAGES * BN * D;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, tq = lane & 3;
-    const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
-    const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles start first
-    const int bhq = blockIdx.y, b = bhq / Hq, h = bhq % Hq, hk = h / (Hq / Hkv);
-    const int m0 = mt * BM, shift = S - L;
-    const T* qg = q + ((size_t)bhq * L + m0) * D;
-    const T* kg = k + (size_t)(b * Hkv + hk) * S * D;
-    const T* vg = v + (size_t)(b * Hkv + hk) * S * D;
-    const int n_end = CAUSAL ? min(S, m0 + BM + shift) : S;
-    const int ntiles = (n_end + BN - 1) / BN;
-    const float sl2 = scale[0] * 1.4426950408889634f;
-
+""" + BLOCK_COORDS + r"""
     ks_load_tile<D, NT>(Qs, qg, BM);
     ks_load_tile<D, NT>(Ks, kg, BN);
     ks_load_tile<D, NT>(Vs, vg, BN);

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ksearch.kernels.attention_cuda import build_kernel, fits, launch
+from ksearch.kernels.attention_cuda import BLOCK_COORDS, build_kernel, fits, launch
 
 
 def _wgmma_funcs(ctype: str, ptx: str) -> str:
@@ -144,17 +144,8 @@ SETUP = r"""
     T* Vs = Ks + STAGES * KB;       // STAGES stages
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
     const int warp = wt / 32, lane = wt % 32, g = lane >> 2, tq = lane & 3;
-    const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
-    const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first
-    const int bhq = blockIdx.y, b = bhq / Hq, h = bhq % Hq, hk = h / (Hq / Hkv);
-    const int m0 = mt * BM, shift = S - L;
+""" + BLOCK_COORDS + r"""
     const int rows_here = min(BM, L - m0);  // the last block may be partial (L a multiple of 64, not of BM)
-    const T* qg = q + ((size_t)bhq * L + m0) * D;
-    const T* kg = k + (size_t)(b * Hkv + hk) * S * D;
-    const T* vg = v + (size_t)(b * Hkv + hk) * S * D;
-    const int n_end = CAUSAL ? min(S, m0 + BM + shift) : S;
-    const int ntiles = (n_end + BN - 1) / BN;
-    const float sl2 = scale[0] * 1.4426950408889634f;
     // Byte offsets between core matrices (checked on the H200): Q and K are K-major (leading 128 B along the head
     // dim, stride one core-matrix row); V is read MN-major with the transpose bit (leading one core-matrix row of V).
     constexpr int qk_lead = 128, qk_stride = (D / 8) * 128, v_lead = (D / 8) * 128, v_stride = 128;
