@@ -96,6 +96,10 @@ def test_wgmma_is_the_default_on_hopper_only(monkeypatch: pytest.MonkeyPatch, en
     assert not isinstance(A.attention(q[:, :, :100], k[:, :, :100], k[:, :, :100]), str)
     assert A.attention(q, k, k, config=WS.WsConfig()) == "ws"  # an explicit configuration picks its kernel
     assert A.attention(q, k, k, config=attention_cuda.PrefillConfig()) == "mma_sync"
+    # An explicit wgmma configuration that does not fit (S=192, not a multiple of 128 keys) answers with native,
+    # even where the mma.sync kernel would fit.
+    k192 = mx.zeros((1, 2, 192, 64), dtype=mx.float16)
+    assert not isinstance(A.attention(q, k192, k192, config=W.WgmmaConfig(2, 128)), str)
 
 
 def test_hopper_reads_the_compute_capability(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -110,19 +110,13 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool |
     if where == "cuda":
         from ksearch.kernels import attention_cuda, attention_wgmma, attention_wgmma_ws
 
-        if isinstance(config, WsConfig):
-            if attention_wgmma_ws.supports(q, k, v, causal, config):
-                return attention_wgmma_ws.attention_wgmma_ws(q, k, v, causal, config)
-            return native_attention(q, k, v, causal)
-        if config is None and wgmma_enabled():
-            auto = wgmma_config(q, k, causal)
-            if isinstance(auto, WsConfig) and attention_wgmma_ws.supports(q, k, v, causal, auto):
-                return attention_wgmma_ws.attention_wgmma_ws(q, k, v, causal, auto)
-            if isinstance(auto, WgmmaConfig) and attention_wgmma.supports(q, k, v, causal, auto):
-                return attention_wgmma.attention_wgmma(q, k, v, causal, auto)
-        if isinstance(config, WgmmaConfig):
-            if attention_wgmma.supports(q, k, v, causal, config):
-                return attention_wgmma.attention_wgmma(q, k, v, causal, config)
+        auto = config is None and wgmma_enabled()
+        chosen = wgmma_config(q, k, causal) if auto else config
+        if isinstance(chosen, WsConfig) and attention_wgmma_ws.supports(q, k, v, causal, chosen):
+            return attention_wgmma_ws.attention_wgmma_ws(q, k, v, causal, chosen)
+        if isinstance(chosen, WgmmaConfig) and attention_wgmma.supports(q, k, v, causal, chosen):
+            return attention_wgmma.attention_wgmma(q, k, v, causal, chosen)
+        if isinstance(config, (WsConfig, WgmmaConfig)):  # asked for outright: no other kernel stands in for it
             return native_attention(q, k, v, causal)
         cfg = config if isinstance(config, PrefillConfig) else prefill_config(q, k, causal)
         if attention_cuda.supports(q, k, v, causal, cfg):
