@@ -314,3 +314,16 @@ def test_block_uniform_early_return_is_fine_and_template_typed_arrays_are_sized(
     assert "shared-memory" in _codes(diags)
     ok = big.replace("64 * 128", "32 * 64")
     assert "shared-memory" not in _codes(lint_source(ok, "mlx-cuda"), "warning") | _codes(lint_source(ok, "mlx-cuda"))
+
+
+def test_a_launch_bound_header_is_not_a_signature_and_leaves_the_next_kernel_plain() -> None:
+    bounds = ("#undef __global__\n#define __global__ __attribute__((global)) __attribute__((launch_bounds(256, 1)))\n"
+              "__device__ inline float helper(float v) { return v * 2.0f; }\n")
+    plain = "__device__ inline float helper(float v) { return v + 1.0f; }\n"
+    src = _two_kernels("cuda", bounds, plain)
+    assert "cuda-signature" not in _codes(lint_source(src, "mlx-cuda"))
+    for sig in ("__global__ void k(float* x) {", "__global__ __launch_bounds__(256) void k(float* x) {"):
+        in_source = CUDA_WARN.replace("    int i = blockIdx.x", f"{sig}\n    int i = blockIdx.x")
+        assert "cuda-signature" in _codes(lint_source(in_source, "mlx-cuda"))
+    if nvcc_path() is not None:  # the header group's #undef restores the plain qualifier for kernel b
+        assert check_cuda_candidate(src, None, "float32") == []

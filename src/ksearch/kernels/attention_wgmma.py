@@ -47,6 +47,13 @@ def _wgmma_funcs(ctype: str, ptx: str) -> str:
     asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dl}}}, {{{a}}}, %{regs + 4}, 1, 1, 1, %{regs + 5};\\n"
                  : {cons} : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB));
   }}""")
+    # m64n8k16 with A from registers and a K-major B: P times a tile of ones, the row sums of P.
+    out.append(f"""
+  static __device__ __forceinline__ void rs8(float* d, const unsigned* a, unsigned long long db) {{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.{ptx}.{ptx} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, %8, 1, 1, 1, 0;\\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+  }}""")
     out.append("};")
     return "\n".join(out)
 
@@ -120,14 +127,23 @@ __device__ __forceinline__ unsigned long long ks_desc(const void* p, int lbo, in
 template <int C> __device__ __forceinline__ int ks_core(int r, int c) {
   return ((r >> 3) * (C >> 3) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
 }
-// rows x C tile, rows contiguous in global memory (row stride C), into the core-matrix layout; NT threads, this one
-// number tid among them.
-template <int C, int NT, typename T>
+// rows x C tile (rows <= MAXROWS), rows contiguous in global memory (row stride C), into the core-matrix layout;
+// NT threads, this one number tid among them. Thread tid copies the 16-byte chunk (tid % CPR) of rows tid / CPR + j * RPI:
+// where RPI is a multiple of 8 the shared and global offsets of chunk j are the first's plus j * RPI * C, so the
+// unrolled copies cost one address computation in all (the general loop cost ~40% of the main loop's instructions).
+template <int C, int NT, int MAXROWS, typename T>
 __device__ __forceinline__ void ks_load_core(T* sm, const T* g, int rows, int tid) {
-  constexpr int CPR = C / 8;
-  for (int i = tid; i < rows * CPR; i += NT) {
-    int r = i / CPR, c = (i % CPR) * 8;
-    ks_cp16w(sm + ks_core<C>(r, c), g + (size_t)r * C + c);
+  constexpr int CPR = C / 8, RPI = NT / CPR, ITER = (MAXROWS + RPI - 1) / RPI;
+  static_assert(NT % CPR == 0, "threads must cover whole rows");
+  const int r0 = tid / CPR, c = (tid % CPR) * 8;
+  T* s0 = sm + ks_core<C>(r0, c);
+  const T* g0 = g + r0 * C + c;
+  #pragma unroll
+  for (int j = 0; j < ITER; ++j) {
+    if (r0 + j * RPI < rows) {
+      if (RPI % 8 == 0) ks_cp16w(s0 + j * RPI * C, g0 + j * RPI * C);
+      else ks_cp16w(sm + ks_core<C>(r0 + j * RPI, c), g0 + j * RPI * C);
+    }
   }
 }
 #endif
@@ -139,7 +155,8 @@ SETUP = r"""
     constexpr int BM = 64 * WG, NT = 128 * WG;
     constexpr int QB = BM * D, KB = BN * D;
     extern __shared__ __align__(128) unsigned char ks_smem[];
-    T* Qs = reinterpret_cast<T*>(ks_smem);
+    T* ones = reinterpret_cast<T*>(ks_smem);  // 16 x 8 ones: the B operand of P's row sums
+    T* Qs = ones + 128;
     T* Ks = Qs + QB;                // STAGES stages
     T* Vs = Ks + STAGES * KB;       // STAGES stages
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
@@ -149,6 +166,8 @@ SETUP = r"""
     // Byte offsets between core matrices (checked on the H200): Q and K are K-major (leading 128 B along the head
     // dim, stride one core-matrix row); V is read MN-major with the transpose bit (leading one core-matrix row of V).
     constexpr int qk_lead = 128, qk_stride = (D / 8) * 128, v_lead = (D / 8) * 128, v_stride = 128;
+    if (threadIdx.x < 128) ones[threadIdx.x] = T(1.f);
+    ks_proxy_fence();  // visible to wgmma after the block barrier every variant passes before its first product
 
 """
 REGISTERS = r"""
@@ -156,82 +175,94 @@ REGISTERS = r"""
     #pragma unroll
     for (int i = 0; i < D / 2; ++i) oacc[i] = 0.f;
     float s[BN / 2];
-    unsigned pa[BN / 16][4];
-    float mrow[2] = {-1e30f, -1e30f}, lrow[2] = {0.f, 0.f}, corr[2] = {1.f, 1.f};
+    unsigned pa[2][BN / 16][4];  // P of two tiles: one in flight in O += P V while the next is packed
+    // Running row maxima of the raw scores (the scale is positive): p = exp2(s * sl2 - m * sl2) is one FFMA.
+    float mrow[2] = {-1e30f, -1e30f}, corr[2] = {1.f, 1.f};
+    // Row sums of P on the tensor cores (P times ones, m64n8k16): every column holds the row's sum, so lacc[0] is
+    // row_lo's and lacc[2] row_lo + 8's. They sum the rounded P that O += P V multiplies, and the wgmma that computes
+    // them is what keeps ptxas from hoisting the wait on that P V above the softmax (see pipeline()).
+    float lacc[4] = {0.f, 0.f, 0.f, 0.f};
     const int row_lo = m0 + wg * 64 + warp * 16 + g;  // this lane's rows: row_lo and row_lo + 8
-    const T* Qw = Qs + wg * 64 * D;                    // this warpgroup's 64 rows (8 core-matrix rows)
+    // Descriptors of stage 0 and this warpgroup's Q, once: a tile's descriptors add constants to them (shared
+    // addresses stay below 2^18, so the 14-bit address field never carries into the offsets).
+    const unsigned long long dq0 = ks_desc(Qs + wg * 64 * D, qk_lead, qk_stride);
+    const unsigned long long dk0 = ks_desc(Ks, qk_lead, qk_stride), dv0 = ks_desc(Vs, v_lead, v_stride);
+    const unsigned long long d1 = ks_desc(ones, 128, 256);
 
 """
 STEPS = r"""
-    auto issue_s = [&](int t) {  // S = Q K(t)^T
-      const T* Kt = Ks + (t % STAGES) * KB;
+    auto issue_s = [&](int t) {  // S = Q K(t)^T; 16 columns of Q / K are 256 bytes on (16 in descriptor units)
+      const unsigned long long dk = dk0 + (unsigned long long)((t % STAGES) * KB * 2 / 16);
       #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc) {
-        const unsigned long long da = ks_desc(Qw + kc * 128, qk_lead, qk_stride);
-        const unsigned long long db = ks_desc(Kt + kc * 128, qk_lead, qk_stride);
         if (BN == 128) {
-          if (kc == 0) KsWg<T>::ss128z(s, da, db); else KsWg<T>::ss128(s, da, db);
+          if (kc == 0) KsWg<T>::ss128z(s, dq0, dk); else KsWg<T>::ss128(s, dq0 + 16 * kc, dk + 16 * kc);
         } else {
-          if (kc == 0) KsWg<T>::ss64z(s, da, db); else KsWg<T>::ss64(s, da, db);
+          if (kc == 0) KsWg<T>::ss64z(s, dq0, dk); else KsWg<T>::ss64(s, dq0 + 16 * kc, dk + 16 * kc);
         }
       }
       ks_wg_commit();
     };
-    auto issue_pv = [&](int t) {  // O += P(t) V(t), 16 keys (rows 16kk.. of the V tile) at a time
-      const T* Vt = Vs + (t % STAGES) * KB;
+    auto issue_pv = [&](int t, unsigned (&p)[BN / 16][4]) {  // O += P(t) V(t), 16 keys (two core-matrix rows of V) at a time
+      const unsigned long long dv = dv0 + (unsigned long long)((t % STAGES) * KB * 2 / 16);
       #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
-        const unsigned long long db = ks_desc(Vt + kk * 2 * (D / 8) * 64, v_lead, v_stride);
-        if (D == 128) KsWg<T>::template rs128<1>(oacc, pa[kk], db); else KsWg<T>::template rs64<1>(oacc, pa[kk], db);
+        if (D == 128) KsWg<T>::template rs128<1>(oacc, p[kk], dv + 2 * D * kk);
+        else KsWg<T>::template rs64<1>(oacc, p[kk], dv + 2 * D * kk);
       }
       ks_wg_commit();
     };
-    // Tile t's online softmax, in place on s: new row maxima, corr, running sums, and P in fp32. P becomes fp16 /
-    // bf16 A-operand registers only in take_p, after O += P(t-1) V(t-1) has completed: defining registers while a
-    // wgmma is in flight (other than the finished S accumulators) makes ptxas serialise every wgmma (C7513).
+    // Tile t's online softmax, in place on s: new row maxima, corr and P in fp32.
     auto softmax = [&](int t) {
       const int n0 = t * BN;
       const bool need_mask = CAUSAL && (n0 + BN - 1 > m0 + wg * 64 + warp * 16 + shift);
       float mx[2] = {mrow[0], mrow[1]};
       #pragma unroll
       for (int i = 0; i < BN / 2; ++i) {
-        float x = s[i] * sl2;
-        if (need_mask && n0 + (i >> 2) * 8 + 2 * tq + (i & 1) > row_lo + (((i >> 1) & 1) << 3) + shift) x = -INFINITY;
-        s[i] = x;
-        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
+        if (need_mask && n0 + (i >> 2) * 8 + 2 * tq + (i & 1) > row_lo + (((i >> 1) & 1) << 3) + shift) s[i] = -INFINITY;
+        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
       }
+      float msc[2];
       #pragma unroll
       for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        corr[r] = ks_exp2(mrow[r] - mx[r]);
+        corr[r] = ks_exp2((mrow[r] - mx[r]) * sl2);
         mrow[r] = mx[r];
-        lrow[r] *= corr[r];
+        msc[r] = mx[r] * sl2;
       }
       #pragma unroll
       for (int i = 0; i < BN / 2; ++i) {
-        s[i] = ks_exp2(s[i] - mx[(i >> 1) & 1]);
-        lrow[(i >> 1) & 1] += s[i];
+        s[i] = ks_exp2(fmaf(s[i], sl2, -msc[(i >> 1) & 1]));
       }
     };
-    auto take_p = [&]() {  // rescale O by this tile's corr and pack its P as the next product's A operand
+    auto rescale = [&]() {  // O *= corr of the tile whose P V is issued next
       #pragma unroll
       for (int i = 0; i < D / 2; ++i) oacc[i] *= corr[(i >> 1) & 1];
+    };
+    auto issue_sum = [&](unsigned (&p)[BN / 16][4]) {  // lacc = corr * lacc + rowsum(P)
+      lacc[0] *= corr[0]; lacc[1] *= corr[0]; lacc[2] *= corr[1]; lacc[3] *= corr[1];
+      ks_fence_regs<4>(lacc);
+      ks_fence_u<BN / 4>(&p[0][0]);
+      ks_wg_fence();
+      #pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) KsWg<T>::rs8(lacc, p[kk], d1);
+      ks_wg_commit();
+    };
+    // P as fp16 / bf16 A-operand registers, into the buffer the product in flight does not read: writing registers
+    // of an in-flight wgmma would make ptxas wait for it first (or serialise every wgmma of the kernel, C7513).
+    auto pack_p = [&](unsigned (&p)[BN / 16][4]) {
       #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
-        pa[j >> 1][(j & 1) * 2] = ks_pack2<T>(s[4 * j], s[4 * j + 1]);
-        pa[j >> 1][(j & 1) * 2 + 1] = ks_pack2<T>(s[4 * j + 2], s[4 * j + 3]);
+        p[j >> 1][(j & 1) * 2] = ks_pack2<T>(s[4 * j], s[4 * j + 1]);
+        p[j >> 1][(j & 1) * 2 + 1] = ks_pack2<T>(s[4 * j + 2], s[4 * j + 3]);
       }
     };
 
 """
 EPILOGUE = r"""
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
-      lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
-      lrow[r] = 1.f / lrow[r];
-    }
+    ks_fence_regs<4>(lacc);
+    const float lrow[2] = {1.f / lacc[0], 1.f / lacc[2]};
     T* og = o + ((size_t)bhq * L + row_lo) * D + 2 * tq;
     if (row_lo < L) {  // a warpgroup past L (partial last block) computed on unloaded rows: nothing to store
       #pragma unroll
@@ -243,15 +274,46 @@ EPILOGUE = r"""
     }
 """
 
+def _step(cur: int, step: str, after_s: str, after_pv: str) -> str:
+    """Step t of the main loop; P(t-1) is in pa[cur], P(t) goes to the other buffer."""
+    nxt = 1 - cur
+    return f"""
+      {step}
+      ks_fence_regs<BN / 2>(s);
+      ks_wg_fence();
+      issue_s(t);
+      rescale();
+      ks_fence_regs<D / 2>(oacc);
+      ks_fence_u<BN / 4>(&pa[{cur}][0][0]);
+      ks_wg_fence();
+      issue_pv(t - 1, pa[{cur}]);
+      ks_wg_wait1();
+      ks_fence_regs<BN / 2>(s);
+      {after_s}
+      softmax(t);
+      pack_p(pa[{nxt}]);
+      issue_sum(pa[{nxt}]);  // after the whole softmax, and the wait below stays after it
+      ks_wg_wait0();
+      ks_fence_regs<4>(lacc);
+      ks_fence_regs<D / 2>(oacc);
+      ks_fence_u<BN / 4>(&pa[{cur}][0][0]);
+      {after_pv}"""
+
+
 def pipeline(first: str, step: str, last: str, after_s0: str = "", after_s: str = "", after_pv: str = "",
              end: str = "") -> str:
     """The main loop all three kernels share, with their own hand-over code spliced in: `first` before tile 0's S,
     `after_s0` once S(0) is done, `step` at the top of step t, `after_s` once S(t) is done, `after_pv` once
-    P(t-1) V(t-1) is, `last` before the final P V and `end` after it. Tile 0: S alone. Then each step issues S(t) and O += P(t-1) V(t-1) back to back and runs
-    tile t's softmax while the second product is still on the tensor cores (FA-3's intra-warpgroup overlap). No
-    branch separates a wgmma from its wait: ptxas serialises every wgmma of a kernel where it cannot prove the
-    accumulators idle."""
+    P(t-1) V(t-1) is, `last` before the final P V and `end` after it.
+
+    FA-3's order: step t issues S(t), rescales O by tile t-1's corr while S(t) is on the tensor cores, issues
+    O += P(t-1) V(t-1), and runs tile t's softmax while that product is in flight. P is double-buffered (the loop
+    is unrolled by two so that both buffers stay in registers): with one buffer, packing P(t) must wait for the
+    product reading P(t-1), and ptxas hoisted that wait above the softmax's exponentials, so nothing overlapped
+    (seen in the SASS; likewise with the rescale after the wait). No branch separates a wgmma from its wait: ptxas
+    serialises every wgmma of a kernel where it cannot prove the accumulators idle."""
     ind = "\n      "
+    body = [_step(c, step.replace(chr(10), ind), after_s, after_pv.replace(chr(10), ind)) for c in (0, 1)]
     return f"""
     {first.replace(chr(10), chr(10) + "    ")}
     ks_fence_regs<BN / 2>(s);
@@ -261,31 +323,31 @@ def pipeline(first: str, step: str, last: str, after_s0: str = "", after_s: str 
     ks_fence_regs<BN / 2>(s);
     {after_s0}
     softmax(0);
-    take_p();
-    for (int t = 1; t < ntiles; ++t) {{
-      {step.replace(chr(10), ind)}
-      ks_fence_regs<BN / 2>(s);
-      ks_fence_regs<D / 2>(oacc);
-      ks_fence_u<BN / 4>(&pa[0][0]);
-      ks_wg_fence();
-      issue_s(t);
-      issue_pv(t - 1);
-      ks_wg_wait1();
-      ks_fence_regs<BN / 2>(s);
-      {after_s}
-      softmax(t);
-      ks_fence_regs<BN / 2>(s);  // keeps the softmax above the wait: it is what overlaps the product in flight
-      ks_wg_wait0();
-      ks_fence_regs<D / 2>(oacc);
-      ks_fence_u<BN / 4>(&pa[0][0]);
-      {after_pv}
-      take_p();
+    pack_p(pa[0]);
+    issue_sum(pa[0]);
+    ks_wg_wait0();
+    ks_fence_regs<4>(lacc);
+    for (int t0 = 1; t0 < ntiles; t0 += 2) {{
+      {{
+      const int t = t0;{body[0]}
+      }}
+      if (t0 + 1 < ntiles) {{  // every wgmma of the first step has completed: this branch is safe
+      const int t = t0 + 1;{body[1]}
+      }}
+    }}
+    if (ntiles % 2 == 0) {{  // P of the last tile is in pa[1]
+      #pragma unroll
+      for (int i = 0; i < BN / 16; ++i) {{
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) pa[0][i][j] = pa[1][i][j];
+      }}
     }}
     {last}
+    rescale();
     ks_fence_regs<D / 2>(oacc);
-    ks_fence_u<BN / 4>(&pa[0][0]);
+    ks_fence_u<BN / 4>(&pa[0][0][0]);
     ks_wg_fence();
-    issue_pv(ntiles - 1);
+    issue_pv(ntiles - 1, pa[0]);
     ks_wg_wait0();
     ks_fence_regs<D / 2>(oacc);
     {end}
@@ -294,8 +356,8 @@ def pipeline(first: str, step: str, last: str, after_s0: str = "", after_s: str 
 
 # Every thread loads; a __syncthreads per tile hands the stages over.
 SOURCE = "    constexpr int STAGES = 2;" + SETUP + r"""
-    ks_load_core<D, NT>(Qs, qg, rows_here, threadIdx.x);  // rows past L: never stored
-    ks_load_core<D, NT>(Ks, kg, BN, threadIdx.x);
+    ks_load_core<D, NT, BM>(Qs, qg, rows_here, threadIdx.x);  // rows past L: never stored
+    ks_load_core<D, NT, BN>(Ks, kg, BN, threadIdx.x);
     ks_commit_w();
 
 """ + REGISTERS + r"""
@@ -304,12 +366,21 @@ SOURCE = "    constexpr int STAGES = 2;" + SETUP + r"""
       ks_wait_all_w();
       ks_proxy_fence();
       __syncthreads();
-      if (t + 1 < ntiles) ks_load_core<D, NT>(Ks + ((t + 1) & 1) * KB, kg + (size_t)(t + 1) * BN * D, BN, threadIdx.x);
-      if (t < ntiles) ks_load_core<D, NT>(Vs + (t & 1) * KB, vg + (size_t)t * BN * D, BN, threadIdx.x);
+      if (t + 1 < ntiles) ks_load_core<D, NT, BN>(Ks + ((t + 1) & 1) * KB, kg + (size_t)(t + 1) * BN * D, BN, threadIdx.x);
+      if (t < ntiles) ks_load_core<D, NT, BN>(Vs + (t & 1) * KB, vg + (size_t)t * BN * D, BN, threadIdx.x);
       ks_commit_w();
     };
 """ + STEPS + r"""
 """ + pipeline(first="next_loads(0);", step="next_loads(t);", last="next_loads(ntiles);") + EPILOGUE
+
+def launch_bounds(threads: int) -> str:
+    """Header text that gives the kernel MLX generates after it `__launch_bounds__(threads, 1)` (MLX writes the
+    `__global__` line, so the qualifier is redefined). Without it ptxas takes registers freely: the causal kernel of
+    3 warpgroups took 178 a thread, and 384 threads of that exceed the register file, so the launch fails. With it
+    ptxas keeps to 65536 / threads."""
+    return (f"\n#undef __global__\n"
+            f"#define __global__ __attribute__((global)) __attribute__((launch_bounds({threads}, 1)))\n")
+
 
 # Shared memory a block may take on Hopper (227 KB); mx.fast.cuda_kernel raises the kernel's limit to what it asks.
 MAX_SMEM = 227 * 1024
@@ -321,16 +392,25 @@ class WgmmaConfig:
     bn: int = 64  # keys per K/V tile: the S product is m64n{bn}k16
 
     def smem_bytes(self, d: int) -> int:
-        return (64 * self.wg + 4 * self.bn) * d * 2  # Q, then K and V in two stages each
+        return 256 + (64 * self.wg + 4 * self.bn) * d * 2  # ones (P's row sums), Q, then K and V in two stages each
+
+
+def fits_registers(cfg: WgmmaConfig, d: int) -> bool:
+    """Whether a thread's registers fit 65536 / threads without spilling: O (d / 2), S (bn / 2), two P buffers
+    (bn / 4 each) and about 40 more, against ptxas's counts (3 warpgroups: 158-168 at d=128, bn=64; 3 x 128 spills
+    over 500 bytes under the launch bound, and without it took 206 registers and failed to launch)."""
+    return d // 2 + cfg.bn // 2 + cfg.bn // 2 + 40 <= 65536 // (128 * cfg.wg) // 8 * 8
 
 
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WgmmaConfig) -> bool:
     # fits() bounds shared memory by the mma.sync kernel's checked 100 KB; wgmma's bound is its own. L need only be a
     # multiple of one warpgroup's 64 rows: the last block may be partial.
-    return cfg.smem_bytes(q.shape[-1]) <= MAX_SMEM and fits(q, k, v, causal, 64, cfg.bn, 0)
+    return (cfg.smem_bytes(q.shape[-1]) <= MAX_SMEM and fits_registers(cfg, q.shape[-1])
+            and fits(q, k, v, causal, 64, cfg.bn, 0))
 
 
 def attention_wgmma(q: Any, k: Any, v: Any, causal: bool = False, cfg: WgmmaConfig | None = None) -> Any:
     cfg = cfg or WgmmaConfig()
-    kern = build_kernel(f"ks_flash_wgmma_wg{cfg.wg}_n{cfg.bn}", SOURCE, HEADER, cfg.smem_bytes(q.shape[-1]))
+    kern = build_kernel(f"ks_flash_wgmma_wg{cfg.wg}_n{cfg.bn}", SOURCE, HEADER + launch_bounds(128 * cfg.wg),
+                        cfg.smem_bytes(q.shape[-1]))
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg, [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal))])

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ksearch.kernels.attention_cuda import build_kernel, fits, launch
-from ksearch.kernels.attention_wgmma import EPILOGUE, HEADER, MAX_SMEM, REGISTERS, SETUP, STEPS, pipeline
+from ksearch.kernels.attention_wgmma import EPILOGUE, HEADER, MAX_SMEM, REGISTERS, SETUP, STEPS, launch_bounds, pipeline
 
 # mbarriers after the K / V stages: K full, K empty, V full, V empty (STAGES each). "Full" counts the PT producer
 # threads' cp.async arrivals; "empty" one arrival per consumer warp.
@@ -39,17 +39,17 @@ WS_SPLIT = r"""
       for (int t = 0; t < ntiles; ++t) {
         const int st = t % STAGES, ph = (t / STAGES) & 1;
         if (t >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
-        ks_load_core<D, PT>(Ks + st * KB, kg + (size_t)t * BN * D, BN, pl);
+        ks_load_core<D, PT, BN>(Ks + st * KB, kg + (size_t)t * BN * D, BN, pl);
         ks_cp_mbar_arrive(kfull + st);
         if (t >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
-        ks_load_core<D, PT>(Vs + st * KB, vg + (size_t)t * BN * D, BN, pl);
+        ks_load_core<D, PT, BN>(Vs + st * KB, vg + (size_t)t * BN * D, BN, pl);
         ks_cp_mbar_arrive(vfull + st);
       }
       ks_wait_all_w();
       return;
     }
     // Consumers: this warpgroup's 64 query rows, then only its own named barrier (1 + wg) from here on.
-    ks_load_core<D, 128>(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), wt);
+    ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), wt);
     ks_commit_w();
     ks_wait_all_w();
     ks_proxy_fence();
@@ -83,11 +83,11 @@ MB_SPLIT = r"""
     auto load_tile = [&](int t) {  // this thread's share of K(t), V(t); the arrival also covers its earlier copies
       const int st = t % STAGES;
       if (t >= STAGES) ks_mbar_wait(empty + st, ((t - STAGES) / STAGES) & 1);
-      ks_load_core<D, NT>(Ks + st * KB, kg + (size_t)t * BN * D, BN, threadIdx.x);
-      ks_load_core<D, NT>(Vs + st * KB, vg + (size_t)t * BN * D, BN, threadIdx.x);
+      ks_load_core<D, NT, BN>(Ks + st * KB, kg + (size_t)t * BN * D, BN, threadIdx.x);
+      ks_load_core<D, NT, BN>(Vs + st * KB, vg + (size_t)t * BN * D, BN, threadIdx.x);
       ks_cp_mbar_arrive(full + st);
     };
-    ks_load_core<D, NT>(Qs, qg, rows_here, threadIdx.x);  // covered by tile 0's arrival
+    ks_load_core<D, NT, BM>(Qs, qg, rows_here, threadIdx.x);  // covered by tile 0's arrival
     load_tile(0);
     if (ntiles > 1) load_tile(1);
 """
@@ -120,7 +120,7 @@ class WsConfig:
     pwarps: int = 1  # producer warps; 0: no producer, every thread loads (SOURCE_MB)
 
     def smem_bytes(self, d: int) -> int:
-        return (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8
+        return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8
 
 
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
@@ -132,7 +132,8 @@ def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
 def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConfig | None = None) -> Any:
     cfg = cfg or WsConfig()
     kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}",
-                        SOURCE if cfg.pwarps else SOURCE_MB, HEADER, cfg.smem_bytes(q.shape[-1]))
+                        SOURCE if cfg.pwarps else SOURCE_MB, HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
+                        cfg.smem_bytes(q.shape[-1]))
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
                   [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), ("NSTAGES", cfg.stages),
                    ("PWARPS", cfg.pwarps)])

@@ -106,7 +106,8 @@ METAL_IN_CUDA: list[Rule] = [
     _r(r"#\s*include\s*<(cub/|mma\.h|cute/)", "cuda-include",
        "this header is not on NVRTC's include path in MLX-CUDA (cub, wmma's mma.h, cute fail): write warp shuffles / "
        "inline PTX mma.sync by hand", "library_calls"),
-    _r(r"\b__global__\b", "cuda-signature",
+    # A signature, not the `#define __global__` that gives MLX's generated signature launch bounds
+    _r(r"\b__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\b", "cuda-signature",
        "MLX writes the __global__ signature itself: give only the body in source= (helpers: __device__ in header=)",
        "kernel_launch"),
     _r(r"\bthis_grid\s*\(\s*\)\s*\.\s*sync\s*\(|\bgrid\.sync\s*\(", "grid-sync",

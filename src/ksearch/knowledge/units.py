@@ -45,5 +45,9 @@ def translation_unit(units: list[tuple[int, KernelUse]], render: KernelRenderer,
         first, k0 = members[0]
         parts += [f"namespace ks_hdr{j} {{", f'#line 1 "kernel{first}_{k0.name}.header"', rest, "}"]
         parts += [render(k, i, f"ks_hdr{j}") for i, k in members]
-        parts += [f"#undef {m}" for m in dict.fromkeys(re.findall(r"^\s*#\s*define\s+(\w+)", rest, flags=re.M))]
+        macros = list(dict.fromkeys(re.findall(r"^\s*#\s*define\s+(\w+)", rest, flags=re.M)))
+        parts += [f"#undef {m}" for m in macros]
+        if "__global__" in macros:
+            # a header that gave its kernel launch bounds redefined the qualifier: the next kernels get the plain one
+            parts.append("#define __global__ __attribute__((global))")
     return "\n".join(includes + parts) + "\n"

@@ -47,7 +47,7 @@ import math
 
 import mlx.core as mx
 
-WG_HEADER = {attention_wgmma.HEADER!r}
+WG_HEADER = {attention_wgmma.HEADER + attention_wgmma.launch_bounds(nt)!r}
 WG_SOURCE = {attention_wgmma.SOURCE!r}
 MMA_HEADER = {attention_cuda.HEADER!r}
 MMA_SOURCE = {attention_cuda.SOURCE!r}
