@@ -15,10 +15,10 @@ from ksearch.kernels import attention_wgmma_ws as WS
 from ksearch.kernels.attention_nvcc import compile_check, nvcc, wrap
 
 
-def _units(combos: list[tuple[str, int, int, int, bool]]) -> list[str]:
+def _units(combos: list[tuple[str, int, int, int, bool]], stages: int = 2, tag: str = "wg") -> list[str]:
     units = [W.HEADER]
     for i, (dt, d, wg, bn, causal) in enumerate(combos):
-        units.append(wrap(f"wg{i}", W.SOURCE, W.launch_bounds(128 * wg), [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")],
+        units.append(wrap(f"{tag}{i}", W.source(stages), W.launch_bounds(128 * wg), [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")],
                           [("o", "T")], [("T", dt), ("D", d), ("WG", wg), ("BN", bn), ("CAUSAL", causal)]))
     return units
 
@@ -31,38 +31,42 @@ def _ws_units(combos: list[tuple[str, int, int, int, bool, int, int]]) -> list[s
 
 WS_COMBOS = [("float16", 128, 2, 64, c, 3, 4) for c in (False, True)] + [("bfloat16", 64, 2, 64, True, 2, 1)]
 WS_COMBOS += [("float16", 128, 3, 64, c, 4, 0) for c in (False, True)] + [("bfloat16", 64, 3, 64, True, 4, 0)]
+# A producer warpgroup (setmaxnreg): the Hopper default at D=128 without a mask, and its neighbours
+WS_COMBOS += [("float16", 128, 3, 64, c, 3, 4) for c in (False, True)] + [("bfloat16", 64, 3, 64, True, 3, 4)]
 COMBOS = [("float16", 128, wg, bn, c) for wg, bn, c in itertools.product((1, 2, 3), (64, 128), (False, True))
           if W.fits_registers(W.WgmmaConfig(wg, bn), 128)]
 COMBOS += [("bfloat16", 64, 2, 128, True), ("float16", 64, 1, 64, False)]
+S3_COMBOS = [("float16", 128, 3, 64, c) for c in (False, True)] + [("bfloat16", 64, 3, 64, True)]  # three stages
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
 def test_wgmma_prefill_compiles_for_sm90a_without_spills() -> None:
-    ok, log = compile_check(_units(COMBOS) + _ws_units(WS_COMBOS))
+    ok, log = compile_check(_units(COMBOS) + _units(S3_COMBOS, 3, "wt")[1:] + _ws_units(WS_COMBOS))
     assert ok, log[-3000:]
     # C7513 / C7514: ptxas found registers of an in-flight wgmma touched and serialised every wgmma of the kernel
     assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
     # ptxas reports kernels in its own order: match them by name.
     stats = {m[1]: (int(m[2]), int(m[3])) for m in re.finditer(
-        r"custom_kernel_(w[gs]\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores.*?\n"
+        r"custom_kernel_(w[gst]\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores.*?\n"
         r"[^\n]*Used (\d+) registers", log)}
-    threads = {f"wg{i}": 128 * c[2] for i, c in enumerate(COMBOS)} | {
+    threads = {f"wg{i}": 128 * c[2] for i, c in enumerate(COMBOS)} | {f"wt{i}": 128 * c[2] for i, c in enumerate(S3_COMBOS)} | {
         f"ws{i}": 128 * c[2] + 32 * c[6] for i, c in enumerate(WS_COMBOS)}
     assert stats.keys() == threads.keys(), log[-2000:]
     for name, (spill, regs) in stats.items():
         # Registers a thread times threads a block must fit the register file (65536), or the launch fails.
         assert (regs + 7) // 8 * 8 * threads[name] <= 65536, f"{name}: {regs} registers x {threads[name]} threads"
-        # The default kernels do not spill; the opt-in producerless one spills 8 bytes when causal.
-        assert spill <= (8 if name.startswith("ws") else 0), f"{name}: {spill} bytes spilled"
+        # The kernels the Hopper default runs do not spill; opt-in ones spill a little when causal (8-20 bytes).
+        default = name.startswith("wg") or (name.startswith("ws") and WS_COMBOS[int(name[2:])][2:] == (3, 64, False, 3, 4))
+        assert spill <= (0 if default else 24), f"{name}: {spill} bytes spilled"
 
 
 def test_launch_bounds_cap_the_registers_ptxas_takes() -> None:
-    # The register check above can fail: without the launch bound, the causal 3-warpgroup kernel takes 178 registers.
+    # The register check above can fail: without the launch bound, ptxas takes more registers than 384 threads have.
     if nvcc() is None:
         pytest.skip("nvcc not installed")
     unit = wrap("wg", W.SOURCE, "", [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")],
-                [("T", "float16"), ("D", 128), ("WG", 3), ("BN", 64), ("CAUSAL", True)])
+                [("T", "float16"), ("D", 128), ("WG", 3), ("BN", 128), ("CAUSAL", True)])
     ok, log = compile_check([W.HEADER, unit])
     assert ok, log[-2000:]
     assert int(re.findall(r"Used (\d+) registers", log)[0]) > 170
@@ -139,8 +143,22 @@ def test_hopper_reads_the_compute_capability(monkeypatch: pytest.MonkeyPatch) ->
     A.hopper.cache_clear()
 
 
+def test_hopper_default_picks_the_producer_warpgroup_for_d128_without_a_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    mx = pytest.importorskip("mlx.core")
+    A = importlib.import_module("ksearch.kernels.attention")
+    monkeypatch.delenv("KSEARCH_WGMMA_CONFIG", raising=False)
+    q128, q64 = mx.zeros((1, 8, 256, 128), dtype=mx.float16), mx.zeros((1, 8, 256, 64), dtype=mx.float16)
+    assert A.wgmma_config(q128, q128, False) == WS.WsConfig(3, 64, 3, 4)  # measured +5-13% over the grid's D=128
+    assert A.wgmma_config(q128, q128, True) == W.WgmmaConfig(3, 64)       # causal: no gain measured
+    assert A.wgmma_config(q64, q64, False) == W.WgmmaConfig(3, 64)        # D=64: none either
+
+
 def test_configuration_names_parse_and_bad_ones_say_what_to_use() -> None:
     assert WS.parse_config("wg3_n64") == W.WgmmaConfig(3, 64)
+    assert WS.parse_config("wg3_n64_s3") == W.WgmmaConfig(3, 64, 3)
+    assert WS.parse_config("ws3_n64_s3_p4") == WS.WsConfig(3, 64, 3, 4)
     assert WS.parse_config("ws3_n64_s4_p0") == WS.WsConfig(3, 64, 4, 0)
     assert WS.parse_config("ws2_n64_s3") == WS.WsConfig(2, 64, 3, 1)
     with pytest.raises(ValueError, match="wgW_nN"):
@@ -158,11 +176,13 @@ def test_a_producerless_config_needs_four_stages() -> None:
 def test_env_names_the_wgmma_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
+    mx = pytest.importorskip("mlx.core")
     A = importlib.import_module("ksearch.kernels.attention")
+    q = mx.zeros((1, 8, 256, 64), dtype=mx.float16)
     monkeypatch.setenv("KSEARCH_WGMMA_CONFIG", "ws3_n64_s4_p0")
-    assert A.wgmma_config(None, None, False) == WS.WsConfig(3, 64, 4, 0)
+    assert A.wgmma_config(q, q, False) == WS.WsConfig(3, 64, 4, 0)
     monkeypatch.delenv("KSEARCH_WGMMA_CONFIG")
-    assert A.wgmma_config(None, None, False) == W.WgmmaConfig(3, 64)
+    assert A.wgmma_config(q, q, False) == W.WgmmaConfig(3, 64)
 
 
 def test_a_named_warp_specialised_default_is_dispatched(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -69,8 +69,12 @@ def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
         from ksearch.kernels.attention_wgmma_ws import parse_config
 
         return parse_config(name)
-    # The producerless mbarrier variant (ws3_n64_s4_p0) measured 1-12% faster at D=128 and 3-6% slower at D=64 in
-    # the check, but only 0.9% faster at D=128 over the whole grid: not worth a second default.
+    # A producer warpgroup (setmaxnreg: 24 registers for it, 160 for each of the three consumer warpgroups) takes the
+    # cp.async loads off the consumers. Over the grid on the H200 it gained 5-13% at D=128 without a mask (399 vs
+    # 354 TFLOP/s at L=8192) and nothing causal or at D=64 (benchmarks/results/attention-wgmma-check-*.json,
+    # docs/attention.md).
+    if q.shape[-1] == 128 and not causal:
+        return WsConfig(wg=3, bn=64, stages=3, pwarps=4)
     return WgmmaConfig(wg=3, bn=64)
 
 

@@ -1,19 +1,21 @@
 """FlashAttention prefill on Hopper's `wgmma` (sm_90a) for MLX-CUDA: the route to cuDNN's speed that `mma.sync`
 cannot reach (our mma.sync kernel measured 0.48x of cuDNN on the H200).
 
-The prefill `ksearch.kernels.attention` runs on Hopper (KSEARCH_WGMMA=0 turns it off). Measured on the H200
-(benchmarks/results/attention-wgmma-check-*.json, attention-prefill-*.json): 3 warpgroups a block reach 340-362
-TFLOP/s fp16 at L=8192, D=128, against cuDNN's 566-670 and our mma.sync kernel's 239-244; 0.59x of cuDNN over the
-issue's grid. Its first version (each warpgroup waiting on every product before its softmax) reached 118-165.
+`ksearch.kernels.attention` runs it on Hopper (KSEARCH_WGMMA=0 turns it off): this synchronous kernel for causal
+attention and D=64, its warp-specialised sibling (attention_wgmma_ws.py) for D=128 without a mask. Measured on the
+H200 (benchmarks/results/attention-wgmma-check-*.json, attention-prefill-*.json): 3 warpgroups a block reach
+354-377 TFLOP/s fp16 at L=8192, D=128, against cuDNN's 590-614; about 0.60x of cuDNN over the issue's grid.
 `benchmarks/attention_wgmma_check.py` checks and times configurations; docs/attention.md tells the whole story.
 
-Design (FA-3 without TMA or warp specialisation): a block of WG warpgroups (128 threads each) owns 64 * WG query rows
-of one (batch, head); warpgroup w owns rows 64w..64w+63 and they share every K / V tile. Tiles of BN keys stream
-through shared memory with `cp.async`, one tile ahead. Shared tiles use the no-swizzle "core matrix" layout that wgmma
-descriptors describe: 8 rows x 16 bytes contiguous (128 B) per core matrix. S = Q K^T is `wgmma m64nBNk16` with both
-operands in shared memory (K-major); the online softmax (exp2, fp32) runs on the accumulator registers, whose layout
-is the register A-operand layout, so P goes to `wgmma m64nDk16` for O += P V straight from registers, with V read
-MN-major through the transpose bit. Tile t's softmax runs while O += P(t-1) V(t-1) is still on the tensor cores.
+Design (FA-3 without TMA): a block of WG warpgroups (128 threads each) owns 64 * WG query rows of one (batch, head);
+warpgroup w owns rows 64w..64w+63 and they share every K / V tile. Tiles of BN keys stream through shared memory
+with `cp.async`, one tile ahead. Shared tiles use the no-swizzle "core matrix" layout that wgmma descriptors describe:
+8 rows x 16 bytes contiguous (128 B) per core matrix. S = Q K^T is `wgmma m64nBNk16` with both operands in shared
+memory (K-major); the online softmax (exp2, fp32) runs on the accumulator registers, whose layout is the register
+A-operand layout, so P goes to `wgmma m64nDk16` for O += P V straight from registers, with V read MN-major through
+the transpose bit. Step t issues S(t), rescales O while it runs, issues O += P(t-1) V(t-1) and runs tile t's softmax
+while that product is on the tensor cores; P's row sums are a third product (P times ones), which is also what keeps
+ptxas from hoisting the wait on P V above the softmax (see pipeline()).
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ __device__ __forceinline__ void ks_mbar_wait(unsigned long long* b, int parity) 
 }
 __device__ __forceinline__ void ks_commit_w() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void ks_wait_all_w() { asm volatile("cp.async.wait_group 0;\n" ::); }
+template <int N> __device__ __forceinline__ void ks_wait_w() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
 // wgmma shared-memory matrix descriptor, no swizzle: start address, leading and stride byte offsets (16-byte units).
 __device__ __forceinline__ unsigned long long ks_desc(const void* p, int lbo, int sbo) {
   unsigned addr = (unsigned)__cvta_generic_to_shared(p);
@@ -127,22 +130,32 @@ __device__ __forceinline__ unsigned long long ks_desc(const void* p, int lbo, in
 template <int C> __device__ __forceinline__ int ks_core(int r, int c) {
   return ((r >> 3) * (C >> 3) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
 }
-// rows x C tile (rows <= MAXROWS), rows contiguous in global memory (row stride C), into the core-matrix layout;
-// NT threads, this one number tid among them. Thread tid copies the 16-byte chunk (tid % CPR) of rows tid / CPR + j * RPI:
-// where RPI is a multiple of 8 the shared and global offsets of chunk j are the first's plus j * RPI * C, so the
-// unrolled copies cost one address computation in all (the general loop cost ~40% of the main loop's instructions).
+// rows x C tile (rows <= MAXROWS, both multiples of 8), rows contiguous in global memory (row stride C), into the
+// core-matrix layout; NT threads, this one number tid among them. A warp copies 8 rows x 4 chunks of 16 bytes: lane
+// l takes row l % 8 of chunk l / 8, so each quarter-warp writes one contiguous core matrix (128 bytes, every bank
+// once) and each row reads 64 contiguous bytes of global memory. Consecutive lanes along a row instead put 16 lanes
+// on the same 4 banks (a core matrix's rows are 16 bytes, its columns 128 bytes apart): Nsight Compute counted 56%
+// excess shared-memory wavefronts. Where the warps cover whole row blocks (NW a multiple of the CPR / 4 chunk
+// groups), copy j of a thread is its first plus j * RPI rows, in shared and global memory alike: one address
+// computation for the unrolled copies.
 template <int C, int NT, int MAXROWS, typename T>
 __device__ __forceinline__ void ks_load_core(T* sm, const T* g, int rows, int tid) {
-  constexpr int CPR = C / 8, RPI = NT / CPR, ITER = (MAXROWS + RPI - 1) / RPI;
-  static_assert(NT % CPR == 0, "threads must cover whole rows");
-  const int r0 = tid / CPR, c = (tid % CPR) * 8;
-  T* s0 = sm + ks_core<C>(r0, c);
-  const T* g0 = g + r0 * C + c;
-  #pragma unroll
-  for (int j = 0; j < ITER; ++j) {
-    if (r0 + j * RPI < rows) {
-      if (RPI % 8 == 0) ks_cp16w(s0 + j * RPI * C, g0 + j * RPI * C);
-      else ks_cp16w(sm + ks_core<C>(r0 + j * RPI, c), g0 + j * RPI * C);
+  constexpr int CPR = C / 8, CG = CPR / 4, NW = NT / 32;
+  static_assert(CPR % 4 == 0 && MAXROWS % 8 == 0, "8-row blocks of 4-chunk groups");
+  const int lane = tid & 31, w = tid >> 5;
+  if (NW % CG == 0) {
+    constexpr int RPI = 8 * (NW % CG == 0 ? NW / CG : 1), ITER = (MAXROWS + RPI - 1) / RPI;
+    const int r0 = (w / CG) * 8 + (lane & 7), c = ((w % CG) * 4 + (lane >> 3)) * 8;
+    T* s0 = sm + ks_core<C>(r0, c);
+    const T* g0 = g + r0 * C + c;
+    #pragma unroll
+    for (int j = 0; j < ITER; ++j) {
+      if (r0 + j * RPI < rows) ks_cp16w(s0 + j * RPI * C, g0 + j * RPI * C);
+    }
+  } else {
+    for (int u = w; u < (MAXROWS / 8) * CG; u += NW) {
+      const int r = (u / CG) * 8 + (lane & 7), c = ((u % CG) * 4 + (lane >> 3)) * 8;
+      if (r < rows) ks_cp16w(sm + ks_core<C>(r, c), g + r * C + c);
     }
   }
 }
@@ -354,30 +367,44 @@ def pipeline(first: str, step: str, last: str, after_s0: str = "", after_s: str 
 """
 
 
-# Every thread loads; a __syncthreads per tile hands the stages over.
-SOURCE = "    constexpr int STAGES = 2;" + SETUP + r"""
+def source(stages: int = 2) -> str:
+    """Every thread loads; a __syncthreads per tile hands the stages over. K runs stages - 1 tiles ahead of its
+    S product, V stages - 2 ahead of its P V (loaded at step t: K(t + stages - 1), V(t + stages - 2)), each into the
+    stage that S(t - 1) and P(t - 2) V(t - 2), both complete, are done with."""
+    a = stages - 1
+    prologue = "" if stages == 2 else r"""
+    ks_load_core<D, NT, BN>(Ks + KB, kg + (size_t)BN * D, min(BN, max(0, S - BN)), threadIdx.x);
+    ks_load_core<D, NT, BN>(Vs, vg, BN, threadIdx.x);
+    ks_commit_w();
+"""
+    wait = "ks_wait_all_w();" if stages == 2 else f"ks_wait_w<{stages - 2}>();  // all but the newest {stages - 2}"
+    return f"    constexpr int STAGES = {stages};" + SETUP + r"""
     ks_load_core<D, NT, BM>(Qs, qg, rows_here, threadIdx.x);  // rows past L: never stored
     ks_load_core<D, NT, BN>(Ks, kg, BN, threadIdx.x);
     ks_commit_w();
-
-""" + REGISTERS + r"""
-    // Loads run one tile ahead: at step t, K(t+1) and V(t) go into the stages that S(t-1) and PV(t-2) are done with.
-    auto next_loads = [&](int t) {
-      ks_wait_all_w();
+""" + prologue + REGISTERS + f"""
+    auto next_loads = [&](int t) {{
+      {wait}
       ks_proxy_fence();
       __syncthreads();
-      if (t + 1 < ntiles) ks_load_core<D, NT, BN>(Ks + ((t + 1) & 1) * KB, kg + (size_t)(t + 1) * BN * D, BN, threadIdx.x);
-      if (t < ntiles) ks_load_core<D, NT, BN>(Vs + (t & 1) * KB, vg + (size_t)t * BN * D, BN, threadIdx.x);
+      if (t + {a} < ntiles)
+        ks_load_core<D, NT, BN>(Ks + ((t + {a}) % STAGES) * KB, kg + (size_t)(t + {a}) * BN * D, BN, threadIdx.x);
+      if (t + {a - 1} < ntiles)
+        ks_load_core<D, NT, BN>(Vs + ((t + {a - 1}) % STAGES) * KB, vg + (size_t)(t + {a - 1}) * BN * D, BN, threadIdx.x);
       ks_commit_w();
-    };
-""" + STEPS + r"""
-""" + pipeline(first="next_loads(0);", step="next_loads(t);", last="next_loads(ntiles);") + EPILOGUE
+    }};
+""" + STEPS + pipeline(first="next_loads(0);", step="next_loads(t);", last="next_loads(ntiles);") + EPILOGUE
+
+
+SOURCE = source(2)
+
 
 def launch_bounds(threads: int) -> str:
     """Header text that gives the kernel MLX generates after it `__launch_bounds__(threads, 1)` (MLX writes the
-    `__global__` line, so the qualifier is redefined). Without it ptxas takes registers freely: the causal kernel of
-    3 warpgroups took 178 a thread, and 384 threads of that exceed the register file, so the launch fails. With it
-    ptxas keeps to 65536 / threads."""
+    `__global__` line, so the qualifier is redefined). Without it ptxas takes registers freely (the causal kernel of
+    3 warpgroups took 178 a thread in one version of this session, 3 x 128 took 206), and 384 threads of that exceed
+    the register file, so the launch fails. With it ptxas keeps to 65536 / threads; it also gives setmaxnreg
+    (attention_wgmma_ws.py) the register count at entry that it needs."""
     return (f"\n#undef __global__\n"
             f"#define __global__ __attribute__((global)) __attribute__((launch_bounds({threads}, 1)))\n")
 
@@ -388,11 +415,12 @@ MAX_SMEM = 227 * 1024
 
 @dataclass(frozen=True)
 class WgmmaConfig:
-    wg: int = 3   # warpgroups per block (64 query rows each): they share every K/V tile
-    bn: int = 64  # keys per K/V tile: the S product is m64n{bn}k16
+    wg: int = 3      # warpgroups per block (64 query rows each): they share every K/V tile
+    bn: int = 64     # keys per K/V tile: the S product is m64n{bn}k16
+    stages: int = 2  # K / V stages in shared memory (2 or 3)
 
     def smem_bytes(self, d: int) -> int:
-        return 256 + (64 * self.wg + 4 * self.bn) * d * 2  # ones (P's row sums), Q, then K and V in two stages each
+        return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2  # ones (P's row sums), Q, K and V stages
 
 
 def fits_registers(cfg: WgmmaConfig, d: int) -> bool:
@@ -405,12 +433,13 @@ def fits_registers(cfg: WgmmaConfig, d: int) -> bool:
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WgmmaConfig) -> bool:
     # fits() bounds shared memory by the mma.sync kernel's checked 100 KB; wgmma's bound is its own. L need only be a
     # multiple of one warpgroup's 64 rows: the last block may be partial.
-    return (cfg.smem_bytes(q.shape[-1]) <= MAX_SMEM and fits_registers(cfg, q.shape[-1])
+    return (cfg.stages in (2, 3) and cfg.smem_bytes(q.shape[-1]) <= MAX_SMEM and fits_registers(cfg, q.shape[-1])
             and fits(q, k, v, causal, 64, cfg.bn, 0))
 
 
 def attention_wgmma(q: Any, k: Any, v: Any, causal: bool = False, cfg: WgmmaConfig | None = None) -> Any:
     cfg = cfg or WgmmaConfig()
-    kern = build_kernel(f"ks_flash_wgmma_wg{cfg.wg}_n{cfg.bn}", SOURCE, HEADER + launch_bounds(128 * cfg.wg),
-                        cfg.smem_bytes(q.shape[-1]))
+    suffix = "" if cfg.stages == 2 else f"_s{cfg.stages}"
+    kern = build_kernel(f"ks_flash_wgmma_wg{cfg.wg}_n{cfg.bn}{suffix}", source(cfg.stages),
+                        HEADER + launch_bounds(128 * cfg.wg), cfg.smem_bytes(q.shape[-1]))
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg, [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal))])

@@ -8,10 +8,14 @@ through `cp.async.mbarrier.arrive`), and each consumer warpgroup waits on "full"
 on the tensor cores. The steps (products, softmax) are the same code as the synchronous kernel's. SOURCE_MB does the
 same without a producer (every thread loads, four stages).
 
-Measured correct on the H200 but not faster (benchmarks/results/attention-wgmma-check-*.json): a producer warp's
-loads bound it; 4 producer warps and 3 stages reach 317 / 289 TFLOP/s at L=8192 (non-causal / causal), but the
-register file allows only 2 consumer warpgroups beside them, against the synchronous kernel's 3; the producerless
-variant with 3 warpgroups is within 1% of the synchronous one over the grid. Opt-in: KSEARCH_WGMMA_CONFIG.
+A producer warpgroup (PWARPS = 4) hands its registers to the consumers with `setmaxnreg` (it keeps 24; three
+consumer warpgroups get 160 each, two get 240): the loads leave the consumers, whose time Nsight Compute found a third
+spent on them (cp.async address arithmetic stalled on a full LSU queue, and the per-tile __syncthreads). Measured on
+the H200: ws3_n64_s3_p4 reaches 399-419 TFLOP/s at L=8192, D=128 without a mask, against the synchronous kernel's
+354-360, and +5-13% at D=128 without a mask over the grid; nothing causal or at D=64. It is the Hopper default at
+D=128 without a mask (kernels/attention.py). Without setmaxnreg (earlier sessions) a producer warp's loads bound
+the kernel, and 4 producer warps left room for only 2 consumer warpgroups; the producerless variant is within 1% of
+the synchronous one. Others are opt-in: KSEARCH_WGMMA_CONFIG.
 """
 
 from __future__ import annotations
@@ -34,7 +38,11 @@ WS_SPLIT = r"""
       }
     }
     __syncthreads();  // the last block-wide barrier: producer and consumers part here
+    // A producer warpgroup (PWARPS = 4) gives its registers to the consumers (setmaxnreg; the launch bound gave every
+    // thread 65536 / threads): it keeps 24, they take what is left, up to 240.
+    constexpr int CREG = ((65536 - 128 * 24) / NT / 8 * 8) > 240 ? 240 : ((65536 - 128 * 24) / NT / 8 * 8);
     if (threadIdx.x >= NT) {  // the PT producer threads: tile t into stage t % STAGES once consumers released t - STAGES
+      if (PT == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
       const int pl = threadIdx.x - NT;
       for (int t = 0; t < ntiles; ++t) {
         const int st = t % STAGES, ph = (t / STAGES) & 1;
@@ -48,6 +56,7 @@ WS_SPLIT = r"""
       ks_wait_all_w();
       return;
     }
+    if (PT == 128) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CREG) : "memory");
     // Consumers: this warpgroup's 64 query rows, then only its own named barrier (1 + wg) from here on.
     ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), wt);
     ks_commit_w();
@@ -140,16 +149,16 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
 
 
 def parse_config(name: str) -> Any:
-    """"wgW_nN" -> WgmmaConfig(W, N); "wsW_nN_sS[_pP]" -> WsConfig(W, N, S, P) (P defaults to 1). For
+    """"wgW_nN[_sS]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP]" -> WsConfig(W, N, S, P) (P defaults to 1). For
     KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms."""
     import re
 
     from ksearch.kernels.attention_wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"wg(\d)_n(\d+)|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?", name.strip())
+    m = re.fullmatch(r"wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?", name.strip())
     if not m:
-        raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN (e.g. wg3_n64) or wsW_nN_sS[_pP] "
-                         "(e.g. ws3_n64_s4_p0)")
+        raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS] (e.g. wg3_n64, wg3_n64_s3) or "
+                         "wsW_nN_sS[_pP] (e.g. ws3_n64_s4_p0)")
     if m[1]:
-        return WgmmaConfig(int(m[1]), int(m[2]))
-    return WsConfig(int(m[3]), int(m[4]), int(m[5]), int(m[6] or 1))
+        return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2))
+    return WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1))
