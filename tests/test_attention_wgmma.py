@@ -43,6 +43,8 @@ S3_COMBOS = [("float16", 128, 3, 64, c) for c in (False, True)] + [("bfloat16", 
 @pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
 def test_wgmma_prefill_compiles_for_sm90a_without_spills() -> None:
     ok, log = compile_check(_units(COMBOS) + _units(S3_COMBOS, 3, "wt")[1:] + _ws_units(WS_COMBOS))
+    ok_ca, log_ca = compile_check([W.cp_cache("ca")[0] + W.HEADER] + _units(COMBOS[:2])[1:])
+    assert ok_ca, log_ca[-2000:]  # the L1-allocating cp.async mode compiles too
     assert ok, log[-3000:]
     # C7513 / C7514: ptxas found registers of an in-flight wgmma touched and serialised every wgmma of the kernel
     assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
@@ -56,9 +58,10 @@ def test_wgmma_prefill_compiles_for_sm90a_without_spills() -> None:
     for name, (spill, regs) in stats.items():
         # Registers a thread times threads a block must fit the register file (65536), or the launch fails.
         assert (regs + 7) // 8 * 8 * threads[name] <= 65536, f"{name}: {regs} registers x {threads[name]} threads"
-        # The kernels the Hopper default runs do not spill; opt-in ones spill a little when causal (8-20 bytes).
-        default = name.startswith("wg") or (name.startswith("ws") and WS_COMBOS[int(name[2:])][2:] == (3, 64, False, 3, 4))
-        assert spill <= (0 if default else 24), f"{name}: {spill} bytes spilled"
+        # The synchronous kernels do not spill; the producer-warpgroup default spills one register when causal (a
+        # store and a load an iteration); other opt-in ones a little more (8 bytes).
+        ws_default = name.startswith("ws") and WS_COMBOS[int(name[2:])][2:4] == (3, 64) and WS_COMBOS[int(name[2:])][5:] == (3, 4)
+        assert spill <= (0 if name.startswith("wg") else 4 if ws_default else 8), f"{name}: {spill} bytes spilled"
 
 
 def test_launch_bounds_cap_the_registers_ptxas_takes() -> None:
@@ -143,22 +146,26 @@ def test_hopper_reads_the_compute_capability(monkeypatch: pytest.MonkeyPatch) ->
     A.hopper.cache_clear()
 
 
-def test_hopper_default_picks_the_producer_warpgroup_for_d128_without_a_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hopper_default_picks_the_producer_warpgroup_at_d128(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
     mx = pytest.importorskip("mlx.core")
     A = importlib.import_module("ksearch.kernels.attention")
     monkeypatch.delenv("KSEARCH_WGMMA_CONFIG", raising=False)
     q128, q64 = mx.zeros((1, 8, 256, 128), dtype=mx.float16), mx.zeros((1, 8, 256, 64), dtype=mx.float16)
-    assert A.wgmma_config(q128, q128, False) == WS.WsConfig(3, 64, 3, 4)  # measured +5-13% over the grid's D=128
-    assert A.wgmma_config(q128, q128, True) == W.WgmmaConfig(3, 64)       # causal: no gain measured
-    assert A.wgmma_config(q64, q64, False) == W.WgmmaConfig(3, 64)        # D=64: none either
+    assert A.wgmma_config(q128, q128, False) == WS.WsConfig(3, 64, 3, 4)  # measured +12-18% at D=128
+    assert A.wgmma_config(q128, q128, True) == WS.WsConfig(3, 64, 3, 4)   # causal too
+    assert A.wgmma_config(q64, q64, True) == W.WgmmaConfig(3, 64, 2, "ca")  # D=64: the synchronous kernel
 
 
 def test_configuration_names_parse_and_bad_ones_say_what_to_use() -> None:
     assert WS.parse_config("wg3_n64") == W.WgmmaConfig(3, 64)
     assert WS.parse_config("wg3_n64_s3") == W.WgmmaConfig(3, 64, 3)
     assert WS.parse_config("ws3_n64_s3_p4") == WS.WsConfig(3, 64, 3, 4)
+    assert WS.parse_config("ws3_n64_s3_p4_ca") == WS.WsConfig(3, 64, 3, 4, "ca")
+    assert WS.parse_config("wg3_n64_ca") == W.WgmmaConfig(3, 64, 2, "ca")
+    with pytest.raises(ValueError, match="cg or ca"):
+        W.cp_cache("cs")
     assert WS.parse_config("ws3_n64_s4_p0") == WS.WsConfig(3, 64, 4, 0)
     assert WS.parse_config("ws2_n64_s3") == WS.WsConfig(2, 64, 3, 1)
     with pytest.raises(ValueError, match="wgW_nN"):
@@ -182,7 +189,7 @@ def test_env_names_the_wgmma_configuration(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("KSEARCH_WGMMA_CONFIG", "ws3_n64_s4_p0")
     assert A.wgmma_config(q, q, False) == WS.WsConfig(3, 64, 4, 0)
     monkeypatch.delenv("KSEARCH_WGMMA_CONFIG")
-    assert A.wgmma_config(q, q, False) == W.WgmmaConfig(3, 64)
+    assert A.wgmma_config(q, q, False) == W.WgmmaConfig(3, 64, 2, "ca")
 
 
 def test_a_named_warp_specialised_default_is_dispatched(monkeypatch: pytest.MonkeyPatch) -> None:

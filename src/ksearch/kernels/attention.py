@@ -69,13 +69,14 @@ def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
         from ksearch.kernels.attention_wgmma_ws import parse_config
 
         return parse_config(name)
-    # A producer warpgroup (setmaxnreg: 24 registers for it, 160 for each of the three consumer warpgroups) takes the
-    # cp.async loads off the consumers. Over the grid on the H200 it gained 5-13% at D=128 without a mask (399 vs
-    # 354 TFLOP/s at L=8192) and nothing causal or at D=64 (benchmarks/results/attention-wgmma-check-*.json,
-    # docs/attention.md).
-    if q.shape[-1] == 128 and not causal:
+    # D=128: a producer warpgroup (setmaxnreg: 24 registers for it, 160 for each of the three consumer warpgroups)
+    # takes the cp.async loads off the consumers: +12-18% on the H200 side by side, causal too once the causal mask
+    # stopped spilling (415 vs 352 TFLOP/s at L=8192 without a mask, 365 vs 320 causal). D=64: no gain from it; there
+    # cp.async through L1 ("ca") measured -1% to +27% (benchmarks/results/attention-wgmma-check-*.json, the grid in
+    # attention-prefill-*.json; docs/attention.md).
+    if q.shape[-1] == 128:
         return WsConfig(wg=3, bn=64, stages=3, pwarps=4)
-    return WgmmaConfig(wg=3, bn=64)
+    return WgmmaConfig(wg=3, bn=64, cp="ca")
 
 
 def prefill_config(q: Any, k: Any, causal: bool) -> PrefillConfig:

@@ -96,9 +96,13 @@ template <int N> __device__ __forceinline__ void ks_fence_u(unsigned* r) {
 }
 // Shared-memory writes of the generic proxy (st.shared, cp.async) become visible to wgmma's async proxy.
 __device__ __forceinline__ void ks_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// KS_CP_CACHE: "cg" (L2 only) or "ca" (through L1, where a warp's 16-byte copies can share 32-byte sectors).
+#ifndef KS_CP_CACHE
+#define KS_CP_CACHE "cg"
+#endif
 __device__ __forceinline__ void ks_cp16w(void* smem, const void* gmem) {
   unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(s), "l"(gmem));
+  asm volatile("cp.async." KS_CP_CACHE ".shared.global [%0], [%1], 16;\n" :: "r"(s), "l"(gmem));
 }
 // mbarriers (shared memory, 8 bytes each) for the warp-specialised kernel (attention_wgmma_ws.py).
 __device__ __forceinline__ unsigned ks_saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
@@ -230,11 +234,18 @@ STEPS = r"""
       const int n0 = t * BN;
       const bool need_mask = CAUSAL && (n0 + BN - 1 > m0 + wg * 64 + warp * 16 + shift);
       float mx[2] = {mrow[0], mrow[1]};
-      #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) {
-        if (need_mask && n0 + (i >> 2) * 8 + 2 * tq + (i & 1) > row_lo + (((i >> 1) & 1) << 3) + shift) s[i] = -INFINITY;
-        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+      if (need_mask) {
+        // Element i sits at key n0 + 2 tq + (i / 4) * 8 + i % 2 of row row_lo + ((i / 2) % 2) * 8: masked where its
+        // constant offset (i / 4) * 8 + i % 2 - ((i / 2) % 2) * 8 exceeds one per-tile limit (one register, one
+        // compare with an immediate per element; the direct form cost the causal kernel 20 bytes of spills).
+        const int lim = row_lo + shift - n0 - 2 * tq;
+        #pragma unroll
+        for (int i = 0; i < BN / 2; ++i) {
+          if ((i >> 2) * 8 + (i & 1) - (((i >> 1) & 1) << 3) > lim) s[i] = -INFINITY;
+        }
       }
+      #pragma unroll
+      for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
       float msc[2];
       #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -399,6 +410,14 @@ def source(stages: int = 2) -> str:
 SOURCE = source(2)
 
 
+def cp_cache(mode: str) -> tuple[str, str]:
+    """(header text, kernel-name suffix) for the cp.async cache mode: "cg" (the default, L2 only) or "ca" (L1 too).
+    Nsight Compute counted twice the ideal L2 sectors for our 16-byte "cg" copies; "ca" lets L1 merge them."""
+    if mode not in ("cg", "ca"):
+        raise ValueError(f"cp.async cache mode {mode!r}: use cg or ca")
+    return ("", "") if mode == "cg" else ('#define KS_CP_CACHE "ca"\n', "_ca")
+
+
 def launch_bounds(threads: int) -> str:
     """Header text that gives the kernel MLX generates after it `__launch_bounds__(threads, 1)` (MLX writes the
     `__global__` line, so the qualifier is redefined). Without it ptxas takes registers freely (the causal kernel of
@@ -418,6 +437,7 @@ class WgmmaConfig:
     wg: int = 3      # warpgroups per block (64 query rows each): they share every K/V tile
     bn: int = 64     # keys per K/V tile: the S product is m64n{bn}k16
     stages: int = 2  # K / V stages in shared memory (2 or 3)
+    cp: str = "cg"   # cp.async cache mode (cp_cache)
 
     def smem_bytes(self, d: int) -> int:
         return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2  # ones (P's row sums), Q, K and V stages
@@ -439,7 +459,8 @@ def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WgmmaConfig) -> bool:
 
 def attention_wgmma(q: Any, k: Any, v: Any, causal: bool = False, cfg: WgmmaConfig | None = None) -> Any:
     cfg = cfg or WgmmaConfig()
-    suffix = "" if cfg.stages == 2 else f"_s{cfg.stages}"
+    pre, tag = cp_cache(cfg.cp)
+    suffix = ("" if cfg.stages == 2 else f"_s{cfg.stages}") + tag
     kern = build_kernel(f"ks_flash_wgmma_wg{cfg.wg}_n{cfg.bn}{suffix}", source(cfg.stages),
-                        HEADER + launch_bounds(128 * cfg.wg), cfg.smem_bytes(q.shape[-1]))
+                        pre + HEADER + launch_bounds(128 * cfg.wg), cfg.smem_bytes(q.shape[-1]))
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg, [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal))])

@@ -24,7 +24,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ksearch.kernels.attention_cuda import build_kernel, fits, launch
-from ksearch.kernels.attention_wgmma import EPILOGUE, HEADER, MAX_SMEM, REGISTERS, SETUP, STEPS, launch_bounds, pipeline
+from ksearch.kernels.attention_wgmma import (
+    EPILOGUE,
+    HEADER,
+    MAX_SMEM,
+    REGISTERS,
+    SETUP,
+    STEPS,
+    cp_cache,
+    launch_bounds,
+    pipeline,
+)
 
 # mbarriers after the K / V stages: K full, K empty, V full, V empty (STAGES each). "Full" counts the PT producer
 # threads' cp.async arrivals; "empty" one arrival per consumer warp.
@@ -127,6 +137,7 @@ class WsConfig:
     bn: int = 64     # keys per K / V tile
     stages: int = 2  # K / V stages in shared memory
     pwarps: int = 1  # producer warps; 0: no producer, every thread loads (SOURCE_MB)
+    cp: str = "cg"   # cp.async cache mode (attention_wgmma.cp_cache)
 
     def smem_bytes(self, d: int) -> int:
         return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8
@@ -140,25 +151,27 @@ def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
 
 def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConfig | None = None) -> Any:
     cfg = cfg or WsConfig()
-    kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}",
-                        SOURCE if cfg.pwarps else SOURCE_MB, HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
-                        cfg.smem_bytes(q.shape[-1]))
+    pre, tag = cp_cache(cfg.cp)
+    kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}",
+                        SOURCE if cfg.pwarps else SOURCE_MB,
+                        pre + HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps), cfg.smem_bytes(q.shape[-1]))
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
                   [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), ("NSTAGES", cfg.stages),
                    ("PWARPS", cfg.pwarps)])
 
 
 def parse_config(name: str) -> Any:
-    """"wgW_nN[_sS]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP]" -> WsConfig(W, N, S, P) (P defaults to 1). For
+    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_ca]" -> WsConfig(W, N, S, P) (P defaults to 1). For
     KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms."""
     import re
 
     from ksearch.kernels.attention_wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?", name.strip())
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?)(_ca)?", name.strip())
     if not m:
-        raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP] (e.g. ws3_n64_s4_p0)")
+        raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
+                         "wsW_nN_sS[_pP][_ca] (e.g. ws3_n64_s3_p4; _ca: cp.async through L1)")
+    cp = "ca" if m[8] else "cg"
     if m[1]:
-        return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2))
-    return WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1))
+        return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
+    return WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp)
