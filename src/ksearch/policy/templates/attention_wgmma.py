@@ -1,15 +1,17 @@
 """The `attention.cuda.flash_wgmma` template family: FlashAttention on Hopper's wgmma (ksearch.kernels.attention_wgmma,
 the same text the library runs), with the mma.sync kernel for GPUs that are not Hopper.
 
-Parameters: warpgroups per block (64 query rows each; they share every K/V tile) and keys per tile. 3 x 128 is left
-out: its 206 registers a thread times 384 threads exceed the register file and the launch fails.
+Parameters: warpgroups per block (64 query rows each; they share every K/V tile), keys per tile, and whether D=128
+runs with a producer warpgroup (attention_wgmma_ws: it loads K / V and hands its registers to the consumers through
+setmaxnreg; measured +12-18% at D=128 on the H200, the library's Hopper default there). 3 x 128 is left out: its
+registers times 384 threads exceed the register file (206 a thread without launch bounds; spills with them).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ksearch.kernels import attention_cuda, attention_wgmma
+from ksearch.kernels import attention_cuda, attention_wgmma, attention_wgmma_ws
 from ksearch.policy.templates.attention_common import RUN_HEAD, fallbacks
 from ksearch.policy.templates.base import TemplateFamily
 
@@ -17,14 +19,21 @@ from ksearch.policy.templates.base import TemplateFamily
 _MMA = attention_cuda.PrefillConfig(128, 64, True)
 
 
+def _producer(p: dict[str, Any], d: int) -> bool:
+    return bool(p.get("producer")) and d == 128
+
+
 def render_flash_wgmma(p: dict[str, Any]) -> str:
     cfg = attention_wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"])
+    ws = attention_wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=3, pwarps=4)
     bm, nt = 64 * cfg.wg, 128 * cfg.wg
     mma_nt = _MMA.bm // 16 * 32
+    threads = {d: nt + (128 if _producer(p, d) else 0) for d in (64, 128)}
+    extra = {d: ', ("NSTAGES", 3), ("PWARPS", 4)' if _producer(p, d) else "" for d in (64, 128)}
     wg_calls = "\n".join(f'''        if d == {d}:
             return _wg{d}(inputs=[q, k, v, scale],
-                          template=[("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal))],
-                          grid=((length + {bm - 1}) // {bm} * {nt}, b * hq, 1), threadgroup=({nt}, 1, 1),
+                          template=[("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)){extra[d]}],
+                          grid=((length + {bm - 1}) // {bm} * {threads[d]}, b * hq, 1), threadgroup=({threads[d]}, 1, 1),
                           output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
     mma_calls = "\n".join(f'''        if d == {d}:
             return _mma{d}(inputs=[q, k, v, scale],
@@ -36,19 +45,25 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     # linter reads them (whole warpgroups for wgmma, shared memory within the chip's limit).
     kernels = "\n".join(
         f'''_wg{d} = mx.fast.cuda_kernel(name="flash_wgmma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
-                             source=WG_SOURCE, header=WG_HEADER, shared_memory={cfg.smem_bytes(d)})
+                             source={"WS_SOURCE" if _producer(p, d) else "WG_SOURCE"}, header=WG_HEADER_{threads[d]},
+                             shared_memory={ws.smem_bytes(d) if _producer(p, d) else cfg.smem_bytes(d)})
 _mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
                               source=MMA_SOURCE, header=MMA_HEADER, shared_memory={_MMA.smem_bytes(d)})''' for d in (64, 128))
+    headers = "\n".join(f"WG_HEADER_{t} = {attention_wgmma.HEADER + attention_wgmma.launch_bounds(t)!r}"
+                         for t in sorted(set(threads.values())))
+    ws_source = f"WS_SOURCE = {attention_wgmma_ws.SOURCE!r}" if _producer(p, 128) else ""
     return f'''# attention.cuda.flash_wgmma {p}
 # FlashAttention on Hopper's wgmma (sm_90a): {cfg.wg} warpgroups of 64 query rows share each {cfg.bn}-key K/V tile
 # (cp.async, two stages), S = Q K^T from shared memory, P from the accumulator registers into O += P V, the softmax of
-# tile t issued while P(t-1) V(t-1) runs. Not Hopper: the mma.sync FlashAttention-2 kernel.
+# tile t issued while P(t-1) V(t-1) runs{"; at D=128 a producer warpgroup loads K / V and gives the consumers its registers (setmaxnreg)" if _producer(p, 128) else ""}.
+# Not Hopper: the mma.sync FlashAttention-2 kernel.
 import math
 
 import mlx.core as mx
 
-WG_HEADER = {attention_wgmma.HEADER + attention_wgmma.launch_bounds(nt)!r}
+{headers}
 WG_SOURCE = {attention_wgmma.SOURCE!r}
+{ws_source}
 MMA_HEADER = {attention_cuda.HEADER!r}
 MMA_SOURCE = {attention_cuda.SOURCE!r}
 {kernels}
@@ -77,8 +92,9 @@ FLASH_WGMMA = TemplateFamily(
     id="attention.cuda.flash_wgmma", tasks=("attention",), backends=("mlx-cuda",),
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "double_buffering",
               "causal_block_skipping", "gqa_head_grouping"),
-    params={"wg": (3, 2), "bn": (64, 128)},
+    params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False)},
     render=render_flash_wgmma,
-    valid=lambda p: (p["wg"], p["bn"]) != (3, 128)
+    # a producer warpgroup with 128-key tiles spills 208 bytes at 240 registers: left out
+    valid=lambda p: (p["wg"], p["bn"]) != (3, 128) and not (p["producer"] and p["bn"] != 64)
     and attention_wgmma.WgmmaConfig(p["wg"], p["bn"]).smem_bytes(128) <= attention_wgmma.MAX_SMEM,
     description="FlashAttention on wgmma (Hopper): warpgroups share K/V tiles; mma.sync elsewhere")
