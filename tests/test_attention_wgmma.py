@@ -178,6 +178,8 @@ def test_a_producerless_config_needs_four_stages() -> None:
     k = mx.zeros((1, 2, 1024, 128), dtype=mx.float16)
     assert WS.supports(q, k, k, False, WS.WsConfig(3, 64, 4, 0))
     assert not WS.supports(q, k, k, False, WS.WsConfig(3, 64, 3, 0))  # it would wait on its own release
+    assert WS.supports(q, k, k, True, WS.WsConfig(3, 64, 3, 4))
+    assert not WS.supports(q, k, k, False, WS.WsConfig(1, 64, 3, 4))  # setmaxnreg.inc would lower the count
 
 
 def test_env_names_the_wgmma_configuration(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,8 +12,9 @@ A producer warpgroup (PWARPS = 4) hands its registers to the consumers with `set
 consumer warpgroups get 160 each, two get 240): the loads leave the consumers, whose time Nsight Compute found a third
 spent on them (cp.async address arithmetic stalled on a full LSU queue, and the per-tile __syncthreads). Measured on
 the H200: ws3_n64_s3_p4 reaches 399-419 TFLOP/s at L=8192, D=128 without a mask, against the synchronous kernel's
-354-360, and +5-13% at D=128 without a mask over the grid; nothing causal or at D=64. It is the Hopper default at
-D=128 without a mask (kernels/attention.py). Without setmaxnreg (earlier sessions) a producer warp's loads bound
+352-360, and 365 vs 320 causal (once the causal mask stopped spilling); D=128 went from 0.58x to 0.64x of cuDNN over
+the grid, D=64 gained nothing. It is the Hopper default at D=128 (kernels/attention.py). Without setmaxnreg (earlier
+sessions) a producer warp's loads bound
 the kernel, and 4 producer warps left room for only 2 consumer warpgroups; the producerless variant is within 1% of
 the synchronous one. Others are opt-in: KSEARCH_WGMMA_CONFIG.
 """
@@ -145,6 +146,10 @@ class WsConfig:
 
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
     if cfg.pwarps == 0 and cfg.stages < 4:  # loads run two tiles ahead of the one released last
+        return False
+    # a producer warpgroup raises the consumers to at most 240 registers: one consumer warpgroup (255 at entry) would
+    # have setmaxnreg.inc lower its count, which PTX leaves undefined
+    if cfg.pwarps == 4 and cfg.wg not in (2, 3):
         return False
     return cfg.smem_bytes(q.shape[-1]) <= MAX_SMEM and fits(q, k, v, causal, 64, cfg.bn, 0)  # partial last block
 
