@@ -176,11 +176,26 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
     return path
 
 
+def check_wgmma_env() -> None:
+    """A bad KSEARCH_WGMMA_CONFIG fails here, as one line, not as a traceback from inside the first kernel call."""
+    import os
+
+    from ksearch.kernels.attention_wgmma_ws import parse_config
+
+    name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
+    if name:
+        try:
+            parse_config(name)
+        except ValueError as exc:
+            raise typer.BadParameter(f"KSEARCH_WGMMA_CONFIG: {exc}") from exc
+
+
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("attention")
     def attention_cmd(full: bool = typer.Option(False, help="the issue's whole shape grid (B=4 at every dtype/Hkv)"),
                       out: str = typer.Option("benchmarks/results", help="directory for the JSON result")) -> None:
         """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere) vs MLX native attention."""
+        check_wgmma_env()
         run_bench("prefill", full, out)
 
     @bench_app.command("decode")

@@ -121,7 +121,7 @@ __device__ __forceinline__ void ks_mbar_wait(unsigned long long* b, int parity) 
                "@P1 bra KS_DONE;\nbra KS_WAIT;\nKS_DONE:\n}\n" :: "r"(ks_saddr(b)), "r"(parity) : "memory");
 }
 __device__ __forceinline__ void ks_commit_w() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void ks_wait_all_w() { asm volatile("cp.async.wait_group 0;\n" ::); }
+// Wait until at most N of this thread's cp.async groups are pending (0: all have landed).
 template <int N> __device__ __forceinline__ void ks_wait_w() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
 // wgmma shared-memory matrix descriptor, no swizzle: start address, leading and stride byte offsets (16-byte units).
 __device__ __forceinline__ unsigned long long ks_desc(const void* p, int lbo, int sbo) {
@@ -388,7 +388,7 @@ def source(stages: int = 2) -> str:
     ks_load_core<D, NT, BN>(Vs, vg, BN, threadIdx.x);
     ks_commit_w();
 """
-    wait = "ks_wait_all_w();" if stages == 2 else f"ks_wait_w<{stages - 2}>();  // all but the newest {stages - 2}"
+    wait = f"ks_wait_w<{stages - 2}>();  // all but the newest {stages - 2} cp.async groups have landed"
     return f"    constexpr int STAGES = {stages};" + SETUP + r"""
     ks_load_core<D, NT, BM>(Qs, qg, rows_here, threadIdx.x);  // rows past L: never stored
     ks_load_core<D, NT, BN>(Ks, kg, BN, threadIdx.x);

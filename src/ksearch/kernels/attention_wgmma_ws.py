@@ -64,14 +64,14 @@ WS_SPLIT = r"""
         ks_load_core<D, PT, BN>(Vs + st * KB, vg + (size_t)t * BN * D, BN, pl);
         ks_cp_mbar_arrive(vfull + st);
       }
-      ks_wait_all_w();
+      ks_wait_w<0>();
       return;
     }
     if (PT == 128) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CREG) : "memory");
     // Consumers: this warpgroup's 64 query rows, then only its own named barrier (1 + wg) from here on.
     ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), wt);
     ks_commit_w();
-    ks_wait_all_w();
+    ks_wait_w<0>();
     ks_proxy_fence();
     asm volatile("bar.sync %0, 128;\n" :: "r"(1 + wg) : "memory");
 """
@@ -125,7 +125,7 @@ SOURCE_MB = ("    constexpr int STAGES = NSTAGES;" + SETUP + MB_SPLIT + REGISTER
                         step="if (t + 2 < ntiles) load_tile(t + 2);  // waits for every warp's O += P(t-2) V(t-2)\n"
                              "wait_full(t);",
                         after_pv="if (lane == 0) ks_mbar_arrive(empty + (t - 1) % STAGES);  // done with tile t - 1",
-                        last="", end="ks_wait_all_w();") + EPILOGUE)
+                        last="", end="ks_wait_w<0>();") + EPILOGUE)
 SOURCE = ("    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;" + SETUP + WS_SPLIT + REGISTERS + STEPS + WS_HANDOVER
           + pipeline(first="wait_full(kfull, 0);", after_s0="release(kempty, 0);",
                      step="wait_full(kfull, t);\nwait_full(vfull, t - 1);", after_s="release(kempty, t);",
