@@ -31,8 +31,9 @@ DECODE_CONFIGS = [DecodeConfig(),  # the library default: 4 warps, 4 steps in fl
 PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), PrefillConfig(64, 64, False),
                    PrefillConfig(128, 32, True), PrefillConfig(64, 32, True)]
 # Hopper only; the first is the library default there.
-WGMMA_CONFIGS = [WgmmaConfig(3, 64), WgmmaConfig(3, 64, 2, "ca"), WgmmaConfig(2, 64), WgmmaConfig(2, 128),
-                 WsConfig(2, 64, 3, 4), WsConfig(3, 64, 3, 4)]
+WGMMA_CONFIGS = [WsConfig(3, 64, 4, 4, bulk=True), WsConfig(3, 64, 3, 4, bulk=True), WgmmaConfig(3, 64),
+                 WgmmaConfig(3, 64, 2, "ca"), WgmmaConfig(2, 64), WgmmaConfig(2, 128), WsConfig(2, 64, 3, 4),
+                 WsConfig(3, 64, 3, 4)]
 
 
 def prefill_kernel(cfg, q, k, v, causal):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import time
 
 import mlx.core as mx
 import numpy as np
@@ -86,3 +87,26 @@ def test_supports_rejects_what_the_kernels_do_not_take():
 def test_shared_memory_of_every_prefill_config_fits():
     for bm, bn, db in ((64, 64, True), (128, 64, True), (64, 32, False), (128, 32, True)):
         assert attention_cuda.PrefillConfig(bm, bn, db).smem_bytes(128) <= attention_cuda.MAX_SMEM
+
+
+def test_bench_rounds_grow_to_the_target_length_and_every_function_gets_the_same_count():
+    from ksearch.commands import bench_attention as ba
+
+    calls = {"fast": 0, "slow": 0}
+
+    def make(name, seconds):
+        def fn():
+            calls[name] += 1
+            time.sleep(seconds)
+            return mx.zeros((1,))
+        return fn
+
+    fns = {"fast": make("fast", 0.001), "slow": make("slow", 0.003)}
+    times = ba._time_rounds(fns, rounds=2, n=2, warmup=1, round_s=0.02)
+    # warm-up 1 + probe 1 + 2 rounds of n each; n from the fastest (~1 ms a call -> ~20, capped at 64)
+    n = (calls["fast"] - 2) // 2
+    assert 8 <= n <= 21 and calls["slow"] == calls["fast"]
+    assert all(len(t) == 2 for t in times.values())
+    calls.update(fast=0, slow=0)
+    ba._time_rounds(fns, rounds=2, n=2, warmup=1)  # without a target: n as given
+    assert calls == {"fast": 5, "slow": 5}  # warm-up 1 + 2 rounds of 2

@@ -71,3 +71,16 @@ def test_tensor_core_families_pass_the_holdout_workloads(cuda_backend, family):
     result = evaluate(task, fam.source(fam.default()), cuda_backend,
                       EvalOptions(workloads=names, baseline=None, timeout_s=600))
     assert result.status == "passed", result.message
+
+
+def test_tile_images_kernel_equals_the_mlx_reference(cuda_backend):
+    import mlx.core as mx
+
+    from ksearch.kernels.attention_wgmma_ws import tile_image, tile_images
+
+    for shape, dt in (((2, 3, 136, 64), mx.float16), ((1, 8, 2048, 128), mx.bfloat16)):
+        k = mx.random.normal(shape).astype(dt)
+        v = mx.random.normal(shape).astype(dt)
+        ki, vi = tile_images(k, v)
+        assert mx.array_equal(ki, tile_image(k)).item() and mx.array_equal(vi, tile_image(v)).item()
+        assert not mx.array_equal(ki, k).item()

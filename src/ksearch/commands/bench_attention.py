@@ -2,7 +2,7 @@
 
 Per shape, in one process: warm both up (this absorbs JIT compiles), then R rounds that each time `n` calls of ours
 and `n` calls of native back to back (interleaved, so drift hits both alike); a round's time is the wall clock of the n
-calls plus one `mx.eval` and `mx.synchronize`, divided by n. We report the median over rounds, the spread
+calls plus one `mx.eval` and `mx.synchronize`, divided by n. Prefill raises n until a round lasts about 10 ms. We report the median over rounds, the spread
 (min/max ratio across rounds) and, from the median, TFLOP/s, GB/s and the fraction of the roofline.
 """
 
@@ -22,13 +22,25 @@ HBM_BYTES_PER_S = 4.3e12
 TENSOR_FLOPS = 989e12
 
 
-def _time_rounds(fns: dict[str, Callable[[], Any]], rounds: int, n: int, warmup: int = 2) -> dict[str, list[float]]:
+def _time_rounds(fns: dict[str, Callable[[], Any]], rounds: int, n: int, warmup: int = 2,
+                 round_s: float = 0.0) -> dict[str, list[float]]:
+    """round_s > 0: raise n (up to 64) so that a round of the fastest function lasts about that long; the same n for
+    every function. A round ends in one eval and one synchronize (tens of microseconds), which at n = 2 was a third
+    of a 0.2 ms call and made the ratio at small shapes swing 0.4x-2x from round to round."""
     import mlx.core as mx
 
     for fn in fns.values():
         for _ in range(warmup):
             mx.eval(fn())
     mx.synchronize()
+    if round_s > 0:
+        fastest = math.inf
+        for fn in fns.values():
+            t0 = time.perf_counter()
+            mx.eval(fn())
+            mx.synchronize()
+            fastest = min(fastest, time.perf_counter() - t0)
+        n = max(n, min(64, math.ceil(round_s / fastest)))
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
@@ -116,7 +128,8 @@ def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, con
             "max_abs_diff_vs_native": err, "config": repr(config)}
 
 
-def bench_prefill_shape(shape: dict[str, Any], rounds: int = 5, n: int = 2, config: Any = None) -> dict[str, Any]:
+def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, config: Any = None,
+                        round_s: float = 0.01) -> dict[str, Any]:
     import mlx.core as mx
 
     from ksearch.kernels.attention import attention, native_attention
@@ -129,7 +142,7 @@ def bench_prefill_shape(shape: dict[str, Any], rounds: int = 5, n: int = 2, conf
     v = mx.random.normal((b, hkv, s, d)).astype(dt)
     mx.eval(q, k, v)
     t = _time_rounds({"ours": lambda: attention(q, k, v, causal, config=config),
-                      "native": lambda: native_attention(q, k, v, causal)}, rounds, n)
+                      "native": lambda: native_attention(q, k, v, causal)}, rounds, n, round_s=round_s)
     flops = 4.0 * b * hq * length * s * d / (2 if causal else 1)
     med, nmed = statistics.median(t["ours"]), statistics.median(t["native"])
     err = cast(float, mx.max(mx.abs(attention(q, k, v, causal, config=config).astype(mx.float32)

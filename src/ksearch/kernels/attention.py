@@ -63,21 +63,18 @@ def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
     """Three warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two, which the
     H200 measured as the best of the wgmma configurations at nearly every shape, both head dims
     (benchmarks/results/attention-wgmma-check-mlx-cuda-nvidia-h200.json). KSEARCH_WGMMA_CONFIG names another
-    (attention_wgmma_ws.parse_config: e.g. wg2_n64, ws3_n64_s4_p0)."""
+    (attention_wgmma_ws.parse_config: e.g. wg3_n64, ws3_n64_s3_p4)."""
     name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
     if name:
         from ksearch.kernels.attention_wgmma_ws import parse_config
 
         return parse_config(name)
-    # D=128: a producer warpgroup (setmaxnreg: 24 registers for it, 160 for each of the three consumer warpgroups)
-    # takes the cp.async loads off the consumers: +12-18% on the H200 side by side, causal too once the causal mask
-    # stopped spilling (415 vs 352 TFLOP/s at L=8192 without a mask, 365 vs 320 causal). D=64: no gain from it; there
-    # cp.async through L1 ("ca") measured -1% to +27% on four shapes and equal over the grid (0.635x vs 0.633-0.640x
-    # with "cg"), and the grid was measured with it (benchmarks/results/attention-wgmma-check-*.json,
-    # attention-prefill-*.json; docs/attention.md).
-    if q.shape[-1] == 128:
-        return WsConfig(wg=3, bn=64, stages=3, pwarps=4)
-    return WgmmaConfig(wg=3, bn=64, cp="ca")
+    # A producer warpgroup (setmaxnreg: 24 registers for it, 160 for each of the three consumer warpgroups) loads K / V
+    # with one bulk copy a tile from tile images of them (attention_wgmma_ws.tile_images, one extra pass over K / V):
+    # on the H200 side by side 549 vs 409 TFLOP/s (cp.async producer) at L=8192, D=128 without a mask, 378 vs 290 at
+    # D=64 (benchmarks/results/attention-wgmma-check-*.json, run 11; the grid in attention-prefill-*.json;
+    # docs/attention.md).
+    return WsConfig(wg=3, bn=64, stages=4, pwarps=4, bulk=True)
 
 
 def prefill_config(q: Any, k: Any, causal: bool) -> PrefillConfig:

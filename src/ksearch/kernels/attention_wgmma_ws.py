@@ -22,6 +22,7 @@ the synchronous one. Others are opt-in: KSEARCH_WGMMA_CONFIG.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from ksearch.kernels.attention_cuda import build_kernel, fits, launch
@@ -38,14 +39,15 @@ from ksearch.kernels.attention_wgmma import (
 )
 
 # mbarriers after the K / V stages: K full, K empty, V full, V empty (STAGES each). "Full" counts the PT producer
-# threads' cp.async arrivals; "empty" one arrival per consumer warp.
+# threads' cp.async arrivals (with BULK, one arrival that expects the tile's bytes); "empty" one arrival per consumer
+# warp.
 WS_SPLIT = r"""
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(Vs + STAGES * KB);
     unsigned long long *kfull = bars, *kempty = bars + STAGES, *vfull = bars + 2 * STAGES, *vempty = bars + 3 * STAGES;
     if (threadIdx.x == 0) {
       for (int i = 0; i < STAGES; ++i) {
-        ks_mbar_init(kfull + i, PT); ks_mbar_init(kempty + i, NT / 32);
-        ks_mbar_init(vfull + i, PT); ks_mbar_init(vempty + i, NT / 32);
+        ks_mbar_init(kfull + i, BULK ? 1 : PT); ks_mbar_init(kempty + i, NT / 32);
+        ks_mbar_init(vfull + i, BULK ? 1 : PT); ks_mbar_init(vempty + i, NT / 32);
       }
     }
     __syncthreads();  // the last block-wide barrier: producer and consumers part here
@@ -55,14 +57,26 @@ WS_SPLIT = r"""
     if (threadIdx.x >= NT) {  // the PT producer threads: tile t into stage t % STAGES once consumers released t - STAGES
       if (PT == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
       const int pl = threadIdx.x - NT;
-      for (int t = 0; t < ntiles; ++t) {
-        const int st = t % STAGES, ph = (t / STAGES) & 1;
-        if (t >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
-        ks_load_core<D, PT, BN>(Ks + st * KB, kg + (size_t)t * BN * D, BN, pl);
-        ks_cp_mbar_arrive(kfull + st);
-        if (t >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
-        ks_load_core<D, PT, BN>(Vs + st * KB, vg + (size_t)t * BN * D, BN, pl);
-        ks_cp_mbar_arrive(vfull + st);
+      if (BULK) {  // k and v are tile images (tile_images): one bulk copy a tile, issued by one thread
+        if (pl == 0) {
+          for (int t = 0; t < ntiles; ++t) {
+            const int st = t % STAGES, ph = (t / STAGES) & 1;
+            if (t >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
+            ks_bulk_load(Ks + st * KB, kg + (size_t)t * KB, KB * 2, kfull + st);
+            if (t >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
+            ks_bulk_load(Vs + st * KB, vg + (size_t)t * KB, KB * 2, vfull + st);
+          }
+        }
+      } else {
+        for (int t = 0; t < ntiles; ++t) {
+          const int st = t % STAGES, ph = (t / STAGES) & 1;
+          if (t >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
+          ks_load_core<D, PT, BN>(Ks + st * KB, kg + (size_t)t * BN * D, BN, pl);
+          ks_cp_mbar_arrive(kfull + st);
+          if (t >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
+          ks_load_core<D, PT, BN>(Vs + st * KB, vg + (size_t)t * BN * D, BN, pl);
+          ks_cp_mbar_arrive(vfull + st);
+        }
       }
       ks_wait_w<0>();
       return;
@@ -76,12 +90,27 @@ WS_SPLIT = r"""
     asm volatile("bar.sync %0, 128;\n" :: "r"(1 + wg) : "memory");
 """
 
+# Bulk copies (sm_90): global -> shared without a tensor map, completion counted in bytes on an mbarrier. TMA proper
+# needs a tensor map encoded on the host with the array's device address, which mx.fast.cuda_kernel does not give;
+# a plain bulk copy moves contiguous bytes, so K and V go in as tile images (tile_images), each tile's bytes already in
+# the core-matrix order that the wgmma descriptors read.
+BULK_HEADER = r"""
+#ifndef KS_BULK_HEADER
+#define KS_BULK_HEADER
+__device__ __forceinline__ void ks_bulk_load(void* smem, const void* g, unsigned bytes, unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(ks_saddr(bar)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               :: "r"(ks_saddr(smem)), "l"(g), "r"(bytes), "r"(ks_saddr(bar)) : "memory");
+}
+#endif
+"""
+
 WS_HANDOVER = r"""
     // Waiting on a "full" mbarrier, then a proxy fence: the producer's cp.async writes (generic proxy) become
-    // visible to this warpgroup's wgmma reads (async proxy).
+    // visible to this warpgroup's wgmma reads (async proxy). Bulk copies write through the async proxy already.
     auto wait_full = [&](unsigned long long* bar, int t) {
       ks_mbar_wait(bar + t % STAGES, (t / STAGES) & 1);
-      ks_proxy_fence();
+      if (!BULK) ks_proxy_fence();
     };
     auto release = [&](unsigned long long* bar, int t) {  // one arrival per warp, after its wgmma wait
       if (lane == 0) ks_mbar_arrive(bar + t % STAGES);
@@ -139,12 +168,15 @@ class WsConfig:
     stages: int = 2  # K / V stages in shared memory
     pwarps: int = 1  # producer warps; 0: no producer, every thread loads (SOURCE_MB)
     cp: str = "cg"   # cp.async cache mode (attention_wgmma.cp_cache)
+    bulk: bool = False  # K / V as tile images, one bulk copy a tile (needs a producer)
 
     def smem_bytes(self, d: int) -> int:
         return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8
 
 
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
+    if cfg.bulk and cfg.pwarps == 0:  # the bulk copies are the producer's
+        return False
     if cfg.pwarps == 0 and cfg.stages < 4:  # loads run two tiles ahead of the one released last
         return False
     # a producer warpgroup raises the consumers to at most 240 registers: one consumer warpgroup (255 at entry) would
@@ -154,29 +186,71 @@ def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
     return cfg.smem_bytes(q.shape[-1]) <= MAX_SMEM and fits(q, k, v, causal, 64, cfg.bn, 0)  # partial last block
 
 
+# Tile images of K and V in one launch: thread j writes 16-byte chunk j of the image (core matrix j / 8, row j % 8 of
+# it), so a warp writes 512 contiguous bytes and reads 8 rows x 64 contiguous bytes: whole 32-byte sectors both ways.
+# (MLX's own transpose copy of one array ran at 1.8-1.9 TB/s of traffic on the H200, and took two launches.)
+IMAGE_SOURCE = r"""
+    constexpr int CPR = D / 8;  // 16-byte chunks a row
+    const size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t n = (size_t)k_shape[0] * k_shape[1] * k_shape[2] * CPR;
+    if (j >= n) return;
+    const size_t rest = j >> 3, c = rest % CPR, src = ((rest / CPR) * 8 + (j & 7)) * CPR + c;
+    reinterpret_cast<uint4*>(ki)[j] = reinterpret_cast<const uint4*>(k)[src];
+    reinterpret_cast<uint4*>(vi)[j] = reinterpret_cast<const uint4*>(v)[src];
+"""
+
+
+@cache
+def _image_kernel() -> Any:
+    import mlx.core as mx
+
+    return mx.fast.cuda_kernel(name="ks_tile_image", input_names=["k", "v"], output_names=["ki", "vi"],
+                               source=IMAGE_SOURCE)
+
+
+def tile_images(k: Any, v: Any) -> tuple[Any, Any]:
+    """K and V (B, H, S, D), S a multiple of 8, -> arrays of the same shape with each 8-row block stored as its D / 8
+    core matrices (8 rows x 16 bytes each, ks_core's order): a tile of BN rows is then BN * D contiguous elements,
+    the shared-memory image that ks_load_core builds, for one bulk copy. `tile_image` is the same in MLX ops."""
+    n = k.size // 8
+    ki, vi = _image_kernel()(inputs=[k, v], template=[("D", k.shape[-1])], grid=(n, 1, 1), threadgroup=(256, 1, 1),
+                             output_shapes=[k.shape, v.shape], output_dtypes=[k.dtype, v.dtype])
+    return ki, vi
+
+
+def tile_image(x: Any) -> Any:
+    """The reference for tile_images, in MLX ops (one transpose copy); runs on any backend."""
+    b, h, s, d = x.shape
+    return x.reshape(b, h, s // 8, 8, d // 8, 8).transpose(0, 1, 2, 4, 3, 5).reshape(b, h, s, d)
+
+
 def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConfig | None = None) -> Any:
     cfg = cfg or WsConfig()
     pre, tag = cp_cache(cfg.cp)
-    kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}",
-                        SOURCE if cfg.pwarps else SOURCE_MB,
-                        pre + HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps), cfg.smem_bytes(q.shape[-1]))
+    kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}"
+                        + ("_bulk" if cfg.bulk else ""), SOURCE if cfg.pwarps else SOURCE_MB,
+                        pre + HEADER + BULK_HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
+                        cfg.smem_bytes(q.shape[-1]))
+    if cfg.bulk:
+        k, v = tile_images(k, v)
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
                   [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), ("NSTAGES", cfg.stages),
-                   ("PWARPS", cfg.pwarps)])
+                   ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk))])
 
 
 def parse_config(name: str) -> Any:
-    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_ca]" -> WsConfig(W, N, S, P) (P defaults to 1). For
-    KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms."""
+    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk][_ca]" -> WsConfig(W, N, S, P) (P defaults
+    to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms."""
     import re
 
     from ksearch.kernels.attention_wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?)(_ca)?", name.strip())
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_ca] (e.g. ws3_n64_s3_p4; _ca: cp.async through L1)")
-    cp = "ca" if m[8] else "cg"
+                         "wsW_nN_sS[_pP][_bulk][_ca] (e.g. ws3_n64_s3_p4; _bulk: K / V by bulk copies; _ca: "
+                         "cp.async through L1)")
+    cp = "ca" if m[9] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
-    return WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp)
+    return WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]))

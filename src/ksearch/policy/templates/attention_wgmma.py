@@ -1,9 +1,10 @@
 """The `attention.cuda.flash_wgmma` template family: FlashAttention on Hopper's wgmma (ksearch.kernels.attention_wgmma,
 the same text the library runs), with the mma.sync kernel for GPUs that are not Hopper.
 
-Parameters: warpgroups per block (64 query rows each; they share every K/V tile), keys per tile, and whether D=128
-runs with a producer warpgroup (attention_wgmma_ws: it loads K / V and hands its registers to the consumers through
-setmaxnreg; measured +12-18% at D=128 on the H200, the library's Hopper default there). 3 x 128 is left out: its
+Parameters: warpgroups per block (64 query rows each; they share every K/V tile), keys per tile, and whether a
+producer warpgroup loads K / V (attention_wgmma_ws: one bulk copy a tile from tile images of K and V, its registers
+handed to the consumers through setmaxnreg; the library's Hopper default, 0.82x of cuDNN at L >= 4096 on the H200
+against 0.65x without it) or every thread loads with cp.async (the synchronous kernel). 3 x 128 is left out: its
 registers times 384 threads exceed the register file (206 a thread without launch bounds; spills with them).
 """
 
@@ -20,17 +21,19 @@ _MMA = attention_cuda.PrefillConfig(128, 64, True)
 
 
 def _producer(p: dict[str, Any], d: int) -> bool:
-    return bool(p.get("producer")) and d == 128
+    return bool(p.get("producer"))
 
 
 def render_flash_wgmma(p: dict[str, Any]) -> str:
     cfg = attention_wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"])
-    ws = attention_wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=3, pwarps=4)
+    ws = attention_wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=4, pwarps=4, bulk=True)
     bm, nt = 64 * cfg.wg, 128 * cfg.wg
     mma_nt = _MMA.bm // 16 * 32
     threads = {d: nt + (128 if _producer(p, d) else 0) for d in (64, 128)}
-    extra = {d: ', ("NSTAGES", 3), ("PWARPS", 4)' if _producer(p, d) else "" for d in (64, 128)}
-    wg_calls = "\n".join(f'''        if d == {d}:
+    extra = {d: f', ("NSTAGES", {ws.stages}), ("PWARPS", 4), ("BULK", True)' if _producer(p, d) else ""
+             for d in (64, 128)}
+    images = {d: "\n            k, v = _images(k, v)" if _producer(p, d) else "" for d in (64, 128)}
+    wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
             return _wg{d}(inputs=[q, k, v, scale],
                           template=[("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)){extra[d]}],
                           grid=((length + {bm - 1}) // {bm} * {threads[d]}, b * hq, 1), threadgroup=({threads[d]}, 1, 1),
@@ -49,13 +52,22 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
                              shared_memory={ws.smem_bytes(d) if _producer(p, d) else cfg.smem_bytes(d)})
 _mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
                               source=MMA_SOURCE, header=MMA_HEADER, shared_memory={_MMA.smem_bytes(d)})''' for d in (64, 128))
-    headers = "\n".join(f"WG_HEADER_{t} = {attention_wgmma.HEADER + attention_wgmma.launch_bounds(t)!r}"
+    headers = "\n".join(f"WG_HEADER_{t} = {attention_wgmma.HEADER + attention_wgmma_ws.BULK_HEADER + attention_wgmma.launch_bounds(t)!r}"
                          for t in sorted(set(threads.values())))
     ws_source = f"WS_SOURCE = {attention_wgmma_ws.SOURCE!r}" if _producer(p, 128) else ""
+    image = f'''IMAGE_SOURCE = {attention_wgmma_ws.IMAGE_SOURCE!r}
+_image = mx.fast.cuda_kernel(name="tile_image", input_names=["k", "v"], output_names=["ki", "vi"], source=IMAGE_SOURCE)
+
+
+def _images(k, v):  # K / V with each 8-row block stored as its core matrices: one bulk copy a tile
+    return _image(inputs=[k, v], template=[("D", k.shape[-1])], grid=(k.size // 8, 1, 1), threadgroup=(256, 1, 1),
+                  output_shapes=[k.shape, v.shape], output_dtypes=[k.dtype, v.dtype])
+''' if _producer(p, 128) else ""
     return f'''# attention.cuda.flash_wgmma {p}
 # FlashAttention on Hopper's wgmma (sm_90a): {cfg.wg} warpgroups of 64 query rows share each {cfg.bn}-key K/V tile
-# (cp.async, two stages), S = Q K^T from shared memory, P from the accumulator registers into O += P V, the softmax of
-# tile t issued while P(t-1) V(t-1) runs{"; at D=128 a producer warpgroup loads K / V and gives the consumers its registers (setmaxnreg)" if _producer(p, 128) else ""}.
+# ({"a producer warpgroup: one bulk copy a tile from tile images, four stages; it gives the consumers its registers (setmaxnreg)" if _producer(p, 128) else "cp.async, two stages"}),
+# S = Q K^T from shared memory, P from the accumulator registers into O += P V, the softmax of tile t issued while
+# P(t-1) V(t-1) runs.
 # Not Hopper: the mma.sync FlashAttention-2 kernel.
 import math
 
@@ -64,6 +76,7 @@ import mlx.core as mx
 {headers}
 WG_SOURCE = {attention_wgmma.SOURCE!r}
 {ws_source}
+{image}
 MMA_HEADER = {attention_cuda.HEADER!r}
 MMA_SOURCE = {attention_cuda.SOURCE!r}
 {kernels}
@@ -96,5 +109,6 @@ FLASH_WGMMA = TemplateFamily(
     render=render_flash_wgmma,
     # a producer warpgroup with 128-key tiles spills 208 bytes at 240 registers: left out
     valid=lambda p: (p["wg"], p["bn"]) != (3, 128) and not (p["producer"] and p["bn"] != 64)
-    and attention_wgmma.WgmmaConfig(p["wg"], p["bn"]).smem_bytes(128) <= attention_wgmma.MAX_SMEM,
+    and attention_wgmma.WgmmaConfig(p["wg"], p["bn"]).smem_bytes(128) <= attention_wgmma.MAX_SMEM
+    and attention_wgmma_ws.WsConfig(p["wg"], p["bn"], 4, 4, bulk=True).smem_bytes(128) <= attention_wgmma.MAX_SMEM,
     description="FlashAttention on wgmma (Hopper): warpgroups share K/V tiles; mma.sync elsewhere")

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Session 6, last call: the offline search on attention from the naive kernel, with the flash_wgmma family now
+# rendering the bulk-copy kernel, for the wall time given (then its holdout evaluation). Usage: bash ... [SECONDS]
+set -u
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+S=${1:-360}
+timeout $((S + 170)) python3 -m ksearch.cli run attention --backend mlx-cuda --budget 120 --wall-time $S \
+  --runs-dir /tmp/runs --quiet 2>&1 | tail -14
+r=$(ls -d /tmp/runs/*-attention-* | tail -1)
+python3 -m ksearch.cli bench search-summary "$r" --out $OUT 2>&1 | tail -2
+python3 -c "import sqlite3,sys; [print(*r) for r in sqlite3.connect(sys.argv[1]).execute(
+  'select eval_index, status, round(score,3), round(duration_s,1) from evaluations')]" "$r/run.db" \
+  | tee $OUT/attention-evals.txt
