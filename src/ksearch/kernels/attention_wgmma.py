@@ -1,11 +1,11 @@
 """FlashAttention prefill on Hopper's `wgmma` (sm_90a) for MLX-CUDA: the route to cuDNN's speed that `mma.sync`
 cannot reach (our mma.sync kernel measured 0.48x of cuDNN on the H200).
 
-`ksearch.kernels.attention` runs it on Hopper (KSEARCH_WGMMA=0 turns it off): this synchronous kernel for causal
-attention and D=64, its warp-specialised sibling (attention_wgmma_ws.py) for D=128 without a mask. Measured on the
-H200 (benchmarks/results/attention-wgmma-check-*.json, attention-prefill-*.json): 3 warpgroups a block reach
-354-377 TFLOP/s fp16 at L=8192, D=128, against cuDNN's 590-614; about 0.60x of cuDNN over the issue's grid.
-`benchmarks/attention_wgmma_check.py` checks and times configurations; docs/attention.md tells the whole story.
+`ksearch.kernels.attention` runs its warp-specialised sibling on Hopper (attention_wgmma_ws.py: a producer warpgroup
+loading K / V by bulk copies; KSEARCH_WGMMA=0 turns wgmma off); this synchronous kernel, where every thread loads
+with cp.async, is the template the sibling shares its steps with and stays selectable (KSEARCH_WGMMA_CONFIG=wg3_n64).
+Measured on the H200 (benchmarks/results/attention-wgmma-check-*.json): 3 warpgroups a block reach 354-377 TFLOP/s
+fp16 at L=8192, D=128, against cuDNN's 590-614; the sibling 547-553. docs/attention.md tells the whole story.
 
 Design (FA-3 without TMA): a block of WG warpgroups (128 threads each) owns 64 * WG query rows of one (batch, head);
 warpgroup w owns rows 64w..64w+63 and they share every K / V tile. Tiles of BN keys stream through shared memory

@@ -10,13 +10,14 @@ same without a producer (every thread loads, four stages).
 
 A producer warpgroup (PWARPS = 4) hands its registers to the consumers with `setmaxnreg` (it keeps 24; three
 consumer warpgroups get 160 each, two get 240): the loads leave the consumers, whose time Nsight Compute found a third
-spent on them (cp.async address arithmetic stalled on a full LSU queue, and the per-tile __syncthreads). Measured on
-the H200: ws3_n64_s3_p4 reaches 399-419 TFLOP/s at L=8192, D=128 without a mask, against the synchronous kernel's
-352-360, and 365 vs 320 causal (once the causal mask stopped spilling); D=128 went from 0.58x to 0.64x of cuDNN over
-the grid, D=64 gained nothing. It is the Hopper default at D=128 (kernels/attention.py). Without setmaxnreg (earlier
-sessions) a producer warp's loads bound
-the kernel, and 4 producer warps left room for only 2 consumer warpgroups; the producerless variant is within 1% of
-the synchronous one. Others are opt-in: KSEARCH_WGMMA_CONFIG.
+spent on them (cp.async address arithmetic stalled on a full LSU queue, and the per-tile __syncthreads). With cp.async
+(ws3_n64_s3_p4) that reached 399-419 TFLOP/s at L=8192, D=128 on the H200 against the synchronous kernel's 352-360.
+
+With BULK the producer is one thread: each K / V tile is one `cp.async.bulk` (no tensor map needed) from tile images
+of K and V (tile_images, one extra kernel), completing on the stage's "full" mbarrier by its byte count. That reached
+547-553 TFLOP/s at L=8192, D=128 (cuDNN 599-608) and 0.82x of cuDNN over the issue's grid at L >= 4096:
+ws3_n64_s4_p4_bulk is the Hopper default at both head dims (kernels/attention.py). Others are opt-in:
+KSEARCH_WGMMA_CONFIG.
 """
 
 from __future__ import annotations
