@@ -110,3 +110,10 @@ def test_bench_rounds_grow_to_the_target_length_and_every_function_gets_the_same
     calls.update(fast=0, slow=0)
     ba._time_rounds(fns, rounds=2, n=2, warmup=1)  # without a target: n as given
     assert calls == {"fast": 5, "slow": 5}  # warm-up 1 + 2 rounds of 2
+
+
+def test_softmax_scale_is_made_once_per_head_dim():
+    s128 = attention_cuda.softmax_scale(128)
+    assert attention_cuda.softmax_scale(128) is s128  # no new array (allocation and copy) per call
+    assert s128.dtype == mx.float32 and s128.shape == (1,)
+    assert abs(s128.item() - 128 ** -0.5) < 1e-7 and abs(attention_cuda.softmax_scale(64).item() - 0.125) < 1e-7

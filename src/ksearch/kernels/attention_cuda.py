@@ -255,14 +255,22 @@ def build_kernel(name: str, source: str, header: str, smem: int) -> Any:
                                header=header, shared_memory=smem)
 
 
+@cache
+def softmax_scale(d: int) -> Any:
+    """1 / sqrt(d) as a one-element float32 array, made once per head dim: a new array every call is a host-side
+    allocation and copy on the path of each small prefill call."""
+    import mlx.core as mx
+
+    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
+    mx.eval(scale)
+    return scale
+
+
 def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]]) -> Any:
     """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head);
     o has q's shape and dtype."""
-    import mlx.core as mx
-
     b, hq, length, d = q.shape
-    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
-    return kern(inputs=[q, k, v, scale], template=[("T", q.dtype), ("D", d), *template],
+    return kern(inputs=[q, k, v, softmax_scale(d)], template=[("T", q.dtype), ("D", d), *template],
                 grid=(-(-length // rows) * nt, b * hq, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
                 output_dtypes=[q.dtype])[0]
 

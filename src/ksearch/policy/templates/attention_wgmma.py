@@ -3,8 +3,8 @@ the same text the library runs), with the mma.sync kernel for GPUs that are not 
 
 Parameters: warpgroups per block (64 query rows each; they share every K/V tile), keys per tile, and whether a
 producer warpgroup loads K / V (attention_wgmma_ws: one bulk copy a tile from tile images of K and V, its registers
-handed to the consumers through setmaxnreg; the library's Hopper default, 0.82x of cuDNN at L >= 4096 on the H200
-against 0.65x without it) or every thread loads with cp.async (the synchronous kernel). 3 x 128 is left out: its
+handed to the consumers through setmaxnreg; the library's Hopper default, 0.81-0.82x of cuDNN at L >= 4096 on the
+H200 against 0.65x without it) or every thread loads with cp.async (the synchronous kernel). 3 x 128 is left out: its
 registers times 384 threads exceed the register file (206 a thread without launch bounds; spills with them).
 """
 

@@ -1,0 +1,84 @@
+"""Where a small prefill call's time goes (the Hopper default, attention_wgmma_ws with bulk copies), side by side in
+one process, interleaved rounds: the full call; the same with a fresh scale array every call (as before
+attention_cuda.softmax_scale cached it); the attention kernel alone on tile images made beforehand; the tile-image
+kernel alone; MLX's native attention.
+
+    python benchmarks/prefill_overhead.py [OUT_JSON]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+import time
+
+import mlx.core as mx
+
+from ksearch.kernels import attention_cuda as AC
+from ksearch.kernels import attention_wgmma_ws as WS
+from ksearch.kernels.attention import attention, native_attention
+
+
+def fresh_scale(d: int):  # type: ignore[no-untyped-def]
+    return mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
+
+
+def measure(b: int, hkv: int, length: int, d: int, causal: bool) -> dict:
+    cached_scale, images = AC.softmax_scale, WS.tile_images
+    q = mx.random.normal((b, 32, length, d)).astype(mx.float16)
+    k = mx.random.normal((b, hkv, length, d)).astype(mx.float16)
+    v = mx.random.normal((b, hkv, length, d)).astype(mx.float16)
+    ki, vi = WS.tile_images(k, v)
+    mx.eval(q, k, v, ki, vi)
+
+    def full():  # type: ignore[no-untyped-def]
+        return attention(q, k, v, causal)
+
+    def fresh():  # type: ignore[no-untyped-def]
+        AC.softmax_scale = fresh_scale
+        try:
+            return attention(q, k, v, causal)
+        finally:
+            AC.softmax_scale = cached_scale
+
+    def kernel_only():  # type: ignore[no-untyped-def]
+        WS.tile_images = lambda k_, v_: (k_, v_)
+        try:
+            return attention(q, ki, vi, causal)
+        finally:
+            WS.tile_images = images
+
+    fns = {"full": full, "fresh_scale": fresh, "kernel_only": kernel_only,
+           "images_only": lambda: WS.tile_images(k, v)[0], "native": lambda: native_attention(q, k, v, causal)}
+    assert float(mx.max(mx.abs(kernel_only() - full())).item()) == 0.0
+    for fn in fns.values():
+        mx.eval(fn())
+    times: dict[str, list[float]] = {n: [] for n in fns}
+    for _ in range(9):
+        for name, fn in fns.items():
+            mx.synchronize()
+            t0 = time.perf_counter()
+            mx.eval([fn() for _ in range(20)])
+            mx.synchronize()
+            times[name].append((time.perf_counter() - t0) / 20)
+    return {"B": b, "Hq": 32, "Hkv": hkv, "L": length, "D": d, "causal": causal,
+           **{f"{n}_us": round(statistics.median(t) * 1e6, 1) for n, t in times.items()}}
+
+
+def main() -> None:
+    rows = []
+    for shape in ((1, 8, 2048, 128, False), (1, 8, 2048, 128, True), (1, 8, 2048, 64, False), (1, 32, 2048, 64, True),
+                  (1, 8, 8192, 128, False)):
+        rows.append(measure(*shape))
+        print(rows[-1], flush=True)
+    res = {"device": mx.device_info().get("device_name", "?"), "mlx": mx.__version__, "calls_per_round": 20,
+           "rounds": 9, "rows": rows}
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w") as fh:
+            json.dump(res, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
