@@ -24,11 +24,12 @@ def _units(combos: list[tuple[str, int, int, int, bool]], stages: int = 2, tag: 
     return units
 
 
-def _ws_units(combos: list[tuple[str, int, int, int, bool, int, int, bool]]) -> list[str]:
-    return [wrap(f"ws{i}", WS.SOURCE if pw else WS.SOURCE_MB, WS.BULK_HEADER + W.launch_bounds(128 * wg + 32 * pw),
+def _ws_units(combos: list[tuple[str, int, int, int, bool, int, int, bool]], pp: bool = False,
+              tag: str = "ws") -> list[str]:
+    return [wrap(f"{tag}{i}", WS.SOURCE if pw else WS.SOURCE_MB, WS.BULK_HEADER + W.launch_bounds(128 * wg + 32 * pw),
                  [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")],
                  [("T", dt), ("D", d), ("WG", wg), ("BN", bn), ("CAUSAL", c), ("NSTAGES", st), ("PWARPS", pw),
-                  ("BULK", bulk)])
+                  ("BULK", bulk), ("PP", pp)])
             for i, (dt, d, wg, bn, c, st, pw, bulk) in enumerate(combos)]
 
 
@@ -41,6 +42,8 @@ WS_COMBOS += [("float16", 128, 3, 64, c, 3, 4, False) for c in (False, True)]
 WS_COMBOS += [("bfloat16", 64, 3, 64, True, 3, 4, False)]
 # K / V by bulk copies from tile images
 WS_COMBOS += [("float16", 128, 3, 64, c, 3, 4, True) for c in (False, True)] + [("bfloat16", 64, 3, 64, True, 3, 4, True)]
+# ... with the consumer warpgroups taking turns (ping-pong)
+PP_COMBOS = [("float16", 128, 3, 64, c, 4, 4, True) for c in (False, True)] + [("bfloat16", 64, 2, 64, True, 4, 4, True)]
 COMBOS = [("float16", 128, wg, bn, c) for wg, bn, c in itertools.product((1, 2, 3), (64, 128), (False, True))
           if W.fits_registers(W.WgmmaConfig(wg, bn), 128)]
 COMBOS += [("bfloat16", 64, 2, 128, True), ("float16", 64, 1, 64, False)]
@@ -50,7 +53,8 @@ S3_COMBOS = [("float16", 128, 3, 64, c) for c in (False, True)] + [("bfloat16", 
 @pytest.mark.slow
 @pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
 def test_wgmma_prefill_compiles_for_sm90a_without_spills() -> None:
-    ok, log = compile_check(_units(COMBOS) + _units(S3_COMBOS, 3, "wt")[1:] + _ws_units(WS_COMBOS))
+    ok, log = compile_check(_units(COMBOS) + _units(S3_COMBOS, 3, "wt")[1:] + _ws_units(WS_COMBOS)
+                            + _ws_units(PP_COMBOS, pp=True, tag="wp"))
     ok_ca, log_ca = compile_check([W.cp_cache("ca")[0] + W.HEADER] + _units(COMBOS[:2])[1:])
     assert ok_ca, log_ca[-2000:]  # the L1-allocating cp.async mode compiles too
     assert ok, log[-3000:]
@@ -58,7 +62,7 @@ def test_wgmma_prefill_compiles_for_sm90a_without_spills() -> None:
     assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
     # ptxas reports kernels in its own order: match them by name.
     stats = {m[1]: (int(m[2]), int(m[3])) for m in re.finditer(
-        r"custom_kernel_(w[gst]\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores.*?\n"
+        r"custom_kernel_(w[gstp]\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores.*?\n"
         r"[^\n]*Used (\d+) registers", log)}
     # (threads a block, spill bytes allowed): the synchronous kernels do not spill; the producer-warpgroup default
     # (3 consumers, 64-key tiles, 3 stages) spills one register when causal (a store and a load an iteration); other
@@ -67,6 +71,7 @@ def test_wgmma_prefill_compiles_for_sm90a_without_spills() -> None:
     budget |= {f"wt{i}": (128 * c[2], 8) for i, c in enumerate(S3_COMBOS)}
     budget |= {f"ws{i}": (128 * wg + 32 * pw, 4 if (wg, bn, st, pw) == (3, 64, 3, 4) else 8)
                for i, (_dt, _d, wg, bn, _c, st, pw, _b) in enumerate(WS_COMBOS)}
+    budget |= {f"wp{i}": (128 * wg + 32 * pw, 16) for i, (_dt, _d, wg, _bn, _c, _st, pw, _b) in enumerate(PP_COMBOS)}
     assert stats.keys() == budget.keys(), log[-2000:]
     for name, (spill, regs) in stats.items():
         threads, allowed = budget[name]
@@ -182,6 +187,7 @@ def test_configuration_names_parse_and_bad_ones_say_what_to_use() -> None:
     assert WS.parse_config("ws3_n64_s4_p0") == WS.WsConfig(3, 64, 4, 0)
     assert WS.parse_config("ws2_n64_s3") == WS.WsConfig(2, 64, 3, 1)
     assert WS.parse_config("ws3_n64_s4_p4_bulk") == WS.WsConfig(3, 64, 4, 4, bulk=True)
+    assert WS.parse_config("ws3_n64_s4_p4_bulk_pp") == WS.WsConfig(3, 64, 4, 4, bulk=True, pp=True)
     with pytest.raises(ValueError, match="_bulk"):
         WS.parse_config("ws3_n64_s4_bulk_p4")  # the order is fixed
     with pytest.raises(ValueError, match="wgW_nN"):
@@ -197,6 +203,7 @@ def test_a_producerless_config_needs_four_stages() -> None:
     assert WS.supports(q, k, k, True, WS.WsConfig(3, 64, 3, 4))
     assert not WS.supports(q, k, k, False, WS.WsConfig(1, 64, 3, 4))  # setmaxnreg.inc would lower the count
     assert not WS.supports(q, k, k, False, WS.WsConfig(3, 64, 4, 0, bulk=True))  # bulk copies are the producer's
+    assert not WS.supports(q, k, k, False, WS.WsConfig(3, 64, 4, 0, pp=True))  # ping-pong: SOURCE only
 
 
 def test_env_names_the_wgmma_configuration(monkeypatch: pytest.MonkeyPatch) -> None:

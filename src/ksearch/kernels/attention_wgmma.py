@@ -298,7 +298,7 @@ EPILOGUE = r"""
     }
 """
 
-def _step(cur: int, step: str, after_s: str, after_pv: str) -> str:
+def _step(cur: int, step: str, after_s: str, after_pv: str, issued: str = "") -> str:
     """Step t of the main loop; P(t-1) is in pa[cur], P(t) goes to the other buffer."""
     nxt = 1 - cur
     return f"""
@@ -310,7 +310,7 @@ def _step(cur: int, step: str, after_s: str, after_pv: str) -> str:
       ks_fence_regs<D / 2>(oacc);
       ks_fence_u<BN / 4>(&pa[{cur}][0][0]);
       ks_wg_fence();
-      issue_pv(t - 1, pa[{cur}]);
+      issue_pv(t - 1, pa[{cur}]);{issued}
       ks_wg_wait1();
       ks_fence_regs<BN / 2>(s);
       {after_s}
@@ -325,10 +325,11 @@ def _step(cur: int, step: str, after_s: str, after_pv: str) -> str:
 
 
 def pipeline(first: str, step: str, last: str, after_s0: str = "", after_s: str = "", after_pv: str = "",
-             end: str = "") -> str:
+             end: str = "", issued: str = "") -> str:
     """The main loop all three kernels share, with their own hand-over code spliced in: `first` before tile 0's S,
     `after_s0` once S(0) is done, `step` at the top of step t, `after_s` once S(t) is done, `after_pv` once
-    P(t-1) V(t-1) is, `last` before the final P V and `end` after it.
+    P(t-1) V(t-1) is, `last` before the final P V and `end` after it; `issued` right after each group of products
+    is issued (S(0); S(t) and P(t-1) V(t-1); the last P V), before any wait: it must not branch.
 
     FA-3's order: step t issues S(t), rescales O by tile t-1's corr while S(t) is on the tensor cores, issues
     O += P(t-1) V(t-1), and runs tile t's softmax while that product is in flight. P is double-buffered (the loop
@@ -337,12 +338,14 @@ def pipeline(first: str, step: str, last: str, after_s0: str = "", after_s: str 
     (seen in the SASS; likewise with the rescale after the wait). No branch separates a wgmma from its wait: ptxas
     serialises every wgmma of a kernel where it cannot prove the accumulators idle."""
     ind = "\n      "
-    body = [_step(c, step.replace(chr(10), ind), after_s, after_pv.replace(chr(10), ind)) for c in (0, 1)]
+    body = [_step(c, step.replace(chr(10), ind), after_s, after_pv.replace(chr(10), ind),
+                  ind + issued if issued else "") for c in (0, 1)]
+    iss = "\n    " + issued if issued else ""
     return f"""
     {first.replace(chr(10), chr(10) + "    ")}
     ks_fence_regs<BN / 2>(s);
     ks_wg_fence();
-    issue_s(0);
+    issue_s(0);{iss}
     ks_wg_wait0();
     ks_fence_regs<BN / 2>(s);
     {after_s0}
@@ -371,7 +374,7 @@ def pipeline(first: str, step: str, last: str, after_s0: str = "", after_s: str 
     ks_fence_regs<D / 2>(oacc);
     ks_fence_u<BN / 4>(&pa[0][0][0]);
     ks_wg_fence();
-    issue_pv(ntiles - 1, pa[0]);
+    issue_pv(ntiles - 1, pa[0]);{iss}
     ks_wg_wait0();
     ks_fence_regs<D / 2>(oacc);
     {end}

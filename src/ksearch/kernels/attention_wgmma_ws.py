@@ -17,7 +17,8 @@ With BULK the producer is one thread: each K / V tile is one `cp.async.bulk` (no
 of K and V (tile_images, one extra kernel), completing on the stage's "full" mbarrier by its byte count. That reached
 547-553 TFLOP/s at L=8192, D=128 (cuDNN 599-608) and 0.81-0.82x of cuDNN over the issue's grid at L >= 4096:
 ws3_n64_s4_p4_bulk is the Hopper default at both head dims (kernels/attention.py). Others are opt-in:
-KSEARCH_WGMMA_CONFIG.
+KSEARCH_WGMMA_CONFIG; among them PP (ping-pong turns on the tensor cores), correct on the H200 but 0-5% slower at
+most shapes.
 """
 
 from __future__ import annotations
@@ -116,6 +117,14 @@ WS_HANDOVER = r"""
     auto release = [&](unsigned long long* bar, int t) {  // one arrival per warp, after its wgmma wait
       if (lane == 0) ks_mbar_arrive(bar + t % STAGES);
     };
+    // PP (ping-pong, FA-3's warp scheduling): the consumer warpgroups take turns on the tensor cores. Warpgroup w
+    // waits on named barrier 8 + w before issuing its products and, once they are issued, lets the next one go
+    // (bar.arrive on 8 + (w + 1) % WG, 256 threads: 128 waiting, 128 arriving), so one warpgroup's softmax runs
+    // while the next one's products are on the tensor cores. The last warpgroup lets the first start; the first
+    // takes one more turn at the end so that every arrival is consumed.
+    auto pp_sync = [&]() { if (PP) asm volatile("bar.sync %0, 256;\n" :: "r"(8 + wg) : "memory"); };
+    auto pp_arrive = [&]() { if (PP) asm volatile("bar.arrive %0, 256;\n" :: "r"(8 + (wg + 1) % WG) : "memory"); };
+    if (PP && wg == WG - 1) pp_arrive();
 """
 
 
@@ -157,9 +166,10 @@ SOURCE_MB = ("    constexpr int STAGES = NSTAGES;" + SETUP + MB_SPLIT + REGISTER
                         after_pv="if (lane == 0) ks_mbar_arrive(empty + (t - 1) % STAGES);  // done with tile t - 1",
                         last="", end="ks_wait_w<0>();") + EPILOGUE)
 SOURCE = ("    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;" + SETUP + WS_SPLIT + REGISTERS + STEPS + WS_HANDOVER
-          + pipeline(first="wait_full(kfull, 0);", after_s0="release(kempty, 0);",
-                     step="wait_full(kfull, t);\nwait_full(vfull, t - 1);", after_s="release(kempty, t);",
-                     after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);") + EPILOGUE)
+          + pipeline(first="wait_full(kfull, 0);\npp_sync();", after_s0="release(kempty, 0);",
+                     step="wait_full(kfull, t);\nwait_full(vfull, t - 1);\npp_sync();", after_s="release(kempty, t);",
+                     after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);\npp_sync();",
+                     issued="pp_arrive();", end="if (PP && wg == 0) pp_sync();") + EPILOGUE)
 
 
 @dataclass(frozen=True)
@@ -170,13 +180,14 @@ class WsConfig:
     pwarps: int = 1  # producer warps; 0: no producer, every thread loads (SOURCE_MB)
     cp: str = "cg"   # cp.async cache mode (attention_wgmma.cp_cache)
     bulk: bool = False  # K / V as tile images, one bulk copy a tile (needs a producer)
+    pp: bool = False    # consumer warpgroups take turns on the tensor cores (needs a producer)
 
     def smem_bytes(self, d: int) -> int:
         return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8
 
 
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
-    if cfg.bulk and cfg.pwarps == 0:  # the bulk copies are the producer's
+    if (cfg.bulk or cfg.pp) and cfg.pwarps == 0:  # the bulk copies are the producer's; ping-pong is SOURCE's
         return False
     if cfg.pwarps == 0 and cfg.stages < 4:  # loads run two tiles ahead of the one released last
         return False
@@ -229,29 +240,29 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
     cfg = cfg or WsConfig()
     pre, tag = cp_cache(cfg.cp)
     kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}"
-                        + ("_bulk" if cfg.bulk else ""), SOURCE if cfg.pwarps else SOURCE_MB,
+                        + ("_bulk" if cfg.bulk else "") + ("_pp" if cfg.pp else ""), SOURCE if cfg.pwarps else SOURCE_MB,
                         pre + HEADER + BULK_HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
                         cfg.smem_bytes(q.shape[-1]))
     if cfg.bulk:
         k, v = tile_images(k, v)
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
                   [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), ("NSTAGES", cfg.stages),
-                   ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk))])
+                   ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk)), ("PP", bool(cfg.pp))])
 
 
 def parse_config(name: str) -> Any:
-    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk][_ca]" -> WsConfig(W, N, S, P) (P defaults
+    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk][_pp][_ca]" -> WsConfig(W, N, S, P) (P defaults
     to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms."""
     import re
 
     from ksearch.kernels.attention_wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?)(_ca)?", name.strip())
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_pp)?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk][_ca] (e.g. ws3_n64_s3_p4; _bulk: K / V by bulk copies; _ca: "
-                         "cp.async through L1)")
-    cp = "ca" if m[9] else "cg"
+                         "wsW_nN_sS[_pP][_bulk][_pp][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies; "
+                         "_pp: ping-pong between consumer warpgroups; _ca: cp.async through L1)")
+    cp = "ca" if m[10] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
-    return WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]))
+    return WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[9]))
