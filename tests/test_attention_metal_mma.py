@@ -78,3 +78,30 @@ def test_metal_dispatch_is_opt_in_and_picks_by_dtype(monkeypatch: pytest.MonkeyP
     assert A.attention(q16, k16, k16, causal=True) == "mma"
     assert A.attention(q32, k32, k32) == "rows"
     assert not isinstance(A.attention(q16[..., :48], k16[..., :48], k16[..., :48]), str)  # D=48: no kernel fits
+
+
+def test_flash_simdgroup_family_sizes_match_the_threadgroup_limit() -> None:
+    from ksearch.policy.templates import attention_metal_flash as F
+
+    assert F.tg_bytes(128, attention_metal_mma.block_keys(128)) <= F.METAL_TG_BYTES  # the library's own choice
+    assert F.tg_bytes(128, 32) > F.METAL_TG_BYTES and F.tg_bytes(64, 64) > F.METAL_TG_BYTES  # why they are left out
+    params = F.FLASH_SIMDGROUP.all_params()
+    assert len(params) == 6 and params[0] == {"bk128": 16, "bk64": 32}
+
+
+@needs_clang
+def test_flash_simdgroup_renderings_pass_clang_and_a_broken_one_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ksearch.knowledge.lint import check_metal_candidate
+    from ksearch.policy.templates import attention_metal_flash as F
+    from ksearch.tasks import get_task
+
+    task = get_task("attention")
+    for p in F.FLASH_SIMDGROUP.all_params():
+        src = F.FLASH_SIMDGROUP.source(p)
+        assert f'("BK", {p["bk64"]})' in src and f'("BK", {p["bk128"]})' in src
+        assert [str(d) for d in check_metal_candidate(src, task) if d.severity == "error"] == []
+    bad = attention_metal_mma.SOURCE.replace("simdgroup_float8x8 s =", "simdgroup_matrix<int, 8, 8> s =", 1)
+    monkeypatch.setattr(attention_metal_mma, "SOURCE", bad)
+    errors = [d for d in check_metal_candidate(F.FLASH_SIMDGROUP.source(F.FLASH_SIMDGROUP.default()), task)
+              if d.severity == "error"]
+    assert errors  # the check reads the rendered kernel, and can fail

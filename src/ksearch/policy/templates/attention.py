@@ -12,6 +12,7 @@ from typing import Any
 
 from ksearch.kernels import attention_cuda, attention_metal
 from ksearch.policy.templates.attention_common import ROW_TILED_SOURCE, RUN_HEAD, fallbacks
+from ksearch.policy.templates.attention_metal_flash import FLASH_SIMDGROUP
 from ksearch.policy.templates.attention_wgmma import FLASH_WGMMA
 from ksearch.policy.templates.base import TemplateFamily
 
@@ -165,6 +166,7 @@ FAMILIES = [
                 "bn": (32, 16)},
         render=render_row_tiled,
         description="one thread per query row; optional shared-memory K/V tiles for the block's rows"),
+    FLASH_SIMDGROUP,  # float16 on simdgroup_matrix, the row kernel otherwise: never weaker than row_tiled
     TemplateFamily(
         id="attention.metal.row_tiled", tasks=("attention",), backends=("mlx-metal",),
         patterns=("threadgroup_tiling", "online_softmax", "exp2_trick", "causal_block_skipping"),

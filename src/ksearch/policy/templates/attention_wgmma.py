@@ -30,7 +30,8 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     bm, nt = 64 * cfg.wg, 128 * cfg.wg
     mma_nt = _MMA.bm // 16 * 32
     threads = {d: nt + (128 if _producer(p, d) else 0) for d in (64, 128)}
-    extra = {d: f', ("NSTAGES", {ws.stages}), ("PWARPS", 4), ("BULK", True)' if _producer(p, d) else ""
+    # every template constant of attention_wgmma_ws.SOURCE (the linter's nvcc check fails on a missing one)
+    extra = {d: f', ("NSTAGES", {ws.stages}), ("PWARPS", 4), ("BULK", True), ("PP", False)' if _producer(p, d) else ""
              for d in (64, 128)}
     images = {d: "\n            k, v = _images(k, v)" if _producer(p, d) else "" for d in (64, 128)}
     wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
