@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for issues 6 and 7 (after .device/b/install.sh): MLX-CUDA overhead profile, the GPU tests of the
 # Mamba and attention modules, `ksearch bench mamba`, then an offline search on selective_scan for what time is left.
-# Every step has its own limit and writes into $OUT as it goes. Usage: bash benchmarks/gpu_session.sh [SEARCH_SECONDS]
+# Every step has its own limit and writes into $OUT as it goes. Usage: bash benchmarks/device/gpu_session.sh [SEARCH_SECONDS]
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 S=${1:-150}

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The next device calls, prepared when this session's device time was spent (after .device/b/install.sh). Two parts,
 # each inside one call's 10 minutes:
-#   bash benchmarks/gpu_next.sh 1   # the wgmma prefill's first run (which layout variant is right, then its speed
+#   bash benchmarks/device/gpu_next.sh 1   # the wgmma prefill's first run (which layout variant is right, then its speed
 #                                   # vs cuDNN and mma.sync); the Mamba model GPU tests incl. the fused layout
-#   bash benchmarks/gpu_next.sh 2   # per-phase clocks of one gqa_decode and one attention evaluation of the naive
+#   bash benchmarks/device/gpu_next.sh 2   # per-phase clocks of one gqa_decode and one attention evaluation of the naive
 #                                   # kernels (gqa_decode's search finished none in 180 s; attention's took 25-33 s),
 #                                   # then the gqa_decode search for what time is left
 set -u

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The lead's batch on the GPU machine (see README "What was verified where"): GPU tests, the naive candidates of every
 # task, offline searches on softmax and rmsnorm. Results land in $OUT. Usage on the device, after MLX is installed:
-#   bash benchmarks/gpu_batch.sh [SEARCH_BUDGET]
+#   bash benchmarks/device/gpu_batch.sh [SEARCH_BUDGET]
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 B=${1:-20}
