@@ -4,7 +4,8 @@ then their speed against cuDNN (MLX's native attention) and our mma.sync kernel,
     python benchmarks/attention_wgmma_check.py OUT_DIR [CONFIG ...]
 
 A configuration is "wgW_nN" (the synchronous kernel, attention_wgmma.py: W warpgroups, N keys per tile) or
-"wsW_nN_sS[_pP]" (attention_wgmma_ws.py: S stages, P producer warps; P=0 every thread loads, mbarriers only).
+"wsW_nN_sS[_pP][_bulk][_pp]" (attention_wgmma_ws.py: S stages, P producer warps, P=0 every thread loads with mbarriers
+only; _bulk: K / V by bulk copies from tile images; _pp: ping-pong between the consumer warpgroups).
 
 Each configuration's correctness runs in a subprocess of its own (a bad kernel can fault the GPU context), with a time
 limit; results go to OUT_DIR/wgmma-check.json as they come.
@@ -17,7 +18,7 @@ import os
 import subprocess
 import sys
 
-CONFIGS = ["wg2_n64", "wg2_n128", "wg3_n64", "ws2_n64_s3_p4", "ws3_n64_s4_p0"]
+CONFIGS = ["ws3_n64_s4_p4_bulk", "ws3_n64_s3_p4", "wg3_n64", "wg3_n64_ca"]  # the default first
 # (dtype, D, Hq, Hkv, L, S, causal): GQA, both head dims and dtypes, causal with S > L (the mask's shift)
 CASES = [("float16", 128, 8, 2, 768, 768, False), ("float16", 128, 8, 2, 768, 768, True),
          ("bfloat16", 64, 8, 8, 768, 768, True), ("float16", 128, 4, 1, 384, 768, True),

@@ -190,6 +190,13 @@ def test_configuration_names_parse_and_bad_ones_say_what_to_use() -> None:
     assert WS.parse_config("ws3_n64_s4_p4_bulk_pp") == WS.WsConfig(3, 64, 4, 4, bulk=True, pp=True)
     with pytest.raises(ValueError, match="_bulk"):
         WS.parse_config("ws3_n64_s4_bulk_p4")  # the order is fixed
+    # well-formed but able to run at no shape: the error says what to change
+    with pytest.raises(ValueError, match="need a producer"):
+        WS.parse_config("ws3_n64_s4_p0_bulk")
+    with pytest.raises(ValueError, match="4 stages"):
+        WS.parse_config("ws3_n64_s3_p0")
+    with pytest.raises(ValueError, match="2 or 3 consumer"):
+        WS.parse_config("ws1_n64_s3_p4")
     with pytest.raises(ValueError, match="wgW_nN"):
         WS.parse_config("wg3")
 

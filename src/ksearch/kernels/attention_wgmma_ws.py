@@ -186,14 +186,21 @@ class WsConfig:
         return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8
 
 
-def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
+def config_problem(cfg: WsConfig) -> str | None:
+    """Why a configuration can run at no shape, in words that say what to change; None if it can run at some."""
     if (cfg.bulk or cfg.pp) and cfg.pwarps == 0:  # the bulk copies are the producer's; ping-pong is SOURCE's
-        return False
+        return "_bulk and _pp need a producer (_p1 .. _p4)"
     if cfg.pwarps == 0 and cfg.stages < 4:  # loads run two tiles ahead of the one released last
-        return False
+        return "without a producer (_p0) it needs 4 stages (_s4)"
     # a producer warpgroup raises the consumers to at most 240 registers: one consumer warpgroup (255 at entry) would
     # have setmaxnreg.inc lower its count, which PTX leaves undefined
     if cfg.pwarps == 4 and cfg.wg not in (2, 3):
+        return "a producer warpgroup (_p4) needs 2 or 3 consumer warpgroups (ws2_ or ws3_)"
+    return None
+
+
+def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
+    if config_problem(cfg) is not None:
         return False
     return cfg.smem_bytes(q.shape[-1]) <= MAX_SMEM and fits(q, k, v, causal, 64, cfg.bn, 0)  # partial last block
 
@@ -252,7 +259,8 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk][_pp][_ca]" -> WsConfig(W, N, S, P) (P defaults
-    to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms."""
+    to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
+    change in a configuration that can run at no shape."""
     import re
 
     from ksearch.kernels.attention_wgmma import WgmmaConfig
@@ -265,4 +273,8 @@ def parse_config(name: str) -> Any:
     cp = "ca" if m[10] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
-    return WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[9]))
+    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[9]))
+    problem = config_problem(cfg)
+    if problem:
+        raise ValueError(f"{name!r} can run at no shape: {problem}")
+    return cfg
