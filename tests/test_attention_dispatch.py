@@ -41,6 +41,23 @@ def test_cpu_falls_back_to_native_and_is_correct():
                                atol=1e-4)
 
 
+def test_plans_name_the_kernel_each_backend_runs(monkeypatch):
+    q16 = mx.zeros((1, 4, 1, 64), dtype=mx.float16)
+    kc = mx.zeros((1, 2, 512, 64), dtype=mx.float16)
+    assert ka.decode_plan(q16, kc, kc, 300)[0] == "native"  # this machine: CPU
+    assert ka.prefill_plan(q16, kc, kc)[0] == "native"
+    monkeypatch.setattr(ka, "_backend", lambda: "cuda")
+    assert ka.decode_plan(q16, kc, kc, 300)[0] == "split_k"
+    monkeypatch.setattr(ka, "_backend", lambda: "metal")
+    monkeypatch.setenv("KSEARCH_METAL_KERNELS", "1")
+    assert ka.decode_plan(q16, kc, kc, 300)[0] == "metal_split_k"
+    q = mx.zeros((1, 4, 64, 64), dtype=mx.float16)
+    assert ka.prefill_plan(q, kc, kc)[0] == "metal_simdgroup"
+    assert ka.prefill_plan(q.astype(mx.float32), kc.astype(mx.float32), kc.astype(mx.float32))[0] == "metal_rows"
+    monkeypatch.setenv("KSEARCH_METAL_KERNELS", "0")
+    assert ka.prefill_plan(q, kc, kc)[0] == "native"
+
+
 def test_metal_kernels_are_opt_in(monkeypatch):
     monkeypatch.delenv("KSEARCH_METAL_KERNELS", raising=False)
     assert not ka.metal_enabled()

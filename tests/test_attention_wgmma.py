@@ -139,6 +139,10 @@ def test_wgmma_is_the_default_on_hopper_only(monkeypatch: pytest.MonkeyPatch, en
     q = mx.zeros((1, 4, 128, 64), dtype=mx.float16)
     k = mx.zeros((1, 2, 128, 64), dtype=mx.float16)
     assert A.attention(q, k, k, causal=True) == expected
+    # the same decision, by name, without running anything
+    names = {"ws": "ws3_n64_s4_p4_bulk", "mma_sync": "mma_sync_m128_n64_db"}
+    assert A.prefill_plan(q, k, k, causal=True)[0] == names[expected]
+    assert A.prefill_plan(q[:, :, :100], k[:, :, :100], k[:, :, :100])[0] == "native"
     # L=100: no kernel of ours takes it; native answers (an array, not a stub's string)
     assert not isinstance(A.attention(q[:, :, :100], k[:, :, :100], k[:, :, :100]), str)
     assert A.attention(q, k, k, config=WS.WsConfig()) == "ws"  # an explicit configuration picks its kernel
@@ -199,6 +203,12 @@ def test_configuration_names_parse_and_bad_ones_say_what_to_use() -> None:
         WS.parse_config("ws1_n64_s3_p4")
     with pytest.raises(ValueError, match="wgW_nN"):
         WS.parse_config("wg3")
+
+
+def test_configuration_names_round_trip() -> None:
+    for name in ("wg3_n64", "wg3_n64_s3", "wg2_n128_ca", "ws3_n64_s4_p4_bulk", "ws3_n64_s4_p4_bulk_pp",
+                 "ws3_n64_s3_p4_ca", "ws3_n64_s4_p0", "ws2_n64_s3_p1"):
+        assert WS.config_name(WS.parse_config(name)) == name
 
 
 def test_a_producerless_config_needs_four_stages() -> None:

@@ -96,7 +96,7 @@ def _dtype(name: str) -> Any:
 def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, config: Any = None) -> dict[str, Any]:
     import mlx.core as mx
 
-    from ksearch.kernels.attention import decode, native_decode
+    from ksearch.kernels.attention import decode, decode_plan, native_decode
 
     dt = _dtype(shape["dtype"])
     b, hq, hkv, d, length, cap = (shape[k] for k in ("B", "Hq", "Hkv", "D", "length", "capacity"))
@@ -125,14 +125,15 @@ def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, con
             "native_contiguous_latency_s": statistics.median(t["native_contiguous"]),
             **_ratio_stats(t["ours"], t[base]), "kv_bytes": kv_bytes, "gbs": kv_bytes / med / 1e9,
             "native_gbs": kv_bytes / statistics.median(t[base]) / 1e9, "roofline_fraction": kv_bytes / med / HBM_BYTES_PER_S,
-            "max_abs_diff_vs_native": err, "config": repr(config)}
+            "max_abs_diff_vs_native": err, "config": repr(config),
+            "kernel": decode_plan(q, kc, vc, length, config=config)[0]}
 
 
 def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, config: Any = None,
                         round_s: float = 0.01) -> dict[str, Any]:
     import mlx.core as mx
 
-    from ksearch.kernels.attention import attention, native_attention
+    from ksearch.kernels.attention import attention, native_attention, prefill_plan
 
     dt = _dtype(shape["dtype"])
     b, hq, hkv, d, length, s, causal = (shape[k] for k in ("B", "Hq", "Hkv", "D", "L", "S", "causal"))
@@ -149,7 +150,8 @@ def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, conf
                                     - native_attention(q, k, v, causal).astype(mx.float32))).item())
     return {**shape, "latency_s": med, "native_latency_s": nmed, **_ratio_stats(t["ours"], t["native"]),
             "tflops": flops / med / 1e12, "native_tflops": flops / nmed / 1e12,
-            "roofline_fraction": flops / med / TENSOR_FLOPS, "max_abs_diff_vs_native": err, "config": repr(config)}
+            "roofline_fraction": flops / med / TENSOR_FLOPS, "max_abs_diff_vs_native": err, "config": repr(config),
+            "kernel": prefill_plan(q, k, v, causal, config=config)[0]}
 
 
 def summarize_decode(rows: list[dict[str, Any]]) -> dict[str, Any]:

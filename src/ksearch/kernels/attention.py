@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -103,12 +104,12 @@ def native_decode(q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
                                                 scale=1.0 / math.sqrt(q.shape[-1]))
 
 
-def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
-              config: PrefillConfig | WgmmaConfig | WsConfig | None = None) -> Any:
-    """softmax(q k^T / sqrt(D) + causal mask) v; q (B, Hq, L, D), k/v (B, Hkv, S, D), mask aligned lower right.
-
-    On CUDA: the wgmma kernel on Hopper (see `wgmma_enabled`), else the mma.sync one; `config` picks a kernel and
-    configuration outright (it still falls back to native where that kernel does not fit the shape)."""
+def prefill_plan(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
+                 config: PrefillConfig | WgmmaConfig | WsConfig | None = None) -> tuple[str, Callable[[], Any]]:
+    """(name of the kernel `attention` runs for these inputs, a call that runs it): the dispatch, inspectable without
+    running anything (`ksearch bench attention` records the name per shape). Names: a wgmma configuration as
+    KSEARCH_WGMMA_CONFIG spells it (e.g. ws3_n64_s4_p4_bulk), mma_sync_mBM_nBN[_db], metal_simdgroup, metal_rows,
+    native."""
     where = _backend()
     if where == "cuda":
         from ksearch.kernels import attention_cuda, attention_wgmma, attention_wgmma_ws
@@ -116,38 +117,58 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool |
         auto = config is None and wgmma_enabled()
         chosen = wgmma_config(q, k, causal) if auto else config
         if isinstance(chosen, WsConfig) and attention_wgmma_ws.supports(q, k, v, causal, chosen):
-            return attention_wgmma_ws.attention_wgmma_ws(q, k, v, causal, chosen)
+            ws = chosen
+            return (attention_wgmma_ws.config_name(ws),
+                    lambda: attention_wgmma_ws.attention_wgmma_ws(q, k, v, causal, ws))
         if isinstance(chosen, WgmmaConfig) and attention_wgmma.supports(q, k, v, causal, chosen):
-            return attention_wgmma.attention_wgmma(q, k, v, causal, chosen)
-        if isinstance(config, (WsConfig, WgmmaConfig)):  # asked for outright: no other kernel stands in for it
-            return native_attention(q, k, v, causal)
-        cfg = config if isinstance(config, PrefillConfig) else prefill_config(q, k, causal)
-        if attention_cuda.supports(q, k, v, causal, cfg):
-            return attention_cuda.attention_cuda(q, k, v, causal, cfg)
+            wg = chosen
+            return attention_wgmma_ws.config_name(wg), lambda: attention_wgmma.attention_wgmma(q, k, v, causal, wg)
+        if not isinstance(config, (WsConfig, WgmmaConfig)):  # asked for outright: no other kernel stands in for it
+            cfg = config if isinstance(config, PrefillConfig) else prefill_config(q, k, causal)
+            if attention_cuda.supports(q, k, v, causal, cfg):
+                return (f"mma_sync_m{cfg.bm}_n{cfg.bn}{'_db' if cfg.db else ''}",
+                        lambda: attention_cuda.attention_cuda(q, k, v, causal, cfg))
     elif where == "metal" and metal_enabled(use_metal):
         from ksearch.kernels import attention_metal, attention_metal_mma
 
         # float16: the simdgroup_matrix kernel; other dtypes: the row kernel. Neither has run on Apple hardware.
         if attention_metal_mma.supports(q, k, v, causal):
-            return attention_metal_mma.attention_metal_mma(q, k, v, causal)
+            return "metal_simdgroup", lambda: attention_metal_mma.attention_metal_mma(q, k, v, causal)
         if attention_metal.supports_prefill(q, k, v, causal):
-            return attention_metal.attention_metal(q, k, v, causal)
-    return native_attention(q, k, v, causal)
+            return "metal_rows", lambda: attention_metal.attention_metal(q, k, v, causal)
+    return "native", lambda: native_attention(q, k, v, causal)
 
 
-def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
-           config: DecodeConfig | None = None) -> Any:
-    """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D)."""
+def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
+              config: PrefillConfig | WgmmaConfig | WsConfig | None = None) -> Any:
+    """softmax(q k^T / sqrt(D) + causal mask) v; q (B, Hq, L, D), k/v (B, Hkv, S, D), mask aligned lower right.
+
+    On CUDA: the wgmma kernel on Hopper (see `wgmma_enabled`), else the mma.sync one; `config` picks a kernel and
+    configuration outright (it still falls back to native where that kernel does not fit the shape). `prefill_plan`
+    says which kernel that is."""
+    return prefill_plan(q, k, v, causal, use_metal=use_metal, config=config)[1]()
+
+
+def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
+                config: DecodeConfig | None = None) -> tuple[str, Callable[[], Any]]:
+    """(name of the kernel `decode` runs: split_k, metal_split_k or native, a call that runs it)."""
     length = int(length)
     where = _backend()
     if where == "cuda":
         from ksearch.kernels import decode_cuda
 
         if decode_cuda.supports(q, k_cache, length) and v_cache.shape == k_cache.shape:
-            return decode_cuda.decode_cuda(q, k_cache, v_cache, length, config or decode_config(q, k_cache, length))
+            cfg = config or decode_config(q, k_cache, length)
+            return "split_k", lambda: decode_cuda.decode_cuda(q, k_cache, v_cache, length, cfg)
     elif where == "metal" and metal_enabled(use_metal):
         from ksearch.kernels import attention_metal
 
         if attention_metal.supports_decode(q, k_cache, length):
-            return attention_metal.decode_metal(q, k_cache, v_cache, length)
-    return native_decode(q, k_cache, v_cache, length)
+            return "metal_split_k", lambda: attention_metal.decode_metal(q, k_cache, v_cache, length)
+    return "native", lambda: native_decode(q, k_cache, v_cache, length)
+
+
+def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
+           config: DecodeConfig | None = None) -> Any:
+    """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D)."""
+    return decode_plan(q, k_cache, v_cache, length, use_metal=use_metal, config=config)[1]()

@@ -257,6 +257,17 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
                    ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk)), ("PP", bool(cfg.pp))])
 
 
+def config_name(cfg: Any) -> str:
+    """The name parse_config reads back: a WgmmaConfig or WsConfig as KSEARCH_WGMMA_CONFIG spells it."""
+    from ksearch.kernels.attention_wgmma import WgmmaConfig
+
+    ca = "_ca" if cfg.cp == "ca" else ""
+    if isinstance(cfg, WgmmaConfig):
+        return f"wg{cfg.wg}_n{cfg.bn}" + (f"_s{cfg.stages}" if cfg.stages != 2 else "") + ca
+    return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
+            + ("_pp" if cfg.pp else "") + ca)
+
+
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk][_pp][_ca]" -> WsConfig(W, N, S, P) (P defaults
     to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
