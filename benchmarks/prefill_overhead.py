@@ -12,10 +12,10 @@ import json
 import math
 import statistics
 import sys
-import time
 
 import mlx.core as mx
 
+from ksearch.commands.bench_attention import _time_rounds
 from ksearch.kernels import attention_cuda as AC
 from ksearch.kernels import attention_wgmma_ws as WS
 from ksearch.kernels.attention import attention, native_attention
@@ -53,16 +53,7 @@ def measure(b: int, hkv: int, length: int, d: int, causal: bool) -> dict:
     fns = {"full": full, "fresh_scale": fresh, "kernel_only": kernel_only,
            "images_only": lambda: WS.tile_images(k, v)[0], "native": lambda: native_attention(q, k, v, causal)}
     assert float(mx.max(mx.abs(kernel_only() - full())).item()) == 0.0
-    for fn in fns.values():
-        mx.eval(fn())
-    times: dict[str, list[float]] = {n: [] for n in fns}
-    for _ in range(9):
-        for name, fn in fns.items():
-            mx.synchronize()
-            t0 = time.perf_counter()
-            mx.eval([fn() for _ in range(20)])
-            mx.synchronize()
-            times[name].append((time.perf_counter() - t0) / 20)
+    times = _time_rounds(fns, rounds=9, n=20, warmup=1)  # bench attention's interleaved rounds
     return {"B": b, "Hq": 32, "Hkv": hkv, "L": length, "D": d, "causal": causal,
            **{f"{n}_us": round(statistics.median(t) * 1e6, 1) for n, t in times.items()}}
 

@@ -219,6 +219,9 @@ IMAGE_SOURCE = r"""
 """
 
 
+IMAGE_THREADS = 256  # a block of the image kernel: one 16-byte chunk a thread
+
+
 @cache
 def _image_kernel() -> Any:
     import mlx.core as mx
@@ -232,8 +235,9 @@ def tile_images(k: Any, v: Any) -> tuple[Any, Any]:
     core matrices (8 rows x 16 bytes each, ks_core's order): a tile of BN rows is then BN * D contiguous elements,
     the shared-memory image that ks_load_core builds, for one bulk copy. `tile_image` is the same in MLX ops."""
     n = k.size // 8
-    ki, vi = _image_kernel()(inputs=[k, v], template=[("D", k.shape[-1])], grid=(n, 1, 1), threadgroup=(256, 1, 1),
-                             output_shapes=[k.shape, v.shape], output_dtypes=[k.dtype, v.dtype])
+    ki, vi = _image_kernel()(inputs=[k, v], template=[("D", k.shape[-1])], grid=(n, 1, 1),
+                             threadgroup=(IMAGE_THREADS, 1, 1), output_shapes=[k.shape, v.shape],
+                             output_dtypes=[k.dtype, v.dtype])
     return ki, vi
 
 
@@ -253,8 +257,13 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
     if cfg.bulk:
         k, v = tile_images(k, v)
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
-                  [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), ("NSTAGES", cfg.stages),
-                   ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk)), ("PP", bool(cfg.pp))])
+                  [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)])
+
+
+def stage_args(cfg: WsConfig) -> list[tuple[str, Any]]:
+    """The template constants SOURCE / SOURCE_MB take beyond T, D, WG, BN and CAUSAL: the library's launch and the
+    flash_wgmma template family's rendering both use this list, so neither can leave one out."""
+    return [("NSTAGES", cfg.stages), ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk)), ("PP", bool(cfg.pp))]
 
 
 def config_name(cfg: Any) -> str:

@@ -30,9 +30,9 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     bm, nt = 64 * cfg.wg, 128 * cfg.wg
     mma_nt = _MMA.bm // 16 * 32
     threads = {d: nt + (128 if _producer(p, d) else 0) for d in (64, 128)}
-    # every template constant of attention_wgmma_ws.SOURCE (the linter's nvcc check fails on a missing one)
-    extra = {d: f', ("NSTAGES", {ws.stages}), ("PWARPS", 4), ("BULK", True), ("PP", False)' if _producer(p, d) else ""
-             for d in (64, 128)}
+    # the producer kernel's own template constants, as the library passes them
+    stage = "".join(f", ({name!r}, {value!r})" for name, value in attention_wgmma_ws.stage_args(ws)).replace("'", '"')
+    extra = {d: stage if _producer(p, d) else "" for d in (64, 128)}
     images = {d: "\n            k, v = _images(k, v)" if _producer(p, d) else "" for d in (64, 128)}
     wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
             return _wg{d}(inputs=[q, k, v, scale],
@@ -61,7 +61,7 @@ _image = mx.fast.cuda_kernel(name="tile_image", input_names=["k", "v"], output_n
 
 
 def _images(k, v):  # K / V with each 8-row block stored as its core matrices: one bulk copy a tile
-    return _image(inputs=[k, v], template=[("D", k.shape[-1])], grid=(k.size // 8, 1, 1), threadgroup=(256, 1, 1),
+    return _image(inputs=[k, v], template=[("D", k.shape[-1])], grid=(k.size // 8, 1, 1), threadgroup=({attention_wgmma_ws.IMAGE_THREADS}, 1, 1),
                   output_shapes=[k.shape, v.shape], output_dtypes=[k.dtype, v.dtype])
 ''' if _producer(p, 128) else ""
     return f'''# attention.cuda.flash_wgmma {p}
