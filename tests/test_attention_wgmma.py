@@ -282,3 +282,17 @@ def test_tile_image_kernel_compiles() -> None:
                   [("ki", "float16"), ("vi", "float16")], [("D", d)]) for d in (64, 128)]
     ok, log = compile_check(units)
     assert ok, log[-2000:]
+
+
+@pytest.mark.parametrize("kind", ["attention", "decode"])
+def test_bench_rejects_an_unwritable_out_dir_before_timing(tmp_path: pathlib.Path, kind: str) -> None:
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = subprocess.run([sys.executable, "-m", "ksearch.cli", "bench", kind, "--out", str(blocker / "sub")],
+                          capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2
+    assert "--out" in proc.stderr and "Traceback" not in proc.stderr
+    assert blocker.read_text() == "not a directory"  # nothing overwritten

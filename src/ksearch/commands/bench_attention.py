@@ -192,6 +192,20 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
     return path
 
 
+def check_out_dir(out: str) -> None:
+    """The result directory must be writable before minutes of timing, not after: created here, or one line."""
+    import os
+    from pathlib import Path
+
+    try:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot create {out!r} ({exc.strerror}); pass a writable --out", param_hint="--out") \
+            from exc
+    if not os.access(out, os.W_OK):
+        raise typer.BadParameter(f"{out!r} is not writable; pass a writable --out", param_hint="--out")
+
+
 def check_wgmma_env() -> None:
     """A bad KSEARCH_WGMMA_CONFIG fails here, as one line, not as a traceback from inside the first kernel call."""
     import os
@@ -212,10 +226,12 @@ def register(bench_app: typer.Typer) -> None:
                       out: str = typer.Option("benchmarks/results", help="directory for the JSON result")) -> None:
         """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere) vs MLX native attention."""
         check_wgmma_env()
+        check_out_dir(out)
         run_bench("prefill", full, out)
 
     @bench_app.command("decode")
     def decode_cmd(full: bool = typer.Option(True, help="add a bf16 and a D=64 shape to the B x length grid"),
                    out: str = typer.Option("benchmarks/results", help="directory for the JSON result")) -> None:
         """GQA decode: our split-K flash-decoding kernel vs MLX's attention on the cache (the faster of two ways)."""
+        check_out_dir(out)
         run_bench("decode", full, out)
