@@ -134,33 +134,3 @@ def test_softmax_scale_is_made_once_per_head_dim():
     assert attention_cuda.softmax_scale(128) is s128  # no new array (allocation and copy) per call
     assert s128.dtype == mx.float32 and s128.shape == (1,)
     assert abs(s128.item() - 128 ** -0.5) < 1e-7 and abs(attention_cuda.softmax_scale(64).item() - 0.125) < 1e-7
-
-
-@pytest.mark.parametrize(("b", "hq", "hkv", "length", "d", "rows", "causal"), [
-    (1, 32, 8, 2048, 128, 192, True), (4, 32, 32, 8192, 128, 192, True), (2, 32, 8, 4096, 64, 128, True),
-    (3, 6, 2, 320, 64, 192, True), (1, 32, 8, 2048, 128, 192, False), (4, 32, 8, 8192, 64, 192, False)])
-def test_block_order_visits_every_tile_once_longest_first(b, hq, hkv, length, d, rows, causal):
-    """The launcher's grid and BLOCK_COORDS' arithmetic (mirrored here) give each (head, query tile) exactly one
-    block, a section's K / V fit the L2 budget, and with a mask no block starts before a longer one of its section."""
-    sh = attention_cuda.sections(b * hq, hq // hkv, 2 * length * d * 2, causal)
-    assert (b * hq) % sh == 0 and sh % (hq // hkv if causal else 1) == 0
-    assert sh == 1 or sh // (hq // hkv) * 2 * length * d * 2 <= 16 << 20
-    ntq = -(-length // rows)
-    grid = (sh, ntq, b * hq // sh)  # blocks (the launcher's threads / nt)
-    seen = []
-    for z in range(grid[2]):
-        for y in range(grid[1]):
-            for x in range(grid[0]):  # CUDA hands out blocks x-fastest
-                seen.append((z * grid[0] + x, grid[1] - 1 - y))  # (bhq, mt) as BLOCK_COORDS computes them
-    assert sorted(seen) == [(h, t) for h in range(b * hq) for t in range(ntq)]
-    for z in range(grid[2]):
-        tiles = [mt for _bhq, mt in seen[z * sh * ntq:(z + 1) * sh * ntq]]
-        assert tiles == sorted(tiles, reverse=True)
-    if causal and length * d * 2 * 2 * hkv * b <= 16 << 20:
-        assert sh == b * hq  # small problems: one section, the longest tiles of all heads first
-
-
-def test_sections_rejects_nothing_and_keeps_one_head_without_a_mask():
-    assert attention_cuda.sections(128, 1, 4 << 20, causal=False) == 1
-    assert attention_cuda.sections(128, 1, 4 << 20, causal=True) == 4
-    assert attention_cuda.sections(7, 1, 64 << 20, causal=True) == 1  # a head's K / V over the budget: one head

@@ -75,11 +75,8 @@ __device__ __forceinline__ void ks_load_tile(T* sm, const T* g, int rows) {
 # (causal: none past its diagonal). Shared by the mma.sync and wgmma prefills.
 BLOCK_COORDS = r"""
     const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
-    // The grid is (heads of a section, query tiles, sections), and blocks start x-fastest: in a section (see
-    // `sections`) the longest causal tiles of all its heads start first, so the last wave holds short ones. No
-    // divisions: ptxas re-reads these registers after the main loop instead of keeping the indices live.
-    const int mt = gridDim.y - 1 - blockIdx.y;
-    const int bhq = blockIdx.z * gridDim.x + blockIdx.x, b = bhq / Hq, h = bhq % Hq, hk = h / (Hq / Hkv);
+    const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first
+    const int bhq = blockIdx.y, b = bhq / Hq, h = bhq % Hq, hk = h / (Hq / Hkv);
     const int m0 = mt * BM, shift = S - L;
     const T* qg = q + ((size_t)bhq * L + m0) * D;
     const T* kg = k + (size_t)(b * Hkv + hk) * S * D;
@@ -269,29 +266,13 @@ def softmax_scale(d: int) -> Any:
     return scale
 
 
-def sections(bh: int, group: int, kv_head_bytes: int, causal: bool, l2_budget: int = 16 << 20) -> int:
-    """How many (batch, query head) pairs a section of the grid holds (BLOCK_COORDS): with a causal mask, the most
-    whose K / V fit in `l2_budget` (whole GQA groups, a divisor of bh), so the longest tiles of many heads run first
-    while their K / V stay in L2; without one every tile is as long as the next, and a section is one head (tiles of
-    one head side by side share their K / V). Self-contained: template families render its source."""
-    if not causal:
-        return 1
-    best = 1
-    for sh in range(group, bh + 1, group):
-        if bh % sh == 0 and sh // group * kv_head_bytes <= l2_budget:
-            best = sh
-    return best
-
-
-def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]],
-           causal: bool = False) -> Any:
-    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head),
-    ordered in sections (see `sections`); o has q's shape and dtype."""
+def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]]) -> Any:
+    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head);
+    o has q's shape and dtype."""
     b, hq, length, d = q.shape
-    sh = sections(b * hq, hq // k.shape[1], 2 * k.shape[2] * d * q.dtype.size, causal)
     return kern(inputs=[q, k, v, softmax_scale(d)], template=[("T", q.dtype), ("D", d), *template],
-                grid=(sh * nt, -(-length // rows), b * hq // sh), threadgroup=(nt, 1, 1),
-                output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
+                grid=(-(-length // rows) * nt, b * hq, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
+                output_dtypes=[q.dtype])[0]
 
 
 def attention_cuda(q: Any, k: Any, v: Any, causal: bool = False, cfg: PrefillConfig | None = None) -> Any:
@@ -299,4 +280,4 @@ def attention_cuda(q: Any, k: Any, v: Any, causal: bool = False, cfg: PrefillCon
     kern = build_kernel(f"ks_flash_fwd_m{cfg.bm}_n{cfg.bn}_{'db' if cfg.db else 'sb'}", SOURCE, HEADER,
                         cfg.smem_bytes(q.shape[-1]))
     return launch(kern, q, k, v, cfg.bm, cfg.bm // 16 * 32,
-                  [("BM", cfg.bm), ("BN", cfg.bn), ("CAUSAL", bool(causal)), ("DB", cfg.db)], causal)
+                  [("BM", cfg.bm), ("BN", cfg.bn), ("CAUSAL", bool(causal)), ("DB", cfg.db)])

@@ -466,5 +466,4 @@ def attention_wgmma(q: Any, k: Any, v: Any, causal: bool = False, cfg: WgmmaConf
     suffix = ("" if cfg.stages == 2 else f"_s{cfg.stages}") + tag
     kern = build_kernel(f"ks_flash_wgmma_wg{cfg.wg}_n{cfg.bn}{suffix}", source(cfg.stages),
                         pre + HEADER + launch_bounds(128 * cfg.wg), cfg.smem_bytes(q.shape[-1]))
-    return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg, [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal))],
-                  causal)
+    return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg, [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal))])

@@ -257,7 +257,7 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
     if cfg.bulk:
         k, v = tile_images(k, v)
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
-                  [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)], causal)
+                  [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)])
 
 
 def stage_args(cfg: WsConfig) -> list[tuple[str, Any]]:

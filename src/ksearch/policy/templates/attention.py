@@ -47,7 +47,7 @@ def render_flash_mma(p: dict[str, Any]) -> str:
     tmpl = f'[("T", q.dtype), ("D", {{d}}), ("BM", {cfg.bm}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)), ("DB", {cfg.db})]'
     calls = "\n".join(f'''    if d == {d}:
         return _k{d}(inputs=[q, k, v, scale], template={tmpl.format(d=d)},
-                     grid=({cfg.bm // 16 * 32}, length // {cfg.bm}, b * hq), threadgroup=({cfg.bm // 16 * 32}, 1, 1),
+                     grid=(length // {cfg.bm} * {cfg.bm // 16 * 32}, b * hq, 1), threadgroup=({cfg.bm // 16 * 32}, 1, 1),
                      output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
     # One kernel object per head dim (its shared-memory size differs); module-level names and literal templates keep
     # the candidate readable by the project's linter.

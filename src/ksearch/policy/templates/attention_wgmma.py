@@ -10,7 +10,6 @@ registers times 384 threads exceed the register file (206 a thread without launc
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from ksearch.kernels import attention_cuda, attention_wgmma, attention_wgmma_ws
@@ -38,13 +37,13 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
             return _wg{d}(inputs=[q, k, v, scale],
                           template=[("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)){extra[d]}],
-                          grid=(sh * {threads[d]}, (length + {bm - 1}) // {bm}, b * hq // sh), threadgroup=({threads[d]}, 1, 1),
+                          grid=((length + {bm - 1}) // {bm} * {threads[d]}, b * hq, 1), threadgroup=({threads[d]}, 1, 1),
                           output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
     mma_calls = "\n".join(f'''        if d == {d}:
             return _mma{d}(inputs=[q, k, v, scale],
                            template=[("T", q.dtype), ("D", {d}), ("BM", {_MMA.bm}), ("BN", {_MMA.bn}), ("CAUSAL", bool(causal)),
                                      ("DB", {_MMA.db})],
-                           grid=(sh * {mma_nt}, length // {_MMA.bm}, b * hq // sh), threadgroup=({mma_nt}, 1, 1),
+                           grid=(length // {_MMA.bm} * {mma_nt}, b * hq, 1), threadgroup=({mma_nt}, 1, 1),
                            output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
     # Module-level kernel objects, one per head dim (shared memory differs), and literal launch sizes: the project's
     # linter reads them (whole warpgroups for wgmma, shared memory within the chip's limit).
@@ -65,7 +64,6 @@ def _images(k, v):  # K / V with each 8-row block stored as its core matrices: o
     return _image(inputs=[k, v], template=[("D", k.shape[-1])], grid=(k.size // 8, 1, 1), threadgroup=({attention_wgmma_ws.IMAGE_THREADS}, 1, 1),
                   output_shapes=[k.shape, v.shape], output_dtypes=[k.dtype, v.dtype])
 ''' if _producer(p, 128) else ""
-    sections_source = inspect.getsource(attention_cuda.sections)
     return f'''# attention.cuda.flash_wgmma {p}
 # FlashAttention on Hopper's wgmma (sm_90a): {cfg.wg} warpgroups of 64 query rows share each {cfg.bn}-key K/V tile
 # ({"a producer warpgroup: one bulk copy a tile from tile images, four stages; it gives the consumers its registers (setmaxnreg)" if _producer(p, 128) else "cp.async, two stages"}),
@@ -93,13 +91,9 @@ def _hopper():
 
 
 _HOPPER = _hopper()
-
-
-{sections_source}
 {fallbacks()}{RUN_HEAD}    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or (causal and length > s):
         return _ops(q, k, v, causal)
     scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
-    sh = sections(b * hq, hq // k.shape[1], 2 * s * d * q.dtype.size, causal)  # the grid's order (longest tiles first)
     if _HOPPER and length % 64 == 0 and s % {cfg.bn} == 0:
 {wg_calls}
     if length % {_MMA.bm} == 0 and s % {_MMA.bn} == 0:
