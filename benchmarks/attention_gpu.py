@@ -19,7 +19,6 @@ os.environ.setdefault("MLX_ENABLE_TF32", "0")  # the fp32 reference must be real
 import mlx.core as mx  # noqa: E402
 
 from ksearch.commands import bench_attention as ba  # noqa: E402
-from ksearch.kernels import attention_cuda as AC  # noqa: E402
 from ksearch.kernels.attention import hopper  # noqa: E402
 from ksearch.kernels.attention_cuda import PrefillConfig, attention_cuda  # noqa: E402
 from ksearch.kernels.attention_wgmma import WgmmaConfig, attention_wgmma  # noqa: E402
@@ -92,29 +91,17 @@ def check(kind: str) -> int:
         if hopper():  # L=256 is a partial last block at 192 rows a block
             runs += [(WGMMA_CONFIGS[0], c, t, cz) for c in cases for t in (mx.float16, mx.bfloat16) for cz in (0, 1)]
             runs += [(cfg, c, mx.float16, cz) for cfg in WGMMA_CONFIGS[1:] for c in cases[1:3] for cz in (0, 1)]
-        # Causal grids in many sections (one GQA group's K / V a section, attention_cuda.sections): the block order
-        # changes, the result must not.
-        many = [(3, 8, 2, 384, 512, 128), (2, 4, 4, 256, 256, 64)]
-        runs = [(*r, False) for r in runs]
-        runs += [(cfg, c, t, 1, True) for cfg in ([PREFILL_CONFIGS[1]] + (WGMMA_CONFIGS[:1] if hopper() else []))
-                 for c in many for t in (mx.float16, mx.bfloat16)]
-        sections = AC.sections
-        for cfg, (b, hq, hkv, length, s, d), dt, causal, split in runs:
+        for cfg, (b, hq, hkv, length, s, d), dt, causal in runs:
             if True:
                 q = mx.random.normal((b, hq, length, d)).astype(dt)
                 k = mx.random.normal((b, hkv, s, d)).astype(dt)
                 v = mx.random.normal((b, hkv, s, d)).astype(dt)
-                AC.sections = (lambda bh, g, kv, cz, budget=0: sections(bh, g, kv, cz, kv)) if split else sections
-                try:
-                    out = prefill_kernel(cfg, q, k, v, bool(causal)).astype(mx.float32)
-                finally:
-                    AC.sections = sections
+                out = prefill_kernel(cfg, q, k, v, bool(causal)).astype(mx.float32)
                 err = float(mx.max(mx.abs(out - ref_attention(q, k, v, causal))).item())
                 ok = err < (3e-2 if dt == mx.bfloat16 else 5e-3)
                 bad += not ok
                 failed.add(repr(cfg)) if not ok else None
-                print(f"prefill {cfg} {(b, hq, hkv, length, s, d)} {dt} causal={causal}"
-                      f"{' sections=' + str(b * hq // sections(b * hq, hq // hkv, 1, True, 1)) if split else ''}: err {err:.2e} "
+                print(f"prefill {cfg} {(b, hq, hkv, length, s, d)} {dt} causal={causal}: err {err:.2e} "
                       f"{'ok' if ok else 'FAIL'}", flush=True)
     print(f"{kind}: {bad} failures", flush=True)
     with open(os.path.join(os.environ.get("OUT", "."), f"failed-{kind}.json"), "w") as fh:
