@@ -296,3 +296,35 @@ def test_bench_rejects_an_unwritable_out_dir_before_timing(tmp_path: pathlib.Pat
     assert proc.returncode == 2
     assert "--out" in proc.stderr and "Traceback" not in proc.stderr
     assert blocker.read_text() == "not a directory"  # nothing overwritten
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
+@pytest.mark.parametrize("cp", ["cg", "ca"])
+def test_every_flash_wgmma_family_configuration_compiles(cp: str) -> None:
+    """Every configuration the search can render (the flash_wgmma family's knobs) compiles for sm_90a at D=128,
+    causal (the most registers), fits the register file, and keeps its wgmmas unserialised."""
+    from ksearch.policy.templates.attention_wgmma import FLASH_WGMMA, configs
+
+    io, out = [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")]
+    units, threads = [W.cp_cache(cp)[0] + W.HEADER + WS.BULK_HEADER], {}
+    for i, p in enumerate(FLASH_WGMMA.all_params()):
+        if p["cp"] != cp:
+            continue
+        cfg, ws = configs(p)
+        base = [("T", "float16"), ("D", 128), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", True)]
+        if p["producer"]:
+            threads[f"fam{i}"] = 128 * ws.wg + 32 * ws.pwarps
+            units.append(wrap(f"fam{i}", WS.SOURCE, W.launch_bounds(threads[f"fam{i}"]), io, out,
+                              base + WS.stage_args(ws)))
+        else:
+            threads[f"fam{i}"] = 128 * cfg.wg
+            units.append(wrap(f"fam{i}", W.source(cfg.stages), W.launch_bounds(threads[f"fam{i}"]), io, out, base))
+    ok, log = compile_check(units)
+    assert ok, log[-3000:]
+    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    regs = {m[1]: int(m[2]) for m in re.finditer(r"custom_kernel_(fam\d+)E[^']*'[^\n]*\n[^\n]*\n[^\n]*\n"
+                                                  r"[^\n]*Used (\d+) registers", log)}
+    assert regs.keys() == threads.keys(), log[-2000:]
+    for name, r in regs.items():
+        assert (r + 7) // 8 * 8 * threads[name] <= 65536, f"{name}: {r} registers x {threads[name]} threads"

@@ -1,11 +1,14 @@
 """The `attention.cuda.flash_wgmma` template family: FlashAttention on Hopper's wgmma (ksearch.kernels.attention_wgmma,
 the same text the library runs), with the mma.sync kernel for GPUs that are not Hopper.
 
-Parameters: warpgroups per block (64 query rows each; they share every K/V tile), keys per tile, and whether a
-producer warpgroup loads K / V (attention_wgmma_ws: one bulk copy a tile from tile images of K and V, its registers
-handed to the consumers through setmaxnreg; the library's Hopper default, 0.81-0.82x of cuDNN at L >= 4096 on the
-H200 against 0.65x without it) or every thread loads with cp.async (the synchronous kernel). 3 x 128 is left out: its
-registers times 384 threads exceed the register file (206 a thread without launch bounds; spills with them).
+Parameters (the library's knobs, each measured on the H200; docs/attention.md): warpgroups per block (64 query rows
+each; they share every K/V tile), keys per tile, whether a producer warpgroup loads K / V (attention_wgmma_ws, its
+registers handed to the consumers through setmaxnreg) or every thread loads with cp.async (the synchronous kernel),
+and then: K / V stages; for the producer, tile images and one bulk copy a tile (`bulk`: the library's Hopper default,
+0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async) and ping-pong between consumer warpgroups (`pp`, with
+bulk copies); the cp.async cache mode (`cp`: cg through L2, ca through L1 too). 3 x 128 is left out: its registers
+times 384 threads exceed the register file (206 a thread without launch bounds; spills with them), as is a producer
+with 128-key tiles (208 bytes spilled at 240 registers).
 """
 
 from __future__ import annotations
@@ -24,16 +27,35 @@ def _producer(p: dict[str, Any], d: int) -> bool:
     return bool(p.get("producer"))
 
 
+def configs(p: dict[str, Any]) -> tuple[Any, Any]:
+    """(the synchronous kernel's WgmmaConfig, the producer kernel's WsConfig) for a parameter set; one of them runs."""
+    cfg = attention_wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], cp=p["cp"])
+    ws = attention_wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], pwarps=4, cp=p["cp"],
+                                     bulk=p["bulk"], pp=p["pp"])
+    return cfg, ws
+
+
+def valid(p: dict[str, Any]) -> bool:
+    if (p["wg"], p["bn"]) == (3, 128) or (p["bulk"] and p["cp"] != "cg"):
+        return False
+    cfg, ws = configs(p)
+    if p["producer"]:  # stages 3-4 and ping-pong with bulk copies are the producer variants checked on the H200
+        return (p["bn"] == 64 and p["stages"] in (3, 4) and (p["bulk"] or not p["pp"])
+                and attention_wgmma_ws.config_problem(ws) is None and ws.smem_bytes(128) <= attention_wgmma.MAX_SMEM)
+    return (not p["bulk"] and not p["pp"] and p["stages"] in (2, 3) and cfg.smem_bytes(128) <= attention_wgmma.MAX_SMEM
+            and attention_wgmma.fits_registers(cfg, 128))
+
+
 def render_flash_wgmma(p: dict[str, Any]) -> str:
-    cfg = attention_wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"])
-    ws = attention_wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=4, pwarps=4, bulk=True)
+    cfg, ws = configs(p)
     bm, nt = 64 * cfg.wg, 128 * cfg.wg
     mma_nt = _MMA.bm // 16 * 32
     threads = {d: nt + (128 if _producer(p, d) else 0) for d in (64, 128)}
     # the producer kernel's own template constants, as the library passes them
     stage = "".join(f", ({name!r}, {value!r})" for name, value in attention_wgmma_ws.stage_args(ws)).replace("'", '"')
     extra = {d: stage if _producer(p, d) else "" for d in (64, 128)}
-    images = {d: "\n            k, v = _images(k, v)" if _producer(p, d) else "" for d in (64, 128)}
+    bulk = bool(p["producer"] and p["bulk"])
+    images = {d: "\n            k, v = _images(k, v)" if bulk else "" for d in (64, 128)}
     wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
             return _wg{d}(inputs=[q, k, v, scale],
                           template=[("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)){extra[d]}],
@@ -53,7 +75,8 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
                              shared_memory={ws.smem_bytes(d) if _producer(p, d) else cfg.smem_bytes(d)})
 _mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
                               source=MMA_SOURCE, header=MMA_HEADER, shared_memory={_MMA.smem_bytes(d)})''' for d in (64, 128))
-    headers = "\n".join(f"WG_HEADER_{t} = {attention_wgmma.HEADER + attention_wgmma_ws.BULK_HEADER + attention_wgmma.launch_bounds(t)!r}"
+    pre = attention_wgmma.cp_cache(cfg.cp)[0]  # the cp.async cache mode
+    headers = "\n".join(f"WG_HEADER_{t} = {pre + attention_wgmma.HEADER + attention_wgmma_ws.BULK_HEADER + attention_wgmma.launch_bounds(t)!r}"
                          for t in sorted(set(threads.values())))
     ws_source = f"WS_SOURCE = {attention_wgmma_ws.SOURCE!r}" if _producer(p, 128) else ""
     image = f'''IMAGE_SOURCE = {attention_wgmma_ws.IMAGE_SOURCE!r}
@@ -63,10 +86,13 @@ _image = mx.fast.cuda_kernel(name="tile_image", input_names=["k", "v"], output_n
 def _images(k, v):  # K / V with each 8-row block stored as its core matrices: one bulk copy a tile
     return _image(inputs=[k, v], template=[("D", k.shape[-1])], grid=(k.size // 8, 1, 1), threadgroup=({attention_wgmma_ws.IMAGE_THREADS}, 1, 1),
                   output_shapes=[k.shape, v.shape], output_dtypes=[k.dtype, v.dtype])
-''' if _producer(p, 128) else ""
+''' if bulk else ""
+    loads = ((f"a producer warpgroup: {'one bulk copy a tile from tile images' if bulk else 'cp.async'}, {ws.stages} "
+              f"stages{', ping-pong between consumer warpgroups' if ws.pp else ''}; it gives the consumers its registers "
+              "(setmaxnreg)") if p["producer"] else f"cp.async, {cfg.stages} stages")
     return f'''# attention.cuda.flash_wgmma {p}
 # FlashAttention on Hopper's wgmma (sm_90a): {cfg.wg} warpgroups of 64 query rows share each {cfg.bn}-key K/V tile
-# ({"a producer warpgroup: one bulk copy a tile from tile images, four stages; it gives the consumers its registers (setmaxnreg)" if _producer(p, 128) else "cp.async, two stages"}),
+# ({loads}),
 # S = Q K^T from shared memory, P from the accumulator registers into O += P V, the softmax of tile t issued while
 # P(t-1) V(t-1) runs.
 # Not Hopper: the mma.sync FlashAttention-2 kernel.
@@ -75,7 +101,7 @@ import math
 import mlx.core as mx
 
 {headers}
-WG_SOURCE = {attention_wgmma.SOURCE!r}
+WG_SOURCE = {attention_wgmma.source(cfg.stages)!r}
 {ws_source}
 {image}
 MMA_HEADER = {attention_cuda.HEADER!r}
@@ -106,10 +132,10 @@ FLASH_WGMMA = TemplateFamily(
     id="attention.cuda.flash_wgmma", tasks=("attention",), backends=("mlx-cuda",),
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "double_buffering",
               "causal_block_skipping", "gqa_head_grouping"),
-    params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False)},
+    # The first choice of each is the library's Hopper default (ws3_n64_s4_p4_bulk).
+    params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False), "bulk": (True, False), "stages": (4, 3, 2),
+            "pp": (False, True), "cp": ("cg", "ca")},
     render=render_flash_wgmma,
-    # a producer warpgroup with 128-key tiles spills 208 bytes at 240 registers: left out
-    valid=lambda p: (p["wg"], p["bn"]) != (3, 128) and not (p["producer"] and p["bn"] != 64)
-    and attention_wgmma.WgmmaConfig(p["wg"], p["bn"]).smem_bytes(128) <= attention_wgmma.MAX_SMEM
-    and attention_wgmma_ws.WsConfig(p["wg"], p["bn"], 4, 4, bulk=True).smem_bytes(128) <= attention_wgmma.MAX_SMEM,
+    valid=valid,
+    pattern_params={"double_buffering": {"stages": (4, 3)}},
     description="FlashAttention on wgmma (Hopper): warpgroups share K/V tiles; mma.sync elsewhere")
