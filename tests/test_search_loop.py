@@ -151,3 +151,43 @@ def test_budget_is_exact_and_state_resumes(tmp_path: Any) -> None:
     assert policy.counts["A"] >= 9  # continued A's counter instead of starting over
     seqs = [e["eval_index"] for e in store.evaluations("search")]
     assert seqs == list(range(1, 11))
+
+
+def test_a_spent_wall_time_finishes_the_run_and_a_pause_does_not(tmp_path: Any) -> None:
+    """A run whose wall time ran out is finished (a resume would stop at once: the limit is the run's), so it gets
+    its holdout; one paused by stop_after stays resumable. The session-7 attention search ended on its wall time
+    and, before this, was left 'stopped' without a holdout."""
+    import time
+
+    from ksearch.search.cli_support import start_or_resume
+    from ksearch.search.run import RunError
+
+    def slow_judge(source: str) -> EvalResult:
+        time.sleep(0.05)
+        return scripted_judge(source)
+
+    plan = {"A": [("passed", 1.0 + 0.1 * k) for k in range(50)]}
+    cfg = RunConfig(task="softmax", backend="mlx-cpu", budget=100, runs_dir=str(tmp_path), wall_time_s=0.3)
+    store, _, _ = create_run(cfg)
+    paused = execute(store, cfg, evaluate=slow_judge, policy=ScriptedPolicy(plan), stop_after=2)
+    assert paused.state.evaluations_done == 2 and store.get_meta("status") == "stopped"
+    out = execute(store, cfg, evaluate=slow_judge, policy=ScriptedPolicy(plan))
+    assert 2 < out.state.evaluations_done < 100
+    assert store.get_meta("status") == "finished"
+    with pytest.raises(RunError, match="wall time"):
+        start_or_resume(cfg, resume=str(store.path), quiet=True)
+
+
+def test_a_spent_llm_budget_finishes_the_run(tmp_path: Any) -> None:
+    from ksearch.policy.base import BudgetExhausted
+
+    class Capped(ScriptedPolicy):
+        def implement(self, ctx: Any, req: Any) -> tuple[str, dict[str, Any]] | None:
+            if self.serial >= 3:
+                raise BudgetExhausted("max_usd reached")
+            return super().implement(ctx, req)
+
+    store, out = _run(tmp_path, Capped({"A": [("passed", 1.0 + 0.1 * k) for k in range(9)]}), budget=20)
+    assert out.state.evaluations_done == 4  # the start and three proposals
+    assert store.get_meta("status") == "finished"
+    assert store.events("llm_budget")

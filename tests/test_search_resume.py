@@ -65,3 +65,20 @@ def test_resume_unknown_run_is_a_clear_error(tmp_path: Path) -> None:
     res = subprocess.run([*KS, "run", "--resume", "nope", "--runs-dir", str(tmp_path)], capture_output=True, text=True)
     assert res.returncode == 2
     assert "no run 'nope'" in res.stderr
+
+
+@pytest.mark.slow
+def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path) -> None:
+    """The real CLI on the CPU: a wall time shorter than one evaluation ends the run after the starting kernel, as
+    finished, with the best judged on the holdout workloads (a wall-time end used to leave it stopped, unjudged)."""
+    proc = subprocess.run([*KS, "run", "softmax", "--backend", "mlx-cpu", "--budget", "50", "--wall-time", "1",
+                           "--runs-dir", str(tmp_path), "--quiet"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "holdout score" in proc.stdout
+    run = next(tmp_path.iterdir())
+    db = sqlite3.connect(run / "run.db")
+    meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
+    kinds = [k for (k,) in db.execute("SELECT kind FROM evaluations")]
+    db.close()
+    assert meta["status"] == "finished" and meta["holdout"]["status"] == "passed"
+    assert kinds == ["search", "holdout"]

@@ -21,7 +21,7 @@ def start_or_resume(cfg: RunConfig, resume: str | None = None, replay: str | Non
         store = RunStore(resolve_run(resume, cfg.runs_dir))
         status = store.get_meta("status")
         if status == "finished":
-            raise RunError(f"run {store.path.name} is finished (budget spent or nothing left to try); start a new run instead")
+            raise RunError(f"run {store.path.name} is finished (its evaluations, wall time or LLM spend are used up, or nothing was left to try); start a new run instead")
         run_cfg = config_from_store(store)
         run_cfg.runs_dir = cfg.runs_dir
     elif replay is not None:

@@ -178,7 +178,7 @@ def execute(store: RunStore, cfg: RunConfig, on_event: Callable[[str, dict[str, 
     try:
         runner = _runner(cfg.strategy, setup, state, store.latest_world_model() if saved else None)
         final = runner.run()
-        done = final.evaluations_done >= cfg.budget or final.phase == "done"
+        done = runner.spent() or final.phase == "done"
         if done and final.best_candidate and judge is not None and task.holdout_workloads(backend.tier):
             store.set_meta("status", "holdout")
             source = store.candidate(final.best_candidate).source(store.path)

@@ -45,6 +45,7 @@ class Runner:
         self.state = state
         self._t0 = time.monotonic()
         self._wall_base = state.wall_time_used_s
+        self.llm_spent = False
         setup.ctx.record_call = self._record_call
 
     # -- budget ----------------------------------------------------------------------------------------------------
@@ -60,6 +61,13 @@ class Runner:
 
     def finished(self) -> bool:
         return self.state.evaluations_done >= self.s.budget
+
+    def spent(self) -> bool:
+        """Whether a budget that a resume cannot refill has run out: the evaluations, the wall time or the LLM spend
+        (a resume keeps the run's limits, so it would stop again at once). Such a run is finished and gets its
+        holdout; one paused by stop_after, Ctrl-C or SIGTERM is stopped and resumable."""
+        wall = self.s.wall_time_s is not None and self.wall_used() >= self.s.wall_time_s
+        return self.finished() or wall or self.llm_spent
 
     def check_budget(self) -> None:
         if not self.budget_left():
@@ -153,6 +161,7 @@ class Runner:
         try:
             return fn(*args)
         except BudgetExhausted as exc:
+            self.llm_spent = True
             self.event("llm_budget", {"message": str(exc)})
             raise StopSearch(str(exc)) from exc
         except Exception as exc:
