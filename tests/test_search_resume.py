@@ -82,3 +82,31 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
     db.close()
     assert meta["status"] == "finished" and meta["holdout"]["status"] == "passed"
     assert kinds == ["search", "holdout"]
+
+    def resume(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*KS, "run", "--resume", run.name, "--runs-dir", str(tmp_path), "--quiet", *extra],
+                              capture_output=True, text=True, timeout=600)
+
+    # Finished on its wall time: a plain resume says how to continue; a limit it has already used is refused.
+    for extra, words in (((), "--wall-time"), (("--budget", "1"), "not above the 1 evaluations"),
+                         (("--wall-time", "0.5"), "not above the")):
+        res = resume(*extra)
+        assert res.returncode == 2 and words in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    # Raised limits: it continues to the new budget and is judged on the holdout again.
+    res = resume("--budget", "3", "--wall-time", "900")
+    assert res.returncode == 0, res.stderr[-2000:]
+    db = sqlite3.connect(run / "run.db")
+    kinds = [k for (k,) in db.execute("SELECT kind FROM evaluations")]
+    meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
+    db.close()
+    assert kinds == ["search", "holdout", "search", "search", "holdout"]
+    assert meta["status"] == "finished" and meta["config"]["budget"] == 3 and meta["config"]["wall_time_s"] == 900
+    assert json.loads((run / "config.json").read_text())["budget"] == 3
+
+
+def test_resume_refuses_settings_a_run_started_with(tmp_path: Path) -> None:
+    """Only the limits can change on --resume; a changed backend or policy used to be ignored without a word."""
+    res = subprocess.run([*KS, "run", "--resume", "any", "--backend", "mlx-cpu", "--policy", "llm", "--runs-dir",
+                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert "--backend, --policy cannot change" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr

@@ -44,7 +44,7 @@ def run_cmd(
     """Run K-Search (or a comparison strategy) on a task."""
     from ksearch.backends import BackendUnavailable
     from ksearch.config import ConfigError, load_config
-    from ksearch.search.cli_support import final_table, start_or_resume
+    from ksearch.search.cli_support import RAISABLE, final_table, start_or_resume
     from ksearch.search.run import RunError
     from ksearch.store import RunNotFound
     from ksearch.tasks import TaskNotFound
@@ -56,9 +56,21 @@ def run_cmd(
     try:
         if resume is None and replay is None and task is None:
             _fail("name a task (see `ksearch tasks`), or pass --resume RUN / --replay RUN")
+        raise_limits = None
+        if resume is not None:
+            # A run keeps the settings it started with; only its limits can be raised (silently ignoring a changed
+            # --backend or --policy would run something other than what was asked).
+            fixed = ["TASK" if k == "task" else f"--{k.removesuffix('_s').replace('_', '-')}" for k, v in flags.items()
+                     if v is not None and k not in (*RAISABLE, "runs_dir")]
+            fixed += [f"--{k.replace('_', '-')}" for k, v in llm.items() if v is not None]
+            fixed += ["--config"] if config is not None else []
+            if fixed:
+                _fail(f"--resume continues a run with the settings it started with: {', '.join(fixed)} cannot change "
+                      "(only --budget and --wall-time can be raised); start a new run for other settings")
+            raise_limits = {k: flags[k] for k in RAISABLE}
         cfg = load_config(config, {**flags, "llm": {k: v for k, v in llm.items() if v is not None}})
         outcome = start_or_resume(cfg, resume=resume, replay=replay, reevaluate=reevaluate, quiet=quiet, stop_after=stop_after,
-                                  console=console)
+                                  console=console, raise_limits=raise_limits)
     except (ConfigError, RunError, TaskNotFound, BackendUnavailable, RunNotFound) as exc:
         _fail(str(exc).splitlines()[0])
     except Exception as exc:

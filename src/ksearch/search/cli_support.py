@@ -3,6 +3,8 @@ final summary table."""
 
 from __future__ import annotations
 
+import json
+
 from rich.console import Console
 from rich.table import Table
 
@@ -11,19 +13,51 @@ from ksearch.search.live import LiveView
 from ksearch.search.run import RunError, RunOutcome, config_from_store, create_run, execute, make_policy
 from ksearch.store import RunStore, resolve_run
 
+#: The limits a resume may raise (RunConfig fields); everything else about a run is fixed when it starts.
+RAISABLE = ("budget", "wall_time_s")
+
+
+def _raise_limits(store: RunStore, run_cfg: RunConfig, limits: dict[str, float | int]) -> bool:
+    """Apply raised limits to a run being resumed and store them with it; whether any was given. A limit below what
+    the run has already used is refused: it would end the run at once."""
+    state = store.get_meta("loop_state") or {}
+    done, used = int(store.get_meta("evaluations_done") or 0), float(state.get("wall_time_used_s") or 0.0)
+    if "budget" in limits and int(limits["budget"]) <= done:
+        raise RunError(f"--budget {limits['budget']} is not above the {done} evaluations run {store.path.name} has "
+                       "done; pass a larger one")
+    if "wall_time_s" in limits and float(limits["wall_time_s"]) <= used:
+        raise RunError(f"--wall-time {limits['wall_time_s']:g} is not above the {used:.0f} s run {store.path.name} "
+                       "has used; pass a larger one")
+    for key, value in limits.items():
+        setattr(run_cfg, key, value)
+    if limits:
+        with store.transaction():
+            store.set_meta("config", run_cfg.to_json())
+            store.set_meta("budget", run_cfg.budget)
+        (store.path / "config.json").write_text(json.dumps(run_cfg.to_json(), indent=2))
+    return bool(limits)
+
 
 def start_or_resume(cfg: RunConfig, resume: str | None = None, replay: str | None = None, reevaluate: bool = False,
                     quiet: bool = False, console: Console | None = None,
-                    stop_after: int | None = None) -> RunOutcome:
+                    stop_after: int | None = None, raise_limits: dict[str, float | int] | None = None) -> RunOutcome:
+    """raise_limits (with resume): new values for RAISABLE limits; a run finished because one of them ran out
+    continues under the new ones."""
     evaluate = None
     policy = None
     if resume is not None:
         store = RunStore(resolve_run(resume, cfg.runs_dir))
         status = store.get_meta("status")
-        if status == "finished":
-            raise RunError(f"run {store.path.name} is finished (its evaluations, wall time or LLM spend are used up, or nothing was left to try); start a new run instead")
         run_cfg = config_from_store(store)
         run_cfg.runs_dir = cfg.runs_dir
+        exhausted = (store.get_meta("loop_state") or {}).get("phase") == "done"
+        raised = _raise_limits(store, run_cfg, {k: v for k, v in (raise_limits or {}).items() if v is not None})
+        if status == "finished" and exhausted:
+            raise RunError(f"run {store.path.name} is finished: its proposer had nothing new left to try; start a new "
+                           "run instead")
+        if status == "finished" and not raised:
+            raise RunError(f"run {store.path.name} is finished: its evaluations, wall time or LLM spend are used up; "
+                           "pass a larger --budget or --wall-time with --resume to continue it, or start a new run")
     elif replay is not None:
         from ksearch.search.replay import RecordedEvaluations
 
