@@ -56,7 +56,7 @@ def run_cmd(
     try:
         if resume is None and replay is None and task is None:
             _fail("name a task (see `ksearch tasks`), or pass --resume RUN / --replay RUN")
-        raise_limits = None
+        raise_limits: dict[str, float | int | None] | None = None
         if resume is not None:
             # A run keeps the settings it started with; only its limits can be raised (silently ignoring a changed
             # --backend or --policy would run something other than what was asked).
@@ -67,7 +67,7 @@ def run_cmd(
             if fixed:
                 _fail(f"--resume continues a run with the settings it started with: {', '.join(fixed)} cannot change "
                       "(only --budget and --wall-time can be raised); start a new run for other settings")
-            raise_limits = {k: flags[k] for k in RAISABLE}
+            raise_limits = {"budget": budget, "wall_time_s": wall_time}
         cfg = load_config(config, {**flags, "llm": {k: v for k, v in llm.items() if v is not None}})
         outcome = start_or_resume(cfg, resume=resume, replay=replay, reevaluate=reevaluate, quiet=quiet, stop_after=stop_after,
                                   console=console, raise_limits=raise_limits)

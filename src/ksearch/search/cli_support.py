@@ -40,7 +40,7 @@ def _raise_limits(store: RunStore, run_cfg: RunConfig, limits: dict[str, float |
 
 def start_or_resume(cfg: RunConfig, resume: str | None = None, replay: str | None = None, reevaluate: bool = False,
                     quiet: bool = False, console: Console | None = None,
-                    stop_after: int | None = None, raise_limits: dict[str, float | int] | None = None) -> RunOutcome:
+                    stop_after: int | None = None, raise_limits: dict[str, float | int | None] | None = None) -> RunOutcome:
     """raise_limits (with resume): new values for RAISABLE limits; a run finished because one of them ran out
     continues under the new ones."""
     evaluate = None
