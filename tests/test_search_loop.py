@@ -176,6 +176,10 @@ def test_a_spent_wall_time_finishes_the_run_and_a_pause_does_not(tmp_path: Any) 
     assert store.get_meta("status") == "finished"
     with pytest.raises(RunError, match="wall time"):
         start_or_resume(cfg, resume=str(store.path), quiet=True)
+    # A larger budget alone leaves the spent wall time: refused, and nothing is written to the run.
+    with pytest.raises(RunError, match="raise that limit too"):
+        start_or_resume(cfg, resume=str(store.path), quiet=True, raise_limits={"budget": 500})
+    assert store.get_meta("config")["budget"] == 100
 
 
 def test_a_spent_llm_budget_finishes_the_run(tmp_path: Any) -> None:

@@ -17,25 +17,55 @@ from ksearch.store import RunStore, resolve_run
 RAISABLE = ("budget", "wall_time_s")
 
 
-def _raise_limits(store: RunStore, run_cfg: RunConfig, limits: dict[str, float | int]) -> bool:
-    """Apply raised limits to a run being resumed and store them with it; whether any was given. A limit below what
-    the run has already used is refused: it would end the run at once."""
+def _room(store: RunStore, run_cfg: RunConfig) -> str | None:
+    """Which of a run's limits leaves it no room to go on (None if none does): a resume would stop at once."""
     state = store.get_meta("loop_state") or {}
     done, used = int(store.get_meta("evaluations_done") or 0), float(state.get("wall_time_used_s") or 0.0)
-    if "budget" in limits and int(limits["budget"]) <= done:
-        raise RunError(f"--budget {limits['budget']} is not above the {done} evaluations run {store.path.name} has "
-                       "done; pass a larger one")
-    if "wall_time_s" in limits and float(limits["wall_time_s"]) <= used:
-        raise RunError(f"--wall-time {limits['wall_time_s']:g} is not above the {used:.0f} s run {store.path.name} "
-                       "has used; pass a larger one")
+    usage = store.get_meta("llm_usage") or {}
+    if done >= run_cfg.budget:
+        return f"its {done} evaluations reached the budget of {run_cfg.budget}"
+    if run_cfg.wall_time_s is not None and used >= run_cfg.wall_time_s:
+        return f"its {used:.3g} s reached the wall time of {run_cfg.wall_time_s:g} s"
+    if run_cfg.policy == "llm" and run_cfg.llm.max_usd is not None and usage.get("cost_usd", 0) >= run_cfg.llm.max_usd:
+        return f"its LLM spend reached the cap of {run_cfg.llm.max_usd:g} USD"
+    tokens = int(usage.get("tokens_in", 0)) + int(usage.get("tokens_out", 0))
+    if run_cfg.policy == "llm" and run_cfg.llm.max_tokens_total is not None and tokens >= run_cfg.llm.max_tokens_total:
+        return f"its LLM tokens reached the cap of {run_cfg.llm.max_tokens_total}"
+    return None
+
+
+def _resume_config(store: RunStore, cfg: RunConfig, limits: dict[str, float | int]) -> RunConfig:
+    """The run's own configuration, with new limits (stored with the run) where given. Refused, with nothing
+    written: a limit at or below what the run has used, and a finished run that would still have no room."""
+    run_cfg = config_from_store(store)
+    run_cfg.runs_dir = cfg.runs_dir
+    name = store.path.name
+    if store.get_meta("status") == "finished" and (store.get_meta("loop_state") or {}).get("phase") == "done":
+        raise RunError(f"run {name} is finished: its proposer had nothing new left to try; start a new run instead")
+    state = store.get_meta("loop_state") or {}
+    used = {"budget": float(store.get_meta("evaluations_done") or 0),
+            "wall_time_s": float(state.get("wall_time_used_s") or 0.0)}
     for key, value in limits.items():
+        if value <= used[key]:
+            what = f"the {used[key]:.0f} evaluations" if key == "budget" else f"the {used[key]:.3g} s"
+            flag = "--budget" if key == "budget" else "--wall-time"
+            raise RunError(f"{flag} {value:g} is not above {what} run {name} has used; pass a larger one")
         setattr(run_cfg, key, value)
+    after = _room(store, run_cfg)
+    if store.get_meta("status") == "finished" and after is not None:
+        if after.startswith("its LLM"):
+            hint = "the LLM caps cannot change on resume; start a new run"
+        elif not limits:
+            hint = "pass a larger --budget or --wall-time with --resume to continue it, or start a new run"
+        else:
+            hint = "raise that limit too to continue it, or start a new run"
+        raise RunError(f"run {name} is finished: {after}; {hint}")
     if limits:
         with store.transaction():
             store.set_meta("config", run_cfg.to_json())
             store.set_meta("budget", run_cfg.budget)
         (store.path / "config.json").write_text(json.dumps(run_cfg.to_json(), indent=2))
-    return bool(limits)
+    return run_cfg
 
 
 def start_or_resume(cfg: RunConfig, resume: str | None = None, replay: str | None = None, reevaluate: bool = False,
@@ -47,17 +77,7 @@ def start_or_resume(cfg: RunConfig, resume: str | None = None, replay: str | Non
     policy = None
     if resume is not None:
         store = RunStore(resolve_run(resume, cfg.runs_dir))
-        status = store.get_meta("status")
-        run_cfg = config_from_store(store)
-        run_cfg.runs_dir = cfg.runs_dir
-        exhausted = (store.get_meta("loop_state") or {}).get("phase") == "done"
-        raised = _raise_limits(store, run_cfg, {k: v for k, v in (raise_limits or {}).items() if v is not None})
-        if status == "finished" and exhausted:
-            raise RunError(f"run {store.path.name} is finished: its proposer had nothing new left to try; start a new "
-                           "run instead")
-        if status == "finished" and not raised:
-            raise RunError(f"run {store.path.name} is finished: its evaluations, wall time or LLM spend are used up; "
-                           "pass a larger --budget or --wall-time with --resume to continue it, or start a new run")
+        run_cfg = _resume_config(store, cfg, {k: v for k, v in (raise_limits or {}).items() if v is not None})
     elif replay is not None:
         from ksearch.search.replay import RecordedEvaluations
 

@@ -63,9 +63,9 @@ class Runner:
         return self.state.evaluations_done >= self.s.budget
 
     def spent(self) -> bool:
-        """Whether a budget that a resume cannot refill has run out: the evaluations, the wall time or the LLM spend
-        (a resume keeps the run's limits, so it would stop again at once). Such a run is finished and gets its
-        holdout; one paused by stop_after, Ctrl-C or SIGTERM is stopped and resumable."""
+        """Whether one of the run's limits has run out: the evaluations, the wall time or the LLM spend. Such a run is
+        finished and gets its holdout (a plain resume would stop again at once; `--resume` with a larger --budget
+        or --wall-time continues it); one paused by stop_after, Ctrl-C or SIGTERM is stopped and resumable."""
         wall = self.s.wall_time_s is not None and self.wall_used() >= self.s.wall_time_s
         return self.finished() or wall or self.llm_spent
 
