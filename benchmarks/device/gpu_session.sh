@@ -14,9 +14,6 @@ if [ "$S" -gt 0 ]; then
   timeout $((S + 40)) python3 -m ksearch.cli run selective_scan --backend mlx-cuda --budget 120 --wall-time $S \
     --runs-dir /tmp/runs --quiet 2>&1 | tail -15
   r=$(ls -d /tmp/runs/*-selective_scan-* | tail -1)
-  python3 -m ksearch.cli bench search-summary "$r" --out $OUT 2>&1 | tail -2
-  python3 -c "import sqlite3,sys; [print(*r) for r in sqlite3.connect(sys.argv[1]).execute(
-    'select eval_index, status, round(score,3), round(duration_s,1) from evaluations')]" "$r/run.db" \
-    | tee $OUT/scan_evals.txt
+  bash benchmarks/device/search_record.sh "$r" scan_evals.txt
 fi
 ls -la $OUT

@@ -7,7 +7,4 @@ S=${1:-360}
 timeout $((S + 170)) python3 -m ksearch.cli run attention --backend mlx-cuda --budget 120 --wall-time $S \
   --runs-dir /tmp/runs --quiet 2>&1 | tail -14
 r=$(ls -d /tmp/runs/*-attention-* | tail -1)
-python3 -m ksearch.cli bench search-summary "$r" --out $OUT 2>&1 | tail -2
-python3 -c "import sqlite3,sys; [print(*r) for r in sqlite3.connect(sys.argv[1]).execute(
-  'select eval_index, status, round(score,3), round(duration_s,1) from evaluations')]" "$r/run.db" \
-  | tee $OUT/attention-evals.txt
+bash benchmarks/device/search_record.sh "$r" attention-evals.txt

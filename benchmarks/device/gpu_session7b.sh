@@ -18,7 +18,4 @@ else
   timeout -k 5 "$2" python3 -m ksearch.cli run --resume "$r" --quiet 2>&1 | tail -24
 fi
 cp -r "$r" $OUT/runs/
-python3 -m ksearch.cli bench search-summary "$r" --out $OUT 2>&1 | tail -2
-python3 -c "import sqlite3,sys; [print(*r) for r in sqlite3.connect(sys.argv[1]).execute(
-  'select eval_index, status, round(score,3), round(duration_s,1) from evaluations')]" "$r/run.db" \
-  | tee $OUT/attention-evals.txt | tail -60
+bash benchmarks/device/search_record.sh "$r" attention-evals.txt 60
