@@ -16,7 +16,6 @@ from typing import Any
 from ksearch.kernels.attention_cuda import PrefillConfig
 from ksearch.kernels.attention_wgmma import WgmmaConfig
 from ksearch.kernels.attention_wgmma_ws import WsConfig
-from ksearch.kernels.decode_bulk import BulkConfig
 from ksearch.kernels.decode_cuda import DecodeConfig
 
 
@@ -151,18 +150,13 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool |
 
 
 def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
-                config: DecodeConfig | BulkConfig | None = None) -> tuple[str, Callable[[], Any]]:
-    """(name of the kernel `decode` runs: bulk_cluster, split_k, metal_split_k or native, a call that runs it)."""
+                config: DecodeConfig | None = None) -> tuple[str, Callable[[], Any]]:
+    """(name of the kernel `decode` runs: split_k, metal_split_k or native, a call that runs it)."""
     length = int(length)
     where = _backend()
     if where == "cuda":
-        from ksearch.kernels import decode_bulk, decode_cuda
+        from ksearch.kernels import decode_cuda
 
-        if isinstance(config, BulkConfig):  # asked for outright: Hopper only (bulk copies, clusters)
-            bulk = config
-            if hopper() and decode_bulk.supports(q, k_cache, length, bulk) and v_cache.shape == k_cache.shape:
-                return "bulk_cluster", lambda: decode_bulk.decode_bulk(q, k_cache, v_cache, length, bulk)
-            return "native", lambda: native_decode(q, k_cache, v_cache, length)
         if decode_cuda.supports(q, k_cache, length) and v_cache.shape == k_cache.shape:
             cfg = config or decode_config(q, k_cache, length)
             return "split_k", lambda: decode_cuda.decode_cuda(q, k_cache, v_cache, length, cfg)
@@ -175,6 +169,6 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
 
 
 def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
-           config: DecodeConfig | BulkConfig | None = None) -> Any:
+           config: DecodeConfig | None = None) -> Any:
     """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D)."""
     return decode_plan(q, k_cache, v_cache, length, use_metal=use_metal, config=config)[1]()
