@@ -3,6 +3,9 @@ configurations side by side with the split-K kernel and native over `ksearch ben
 
     python benchmarks/decode_cluster_check.py check           # every case against fp32; exit 1 on a failure
     python benchmarks/decode_cluster_check.py sweep OUT.json  # per shape: each configuration, split_k, native, interleaved
+
+KSEARCH_CLUSTER_CONFIGS=5,3 keeps those configurations of CONFIGS only (by index). Run with MLX_USE_CUDA_GRAPHS=0:
+MLX 0.32's CUDA graphs break later kernels without cluster dims once a cluster kernel has run (docs/attention.md).
 """
 
 from __future__ import annotations
@@ -23,8 +26,12 @@ from ksearch.kernels.attention import native_decode  # noqa: E402
 from ksearch.kernels.decode_cluster import ClusterConfig, cluster_size, decode_cluster  # noqa: E402
 from ksearch.kernels.decode_cuda import DecodeConfig, decode_cuda  # noqa: E402
 
-CONFIGS = [ClusterConfig(), ClusterConfig(slots=1), ClusterConfig(consumers=2, keys=64), ClusterConfig(producers=2),
-           ClusterConfig(consumers=8, producers=2, keys=16), ClusterConfig(consumers=2), ClusterConfig(max_cluster=1)]
+# Spelled out in full (the library default has changed since they were measured): index 5 is today's default.
+CONFIGS = [ClusterConfig(consumers=4), ClusterConfig(consumers=4, slots=1), ClusterConfig(consumers=2, keys=64),
+           ClusterConfig(consumers=4, producers=2), ClusterConfig(consumers=8, producers=2, keys=16),
+           ClusterConfig(consumers=2), ClusterConfig(consumers=4, max_cluster=1)]
+if os.environ.get("KSEARCH_CLUSTER_CONFIGS"):
+    CONFIGS = [CONFIGS[int(i)] for i in os.environ["KSEARCH_CLUSTER_CONFIGS"].split(",")]
 
 
 def ref(q, k, v):

@@ -158,6 +158,16 @@ def test_cuda_heuristics() -> None:
     assert "shared-memory" in _codes(lint_source(big, "mlx-cuda"))  # above Hopper's 227 KB
 
 
+def test_cluster_dims_warn_about_mlx_cuda_graphs() -> None:
+    # In the header (MLX writes the __global__ line, so cluster dims ride on a redefinition of it) or the body.
+    hdr = CUDA_WARN.replace("source=_SRC)", 'source=_SRC, header="#undef __global__\\n#define __global__ '
+                            '__attribute__((global)) __cluster_dims__(1, 2, 1)\\n")')
+    diags = lint_source(hdr, "mlx-cuda")
+    assert "cluster-graphs" in _codes(diags, "warning")
+    assert any("MLX_USE_CUDA_GRAPHS=0" in d.message for d in diags)
+    assert "cluster-graphs" not in _codes(lint_source(CUDA_WARN, "mlx-cuda"), "warning")
+
+
 def test_barrier_after_early_return_is_a_warning() -> None:
     src = CUDA_WARN.replace("    extern __shared__ float dyn[];\n", "    if (i >= 10) return;\n    __syncthreads();\n")
     assert "barrier-after-return" in _codes(lint_source(src, "mlx-cuda"), "warning")

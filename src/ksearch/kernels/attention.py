@@ -16,6 +16,7 @@ from typing import Any
 from ksearch.kernels.attention_cuda import PrefillConfig
 from ksearch.kernels.attention_wgmma import WgmmaConfig
 from ksearch.kernels.attention_wgmma_ws import WsConfig
+from ksearch.kernels.decode_cluster import ClusterConfig
 from ksearch.kernels.decode_cuda import DecodeConfig
 
 
@@ -150,10 +151,24 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool |
 
 
 def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
-                config: DecodeConfig | None = None) -> tuple[str, Callable[[], Any]]:
-    """(name of the kernel `decode` runs: split_k, metal_split_k or native, a call that runs it)."""
+                config: DecodeConfig | ClusterConfig | None = None) -> tuple[str, Callable[[], Any]]:
+    """(name of the kernel `decode` runs: split_k, cluster, metal_split_k or native, a call that runs it).
+
+    A ClusterConfig asks for the one-launch cluster kernel (decode_cluster.py): Hopper only, and only with MLX's CUDA
+    graphs off (ValueError otherwise, before anything runs: under MLX 0.32's graphs it would stop later custom kernels
+    from running); where it does not fit, native."""
     length = int(length)
     where = _backend()
+    if isinstance(config, ClusterConfig):
+        from ksearch.kernels import decode_cluster
+
+        cl = config
+        if where == "cuda" and hopper() and decode_cluster.supports(q, k_cache, length, cl) and \
+                v_cache.shape == k_cache.shape:
+            if not decode_cluster.graphs_off():
+                raise ValueError(decode_cluster.GRAPHS_ERROR)
+            return "cluster", lambda: decode_cluster.decode_cluster(q, k_cache, v_cache, length, cl)
+        return "native", lambda: native_decode(q, k_cache, v_cache, length)
     if where == "cuda":
         from ksearch.kernels import decode_cuda
 
@@ -169,6 +184,6 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
 
 
 def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
-           config: DecodeConfig | None = None) -> Any:
+           config: DecodeConfig | ClusterConfig | None = None) -> Any:
     """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D)."""
     return decode_plan(q, k_cache, v_cache, length, use_metal=use_metal, config=config)[1]()

@@ -15,11 +15,17 @@ softmax in fp32 with the exp2 trick, P straight from S's accumulators into P V (
 warps merge in shared memory; the CS splits of one (batch, kv head) form one cluster (`__cluster_dims__`, at most 8
 blocks) and merge through distributed shared memory, each rank writing a slice of the output. One kernel, one graph
 node, no zero-initialised scratch (the one-launch split-K variant needed an atomic counter and MLX's fill for it).
+
+Opt-in, and only with MLX's CUDA graphs off (MLX_USE_CUDA_GRAPHS=0 before MLX starts): under MLX 0.32.4's graphs,
+once a kernel with cluster dims has run, later custom kernels without them silently do not run (reproduced by
+benchmarks/experiments/cluster_graph_hazard.py; docs/attention.md). Measured on the H200 with graphs off: 1.22x of
+native as a geometric mean over `ksearch bench decode`'s shapes, where split-K gives 1.14x.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -249,7 +255,9 @@ SOURCE = r"""
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    consumers: int = 4     # consumer warps (NC)
+    # Consumer warps (NC). On the H200, 2 was the only configuration above native with CUDA graphs on (1.09x); with
+    # them off it measured 1.22x, 4 consumers with 2 producers 1.26x (ahead at B 1-8, behind at B 16 and D 64).
+    consumers: int = 2
     producers: int = 1     # warps that issue the copies (PW)
     keys: int = 32         # keys per tile (BK), a multiple of 16
     slots: int = 2         # tiles in flight per consumer warp (SPW)
@@ -282,6 +290,16 @@ def config_problem(cfg: ClusterConfig) -> str | None:
     if cfg.smem_bytes(128, 16) > 227 * 1024:
         return f"{cfg.smem_bytes(128, 16)} bytes of shared memory at D=128: fewer consumers, keys or slots"
     return None
+
+
+def graphs_off() -> bool:
+    """Whether MLX's CUDA graphs are off for this process (MLX reads MLX_USE_CUDA_GRAPHS when it starts)."""
+    return os.environ.get("MLX_USE_CUDA_GRAPHS", "").strip() == "0"
+
+
+GRAPHS_ERROR = ("the cluster decode kernel needs MLX_USE_CUDA_GRAPHS=0 set before MLX starts: under MLX 0.32's CUDA "
+                "graphs, once a cluster kernel has run, later custom kernels silently do not run; set it, or leave "
+                "`config` out for the split-K kernel")
 
 
 def supports(q: Any, k_cache: Any, length: int, cfg: ClusterConfig | None = None) -> bool:
@@ -329,6 +347,8 @@ def template(dtype: Any, d: int, g: int, cfg: ClusterConfig, cs: int) -> list[tu
 
 
 def decode_cluster(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig | None = None) -> Any:
+    if not graphs_off():
+        raise ValueError(GRAPHS_ERROR)
     cfg = cfg or ClusterConfig()
     b, hq, _, d = q.shape
     hkv = k_cache.shape[1]

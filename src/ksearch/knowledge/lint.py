@@ -253,6 +253,11 @@ def _lint_cuda(k: KernelUse) -> list[Diagnostic]:
                                 "ceil(grid/threadgroup) blocks, so the last block's extra threads run too; add "
                                 "`if (idx >= n) return;` (concept: bounds_check)",
                                 _py_line(k, line_of(body, global_index.start()))))
+    cluster = re.search(r"\b__cluster_dims__\b|\bcluster_dims\s*\(", strip_comments(k.header or "") + "\n" + body)
+    if cluster:
+        diags.append(Diagnostic("warning", "cluster-graphs", f"{k.name}: a kernel with cluster dims: under MLX 0.32's "
+                                "CUDA graphs (the default), later custom kernels without cluster dims silently do not "
+                                "run once it has; only with MLX_USE_CUDA_GRAPHS=0 (concept: clusters)", _py_line(k, None)))
     diags += _bank_conflicts(body, "__shared__", k, consts)
     diags += _early_return(body, r"\b__syncthreads\s*\(", k)
     return diags

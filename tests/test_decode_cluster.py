@@ -1,0 +1,82 @@
+"""The one-launch cluster decode (ksearch/kernels/decode_cluster.py): it compiles for sm_90a without spills at the
+configurations the H200 measured, its split count keeps one wave, and it only ever runs with MLX's CUDA graphs off
+(under MLX 0.32's graphs a cluster kernel stops later custom kernels from running)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import mlx.core as mx
+import pytest
+
+from ksearch.kernels import decode_cluster as DC
+from ksearch.kernels.attention_nvcc import compile_check, nvcc, wrap
+
+ka = importlib.import_module("ksearch.kernels.attention")  # the package re-exports a function of that name
+
+CONFIGS = [DC.ClusterConfig(), DC.ClusterConfig(consumers=4, producers=2), DC.ClusterConfig(keys=64),
+           DC.ClusterConfig(consumers=8, producers=2, keys=16)]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
+def test_cluster_decode_compiles_for_sm90a_without_spills() -> None:
+    units, budgets = [], []
+    prefix = len(DC.MMA_HEADER + DC.BAR_HEADER + DC.CLUSTER_HEADER)
+    for i, (cfg, dt, d, g, cs) in enumerate([(CONFIGS[0], "float16", 128, 4, 8), (CONFIGS[0], "bfloat16", 64, 1, 1),
+                                             (CONFIGS[1], "float16", 128, 8, 4), (CONFIGS[2], "bfloat16", 128, 16, 2),
+                                             (CONFIGS[3], "float16", 64, 4, 8)]):
+        header = DC.header(cfg, cs) if i == 0 else DC.header(cfg, cs)[prefix:]  # the helpers once per unit
+        units.append(wrap(f"cl{i}", DC.SOURCE, header, [("q", "T"), ("k", "T"), ("v", "T")], [("o", "T")],
+                          DC.template(dt, d, g, cfg, cs)))
+        budgets.append(65536 // cfg.threads())
+    ok, log = compile_check(units)
+    assert ok, log[-3000:]
+    regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
+    assert len(regs) == len(units) and all(r <= b for r, b in zip(regs, budgets, strict=True)), regs
+    assert set(re.findall(r"(\d+) bytes spill stores", log)) == {"0"}, log[-2000:]
+
+
+@pytest.mark.parametrize("bh,length,d,g", [(8, 4096, 128, 4), (64, 16384, 128, 4), (128, 32768, 128, 4),
+                                           (256, 4096, 64, 8), (3, 100, 128, 16), (1, 1, 64, 1)])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=repr)
+def test_splits_keep_one_wave_and_at_least_two_tiles_each(bh: int, length: int, d: int, g: int,
+                                                          cfg: DC.ClusterConfig) -> None:
+    cs = DC.cluster_size(bh, length, d, g, cfg)
+    assert cs in (1, 2, 4, 8) and cs <= cfg.max_cluster
+    if cs > 1:
+        assert bh * cs <= cfg.sms * cfg.blocks_per_sm(d, g)
+        assert -(-length // cfg.keys) >= 2 * cs
+    assert cfg.smem_bytes(d, g) <= 227 * 1024
+
+
+def test_bad_configurations_say_what_to_change() -> None:
+    assert "multiple of 16" in (DC.config_problem(DC.ClusterConfig(keys=24)) or "")
+    assert "portable" in (DC.config_problem(DC.ClusterConfig(max_cluster=16)) or "")
+    assert "shared memory" in (DC.config_problem(DC.ClusterConfig(consumers=8, keys=128, slots=4)) or "")
+    assert DC.config_problem(DC.ClusterConfig()) is None
+
+
+def test_the_cluster_kernel_runs_only_with_cuda_graphs_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    q = mx.zeros((1, 8, 1, 128), dtype=mx.float16)
+    kc = mx.zeros((1, 2, 512, 128), dtype=mx.float16)
+    cfg = DC.ClusterConfig()
+    assert ka.decode_plan(q, kc, kc, 300, config=cfg)[0] == "native"  # this machine: CPU
+    monkeypatch.setattr(ka, "_backend", lambda: "cuda")
+    monkeypatch.setattr(ka, "hopper", lambda: False)
+    assert ka.decode_plan(q, kc, kc, 300, config=cfg)[0] == "native"  # clusters and cp.async: Hopper only
+    monkeypatch.setattr(ka, "hopper", lambda: True)
+    monkeypatch.delenv("MLX_USE_CUDA_GRAPHS", raising=False)
+    with pytest.raises(ValueError, match="MLX_USE_CUDA_GRAPHS=0"):
+        ka.decode_plan(q, kc, kc, 300, config=cfg)
+    with pytest.raises(ValueError, match="MLX_USE_CUDA_GRAPHS=0"):
+        DC.decode_cluster(q, kc, kc, 300, cfg)  # the kernel itself refuses too, before building anything
+    monkeypatch.setenv("MLX_USE_CUDA_GRAPHS", "1")
+    with pytest.raises(ValueError, match="silently do not run"):
+        ka.decode(q, kc, kc, 300, config=cfg)
+    monkeypatch.setenv("MLX_USE_CUDA_GRAPHS", "0")
+    assert ka.decode_plan(q, kc, kc, 300, config=cfg)[0] == "cluster"
+    assert ka.decode_plan(q, kc, kc, 300)[0] == "split_k"  # the default is unchanged
+    assert ka.decode_plan(q.astype(mx.float32), kc.astype(mx.float32), kc.astype(mx.float32), 300,
+                          config=cfg)[0] == "native"

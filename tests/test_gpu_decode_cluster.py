@@ -1,0 +1,53 @@
+"""GPU checks of the one-launch cluster decode (marker `gpu`: skipped in CI; run on the H200 with mlx-cuda). Each runs
+in a process of its own with MLX_USE_CUDA_GRAPHS=0, which MLX reads when it starts and the kernel requires."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).parents[1]
+
+THROUGH_THE_LIBRARY = r"""
+import importlib, math
+import mlx.core as mx
+from ksearch.kernels.decode_cluster import ClusterConfig
+ka = importlib.import_module("ksearch.kernels.attention")
+mx.random.seed(0)
+for b, hq, hkv, cap, n, d, dt in [(1, 32, 8, 4352, 4096, 128, mx.float16), (4, 32, 8, 8448, 8192, 64, mx.bfloat16),
+                                  (16, 32, 8, 1300, 1000, 128, mx.float16)]:
+    q = mx.random.normal((b, hq, 1, d)).astype(dt)
+    kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+    vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+    assert ka.decode_plan(q, kc, vc, n, config=ClusterConfig())[0] == "cluster"
+    g = hq // hkv
+    k = mx.repeat(kc[:, :, :n].astype(mx.float32), g, axis=1)
+    v = mx.repeat(vc[:, :, :n].astype(mx.float32), g, axis=1)
+    ref = mx.softmax((q.astype(mx.float32) @ k.transpose(0, 1, 3, 2)) / math.sqrt(d), axis=-1) @ v
+    for out in (ka.decode(q, kc, vc, n, config=ClusterConfig()), ka.decode(q, kc, vc, n)):  # then split-K after it
+        err = mx.max(mx.abs(out.astype(mx.float32) - ref)).item()
+        assert err < (2e-2 if dt == mx.bfloat16 else 4e-3), (b, n, d, dt, err)
+print("ok")
+"""
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "MLX_USE_CUDA_GRAPHS": "0", **env}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_cluster_decode_matches_fp32_with_graphs_off() -> None:
+    pytest.importorskip("mlx.core")
+    proc = _run([str(ROOT / "benchmarks" / "decode_cluster_check.py"), "check"], {"KSEARCH_CLUSTER_CONFIGS": "5,3,6"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+
+def test_decode_with_a_cluster_config_runs_it_and_leaves_later_kernels_intact() -> None:
+    pytest.importorskip("mlx.core")
+    proc = _run(["-c", THROUGH_THE_LIBRARY], {})
+    assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
