@@ -3,11 +3,7 @@ and per worker start, for one or more candidates judged in turn by one Evaluator
 baseline is timed once, at the first candidate; the reference worker is kept). Used to find why a GPU evaluation
 takes tens of seconds.
 
-    python benchmarks/eval_phases.py TASK BACKEND CANDIDATE.py|family:ID:PARAMS_JSON [...] [--workloads A,B] [--ab N]
-
---ab N: after one warm-up evaluation of each candidate (it fills MLX's on-disk kernel cache, so that later evaluations
-compile alike), N pairs of evaluations with the reference prefetch off, then on (Evaluator.prefetch_references);
-prints each one's wall time and the medians.
+    python benchmarks/eval_phases.py TASK BACKEND CANDIDATE.py|family:ID:PARAMS_JSON [...] [--workloads A,B]
 
 A `family:` argument renders a template family with the given parameters, e.g.
 `family:attention.cuda.flash_wgmma:{"wg":3,"bn":64,"producer":true}`.
@@ -18,7 +14,6 @@ from __future__ import annotations
 import collections
 import importlib
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -62,11 +57,6 @@ def main() -> None:
         i = args.index("--workloads")
         workloads = args[i + 1].split(",")
         del args[i:i + 2]
-    ab = 0
-    if "--ab" in args:
-        i = args.index("--ab")
-        ab = int(args[i + 1])
-        del args[i:i + 2]
     task, backend, candidates = args[0], args[1], args[2:]
     evaluate_mod = importlib.import_module("ksearch.harness.evaluate")  # the module, not the re-exported function
     process.WorkerProcess.request = _timed("request", process.WorkerProcess.request)  # type: ignore[method-assign]
@@ -74,9 +64,6 @@ def main() -> None:
     with Evaluator(get_task(task), get_backend(backend)) as ev:
         for arg in candidates:
             name, source = _source(arg)
-            if ab:
-                _ab(ev, name, source, workloads, ab)
-                continue
             SECONDS.clear()
             COUNTS.clear()
             t0 = time.perf_counter()
@@ -85,23 +72,6 @@ def main() -> None:
                   f"{(result.message or '')[:300]}")
             for (kind, what), secs in SECONDS.most_common():
                 print(f"{kind:8s} {what:12s} x{COUNTS[(kind, what)]:<4d} {secs:8.2f}s")
-
-
-def _ab(ev: Evaluator, name: str, source: str, workloads: list[str] | None, pairs: int) -> None:
-    walls: dict[bool, list[float]] = {False: [], True: []}
-    for i in range(1 + 2 * pairs):
-        prefetch = i > 0 and i % 2 == 0  # warm-up (off), then off, on, off, on, ...
-        ev.prefetch_references = prefetch
-        t0 = time.perf_counter()
-        result = ev.evaluate(source, EvalOptions(workloads=workloads))
-        wall = time.perf_counter() - t0
-        if i:
-            walls[prefetch].append(wall)
-        print(f"{name} {'warm-up ' if not i else ''}prefetch={prefetch}: {result.status} score={result.score:.4g} "
-              f"{wall:.2f}s", flush=True)
-    off, on = statistics.median(walls[False]), statistics.median(walls[True])
-    print(f"== {name}: median {off:.2f}s without the prefetch, {on:.2f}s with it ({off / on:.2f}x)", flush=True)
-    ev.prefetch_references = True
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ import math
 import random
 import re
 import secrets
-import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -92,11 +91,6 @@ class Evaluator:
         self._ref: WorkerProcess | None = None
         self._ref_cache: OrderedDict[tuple[str, int, int], tuple[dict[str, str], list[np.ndarray]]] = OrderedDict()
         self._ref_bytes = 0
-        # One request at a time to the reference worker: the prefetch thread and the judging thread share it.
-        self._ref_lock = threading.Lock()
-        # Compute a candidate's references (its seeds are known before it starts) while it compiles and runs its
-        # trials; joined before timing starts, so timing never shares the device with it.
-        self.prefetch_references = True
         self._baselines: dict[tuple[str, str], float] = {}
         self._env: dict[str, Any] | None = None
 
@@ -125,16 +119,17 @@ class Evaluator:
     def reference(self, workload: Workload, seed: int, shift: int = 0) -> tuple[dict[str, str], list[np.ndarray]]:
         """Reference outputs for the inputs of (workload, seed); with `shift`, for those inputs as a timed call saw
         them (rotated, see timing.SHIFTS)."""
-        with self._ref_lock:
-            return self._reference(workload, seed, shift)
-
-    def _reference(self, workload: Workload, seed: int, shift: int) -> tuple[dict[str, str], list[np.ndarray]]:
         key = (workload.name, seed, shift)
         if key in self._ref_cache:
             self._ref_cache.move_to_end(key)
             return self._ref_cache[key]
         deadline = time.monotonic() + 1800
-        reply, arrays = self._reference_worker(deadline).request({"op": "reference", "workload": workload.name, "seed": seed,
+        if self._ref is None or self._ref.proc.poll() is not None:
+            self._ref, reply = start("reference", self.task.origin, self.device, 1 << 40, deadline,
+                                     env={"MLX_ENABLE_TF32": "0"})
+            if not reply.get("ok"):
+                raise RuntimeError(f"the reference worker failed to start: {reply.get('error')}")
+        reply, arrays = self._ref.request({"op": "reference", "workload": workload.name, "seed": seed,
                                            "shift": shift}, deadline)
         if not reply.get("ok"):
             raise RuntimeError(f"the task's reference failed on {workload.name}: {reply.get('error')}")
@@ -146,31 +141,6 @@ class Evaluator:
             _, (_, old) = self._ref_cache.popitem(last=False)
             self._ref_bytes -= sum(o.nbytes for o in old)
         return value
-
-    def _reference_worker(self, deadline: float) -> WorkerProcess:
-        if self._ref is None or self._ref.proc.poll() is not None:
-            self._ref, reply = start("reference", self.task.origin, self.device, 1 << 40, deadline,
-                                     env={"MLX_ENABLE_TF32": "0"})
-            if not reply.get("ok"):
-                raise RuntimeError(f"the reference worker failed to start: {reply.get('error')}")
-        return self._ref
-
-    def _prefetch(self, pairs: list[tuple[Workload, int]], stop: threading.Event) -> threading.Thread:
-        """References for `pairs`, in the order the judging thread will ask for them, on a thread of their own. A
-        failure just ends it: the judging thread asks again and reports the error itself."""
-
-        def run() -> None:
-            for w, seed in pairs:
-                if stop.is_set():
-                    return
-                try:
-                    self.reference(w, seed)
-                except Exception:  # noqa: BLE001 - surfaced by the judging thread's own request
-                    return
-
-        thread = threading.Thread(target=run, name="ksearch-reference-prefetch", daemon=True)
-        thread.start()
-        return thread
 
     # -- timing (shared by candidates and baselines) -------------------------------------------------------------
     def _time(self, worker: WorkerProcess, workload: Workload, deadline: float,
@@ -328,15 +298,7 @@ class Evaluator:
         timeout = opts.timeout_s or default_timeout(self.backend)
         deadline = t_start + timeout
         worker: WorkerProcess | None = None
-        stop = threading.Event()
-        prefetch: threading.Thread | None = None
         try:
-            if self.prefetch_references:
-                with self._ref_lock:  # started here, not on the thread: never two workers spawned at once
-                    self._reference_worker(time.monotonic() + 1800)
-                order = [(w, s) for w in workloads for s in seeds[w.name][:TRIALS]]
-                order += [(w, s) for w in workloads for s in seeds[w.name][TRIALS:]]
-                prefetch = self._prefetch(order, stop)
             worker, reply = start("candidate", self.task.origin, self.device, opts.memory_limit_bytes, deadline,
                                   source=source, forbidden=self.task.forbidden, env=opts.extra_env)
             if not reply.get("ok"):
@@ -345,8 +307,6 @@ class Evaluator:
                 raise _Fail(status, "import failed: " + err[-2000:] + _tail(worker))
             for w, wr in zip(workloads, result.workloads, strict=True):
                 self._correctness(worker, w, wr, seeds[w.name][:TRIALS], deadline)
-            if prefetch is not None:
-                prefetch.join()  # nothing else on the device while the candidate is timed
             for w, wr in zip(workloads, result.workloads, strict=True):
                 measured = self._time(worker, w, deadline, spot_check=True)
                 if measured.error:
@@ -390,9 +350,6 @@ class Evaluator:
             msg = f"the candidate exceeded the {timeout:.0f}s time limit" if died.kind == "timeout" else str(died)
             raise _Fail(status, msg + (_tail(worker) if worker else "")) from died
         finally:
-            stop.set()
-            if prefetch is not None:
-                prefetch.join()
             if worker is not None:
                 worker.close()
 
