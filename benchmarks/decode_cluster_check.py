@@ -83,12 +83,8 @@ def sweep(out: str) -> None:
     rows = []
     for shape in ba.decode_shapes(True):
         dt = getattr(mx, shape["dtype"])
-        b, hq, hkv, d, n, cap = (shape[k] for k in ("B", "Hq", "Hkv", "D", "length", "capacity"))
-        mx.random.seed(0)
-        q = mx.random.normal((b, hq, 1, d)).astype(dt)
-        kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
-        vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
-        mx.eval(q, kc, vc)
+        b, hq, hkv, d, n = (shape[k] for k in ("B", "Hq", "Hkv", "D", "length"))
+        q, kc, vc = ba.decode_inputs(shape)
         fns = {"native_slice": lambda: native_decode(q, kc, vc, n),  # noqa: B023 - used within the iteration
                "split_k": lambda: decode_cuda(q, kc, vc, n, DecodeConfig())}  # noqa: B023
         for i, cfg in enumerate(CONFIGS):

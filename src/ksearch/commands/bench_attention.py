@@ -94,18 +94,28 @@ def _dtype(name: str) -> Any:
     return getattr(mx, name)
 
 
+def decode_inputs(shape: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """q (B, Hq, 1, D) and K / V caches (B, Hkv, capacity, D) for a decode shape, seeded, evaluated."""
+    import mlx.core as mx
+
+    dt = _dtype(shape["dtype"])
+    b, hq, hkv, d, cap = (shape[k] for k in ("B", "Hq", "Hkv", "D", "capacity"))
+    mx.random.seed(0)
+    q = mx.random.normal((b, hq, 1, d)).astype(dt)
+    kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+    vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+    mx.eval(q, kc, vc)
+    return q, kc, vc
+
+
 def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, config: Any = None) -> dict[str, Any]:
     import mlx.core as mx
 
     from ksearch.kernels.attention import decode, decode_plan, native_decode
 
     dt = _dtype(shape["dtype"])
-    b, hq, hkv, d, length, cap = (shape[k] for k in ("B", "Hq", "Hkv", "D", "length", "capacity"))
-    mx.random.seed(0)
-    q = mx.random.normal((b, hq, 1, d)).astype(dt)
-    kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
-    vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
-    mx.eval(q, kc, vc)
+    b, hkv, d, length = (shape[k] for k in ("B", "Hkv", "D", "length"))
+    q, kc, vc = decode_inputs(shape)
 
     def native_contig() -> Any:
         k = mx.contiguous(kc[:, :, :length])
