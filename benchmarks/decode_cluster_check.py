@@ -61,6 +61,7 @@ def check() -> int:
         elif layout == "padded_rows":  # rows of D + 4: not 16-byte aligned, must come out NaN, never wrong numbers
             kc = mx.random.normal((b, hkv, cap, d + 4)).astype(dt)[..., :d]
             vc = mx.random.normal((b, hkv, cap, d + 4)).astype(dt)[..., :d]
+            q = mx.random.normal((b, hq, 1, d + 2)).astype(dt)[..., 1:d + 1]  # and q two bytes off its alignment
         else:
             kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
             vc = mx.random.normal((b, hkv, cap, d)).astype(dt)

@@ -70,6 +70,7 @@ SOURCE = r"""
     // 16-byte copies need 16-byte aligned rows: a layout we cannot copy gives NaN, never a silently wrong number.
     const bool layout_ok = k_strides[3] == 1 && v_strides[3] == 1 && q_strides[3] == 1
         && ((k_strides[0] | k_strides[1] | k_strides[2] | v_strides[0] | v_strides[1] | v_strides[2]) & 7) == 0
+        && ((q_strides[0] | q_strides[1]) & 1) == 0 && (reinterpret_cast<unsigned long long>(q) & 3) == 0
         && ((reinterpret_cast<unsigned long long>(k) | reinterpret_cast<unsigned long long>(v)) & 15) == 0;
     const int all_tiles = (len + BK - 1) / BK, per = (all_tiles + CS - 1) / CS;
     const int t0 = split * per;
@@ -113,7 +114,7 @@ SOURCE = r"""
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int row = gq + 8 * (e & 1), col = kk * 16 + 2 * tq + 8 * (e >> 1);
-          qa[kk][e] = row < G ? *reinterpret_cast<const unsigned*>(qb + row * q_strides[1] + col) : 0u;
+          qa[kk][e] = layout_ok && row < G ? *reinterpret_cast<const unsigned*>(qb + row * q_strides[1] + col) : 0u;
         }
       }
       const float sl2 = 1.4426950408889634f * rsqrtf((float)D);  // exp2 domain

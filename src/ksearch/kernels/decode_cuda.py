@@ -57,15 +57,23 @@ SPLIT_SOURCE = r"""
     const int b = bh / hpb, hb = bh % hpb, hk = hb * G / grp;
     const int chunk = ((len + nsplit - 1) / nsplit + STEP - 1) / STEP * STEP;
     const int start = split * chunk;
-    const int end = min(len, start + chunk);
-    const bool dense_rows = k_strides[3] == 1 && v_strides[3] == 1 && q_strides[3] == 1;
+    // 16-byte loads need rows 16-byte aligned: a layout we cannot load reads nothing and gives NaN (below), never a
+    // misaligned access (which would poison the process's CUDA context) or a silently wrong number.
+    const bool dense_rows = k_strides[3] == 1 && v_strides[3] == 1 && q_strides[3] == 1
+        && ((k_strides[0] | k_strides[1] | k_strides[2] | v_strides[0] | v_strides[1] | v_strides[2]
+             | q_strides[0] | q_strides[1]) & 7) == 0
+        && ((reinterpret_cast<unsigned long long>(k) | reinterpret_cast<unsigned long long>(v)
+             | reinterpret_cast<unsigned long long>(q)) & 15) == 0;
+    const int end = dense_rows ? min(len, start + chunk) : start;
 
     // q pre-scaled by log2(e)/sqrt(D): scores come out in the exp2 domain.
     const float qscale = 1.4426950408889634f * rsqrtf((float)D);
     float qf[G][8];
     #pragma unroll
     for (int g = 0; g < G; ++g) {
-      uint4 r = *reinterpret_cast<const uint4*>(q + b * q_strides[0] + (hb * G + g) * q_strides[1] + part * 8);
+      uint4 r = dense_rows
+          ? *reinterpret_cast<const uint4*>(q + b * q_strides[0] + (hb * G + g) * q_strides[1] + part * 8)
+          : make_uint4(0, 0, 0, 0);
       ks_unpack8<T>(r, qf[g]);
       #pragma unroll
       for (int i = 0; i < 8; ++i) qf[g][i] *= qscale;
@@ -205,7 +213,7 @@ SPLIT_SOURCE = r"""
         as += sm_acc[w][g][d] * c;
       }
       size_t row = ((size_t)bh * nsplit + split) * G + g;
-      // A layout we do not handle (last dim not contiguous) gives NaN, never a silently wrong number.
+      // A layout we do not handle (see dense_rows) gives NaN, never a silently wrong number.
       part_acc[row * D + d] = dense_rows ? as : __int_as_float(0x7fc00000);
       if (d == 0) { part_ml[row * 2] = mn; part_ml[row * 2 + 1] = ls; }
     }
