@@ -298,6 +298,20 @@ def test_bench_rejects_an_unwritable_out_dir_before_timing(tmp_path: pathlib.Pat
     assert blocker.read_text() == "not a directory"  # nothing overwritten
 
 
+@pytest.mark.parametrize(("extra", "env", "says"), [(["--kernel", "cluster"], {}, "MLX_USE_CUDA_GRAPHS=0"),
+                                                    (["--kernel", "fused"], {}, "split_k or cluster")])
+def test_bench_decode_refuses_a_kernel_it_cannot_run_in_one_line(tmp_path: pathlib.Path, extra: list[str],
+                                                                  env: dict[str, str], says: str) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "ksearch.cli", "bench", "decode", "--out", str(tmp_path), *extra],
+                          capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", **env})
+    assert proc.returncode == 2
+    assert says in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
+    assert not list(tmp_path.iterdir())  # refused before any timing or file
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
 @pytest.mark.parametrize("cp", ["cg", "ca"])

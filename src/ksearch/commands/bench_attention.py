@@ -181,15 +181,16 @@ def summarize_prefill(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callable[[str], None] = print,
-              config: Any = None) -> Any:
+              config: Any = None, name: str | None = None) -> Any:
     from ksearch.backends import get_backend
     from ksearch.report.benchjson import make_result, write_result
 
     backend = get_backend(None)
     if kind == "decode":
-        shapes, one, summ, name = decode_shapes(full), bench_decode_shape, summarize_decode, "decode"
+        shapes, one, summ, default = decode_shapes(full), bench_decode_shape, summarize_decode, "decode"
     else:
-        shapes, one, summ, name = prefill_shapes(full), bench_prefill_shape, summarize_prefill, "attention-prefill"
+        shapes, one, summ, default = prefill_shapes(full), bench_prefill_shape, summarize_prefill, "attention-prefill"
+    name = name or default
     rows = []
     for shape in shapes:
         rows.append(one(shape, config=config))
@@ -241,7 +242,18 @@ def register(bench_app: typer.Typer) -> None:
 
     @bench_app.command("decode")
     def decode_cmd(full: bool = typer.Option(True, help="add a bf16 and a D=64 shape to the B x length grid"),
-                   out: str = typer.Option("benchmarks/results", help="directory for the JSON result")) -> None:
-        """GQA decode: our split-K flash-decoding kernel vs MLX's attention on the cache (the faster of two ways)."""
+                   out: str = typer.Option("benchmarks/results", help="directory for the JSON result"),
+                   kernel: str = typer.Option("split_k", help="split_k (the default kernel), or cluster: the opt-in "
+                                              "one-launch kernel (Hopper, MLX_USE_CUDA_GRAPHS=0)")) -> None:
+        """GQA decode: our kernel vs MLX's attention on the cache (the faster of two ways)."""
+        from ksearch.kernels.decode_cluster import GRAPHS_ERROR, ClusterConfig, graphs_off
+
+        if kernel not in ("split_k", "cluster"):
+            raise typer.BadParameter(f"{kernel!r}: use split_k or cluster", param_hint="--kernel")
+        if kernel == "cluster" and not graphs_off():
+            raise typer.BadParameter(GRAPHS_ERROR, param_hint="--kernel")
         check_out_dir(out)
-        run_bench("decode", full, out)
+        if kernel == "cluster":  # its own file: the default kernel's results stay as they are
+            run_bench("decode", full, out, config=ClusterConfig(), name="decode-cluster")
+        else:
+            run_bench("decode", full, out)
