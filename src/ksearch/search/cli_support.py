@@ -17,10 +17,15 @@ from ksearch.store import RunStore, resolve_run
 RAISABLE = ("budget", "wall_time_s")
 
 
+def _used(store: RunStore) -> tuple[int, float]:
+    """(evaluations done, wall-time seconds used) of a stored run."""
+    state = store.get_meta("loop_state") or {}
+    return int(store.get_meta("evaluations_done") or 0), float(state.get("wall_time_used_s") or 0.0)
+
+
 def _room(store: RunStore, run_cfg: RunConfig) -> str | None:
     """Which of a run's limits leaves it no room to go on (None if none does): a resume would stop at once."""
-    state = store.get_meta("loop_state") or {}
-    done, used = int(store.get_meta("evaluations_done") or 0), float(state.get("wall_time_used_s") or 0.0)
+    done, used = _used(store)
     usage = store.get_meta("llm_usage") or {}
     if done >= run_cfg.budget:
         return f"its {done} evaluations reached the budget of {run_cfg.budget}"
@@ -42,9 +47,8 @@ def _resume_config(store: RunStore, cfg: RunConfig, limits: dict[str, float | in
     name = store.path.name
     if store.get_meta("status") == "finished" and (store.get_meta("loop_state") or {}).get("phase") == "done":
         raise RunError(f"run {name} is finished: its proposer had nothing new left to try; start a new run instead")
-    state = store.get_meta("loop_state") or {}
-    used = {"budget": float(store.get_meta("evaluations_done") or 0),
-            "wall_time_s": float(state.get("wall_time_used_s") or 0.0)}
+    done, wall = _used(store)
+    used = {"budget": float(done), "wall_time_s": wall}
     for key, value in limits.items():
         if value <= used[key]:
             what = f"the {used[key]:.0f} evaluations" if key == "budget" else f"the {used[key]:.3g} s"

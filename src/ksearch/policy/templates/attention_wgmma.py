@@ -23,10 +23,6 @@ from ksearch.policy.templates.base import TemplateFamily
 _MMA = attention_cuda.PrefillConfig(128, 64, True)
 
 
-def _producer(p: dict[str, Any], d: int) -> bool:
-    return bool(p.get("producer"))
-
-
 def configs(p: dict[str, Any]) -> tuple[Any, Any]:
     """(the synchronous kernel's WgmmaConfig, the producer kernel's WsConfig) for a parameter set; one of them runs."""
     cfg = attention_wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], cp=p["cp"])
@@ -48,12 +44,13 @@ def valid(p: dict[str, Any]) -> bool:
 
 def render_flash_wgmma(p: dict[str, Any]) -> str:
     cfg, ws = configs(p)
+    producer = bool(p["producer"])  # the same kernel at both head dims
     bm, nt = 64 * cfg.wg, 128 * cfg.wg
     mma_nt = _MMA.bm // 16 * 32
-    threads = {d: nt + (128 if _producer(p, d) else 0) for d in (64, 128)}
+    threads = {d: nt + (128 if producer else 0) for d in (64, 128)}
     # the producer kernel's own template constants, as the library passes them
     stage = "".join(f", ({name!r}, {value!r})" for name, value in attention_wgmma_ws.stage_args(ws)).replace("'", '"')
-    extra = {d: stage if _producer(p, d) else "" for d in (64, 128)}
+    extra = {d: stage if producer else "" for d in (64, 128)}
     bulk = bool(p["producer"] and p["bulk"])
     images = {d: "\n            k, v = _images(k, v)" if bulk else "" for d in (64, 128)}
     wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
@@ -71,14 +68,14 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     # linter reads them (whole warpgroups for wgmma, shared memory within the chip's limit).
     kernels = "\n".join(
         f'''_wg{d} = mx.fast.cuda_kernel(name="flash_wgmma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
-                             source={"WS_SOURCE" if _producer(p, d) else "WG_SOURCE"}, header=WG_HEADER_{threads[d]},
-                             shared_memory={ws.smem_bytes(d) if _producer(p, d) else cfg.smem_bytes(d)})
+                             source={"WS_SOURCE" if producer else "WG_SOURCE"}, header=WG_HEADER_{threads[d]},
+                             shared_memory={ws.smem_bytes(d) if producer else cfg.smem_bytes(d)})
 _mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
                               source=MMA_SOURCE, header=MMA_HEADER, shared_memory={_MMA.smem_bytes(d)})''' for d in (64, 128))
     pre = attention_wgmma.cp_cache(cfg.cp)[0]  # the cp.async cache mode
     headers = "\n".join(f"WG_HEADER_{t} = {pre + attention_wgmma.HEADER + attention_wgmma_ws.BULK_HEADER + attention_wgmma.launch_bounds(t)!r}"
                          for t in sorted(set(threads.values())))
-    ws_source = f"WS_SOURCE = {attention_wgmma_ws.SOURCE!r}" if _producer(p, 128) else ""
+    ws_source = f"WS_SOURCE = {attention_wgmma_ws.SOURCE!r}" if producer else ""
     image = f'''IMAGE_SOURCE = {attention_wgmma_ws.IMAGE_SOURCE!r}
 _image = mx.fast.cuda_kernel(name="tile_image", input_names=["k", "v"], output_names=["ki", "vi"], source=IMAGE_SOURCE)
 
