@@ -300,8 +300,8 @@ def graphs_off() -> bool:
 
 
 GRAPHS_ERROR = ("the cluster decode kernel needs MLX_USE_CUDA_GRAPHS=0 set before MLX starts: under MLX 0.32's CUDA "
-                "graphs, once a cluster kernel has run, later custom kernels silently do not run; set it, or leave "
-                "`config` out for the split-K kernel")
+                "graphs, once a cluster kernel has run, later custom kernels silently do not run; set it, or use the "
+                "default split-K kernel (no `config=`, or --kernel split_k)")
 
 
 def supports(q: Any, k_cache: Any, length: int, cfg: ClusterConfig | None = None) -> bool:
