@@ -12,7 +12,7 @@ from ksearch.config import RunConfig
 from ksearch.harness.result import EvalResult, WorkloadResult
 from ksearch.policy.base import PolicyError
 from ksearch.search.run import create_run, execute
-from ksearch.search.world_model import WorldModel
+from ksearch.worldmodel import WorldModel
 
 
 def scripted_judge(source: str) -> EvalResult:

@@ -57,8 +57,8 @@ def test_offline_policy_actions_come_from_patterns(tmp_path: Path) -> None:
     from ksearch.backends import get_backend
     from ksearch.policy.base import PolicyContext
     from ksearch.policy.offline import OfflinePolicy
-    from ksearch.search.world_model import WorldModel
     from ksearch.tasks import get_task
+    from ksearch.worldmodel import WorldModel
 
     ctx = PolicyContext(task=get_task("softmax"), backend=get_backend("mlx-cpu"), rng=random.Random(0),
                         port_context={"patterns": ["mx_compile_fusion"]})
@@ -78,8 +78,8 @@ def test_offline_attention_on_cuda_starts_on_tensor_cores() -> None:
     from ksearch.backends.detect import Backend
     from ksearch.policy.base import ImplementRequest, PolicyContext
     from ksearch.policy.offline import OfflinePolicy
-    from ksearch.search.world_model import WorldModel
     from ksearch.tasks import get_task
+    from ksearch.worldmodel import WorldModel
 
     # The policy only reads the backend's name and family: no GPU needed to check its choice.
     ctx = PolicyContext(task=get_task("attention"), backend=Backend("mlx-cuda", "cuda"), rng=random.Random(0))

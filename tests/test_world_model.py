@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ksearch.config import SelectionWeights
-from ksearch.search.world_model import EditRejected, WorldModel, WorldModelError
+from ksearch.worldmodel import EditRejected, WorldModel, WorldModelError
 
 FIXTURE = Path(__file__).parent / "data" / "kstyle_world_model.json"
 W = SelectionWeights()

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ksearch.config import SelectionWeights
-from ksearch.search.world_model import EditRejected, WorldModel
+from ksearch.worldmodel import EditRejected, WorldModel
 
 BOGUS = ["ghost", "root2", "", 7]
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

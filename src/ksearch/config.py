@@ -15,7 +15,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class SelectionWeights:
-    """Weights of the frontier priority V (see search/world_model.py)."""
+    """Weights of the frontier priority V (see worldmodel/model.py)."""
 
     score: float = 1.0
     rating: float = 0.6

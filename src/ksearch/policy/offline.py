@@ -13,6 +13,7 @@ from typing import Any
 
 from ksearch.policy.base import Attempt, ImplementRequest, PolicyContext
 from ksearch.policy.templates import TemplateFamily, families_for
+from ksearch.worldmodel import WorldModel
 
 #: Used when the knowledge layer is absent or lacks an entry: neutral priors.
 _DEFAULT_PRIOR = {"rating_0_to_10": 5, "difficulty_1_to_5": 3, "expected_vs_baseline_factor": 1.2,
@@ -79,8 +80,6 @@ class OfflinePolicy:
         return list(seen.values())
 
     def init_world_model(self, ctx: PolicyContext, analysis: str) -> dict[str, Any]:
-        from ksearch.search.world_model import WorldModel
-
         actions = self._actions(ctx)
         summary = analysis.splitlines()[0] if analysis else ctx.task.name
         return WorldModel.new(summary, actions).to_json()

@@ -12,7 +12,7 @@ from ksearch.config import SelectionWeights
 from ksearch.policy.base import Attempt, Feedback, ImplementRequest, Mode
 from ksearch.search.runner import IMPROVEMENT, Runner, SearchSetup, StopSearch
 from ksearch.search.state import Cycle, LoopState
-from ksearch.search.world_model import EditRejected, WorldModel, WorldModelError
+from ksearch.worldmodel import EditRejected, WorldModel, WorldModelError
 
 EDIT_RETRIES = 2
 MAX_SKIPS = 12  # proposals in a row that produce nothing new end a cycle (duplicates cost no budget)

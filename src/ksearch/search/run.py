@@ -97,7 +97,7 @@ class _Judge:
 def _runner(strategy: str, setup: SearchSetup, state: LoopState, wm: dict[str, Any] | None) -> Any:
     if strategy == "ksearch":
         from ksearch.search.loop import KSearch
-        from ksearch.search.world_model import WorldModel
+        from ksearch.worldmodel import WorldModel
 
         return KSearch(setup, state, WorldModel.from_json(wm) if wm else None)
     from ksearch.search.strategies import Evolve, Greedy

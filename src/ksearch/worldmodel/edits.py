@@ -27,7 +27,7 @@ import copy
 import json
 from typing import Any
 
-from ksearch.search.world_model_schema import (
+from ksearch.worldmodel.schema import (
     CLOSED_STATES,
     OPEN,
     EditRejected,

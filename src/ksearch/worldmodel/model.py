@@ -23,8 +23,8 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ksearch.search.world_model_edits import apply_edit_ops, has_open_child
-from ksearch.search.world_model_schema import (
+from ksearch.worldmodel.edits import apply_edit_ops, has_open_child
+from ksearch.worldmodel.schema import (
     ACTION_KEYS,
     CLOSED,
     NODE_KEYS,
@@ -333,7 +333,7 @@ class WorldModel:
         require_child_of: str | None = None,
     ) -> list[str]:
         """Apply the proposer's edit {"active_leaf_id": ..., "ops": [...]} all or nothing; see
-        world_model_edits. Raises EditRejected (model unchanged) with a reason the proposer can act on.
+        worldmodel/edits.py. Raises EditRejected (model unchanged) with a reason the proposer can act on.
         Returns what changed."""
         if require_child_of is not None:
             self._node(require_child_of)

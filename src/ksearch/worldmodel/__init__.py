@@ -1,0 +1,9 @@
+"""The K-Search world model: the decision tree of optimisation actions that policy and search both work on.
+
+model.py holds the tree and its accessors, edits.py the proposer's edit operations, schema.py the JSON shape.
+"""
+
+from ksearch.worldmodel.model import WorldModel
+from ksearch.worldmodel.schema import EditRejected, WorldModelError
+
+__all__ = ["EditRejected", "WorldModel", "WorldModelError"]
