@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
+from ksearch.backends.profiles import PROFILES_FILE, PROFILES_SCHEMA, match_profile
 from ksearch.knowledge import (
     DATA,
     SCHEMAS,
@@ -36,11 +38,14 @@ REQUIRED_CONCEPTS = {
 }
 
 
-@pytest.mark.parametrize("name", ["concepts", "patterns", "assertions", "hardware"])
-def test_yaml_matches_its_schema(name: str) -> None:
-    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+@pytest.mark.parametrize(("data", "schema_file"), [
+    *((DATA / f"{name}.yaml", SCHEMAS / f"{name}.schema.json") for name in ("concepts", "patterns", "assertions")),
+    (PROFILES_FILE, PROFILES_SCHEMA),
+], ids=["concepts", "patterns", "assertions", "hardware"])
+def test_yaml_matches_its_schema(data: Path, schema_file: Path) -> None:
+    schema = json.loads(schema_file.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    jsonschema.validate(yaml.safe_load((DATA / f"{name}.yaml").read_text()), schema)
+    jsonschema.validate(yaml.safe_load(data.read_text()), schema)
 
 
 def test_loaded_patterns_still_match_the_schema_after_inlining() -> None:
@@ -99,8 +104,6 @@ def test_patterns_for_filters_and_orders() -> None:
 
 
 def test_hardware_covers_the_required_devices_and_profiles_match() -> None:
-    from ksearch.backends.profiles import match_profile
-
     ids = {p["id"] for p in load_hardware()}
     for chip in ("m1", "m2", "m3", "m4"):
         for size in ("", "-pro", "-max", "-ultra"):

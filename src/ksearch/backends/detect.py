@@ -10,6 +10,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ksearch.backends.profiles import profile_for
+
 BACKEND_NAMES = ("mlx-metal", "mlx-cuda", "mlx-cpu")
 Family = Literal["cpu", "cuda", "metal"]
 
@@ -37,9 +39,7 @@ class Backend:
         return None if self.family == "cpu" else self.family
 
     def profile(self) -> dict[str, Any]:
-        from ksearch.backends.profiles import profile_for
-
-        return profile_for(self)
+        return profile_for(self.family, device_name(self))
 
 
 FAMILY = {"mlx-metal": "metal", "mlx-cuda": "cuda", "mlx-cpu": "cpu"}

@@ -1,4 +1,5 @@
-"""Hardware profiles: the detected device mapped to the knowledge base's table (bandwidth, peaks, limits)."""
+"""Hardware profiles: the one loader of data/hardware.yaml (bandwidth, peaks, limits per device) and the match of a
+detected device to its row. The knowledge layer reads the table through `load_profiles` too."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 import psutil
 import yaml
 
-from ksearch.backends.detect import Backend, device_name
-
-PROFILES_FILE = Path(__file__).resolve().parent.parent / "knowledge" / "data" / "hardware.yaml"
+DATA = Path(__file__).resolve().parent / "data"
+PROFILES_FILE = DATA / "hardware.yaml"
+PROFILES_SCHEMA = DATA / "hardware.schema.json"
 
 
 @functools.cache
@@ -47,18 +48,18 @@ def match_profile(name: str, family: str) -> dict[str, Any] | None:
     return None
 
 
-def profile_for(backend: Backend) -> dict[str, Any]:
-    name = device_name(backend)
-    if backend.family == "cpu":
+def profile_for(family: str, name: str) -> dict[str, Any]:
+    """The profile of a device of `family` (cpu, cuda, metal) named `name` as the backend reports it."""
+    if family == "cpu":
         return {
             "id": "cpu", "name": name or "CPU", "vendor": "cpu", "llc_bytes": cpu_llc_bytes(),
             "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
             "bandwidth_gbs": None, "peak_tflops": {}, "matched": True,
         }
-    prof = match_profile(name, backend.family)
+    prof = match_profile(name, family)
     if prof is None:
         # Unknown GPU: no floor can be claimed, so timings are reported without roofline fractions.
-        return {"id": "unknown", "name": name, "vendor": backend.family, "llc_bytes": 64 << 20,
+        return {"id": "unknown", "name": name, "vendor": family, "llc_bytes": 64 << 20,
                 "bandwidth_gbs": None, "peak_tflops": {}, "matched": False}
     out = dict(prof)
     out["llc_bytes"] = int(prof.get("l2_mb", 64) * (1 << 20))

@@ -1,5 +1,5 @@
-"""The CUDA-to-MLX translation layer: knowledge as data (concepts, patterns, assertions, hardware), the spec
-renderer, the CUDA analyzer and the dialect linter.
+"""The CUDA-to-MLX translation layer: knowledge as data (concepts, patterns, assertions; hardware profiles come from
+ksearch.backends.profiles), the spec renderer, the CUDA analyzer and the dialect linter.
 
 The loaders return plain dicts/lists (cached; treat them as read-only). Pattern exemplars stored as files
 ("@exemplars/<file>") are inlined here, so consumers always see strings.
@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ksearch.backends.profiles import load_profiles
 
 DATA = Path(__file__).resolve().parent / "data"
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -55,8 +57,8 @@ def load_assertions() -> list[dict[str, Any]]:
 
 
 def load_hardware() -> list[dict[str, Any]]:
-    """Hardware profiles (data/hardware.yaml; also read by ksearch.backends.profiles)."""
-    return list(_load("hardware.yaml")["profiles"])
+    """Hardware profiles, as ksearch.backends.profiles loads them (backends/data/hardware.yaml)."""
+    return list(load_profiles())
 
 
 def by_id(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
