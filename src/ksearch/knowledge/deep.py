@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ksearch.knowledge.cuda_check import compile_kernels
+from ksearch.knowledge.diagnostic import Diagnostic, py_line
 from ksearch.knowledge.extract import KernelUse
-from ksearch.knowledge.lint import Diagnostic, _py_line
 from ksearch.knowledge.metal_check import check_kernels
 
 MISSING = {
@@ -27,7 +27,7 @@ def deep_check(kernels: list[KernelUse], dialect: str, dtype: str = "float16") -
         if m.severity != "error":
             continue
         k = by_index.get(m.index) if m.index is not None else None
-        line = _py_line(k, m.line) if k is not None else None
+        line = py_line(k, m.line) if k is not None else None
         prefix = f"{m.kernel}: " if m.kernel else ""
         out.append(Diagnostic("error", code, f"{prefix}{m.text} (dtype {dtype})", line))
     return out

@@ -11,9 +11,9 @@ from __future__ import annotations
 import ast
 import math
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ksearch.knowledge.diagnostic import Diagnostic, py_line
 from ksearch.knowledge.extract import KernelUse, find_kernels
 from ksearch.knowledge.lint_rules import (
     COMMON_WARNINGS,
@@ -27,7 +27,7 @@ from ksearch.knowledge.lint_rules import (
 if TYPE_CHECKING:
     from ksearch.tasks.base import Task
 
-# Limits of the representative profiles (data/hardware.yaml): Apple 32 KB threadgroup memory; Hopper 48 KB static
+# Limits of the representative profiles (backends/data/hardware.yaml): Apple 32 KB threadgroup memory; Hopper 48 KB static
 # shared memory per block and 227 KB with the dynamic opt-in (MLX raises the attribute above 48,000 bytes).
 METAL_TG_BYTES = 32 * 1024
 CUDA_STATIC_SMEM = 48 * 1024
@@ -39,28 +39,6 @@ _SIZES = {"float": 4, "half": 2, "float16_t": 2, "bfloat16_t": 2, "bfloat": 2, "
           "float2": 8, "float4": 16, "half2": 4, "half4": 8, "__half2": 4, "int2": 8, "int4": 16, "bool": 1,
           "size_t": 8}
 BACKENDS = ("mlx-cuda", "mlx-metal", "mlx-cpu")
-
-
-@dataclass
-class Diagnostic:
-    severity: str  # "error" | "warning"
-    code: str
-    message: str
-    line: int | None = None
-
-    def __str__(self) -> str:
-        where = f"line {self.line}: " if self.line is not None else ""
-        return f"{self.severity} [{self.code}] {where}{self.message}"
-
-    def to_json(self) -> dict[str, object]:
-        return {"severity": self.severity, "code": self.code, "message": self.message, "line": self.line}
-
-
-def _py_line(k: KernelUse, body_line: int | None) -> int | None:
-    """A body line mapped to the candidate file's line (only when the body is a plain string constant)."""
-    if body_line is None:
-        return k.source_line if k.source_line is not None else k.line
-    return k.source_line + body_line - 1 if k.source_line is not None else k.line
 
 
 def _tensor_dtypes(task: Task | None) -> dict[str, str]:
@@ -133,7 +111,7 @@ def _apply(rules: list[Rule], body: str, k: KernelUse, severity: str) -> list[Di
         if m and message not in seen:
             seen.add(message)
             out.append(Diagnostic(severity, code, f"{k.name}: {message} (concept: {concept})",
-                                  _py_line(k, line_of(body, m.start()))))
+                                  py_line(k, line_of(body, m.start()))))
     return out
 
 
@@ -148,7 +126,7 @@ def _bank_conflicts(body: str, keyword: str, k: KernelUse, consts: dict[str, int
             out.append(Diagnostic("warning", "bank-conflict",
                                   f"{k.name}: `{m.group(2)}[..][{inner}]` of 4-byte words: threads reading a column hit "
                                   f"one bank {min(inner, 32)}-way; pad the row to {inner + 1} (concept: bank_conflicts)",
-                                  _py_line(k, line_of(body, m.start()))))
+                                  py_line(k, line_of(body, m.start()))))
     return out
 
 
@@ -183,7 +161,7 @@ def _early_return(body: str, barrier: str, k: KernelUse) -> list[Diagnostic]:
             return [Diagnostic("warning", "barrier-after-return",
                                f"{k.name}: a thread-dependent `return` precedes a barrier: threads that returned never "
                                "reach it (undefined behaviour / hang); guard the work instead of returning early "
-                               "(concept: syncthreads)", _py_line(k, line_of(body, m.start())))]
+                               "(concept: syncthreads)", py_line(k, line_of(body, m.start())))]
     return []
 
 
@@ -194,30 +172,30 @@ def _lint_metal(k: KernelUse) -> list[Diagnostic]:
     m = re.search(r"\bthreadgroup_barrier\s*\(\s*\)", body)
     if m:
         diags.append(Diagnostic("error", "msl-api", f"{k.name}: threadgroup_barrier needs a flag: "
-                                "threadgroup_barrier(mem_flags::mem_threadgroup)", _py_line(k, line_of(body, m.start()))))
+                                "threadgroup_barrier(mem_flags::mem_threadgroup)", py_line(k, line_of(body, m.start()))))
     if "mem_device_and_threadgroup" in body:
         diags.append(Diagnostic("error", "msl-api", f"{k.name}: mem_device_and_threadgroup is gone since MSL 1.2: "
-                                "mem_flags::mem_device | mem_flags::mem_threadgroup", _py_line(k, None)))
+                                "mem_flags::mem_device | mem_flags::mem_threadgroup", py_line(k, None)))
     m = re.search(r"simdgroup_matrix\s*<\s*\w+\s*,\s*(\d+)\s*,\s*(\d+)\s*>", body)
     if m and (m.group(1), m.group(2)) != ("8", "8"):
         diags.append(Diagnostic("error", "msl-api", f"{k.name}: simdgroup_matrix is 8x8 only",
-                                _py_line(k, line_of(body, m.start()))))
+                                py_line(k, line_of(body, m.start()))))
     if "threads_per_simdgroup" in body and "thread_execution_width" in body:
         diags.append(Diagnostic("error", "msl-api", f"{k.name}: mention only one of threads_per_simdgroup / "
                                 "thread_execution_width: MLX declares both attributes and Metal rejects that",
-                                _py_line(k, None)))
+                                py_line(k, None)))
     m = re.search(r"\b(?:uint|int|size_t)\s+\w+\s*=\s*(thread_position_in_grid|thread_position_in_threadgroup|"
                   r"threadgroup_position_in_grid)\s*;", body)
     if m:
         diags.append(Diagnostic("error", "msl-api", f"{k.name}: {m.group(1)} is a uint3 in MLX bodies: use .x",
-                                _py_line(k, line_of(body, m.start()))))
+                                py_line(k, line_of(body, m.start()))))
     # Arrays sized by values only known at run time are left to the compile check and the device.
     total, first, _unknown = _static_arrays(body, "threadgroup", consts, _template_dtypes(k))
     if total > METAL_TG_BYTES:
         diags.append(Diagnostic("error", "threadgroup-memory",
                                 f"{k.name}: {total} bytes of threadgroup memory; Apple GPUs allow {METAL_TG_BYTES} "
                                 "(32 KB) per threadgroup: shrink the tiles (concept: shared_memory)",
-                                _py_line(k, first)))
+                                py_line(k, first)))
     diags += _bank_conflicts(body, "threadgroup", k, consts)
     diags += _early_return(body, r"\bthreadgroup_barrier\s*\(", k)
     return diags
@@ -232,32 +210,32 @@ def _lint_cuda(k: KernelUse) -> list[Diagnostic]:
     if total > CUDA_STATIC_SMEM:
         diags.append(Diagnostic("error", "shared-memory", f"{k.name}: {total} bytes of static __shared__ memory; the "
                                 f"static limit is {CUDA_STATIC_SMEM} (48 KB): use `extern __shared__` with "
-                                "shared_memory= for more (up to 227 KB on Hopper)", _py_line(k, first)))
+                                "shared_memory= for more (up to 227 KB on Hopper)", py_line(k, first)))
     elif total + dynamic > CUDA_MAX_SMEM:
         diags.append(Diagnostic("error", "shared-memory", f"{k.name}: {total + dynamic} bytes of shared memory; "
-                                f"Hopper allows {CUDA_MAX_SMEM} (227 KB) per block", _py_line(k, first)))
+                                f"Hopper allows {CUDA_MAX_SMEM} (227 KB) per block", py_line(k, first)))
     m = re.search(r"\bextern\s+__shared__", body)
     if m and not dynamic:
         diags.append(Diagnostic("error", "shared-memory", f"{k.name}: `extern __shared__` needs shared_memory=<bytes> "
                                 "in mx.fast.cuda_kernel(...), else the block gets 0 bytes",
-                                _py_line(k, line_of(body, m.start()))))
+                                py_line(k, line_of(body, m.start()))))
     tg = math.prod(k.threadgroup) if k.threadgroup else None
     if "wgmma" in body and tg is not None and tg % 128:
         diags.append(Diagnostic("error", "wgmma-warpgroup", f"{k.name}: wgmma needs whole warpgroups (128 threads); "
                                 f"threadgroup={k.threadgroup} is an illegal instruction that poisons the CUDA context",
-                                _py_line(k, None)))
+                                py_line(k, None)))
     global_index = re.search(r"blockIdx\.\w\s*\*\s*blockDim|blockDim\.\w\s*\*\s*blockIdx|thread_rank\s*\(", body)
     guarded = re.search(r"\bif\s*\([^;{]*(<|>|>=|<=)", body) or re.search(r"\bfor\s*\([^;]*;[^;]*(<|>)", body)
     if global_index and not guarded:
         diags.append(Diagnostic("warning", "bounds-check", f"{k.name}: no bounds check found: MLX launches "
                                 "ceil(grid/threadgroup) blocks, so the last block's extra threads run too; add "
                                 "`if (idx >= n) return;` (concept: bounds_check)",
-                                _py_line(k, line_of(body, global_index.start()))))
+                                py_line(k, line_of(body, global_index.start()))))
     cluster = re.search(r"\b__cluster_dims__\b|\bcluster_dims\s*\(", strip_comments(k.header or "") + "\n" + body)
     if cluster:
         diags.append(Diagnostic("warning", "cluster-graphs", f"{k.name}: a kernel with cluster dims: under MLX 0.32's "
                                 "CUDA graphs (the default), later custom kernels without cluster dims silently do not "
-                                "run once it has; only with MLX_USE_CUDA_GRAPHS=0 (concept: clusters)", _py_line(k, None)))
+                                "run once it has; only with MLX_USE_CUDA_GRAPHS=0 (concept: clusters)", py_line(k, None)))
     diags += _bank_conflicts(body, "__shared__", k, consts)
     diags += _early_return(body, r"\b__syncthreads\s*\(", k)
     return diags
