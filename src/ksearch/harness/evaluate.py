@@ -20,6 +20,7 @@ from ksearch.harness.judge import judge
 from ksearch.harness.process import WorkerDied, WorkerProcess, start
 from ksearch.harness.result import EvalResult, WorkloadResult, geomean
 from ksearch.harness.static import check_source
+from ksearch.knowledge.lint import lint_source
 from ksearch.tasks.base import Task, Workload
 
 TRIALS = 3
@@ -282,11 +283,7 @@ class Evaluator:
             raise _Fail(verdict.status, verdict.message)
         if not opts.lint:
             return
-        try:
-            from ksearch.knowledge.lint import lint_source
-        except ImportError:
-            return
-        diags = lint_source(source, self.backend.name, self.task)
+        diags = lint_source(source, self.backend.name, self.task, forbidden_uses=verdict.forbidden)
         errors = [d for d in diags if d.severity == "error"]
         result.warnings.extend(str(d) for d in diags if d.severity != "error")
         if errors:

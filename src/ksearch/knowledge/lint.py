@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ksearch.knowledge.diagnostic import Diagnostic, py_line
 from ksearch.knowledge.extract import KernelUse, find_kernels
+from ksearch.knowledge.forbidden import ForbiddenUse, scan_forbidden
 from ksearch.knowledge.lint_rules import (
     COMMON_WARNINGS,
     CUDA_IN_METAL,
@@ -248,27 +249,25 @@ def _kernels(source: str, task: Task | None) -> tuple[list[KernelUse], list[Diag
         return [], [Diagnostic("error", "syntax", f"Python syntax error: {exc.msg}", exc.lineno)]
 
 
-def _forbidden(source: str, task: Task | None) -> list[Diagnostic]:
-    if task is None or not task.forbidden:
-        return []
-    from ksearch.harness.static import check_source
-
-    verdict = check_source(source, task.forbidden)
-    if verdict.status == "forbidden":
-        m = re.match(r"line (\d+): (.*)", verdict.message)
-        return [Diagnostic("error", "forbidden-api", m.group(2) if m else verdict.message,
-                           int(m.group(1)) if m else None)]
-    return []
+def _forbidden(source: str, task: Task | None, uses: list[ForbiddenUse] | None) -> list[Diagnostic]:
+    if uses is None:
+        if task is None or not task.forbidden:
+            return []
+        uses = scan_forbidden(ast.parse(source), task.forbidden)
+    return [Diagnostic("error", "forbidden-api", uses[0].message, uses[0].line)] if uses else []
 
 
-def lint_source(source: str, backend: str, task: Task | None = None, deep: bool = False) -> list[Diagnostic]:
-    """Diagnostics for a candidate's source on `backend` (mlx-cuda, mlx-metal, mlx-cpu)."""
+def lint_source(source: str, backend: str, task: Task | None = None, deep: bool = False,
+                forbidden_uses: list[ForbiddenUse] | None = None) -> list[Diagnostic]:
+    """Diagnostics for a candidate's source on `backend` (mlx-cuda, mlx-metal, mlx-cpu). `forbidden_uses` is the
+    forbidden-API scan's result when the caller has run it already (the harness does, in its static checks), so a
+    candidate is scanned once; without it the linter scans against the task's forbidden list."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     kernels, diags = _kernels(source, task)
     if diags:
         return diags
-    diags = _forbidden(source, task)
+    diags = _forbidden(source, task, forbidden_uses)
     for k in kernels:
         if backend == "mlx-cpu":
             diags.append(Diagnostic("error", "no-custom-kernels", f"{k.dialect}_kernel {k.name!r}: MLX has no custom "
