@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,6 +135,36 @@ def test_forbidden_api_is_an_error_with_the_forbidden_code() -> None:
     diags = lint_source(src, "mlx-cpu", get_task("attention"))
     assert [d.code for d in diags] == ["forbidden-api"] and diags[0].line == 5
     assert lint_source(src, "mlx-cpu") == []  # without a task there is nothing forbidden
+
+
+@pytest.mark.parametrize(("call", "status"), [("mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0)", "forbidden"),
+                                              ("mx.softmax(q @ k.swapaxes(-1, -2), axis=-1) @ v", None)])
+def test_the_harness_scans_a_candidate_once(monkeypatch: pytest.MonkeyPatch, call: str, status: str | None) -> None:
+    # The harness's static checks run the forbidden-API scan and hand the result to the linter, which reuses it.
+    import ksearch.harness.static
+    import ksearch.knowledge.lint
+    from ksearch.backends import Backend
+    from ksearch.harness.evaluate import EvalOptions, EvalResult, Evaluator, _Fail
+    from ksearch.knowledge.forbidden import scan_forbidden
+
+    scans = []
+
+    def counted(*args: Any) -> Any:
+        scans.append(args)
+        return scan_forbidden(*args)
+
+    monkeypatch.setattr(ksearch.harness.static, "scan_forbidden", counted)
+    monkeypatch.setattr(ksearch.knowledge.lint, "scan_forbidden", counted)
+    src = f"import mlx.core as mx\n\n\ndef run(q, k, v, causal):\n    return {call}\n"
+    evaluator = Evaluator(get_task("attention"), Backend("mlx-cpu", "cpu"))
+    try:
+        evaluator._static(src, EvalOptions(), EvalResult(status="passed"))
+        got = None
+    except _Fail as fail:
+        got = fail.status
+        assert fail.message == ("line 5: uses forbidden API mx.fast.scaled_dot_product_attention; write the "
+                                "computation yourself")
+    assert got == status and len(scans) == 1
 
 
 CUDA_WARN = '''import mlx.core as mx
