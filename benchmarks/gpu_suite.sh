@@ -68,9 +68,9 @@ set -e
 here=\$(cd "\$(dirname "\$0")" && pwd)
 [ -f "\$here/../a/part_aa" ] || { echo "part 1 (.device/a/part_aa) is not here: bring .device/a first" >&2; exit 3; }
 cat "\$here/../a/part_aa" "\$here/part_ab" > "\$here/$name"
-$PY -m pip install -q --no-index --no-deps "\$here/$name" "\$here"/wheels/*.whl
+\${PY:-python3} -m pip install -q --no-index --no-deps "\$here/$name" "\$here"/wheels/*.whl
 rm -f "\$here/$name"
-$PY -c "import mlx.core as mx; assert mx.cuda.is_available(); print('mlx', mx.__version__, mx.default_device())"
+\${PY:-python3} -c "import mlx.core as mx; assert mx.cuda.is_available(); print('mlx', mx.__version__, mx.default_device())"
 INSTALL
   chmod +x .device/b/install.sh
   du -sh .device/a .device/b
