@@ -1,4 +1,4 @@
-"""One GPU session for the attention/decode kernels: correctness of every configuration, a configuration sweep, then
+"""One GPU run for the attention/decode kernels: correctness of every configuration, a configuration sweep, then
 the benchmarks with the best configuration (JSON into the output directory).
 
     python benchmarks/attention_gpu.py check-decode | check-prefill     # correctness, one process per kind

@@ -42,7 +42,7 @@ def test_builtin_starters_lint_clean(name: str, task: str, backend: str) -> None
 
 @NEED_NVCC
 def test_cuda_starters_compile() -> None:
-    # All starters in one nvcc call per dtype (start-up dominates); the lead's template check uses the same path.
+    # All starters in one nvcc call per dtype (start-up dominates); the templates' compile check uses the same path.
     from ksearch.knowledge.cuda_check import compile_kernels
     from ksearch.knowledge.extract import find_kernels
 

@@ -19,7 +19,7 @@ FIELDS = ("role", "model", "prompt", "response", "tokens_in", "tokens_out", "lat
           "error")
 
 
-def session(pol: LLMPolicy, ctx: PolicyContext, resumed: bool = False) -> list[Any]:
+def conversation(pol: LLMPolicy, ctx: PolicyContext, resumed: bool = False) -> list[Any]:
     """A fixed sequence of questions; failures are results too (the loop survives them)."""
     out: list[Any] = []
     node = initial_world_model()["decision_tree"]["nodes"][1]
@@ -50,7 +50,7 @@ def record(tmp_path: Any) -> tuple[list[Any], list[dict[str, Any]], LLMConfig]:
         store = RunStore(tmp_path / "rec", create=True)
         ctx = softmax_ctx()
         ctx.record_call = lambda c: store.add_call(0, c)
-        results = session(make_policy(cfg, backoff_base_s=0.001, environ={}), ctx)
+        results = conversation(make_policy(cfg, backoff_base_s=0.001, environ={}), ctx)
         calls = store.calls()
         store.close()
     return results, calls, cfg
@@ -73,7 +73,7 @@ def test_replay_is_exact_and_offline(tmp_path, monkeypatch):
     for strict in (False, True):
         replayed.clear()
         ctx = softmax_ctx(replayed)
-        again = session(make_policy(cfg, replay=calls, strict_prompts=strict, environ={}), ctx)
+        again = conversation(make_policy(cfg, replay=calls, strict_prompts=strict, environ={}), ctx)
         assert again == results
         assert [{k: asdict(c)[k] for k in FIELDS} for c in replayed] == [{k: c[k] for k in FIELDS} for c in calls]
 
@@ -84,7 +84,7 @@ def test_strict_replay_stops_at_the_first_differing_prompt(tmp_path):
     ctx.spec = "a spec the recording never saw"
     pol = make_policy(cfg, replay=calls, strict_prompts=True, environ={})
     with pytest.raises(ReplayMismatch) as info:
-        session(pol, ctx)
+        conversation(pol, ctx)
     msg = str(info.value)
     assert "\n" not in msg and "call 0 (analysis)" in msg and "line " in msg and "recorded" in msg
     assert "## Spec" in msg  # the first differing line, quoted
@@ -109,7 +109,7 @@ def test_lenient_replay_ignores_prompt_changes(tmp_path):
     results, calls, cfg = record(tmp_path)
     ctx = softmax_ctx()
     ctx.spec = "a different spec"
-    assert session(make_policy(cfg, replay=calls, environ={}), ctx) == results
+    assert conversation(make_policy(cfg, replay=calls, environ={}), ctx) == results
 
 
 def test_replay_past_the_recording_stops(tmp_path):
@@ -127,4 +127,4 @@ def test_replay_resumes_from_policy_state(tmp_path):
     first.analyse(ctx)
     resumed = make_policy(cfg, replay=calls, environ={})
     resumed.load_state(first.state())
-    assert session(resumed, ctx, resumed=True) == results[1:]
+    assert conversation(resumed, ctx, resumed=True) == results[1:]

@@ -155,8 +155,8 @@ def test_budget_is_exact_and_state_resumes(tmp_path: Any) -> None:
 
 def test_a_spent_wall_time_finishes_the_run_and_a_pause_does_not(tmp_path: Any) -> None:
     """A run whose wall time ran out is finished (a resume would stop at once: the limit is the run's), so it gets
-    its holdout; one paused by stop_after stays resumable. The session-7 attention search ended on its wall time
-    and, before this, was left 'stopped' without a holdout."""
+    its holdout; one paused by stop_after stays resumable (a run ended by its wall time was once left 'stopped'
+    without a holdout)."""
     import time
 
     from ksearch.search.cli_support import start_or_resume

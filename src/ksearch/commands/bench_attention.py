@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import typer
 
-# H200 ceilings the issue measures against: HBM bandwidth and dense fp16/bf16 tensor rate (datasheet).
+# H200 ceilings the benchmarks measure against: HBM bandwidth and dense fp16/bf16 tensor rate (datasheet).
 HBM_BYTES_PER_S = 4.3e12
 TENSOR_FLOPS = 989e12
 
@@ -77,7 +77,7 @@ def decode_shapes(full: bool = True) -> list[dict[str, Any]]:
 
 
 def prefill_shapes(full: bool = False) -> list[dict[str, Any]]:
-    """full: the issue's whole grid (B 1/4, Hkv 8/32, fp16/bf16, D 64/128, L 2048/4096/8192, causal or not).
+    """full: the 96 benchmark shapes (B 1/4, Hkv 8/32, fp16/bf16, D 64/128, L 2048/4096/8192, causal or not).
     default: the same grid with B=1 only plus B=4 at fp16 (a representative subset that runs in about a minute)."""
     out = []
     for b, hkv, dt, d, length, causal in itertools.product((1, 4), (8, 32), ("float16", "bfloat16"), (64, 128),
@@ -233,7 +233,7 @@ def check_wgmma_env() -> None:
 
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("attention")
-    def attention_cmd(full: bool = typer.Option(False, help="the issue's whole shape grid (B=4 at every dtype/Hkv)"),
+    def attention_cmd(full: bool = typer.Option(False, help="all 96 benchmark shapes (B=4 at every dtype/Hkv)"),
                       out: str = typer.Option("benchmarks/results", help="directory for the JSON result")) -> None:
         """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere) vs MLX native attention."""
         check_wgmma_env()

@@ -334,7 +334,7 @@ class Evaluator:
                 if base and wr.latency_s:
                     wr.speedup = base / wr.latency_s
         except _Fail as fail:
-            # Whatever the candidate printed is shown with every verdict (never believed): the issue asks for it, and
+            # Whatever the candidate printed is shown with every verdict (never believed): the user sees what ran, and
             # a wrong answer is easier to debug with the candidate's own prints.
             out = worker.output_tail() if worker is not None else ""
             if out and out not in fail.message:

@@ -73,16 +73,16 @@ def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
         return parse_config(name)
     # A producer warpgroup (setmaxnreg: 24 registers for it, 160 for each of the three consumer warpgroups) loads K / V
     # with one bulk copy a tile from tile images of them (attention_wgmma_ws.tile_images, one extra pass over K / V):
-    # on the H200 side by side 549 vs 409 TFLOP/s (cp.async producer) at L=8192, D=128 without a mask, 378 vs 290 at
-    # D=64 (benchmarks/results/attention-wgmma-check-*.json, run 11; the grid in attention-prefill-*.json;
-    # docs/attention.md).
+    # on the H200 side by side 551 vs 410 TFLOP/s (cp.async producer) at L=8192, D=128 without a mask, 394 vs 288 at
+    # D=64 (benchmarks/results/attention-wgmma-check-*.json; the grid in attention-prefill-*.json;
+    # docs/kernels-attention.md).
     return WsConfig(wg=3, bn=64, stages=4, pwarps=4, bulk=True)
 
 
 def prefill_config(q: Any, k: Any, causal: bool) -> PrefillConfig:
-    """The mma.sync configuration measured best on the H200 (see docs/attention.md); used where wgmma is not."""
+    """The mma.sync configuration measured best on the H200 (docs/kernels-attention.md); used where wgmma is not."""
     # 8 warps (BM=128) share each K/V tile between twice the rows of BM=64: half the tile loads per FLOP. Measured
-    # as the default on the H200 for both head dims (benchmarks/results/attention-prefill-*.json).
+    # as the default on the H200 for both head dims (benchmarks/findings.md, the mma.sync row).
     return PrefillConfig(bm=128, bn=64, db=True)
 
 

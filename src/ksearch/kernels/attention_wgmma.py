@@ -5,7 +5,7 @@ cannot reach (our mma.sync kernel measured 0.48x of cuDNN on the H200).
 loading K / V by bulk copies; KSEARCH_WGMMA=0 turns wgmma off); this synchronous kernel, where every thread loads
 with cp.async, is the template the sibling shares its steps with and stays selectable (KSEARCH_WGMMA_CONFIG=wg3_n64).
 Measured on the H200 (benchmarks/results/attention-wgmma-check-*.json): 3 warpgroups a block reach 354-377 TFLOP/s
-fp16 at L=8192, D=128, against cuDNN's 590-614; the sibling 547-553. docs/attention.md tells the whole story.
+fp16 at L=8192, D=128, against cuDNN's 590-614; the sibling 547-553. Design and numbers: docs/kernels-attention.md.
 
 Design (FA-3 without TMA): a block of WG warpgroups (128 threads each) owns 64 * WG query rows of one (batch, head);
 warpgroup w owns rows 64w..64w+63 and they share every K / V tile. Tiles of BN keys stream through shared memory
@@ -424,7 +424,7 @@ def cp_cache(mode: str) -> tuple[str, str]:
 def launch_bounds(threads: int) -> str:
     """Header text that gives the kernel MLX generates after it `__launch_bounds__(threads, 1)` (MLX writes the
     `__global__` line, so the qualifier is redefined). Without it ptxas takes registers freely (the causal kernel of
-    3 warpgroups took 178 a thread in one version of this session, 3 x 128 took 206), and 384 threads of that exceed
+    3 warpgroups took 178 a thread in an earlier version of its loop, 3 x 128 took 206), and 384 threads of that exceed
     the register file, so the launch fails. With it ptxas keeps to 65536 / threads; it also gives setmaxnreg
     (attention_wgmma_ws.py) the register count at entry that it needs."""
     return (f"\n#undef __global__\n"

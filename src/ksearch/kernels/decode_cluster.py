@@ -8,7 +8,7 @@ launch (a second MLX graph node, ~7 us of host dispatch at small shapes, where t
 Per block, PW producer warps stream the key rows of one (batch, kv head, split) into shared memory with 16-byte
 `cp.async`, chunks XOR-swizzled by row so that `ldmatrix` hits distinct banks, and each lane's copies arrive on the
 slot's "full" mbarrier when they land (`cp.async.mbarrier.arrive.noinc`). (One bulk copy a row, the first version,
-streamed only 5-15 GB/s a block; one a tile cannot be swizzled: docs/attention.md.) NC consumer warps take whole tiles
+streamed only 5-15 GB/s a block; one a tile cannot be swizzled: benchmarks/findings.md.) NC consumer warps take whole tiles
 of BK keys in turn, each from its own SPW slots: S = Q K^T by `mma.sync` m16n8k16 with the G query heads of the kv head
 as the M rows (padded to 16: the tensor cores have room to spare, what counts is the instruction count), online
 softmax in fp32 with the exp2 trick, P straight from S's accumulators into P V (V through `ldmatrix.trans`). The
@@ -18,7 +18,7 @@ node, no zero-initialised scratch (the one-launch split-K variant needed an atom
 
 Opt-in, and only with MLX's CUDA graphs off (MLX_USE_CUDA_GRAPHS=0 before MLX starts): under MLX 0.32.4's graphs,
 once a kernel with cluster dims has run, later custom kernels without them silently do not run (reproduced by
-benchmarks/experiments/cluster_graph_hazard.py; docs/attention.md). Measured on the H200 with graphs off: 1.22x of
+benchmarks/experiments/cluster_graph_hazard.py; docs/kernels-attention.md). Measured on the H200 with graphs off: 1.22x of
 native as a geometric mean over `ksearch bench decode`'s shapes, where split-K gives 1.14x; but graphs off slows
 native as well (B 16, 16k: 373 us, 258 us with graphs on), so it pays only where graphs are off anyway.
 """

@@ -2,7 +2,7 @@
 
 Why not reuse another input as the stand-in: MLX's custom-kernel API says nothing about one array passed as two
 inputs, so each call passes distinct arrays, one small placeholder per role. (We suspected repeated inputs of the
-H200's wrong Mamba outputs; benchmarks/mamba_gpu_diag.py showed they were not the cause: a broadcast A was. The
+H200's wrong Mamba outputs; a stage-by-stage diagnosis showed they were not the cause (benchmarks/findings.md): a broadcast A was. The
 placeholders stay because the calls are unambiguous with them.)
 """
 

@@ -146,7 +146,7 @@ def derive_params(A_log: mx.array, D: mx.array, conv_weight: mx.array, conv_bias
     dt_w = dt_proj_weight.astype(dtype)
     # Every value row-contiguous (mx.contiguous is free on an array that already is): the kernels index parameters
     # directly, and a parameter built with broadcast_to (A_log of a freshly constructed model) has stride 0 over
-    # channels. That was the H200's wrong-output bug of the random-weight model (benchmarks/mamba_gpu_diag.py).
+    # channels. That was the H200's wrong-output bug of the random-weight model (benchmarks/findings.md).
     c = mx.contiguous
     values: dict[str, Any] = {
         "A": c(-mx.exp(A_log.astype(mx.float32))),

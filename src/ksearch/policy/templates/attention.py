@@ -148,7 +148,7 @@ def run(q, k, v, causal):
 FAMILIES = [
     # Strongest first: the offline proposer realises a pattern in the first family that has it, and a pattern both
     # CUDA families share (online_softmax, tiling, ...) belongs on tensor cores. With row_tiled first, the H200
-    # search spent its 5 evaluations on scalar kernels (0.014x -> 0.027x of cuDNN; docs/attention.md).
+    # search spent its 5 evaluations on scalar kernels (0.014x -> 0.027x of cuDNN; benchmarks/findings.md).
     FLASH_WGMMA,  # falls back to mma.sync off Hopper, so it is never the weaker tensor-core choice
     TemplateFamily(
         id="attention.cuda.flash_mma", tasks=("attention",), backends=("mlx-cuda",),

@@ -1,7 +1,7 @@
 """The `attention.cuda.flash_wgmma` template family: FlashAttention on Hopper's wgmma (ksearch.kernels.attention_wgmma,
 the same text the library runs), with the mma.sync kernel for GPUs that are not Hopper.
 
-Parameters (the library's knobs, each measured on the H200; docs/attention.md): warpgroups per block (64 query rows
+Parameters (the library's knobs, each measured on the H200; docs/kernels-attention.md): warpgroups per block (64 query rows
 each; they share every K/V tile), keys per tile, whether a producer warpgroup loads K / V (attention_wgmma_ws, its
 registers handed to the consumers through setmaxnreg) or every thread loads with cp.async (the synchronous kernel),
 and then: K / V stages; for the producer, tile images and one bulk copy a tile (`bulk`: the library's Hopper default,

@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# The GPU suite: the GPU tests and every benchmark behind the GPU figures of README.md and docs/, one part a call.
+# Every part ends inside 10 minutes; results (JSON, logs) go to $OUT (default ./gpu-suite-out).
+#
+# On a machine with network access, in the checkout (the GPU machine may have none):
+#   bash benchmarks/gpu_suite.sh stage     # .device/a/ and .device/b/ (git-ignored): MLX's CUDA wheel split in two
+#                                          # parts under 64 MiB each, the other wheels, and .device/b/install.sh
+# On the GPU machine (x86-64, NVIDIA, Python 3.12), from the repository root, with .device/ copied over (.device/a
+# first: it may travel in an earlier copy than .device/b):
+#   bash .device/b/install.sh              # joins the parts, installs MLX (CUDA); a part runs it itself if needed
+#   bash benchmarks/gpu_suite.sh PART [ARGS]
+#
+# Parts (what each reproduces: benchmarks/README.md):
+#   tests core|attention|FILE...    pytest -m gpu: core = foundation, knowledge exemplars, Mamba;
+#                                   attention = attention/decode kernels and templates
+#   prefill                         check-prefill against fp32, then `ksearch bench attention --full`
+#   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios
+#   prefill-small                   tile images checked and timed; a small prefill call taken apart
+#   decode                          `ksearch bench decode`, check-decode, the configuration sweep, MLX-CUDA overheads
+#   decode-cluster                  the opt-in cluster decode with CUDA graphs off: check, sweep, bench; the hazard
+#   mamba                           `ksearch bench mamba` on the default and on the fused layout
+#   scan                            scan / decode-step micro benchmark; the best scan kernel through the harness
+#   naive                           `ksearch bench naive`: every task's naive starter through the harness
+#   eval-phases                     where an evaluation's time goes (attention, gqa_decode)
+#   ncu                             Nsight Compute on the prefill kernels at L=8192, D=128
+#   search TASK WALL_S [CALL_S]     an offline search (budget $BUDGET, default 120) with --wall-time WALL_S, stopped
+#                                   after CALL_S (default min(WALL_S + 60, 540)) and resumable; then its record
+#   resume RUN [CALL_S]             continue a search started by `search` on this machine; then its record
+#   record RUN                      a run's summary JSON and its per-evaluation table
+#   holdout RUN                     the run's best judged on the task's holdout workloads (ksearch eval --holdout)
+set -uo pipefail
+cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
+OUT=${OUT:-$PWD/gpu-suite-out}
+RUNS=${KSEARCH_SUITE_RUNS:-/tmp/ksearch-suite-runs}  # stays while the machine does, so a search resumes there
+MLX_VERSION=${MLX_VERSION:-0.32.4}
+PY=${PY:-python3}
+
+die() { echo "gpu_suite: $*" >&2; exit 2; }
+KS=("$PY" -m ksearch.cli)  # the `ksearch` command, without relying on its entry point being on PATH
+
+stage() {
+  # Wheels for an offline x86-64 machine with Python 3.12; the CUDA wheel (~90 MB) is split so that each folder
+  # stays under 64 MiB (the limit of what one copy to the GPU machine may carry).
+  local plat=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_35_x86_64
+              --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+  rm -rf .device && mkdir -p .device/a .device/b/wheels .device/dl .device/deps
+  "$PY" -m pip download -q --no-deps "${plat[@]}" -d .device/dl "mlx==$MLX_VERSION" "mlx-cuda-13==$MLX_VERSION" mlx-lm \
+    || die "pip download failed (this step needs network access)"
+  # What a GPU image with numpy, torch, rich, typer, jinja2, pyyaml, psutil, matplotlib, pytest and transformers
+  # lacks of the project's dependencies: openai and jsonschema, with their own.
+  "$PY" -m pip download -q "${plat[@]}" -d .device/deps openai jsonschema || die "pip download failed"
+  for w in .device/deps/*.whl; do
+    case "$(basename "$w")" in
+      openai-*|pydantic*|jiter-*|distro-*|sniffio-*|jsonschema*|referencing-*|rpds_py-*|annotated_types-*|typing_inspection-*)
+        mv "$w" .device/dl/ ;;
+    esac
+  done
+  rm -rf .device/deps
+  local big name
+  big=$(ls .device/dl/mlx_cuda_13-*.whl) && name=$(basename "$big")
+  split -b 45000000 "$big" .device/part_ && rm "$big"
+  mv .device/part_aa .device/a/part_aa && mv .device/part_ab .device/b/part_ab
+  mv .device/dl/*.whl .device/b/wheels/ && rmdir .device/dl
+  cat > .device/b/install.sh <<INSTALL
+#!/usr/bin/env bash
+# Written by benchmarks/gpu_suite.sh stage: joins the two parts and installs MLX (CUDA) and the staged wheels.
+set -e
+here=\$(cd "\$(dirname "\$0")" && pwd)
+[ -f "\$here/../a/part_aa" ] || { echo "part 1 (.device/a/part_aa) is not here: bring .device/a first" >&2; exit 3; }
+cat "\$here/../a/part_aa" "\$here/part_ab" > "\$here/$name"
+\${PY:-python3} -m pip install -q --no-index --no-deps "\$here/$name" "\$here"/wheels/*.whl
+rm -f "\$here/$name"
+\${PY:-python3} -c "import mlx.core as mx; assert mx.cuda.is_available(); print('mlx', mx.__version__, mx.default_device())"
+INSTALL
+  chmod +x .device/b/install.sh
+  du -sh .device/a .device/b
+  echo "staged: copy .device/a, then .device/b, to the GPU machine; there run: bash benchmarks/gpu_suite.sh PART"
+}
+
+setup() {
+  mkdir -p "$OUT" || die "cannot write $OUT"
+  export PYTHONUNBUFFERED=1
+  if ! "$PY" -c 'import mlx.core as mx; assert mx.cuda.is_available()' 2>/dev/null; then
+    [ -f .device/b/install.sh ] || die "MLX with CUDA is missing: run 'bash benchmarks/gpu_suite.sh stage' where there \
+is network, copy .device/ here, then run this again"
+    bash .device/b/install.sh || exit 3
+  fi
+  # The checkout itself, without dependencies (the machine may be offline); PYTHONPATH in case the build fails.
+  "$PY" -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "(pip install -e . failed: using PYTHONPATH)"
+  export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+}
+
+run_tests() {
+  local files=()
+  case "${1:-all}" in
+    core) files=(tests/test_gpu_foundation.py tests/test_knowledge_exemplars.py tests/test_gpu_mamba.py) ;;
+    attention) files=(tests/test_gpu_attention.py tests/test_gpu_decode_cluster.py) ;;
+    all) die "tests: name a group (core, attention) or test files: all of them together need more than 10 minutes" ;;
+    *) files=("$@") ;;
+  esac
+  timeout -k 10 570 "$PY" -m pytest -q -m gpu -p no:cacheprovider "${files[@]}" 2>&1 | tee "$OUT/gpu-tests.log" | tail -30
+}
+
+prefill() {
+  timeout -k 10 240 "$PY" benchmarks/attention_gpu.py check-prefill > "$OUT/attention-check-prefill.log" 2>&1
+  grep -v " ok$" "$OUT/attention-check-prefill.log" | tail -5
+  timeout -k 10 300 "${KS[@]}" bench attention --full --out "$OUT" 2>&1 | tail -3
+}
+
+prefill_configs() {
+  local configs=("$@")
+  [ ${#configs[@]} -gt 0 ] || configs=(ws3_n64_s4_p4_bulk ws3_n64_s3_p4_bulk ws3_n64_s3_p4 wg3_n64_ca)
+  timeout -k 10 560 "$PY" benchmarks/attention_wgmma_check.py "$OUT" "${configs[@]}" 2>&1 | grep "^{'D'\|error\|timed out" \
+    | cut -c1-400
+  # Each configuration's geometric-mean TFLOP/s against the first, over the shapes both ran (printed on stderr).
+  "$PY" benchmarks/wgmma_compare.py "$OUT/wgmma-check.json" "${configs[0]}" 0 "${configs[@]:1}" >/dev/null
+}
+
+prefill_small() {
+  timeout -k 10 200 "$PY" benchmarks/tile_image_check.py "$OUT/tile-image.json" 2>&1 | tail -8
+  timeout -k 10 300 "$PY" benchmarks/prefill_overhead.py "$OUT/prefill-overhead.json" 2>&1 | tail -8
+}
+
+decode() {
+  timeout -k 10 150 "${KS[@]}" bench decode --out "$OUT" 2>&1 | tail -14
+  timeout -k 10 120 "$PY" benchmarks/attention_gpu.py check-decode > "$OUT/attention-check-decode.log" 2>&1
+  tail -1 "$OUT/attention-check-decode.log"
+  timeout -k 10 180 "$PY" benchmarks/attention_gpu.py sweep-decode "$OUT/decode-config-sweep.json" 2>&1 | tail -3
+  timeout -k 10 90 "$PY" benchmarks/mlx_cuda_overhead.py "$OUT/mlx-cuda-overhead.json" 2>&1 | tail -12
+}
+
+decode_cluster() {
+  # MLX reads MLX_USE_CUDA_GRAPHS when it starts: every process here starts with graphs off, except the hazard's
+  # second run, which shows what graphs do after a cluster kernel.
+  MLX_USE_CUDA_GRAPHS=0 timeout -k 10 150 "$PY" benchmarks/decode_cluster_check.py check \
+    > "$OUT/decode-cluster-check-nographs.log" 2>&1
+  tail -2 "$OUT/decode-cluster-check-nographs.log"
+  MLX_USE_CUDA_GRAPHS=0 KSEARCH_CLUSTER_CONFIGS=5,3,6 timeout -k 10 200 "$PY" benchmarks/decode_cluster_check.py sweep \
+    "$OUT/decode-cluster-sweep-nographs.json" > "$OUT/decode-cluster-sweep-nographs.log" 2>&1
+  tail -2 "$OUT/decode-cluster-sweep-nographs.log"
+  MLX_USE_CUDA_GRAPHS=0 timeout -k 10 120 "${KS[@]}" bench decode --kernel cluster --out "$OUT" 2>&1 | tail -3
+  {  # graphs on (MLX's default), then off
+    env -u MLX_USE_CUDA_GRAPHS timeout -k 10 60 "$PY" benchmarks/experiments/cluster_graph_hazard.py 2>&1
+    MLX_USE_CUDA_GRAPHS=0 timeout -k 10 60 "$PY" benchmarks/experiments/cluster_graph_hazard.py 2>&1
+  } | tee "$OUT/cluster-graph-hazard.log"
+}
+
+mamba() {
+  timeout -k 10 280 "${KS[@]}" bench mamba --reps 3 --out "$OUT" 2>&1 | tail -12
+  mkdir -p "$OUT/fused"  # the same file name: kept apart, committed as mamba-370m-fused-layout-*.json
+  KSEARCH_MAMBA_FUSED=1 timeout -k 10 240 "${KS[@]}" bench mamba --reps 3 --no-compare --out "$OUT/fused" 2>&1 | tail -8
+}
+
+scan() {
+  timeout -k 10 300 "$PY" benchmarks/mamba_scan_micro.py --out "$OUT" 2>&1 | tail -12
+  timeout -k 10 240 "${KS[@]}" eval selective_scan benchmarks/candidates/selective_scan_cuda_best.py --backend mlx-cuda \
+    --baseline naive --json > "$OUT/selective_scan-eval-best.json"
+  "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r.get("status"), r.get("score"))' \
+    "$OUT/selective_scan-eval-best.json"
+}
+
+eval_phases() {
+  local wgmma='family:attention.cuda.flash_wgmma:{"wg":3,"bn":64,"producer":true,"bulk":true,"stages":4,"pp":false,"cp":"cg"}'
+  local sync='family:attention.cuda.flash_wgmma:{"wg":2,"bn":64,"producer":false,"bulk":false,"stages":2,"pp":false,"cp":"cg"}'
+  timeout -k 10 300 "$PY" benchmarks/eval_phases.py attention mlx-cuda src/ksearch/tasks/starters/attention_cuda.py \
+    "$wgmma" "$sync" 2>&1 | tee "$OUT/attention-eval-phases.txt" | tail -40
+  # The same candidate twice: the first evaluation of a process compiles its kernels, a later one (as in a search) not.
+  local gqa=src/ksearch/tasks/starters/gqa_decode_cuda.py
+  timeout -k 10 300 "$PY" benchmarks/eval_phases.py gqa_decode mlx-cuda "$gqa" "$gqa" 2>&1 \
+    | tee "$OUT/gqa_decode-eval-phases.txt" | tail -28
+}
+
+ncu_part() {
+  command -v ncu >/dev/null || die "ncu (Nsight Compute) is not on this machine"
+  # The first call compiles (skipped with -s 1); ncu locks the clocks, so durations are for comparing kernels only.
+  local n=(ncu --graph-profiling node -k regex:ks_flash -s 1 -c 1)
+  local cfg
+  for cfg in ws3_n64_s4_p4_bulk ws3_n64_s3_p4 wg3_n64; do
+    KSEARCH_WGMMA_CONFIG=$cfg timeout -k 10 170 "${n[@]}" --section SpeedOfLight --section WarpStateStats \
+      --section SchedulerStats --section Occupancy \
+      --metrics sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum \
+      "$PY" benchmarks/ncu_attention.py 8192 128 > "$OUT/ncu-$cfg-L8192-D128.txt" 2>&1
+    echo "== $cfg"
+    grep -E "Duration|Issue Slots Busy|tensor_cycles|Warp Cycles Per Issued" "$OUT/ncu-$cfg-L8192-D128.txt" | cut -c1-120
+  done
+}
+
+latest_run() { ls -dt "$RUNS"/*-"$1"-* 2>/dev/null | head -1; }
+find_run() {  # a run directory, or the name of one under $RUNS
+  local run=$1
+  [ -f "$run/run.db" ] || run=$RUNS/$(basename "$run")
+  [ -f "$run/run.db" ] || die "no run at $1 (nor under $RUNS)"
+  echo "$run"
+}
+run_task() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["task"])' "$1/config.json"; }
+
+record() {
+  local run task
+  run=$(find_run "${1:?record RUN}") || exit 2
+  task=$(run_task "$run")
+  "${KS[@]}" bench search-summary "$run" --out "$OUT" 2>&1 | tail -2
+  "${KS[@]}" report "$run" --evaluations > "$OUT/search-$task-evals.txt" 2>&1
+  tail -n 40 "$OUT/search-$task-evals.txt"
+}
+
+search() {
+  local task=${1:?search TASK WALL_S [CALL_S]} wall=${2:?search TASK WALL_S [CALL_S]}
+  local call=${3:-$(( wall + 60 < 540 ? wall + 60 : 540 ))}
+  mkdir -p "$RUNS"
+  # SIGTERM at CALL_S stops the run cleanly (resumable); at WALL_S it ends by itself and judges its best on the holdout.
+  timeout -k 15 "$call" "${KS[@]}" run "$task" --backend mlx-cuda --budget "${BUDGET:-120}" --wall-time "$wall" \
+    --runs-dir "$RUNS" --quiet 2>&1 | tail -14
+  record "$(latest_run "$task")"
+}
+
+resume() {
+  local run call=${2:-540}
+  run=$(find_run "${1:?resume RUN [CALL_S]}") || exit 2
+  timeout -k 15 "$call" "${KS[@]}" run --resume "$run" --quiet 2>&1 | tail -24
+  record "$run"
+}
+
+holdout() {
+  local run task
+  run=$(find_run "${1:?holdout RUN}") || exit 2
+  task=$(run_task "$run")
+  timeout -k 10 400 "${KS[@]}" eval "$task" "$run/best.py" --backend mlx-cuda --holdout 2>&1 \
+    | tee "$OUT/search-$task-best-holdout.txt" | tail -20
+}
+
+part=${1:-}
+[ $# -gt 0 ] && shift
+case "$part" in
+  stage) stage ;;
+  tests) setup && run_tests "$@" ;;
+  prefill) setup && prefill ;;
+  prefill-configs) setup && prefill_configs "$@" ;;
+  prefill-small) setup && prefill_small ;;
+  decode) setup && decode ;;
+  decode-cluster) setup && decode_cluster ;;
+  mamba) setup && mamba ;;
+  scan) setup && scan ;;
+  naive) setup && timeout -k 10 560 "${KS[@]}" bench naive --backend mlx-cuda --out "$OUT" 2>&1 | tail -12 ;;
+  eval-phases) setup && eval_phases ;;
+  ncu) setup && ncu_part ;;
+  search) setup && search "$@" ;;
+  resume) setup && resume "$@" ;;
+  record) setup && record "$@" ;;
+  holdout) setup && holdout "$@" ;;
+  *) sed -n '2,/^set -uo/p' "$0" | sed '$d' | cut -c3-; [ -z "$part" ] || die "unknown part: $part" ;;
+esac
+ls -la "$OUT" 2>/dev/null | tail -n +2
