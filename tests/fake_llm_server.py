@@ -1,9 +1,15 @@
 """A scripted OpenAI-compatible chat server on 127.0.0.1 for the LLM policy's tests.
 
 Each POST /v1/chat/completions takes the next scripted action (or asks `responder(body)` when the script is
-empty): answer well, answer slowly, fail with a status, drop the connection, or send a body that is not JSON.
-GET /v1/models lists `models`. Every request is kept (path, headers, body) so tests can check what the client
-sent.
+empty): answer well, answer slowly, fail with a status, drop the connection, send a body that is not JSON, drip
+the answer a few bytes at a time, or send a huge one. GET /v1/models lists `models`. Every request is kept
+(path, headers, body) so tests can check what the client sent.
+
+Like the servers it stands for, it can also: tell its context window (llama.cpp's GET /props, vLLM's
+max_model_len in /v1/models, Ollama's /api/ps and /api/show), refuse a prompt longer than `context_limit`
+tokens (estimated at 4 characters a token) with a context-length 400 in vLLM's or llama.cpp's words, and take
+a JSON-schema response format as a real server does (`structured`): it checks every answer against the schema
+it was sent (`structured_answers`), or refuses the format as a server without structured output would.
 """
 
 from __future__ import annotations
@@ -45,7 +51,25 @@ class Garbage:
     body: str = "<html>502 Bad Gateway</html>"
 
 
-Action = Reply | Fail | Drop | Garbage
+@dataclass
+class Drip:
+    """A well-formed answer whose body is sent `chunk` bytes every `interval_s` seconds."""
+
+    text: str
+    interval_s: float = 0.2
+    chunk: int = 1
+
+
+@dataclass
+class Huge:
+    """A well-formed answer of `size` bytes of content; `chunked`: no Content-Length (the size is not
+    announced)."""
+
+    size: int
+    chunked: bool = False
+
+
+Action = Reply | Fail | Drop | Garbage | Drip | Huge
 
 
 class FakeLLMServer:
@@ -53,10 +77,31 @@ class FakeLLMServer:
         self,
         responder: Callable[[dict[str, Any]], Action] | None = None,
         models: tuple[str, ...] = ("fake-model",),
+        *,
+        structured: str = "json_schema",
+        context_limit: int | None = None,
+        context_style: str = "vllm",
+        props: dict[str, Any] | None = None,
+        model_fields: dict[str, Any] | None = None,
+        ollama_ps: dict[str, Any] | None = None,
+        ollama_show: dict[str, Any] | None = None,
     ) -> None:
+        """structured: "json_schema" (takes OpenAI's json_schema and llama-cpp-python's json_object+schema),
+        "refuse" (HTTP 400 for any schema, as a server without structured output), or "llama-cpp-python"
+        (HTTP 422 naming the types it takes for json_schema; takes {"type": "json_object", "schema": ...})."""
         self.script: deque[Action] = deque()
         self.responder = responder
         self.models = models
+        self.structured = structured
+        self.context_limit = context_limit
+        self.context_style = context_style
+        self.props = props
+        self.model_fields = model_fields or {}
+        self.ollama_ps = ollama_ps
+        self.ollama_show = ollama_show
+        #: One entry per answer given under a JSON schema: {"name", "valid", "error"}.
+        self.structured_answers: list[dict[str, Any]] = []
+        self._checked_schemas: set[str] = set()
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -123,18 +168,42 @@ class FakeLLMServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test); nothing to do
 
+            def _not_found(self) -> None:
+                self._send(404, json.dumps({"error": {"message": f"no route {self.path}"}}).encode())
+
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 server.requests.append({"path": self.path, "headers": dict(self.headers), "body": None})
-                data = {
-                    "object": "list",
-                    "data": [{"id": m, "object": "model", "owned_by": "fake"} for m in server.models],
-                }
+                if self.path.endswith("/models"):
+                    data: Any = {
+                        "object": "list",
+                        "data": [
+                            {"id": m, "object": "model", "owned_by": "fake", **server.model_fields}
+                            for m in server.models
+                        ],
+                    }
+                elif self.path == "/props" and server.props is not None:
+                    data = server.props
+                elif self.path == "/api/ps" and server.ollama_ps is not None:
+                    data = server.ollama_ps
+                else:
+                    self._not_found()
+                    return
                 self._send(200, json.dumps(data).encode())
 
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                if self.path == "/api/show" and server.ollama_show is not None:
+                    self._send(200, json.dumps(server.ollama_show).encode())
+                    return
+                if not self.path.endswith("/chat/completions"):
+                    self._not_found()
+                    return
+                refusal = server._refusal(body)
+                if refusal is not None:
+                    self._send(refusal[0], json.dumps(refusal[1]).encode())
+                    return
                 action = server._next(body)
                 if isinstance(action, Drop):
                     self.close_connection = True
@@ -146,33 +215,131 @@ class FakeLLMServer:
                     err = {"error": {"message": action.message, "type": "scripted", "code": action.status}}
                     self._send(action.status, json.dumps(err).encode(), action.headers)
                     return
+                if isinstance(action, Huge):
+                    self._send_huge(body, action)
+                    return
+                if isinstance(action, Drip):
+                    payload = json.dumps(completion(body, Reply(action.text))).encode()
+                    try:
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(payload)))
+                        self.end_headers()
+                        for i in range(0, len(payload), action.chunk):
+                            self.wfile.write(payload[i : i + action.chunk])
+                            self.wfile.flush()
+                            time.sleep(action.interval_s)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass
+                    return
                 if action.delay_s:
                     time.sleep(action.delay_s)
-                prompt = "".join(m.get("content") or "" for m in body.get("messages", []))
-                tin = action.tokens_in if action.tokens_in is not None else max(1, len(prompt) // 4)
-                tout = action.tokens_out if action.tokens_out is not None else max(1, len(action.text) // 4)
-                data: dict[str, Any] = {
-                    "id": "chatcmpl-fake",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": body.get("model", "fake-model"),
-                    "choices": [
-                        {
-                            "index": 0,
-                            "finish_reason": action.finish_reason,
-                            "message": {"role": "assistant", "content": action.text},
-                        }
-                    ],
-                }
-                if action.usage:
-                    data["usage"] = {
-                        "prompt_tokens": tin,
-                        "completion_tokens": tout,
-                        "total_tokens": tin + tout,
-                    }
-                self._send(200, json.dumps(data).encode())
+                server._check_structured(body, action.text)
+                self._send(200, json.dumps(completion(body, action)).encode())
+
+            def _send_huge(self, body: dict[str, Any], action: Huge) -> None:
+                head, tail = json.dumps(completion(body, Reply("@@"))).encode().split(b"@@")
+                filler = b"x" * 65536
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    if action.chunked:
+                        self.send_header("Transfer-Encoding", "chunked")
+                    else:
+                        self.send_header("Content-Length", str(len(head) + action.size + len(tail)))
+                    self.end_headers()
+
+                    def write(data: bytes) -> None:
+                        if action.chunked:
+                            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                        else:
+                            self.wfile.write(data)
+
+                    write(head)
+                    left = action.size
+                    while left > 0:
+                        write(filler[: min(left, len(filler))])
+                        left -= len(filler)
+                    write(tail)
+                    if action.chunked:
+                        self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client stopped reading: what it should do
 
         return Handler
+
+    def _refusal(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """The status and body a real server would refuse this request with, if any."""
+        fmt = body.get("response_format") or {}
+        with_schema = fmt.get("type") == "json_schema" or (fmt.get("type") == "json_object" and "schema" in fmt)
+        if with_schema and self.structured == "refuse":
+            return 400, {"error": {"message": f"response_format {fmt.get('type')!r} is not supported",
+                                   "type": "invalid_request_error"}}
+        if fmt.get("type") == "json_schema" and self.structured == "llama-cpp-python":
+            return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
+                                     "msg": "Input should be 'text' or 'json_object'", "input": "json_schema"}]}
+        if self.context_limit is not None:
+            prompt = "".join(m.get("content") or "" for m in body.get("messages", []))
+            tokens = len(prompt) // 4
+            if tokens > self.context_limit:
+                if self.context_style == "llamacpp":
+                    return 400, {"error": {"code": 400, "type": "exceed_context_size_error",
+                                           "message": "the request exceeds the available context size, try "
+                                           "increasing it", "n_prompt_tokens": tokens, "n_ctx": self.context_limit}}
+                return 400, {"error": {"message": f"This model's maximum context length is {self.context_limit} "
+                                       f"tokens. However, you requested {tokens} tokens in the messages.",
+                                       "type": "BadRequestError", "code": 400}}
+        return None
+
+    def _check_structured(self, body: dict[str, Any], text: str) -> None:
+        """Check an answer given under a JSON schema against it (a real server's decoding would enforce it)."""
+        fmt = body.get("response_format") or {}
+        if fmt.get("type") == "json_schema":
+            name, schema = fmt["json_schema"]["name"], fmt["json_schema"]["schema"]
+        elif fmt.get("type") == "json_object" and "schema" in fmt:
+            name, schema = "json_object", fmt["schema"]
+        else:
+            return
+        import jsonschema
+
+        key = json.dumps(schema, sort_keys=True)
+        if key not in self._checked_schemas:  # a schema a real server could not compile is a bug of ours
+            jsonschema.Draft202012Validator.check_schema(schema)
+            self._checked_schemas.add(key)
+        try:
+            jsonschema.validate(json.loads(text), schema, cls=jsonschema.Draft202012Validator)
+            entry = {"name": name, "valid": True, "error": None}
+        except (ValueError, RecursionError, jsonschema.ValidationError) as exc:
+            entry = {"name": name, "valid": False, "error": (str(exc).splitlines() or [type(exc).__name__])[0]}
+        with self._lock:
+            self.structured_answers.append(entry)
+
+
+def completion(body: dict[str, Any], action: Reply) -> dict[str, Any]:
+    """The chat.completion an OpenAI-compatible server sends for `action`."""
+    prompt = "".join(m.get("content") or "" for m in body.get("messages", []))
+    tin = action.tokens_in if action.tokens_in is not None else max(1, len(prompt) // 4)
+    tout = action.tokens_out if action.tokens_out is not None else max(1, len(action.text) // 4)
+    data: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "fake-model"),
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": action.finish_reason,
+                "message": {"role": "assistant", "content": action.text},
+            }
+        ],
+    }
+    if action.usage:
+        data["usage"] = {
+            "prompt_tokens": tin,
+            "completion_tokens": tout,
+            "total_tokens": tin + tout,
+        }
+    return data
 
 
 # -- a scripted K-Search model: answers each prompt by the heading its template starts with ----------------
@@ -257,6 +424,8 @@ def initial_world_model() -> dict[str, Any]:
             "confidence_0_to_1": 0.6,
         }
 
+    # Shaped as the published schema the policy sends (schemas.WORLD_MODEL): every field present, the root's
+    # action and impacts null; the loader adds computed_signals.
     return {
         "kernel_summary": "Row softmax: two reductions and an elementwise pass; bandwidth bound.",
         "decision_tree": {
@@ -271,13 +440,16 @@ def initial_world_model() -> dict[str, Any]:
                     "choice": "naive",
                     "notes": "",
                     "last_updated_round": 0,
+                    "action": None,
+                    "impacts": None,
+                    "overall_rating_0_to_10": 5,
+                    "confidence_0_to_1": 0.5,
                 },
                 node("n1", "fuse with mx.compile", 8),
                 node("n2", "exp2 with hex-float log2(e)", 6),
             ],
         },
         "open_questions": ["does fusion pay on CPU?"],
-        "computed_signals": {},
     }
 
 
@@ -313,9 +485,15 @@ def edit_for(prompt: str) -> dict[str, Any]:
                 {
                     "op": "update_node",
                     "node_id": n["node_id"],
+                    # Every patch field, null where unchanged: what a strict JSON-schema answer looks like.
                     "patch": {
-                        "confidence_0_to_1": 0.5,
+                        "decision": None,
+                        "choice": None,
                         "notes": "CURRENT: open. FOLLOW_THROUGH: try. UPDATE_BELIEF: unchanged.",
+                        "overall_rating_0_to_10": None,
+                        "confidence_0_to_1": 0.5,
+                        "action": None,
+                        "impacts": None,
                     },
                 }
             )

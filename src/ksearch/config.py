@@ -38,6 +38,9 @@ class LLMConfig:
     max_retries: int = 5
     max_usd: float | None = None
     max_tokens_total: int | None = None
+    max_answer_kb: int = 256  # an answer's body past this is refused unread (a proposer error)
+    context_tokens: int | None = None  # the model's context window; None: ask the server (llama.cpp, vLLM, Ollama)
+    structured_output: bool = True  # JSON-schema response formats for the world-model calls, where supported
 
 
 @dataclass
@@ -110,6 +113,11 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         key = f"KSEARCH_{f.name.upper()}"
         if key in env and not hasattr(getattr(cfg, f.name), "__dataclass_fields__"):
             from_env[f.name] = env[key]
+    # [llm] settings from KSEARCH_LLM_<NAME> (e.g. KSEARCH_LLM_CONTEXT_TOKENS=8192)
+    from_env_llm = {f.name: env[f"KSEARCH_LLM_{f.name.upper()}"] for f in fields(cfg.llm)
+                    if f"KSEARCH_LLM_{f.name.upper()}" in env}
+    if from_env_llm:
+        from_env["llm"] = from_env_llm
     _apply(cfg, from_env, "environment")
     _apply(cfg, {k: v for k, v in (overrides or {}).items() if v is not None}, "flags")
     if cfg.budget < 1:

@@ -67,40 +67,38 @@ def ping_cmd(
     model: Annotated[str | None, typer.Option(help="Model name.")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="NAME of the env variable holding the key.")] = None,
-    timeout: Annotated[float, typer.Option(help="Request timeout (s).")] = 60.0,
+    timeout: Annotated[float, typer.Option(help="Deadline for the whole check (s), connect to last byte.")] = 60.0,
+    context_tokens: Annotated[int | None, typer.Option(help="The model's context, if the server does not say.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Send one tiny request with these settings: model served, latency, tokens, cost."""
-    from ksearch.config import LLMConfig
-    from ksearch.policy.llm import LLMConfigError
-    from ksearch.policy.llm.client import ChatClient, Sampling
-    from ksearch.policy.llm.errors import CallFailed
-    from ksearch.policy.llm.presets import resolve
-    from ksearch.policy.llm.pricing import Budget, load_prices
+    """Send one tiny request with these settings: model served, latency, tokens, cost, the model's context and
+    whether ksearch's prompts fit it."""
+    from rich.markup import escape
 
-    cfg = LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env)
-    if preset:
-        cfg.preset = preset
+    from ksearch.config import ConfigError, load_config
+    from ksearch.policy.llm import LLMConfigError
+    from ksearch.policy.llm.errors import CallFailed
+    from ksearch.policy.llm.ping import ping
+
+    flags = {"preset": preset, "model": model, "base_url": base_url, "api_key_env": api_key_env,
+             "context_tokens": context_tokens}
     try:
-        endpoint = resolve(cfg)
-        budget = Budget(prices=load_prices())
-    except LLMConfigError as exc:
+        cfg = load_config(None, {"llm": {k: v for k, v in flags.items() if v is not None}}).llm
+        row = ping(cfg, timeout)
+    except (ConfigError, LLMConfigError) as exc:
         _fail(str(exc))
         return
-    client = ChatClient(endpoint, Sampling(temperature=0.0, max_output_tokens=16), timeout_s=timeout, max_retries=1)
-    try:
-        out = client.complete("ping", endpoint.model, [{"role": "user", "content": "Reply with one word: pong"}])
     except CallFailed as exc:
-        _fail(f"{endpoint.base_url}: {exc}")
+        _fail(f"{base_url or cfg.base_url or cfg.preset}: {exc}")
         return
-    row = {"base_url": endpoint.base_url, "model": out.model, "latency_s": round(out.latency_s, 3),
-           "retries": out.retries, "tokens_in": out.tokens_in, "tokens_out": out.tokens_out,
-           "cost_usd": budget.cost(out.model, out.tokens_in, out.tokens_out), "answer": out.text.strip()[:200]}
     if as_json:
         print(json.dumps(row))
-        return
-    for k, v in row.items():
-        console.print(f"{k:>11}: {v}", highlight=False)
+    else:
+        for k, v in row.items():
+            if k != "warning":
+                console.print(f"{k:>14}: {v}", highlight=False, markup=False)
+    if row.get("warning"):
+        err.print(f"[yellow]warning:[/yellow] {escape(row['warning'])}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

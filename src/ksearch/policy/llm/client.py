@@ -1,8 +1,16 @@
-"""One chat request to any OpenAI-compatible endpoint, with our own retries, timeout and usage accounting.
+"""One chat request to any OpenAI-compatible endpoint, with our own retries, deadline, size cap and usage
+accounting.
 
 The SDK's own retries are switched off (max_retries=0) so that every retry is ours: counted, logged with its
-cause, and paced by exponential backoff with jitter (honouring Retry-After). `openai` is imported here lazily,
+cause, and paced by exponential backoff with jitter (honouring Retry-After). Each attempt has ONE deadline,
+from connecting to the last byte of the answer (the SDK's timeout is per read: an answer dripped a byte at a
+time would never time out), and the answer is read incrementally up to a size cap (`max_answer_bytes`): a
+larger one is refused with its size and its first bytes, never held whole. `openai` is imported here lazily,
 inside the client, because the GPU machines that only run candidates do not have it.
+
+Structured output: a call that names a schema (schemas.py) sends it as the response format in the endpoint's
+dialect. An endpoint that refuses it (HTTP 400/422) gets the call again in free text, and keeps getting free
+text for the rest of the run; the Outcome's notes say so.
 """
 
 from __future__ import annotations
@@ -10,13 +18,30 @@ from __future__ import annotations
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ksearch.policy.llm.errors import CallFailed
+from ksearch.policy.llm.answers import (
+    PLAIN,
+    Malformed,
+    TooLarge,
+    advice,
+    content_text,
+    context_message,
+    count,
+    error_text,
+    read_json,
+    retry_after_s,
+    short,
+)
+from ksearch.policy.llm.context import ContextInfo, discover_context, is_context_error
+from ksearch.policy.llm.deadline import DeadlineExceeded, run_with_deadline
+from ksearch.policy.llm.errors import AnswerTooLarge, CallFailed, ContextTooSmall
 from ksearch.policy.llm.presets import Endpoint
+from ksearch.policy.llm.schemas import JSON_OBJECT_SCHEMA, JSON_SCHEMA, response_format
 
 log = logging.getLogger("ksearch.llm")
 
@@ -24,6 +49,8 @@ Messages = list[dict[str, str]]
 
 #: Status codes worth another try: timeouts, conflicts, rate limits, and the server's own troubles.
 RETRY_STATUS = frozenset({408, 409, 425, 429})
+#: The default cap on one answer's HTTP body ([llm] max_answer_kb = 256).
+DEFAULT_MAX_ANSWER_BYTES = 256 * 1024
 
 
 @dataclass
@@ -38,11 +65,19 @@ class Outcome:
     retries: int = 0
     finish_reason: str | None = None
     cost_usd: float | None = None  # None: price it from the table (a replay brings the recorded cost)
+    notes: list[str] = field(default_factory=list)  # e.g. the endpoint refused structured output
 
 
 class Transport(Protocol):
     def complete(
-        self, role: str, model: str | None, messages: Messages, *, json_mode: bool = False
+        self,
+        role: str,
+        model: str | None,
+        messages: Messages,
+        *,
+        json_mode: bool = False,
+        schema: str | None = None,
+        max_tokens: int | None = None,
     ) -> Outcome: ...
 
 
@@ -72,7 +107,11 @@ class Sampling:
 
 class ChatClient:
     """The live transport. The key's value is read from the named variable when the SDK client is built (first
-    call), held only inside that SDK object, and scrubbed from any error text we pass on."""
+    call), held only inside that SDK object, and scrubbed from any error text we pass on.
+
+    `timeout_s` bounds each attempt from connect to last byte; `deadline` (time.monotonic()), when set, bounds
+    the whole logical call, retries and backoff included (`ksearch llm ping --timeout`).
+    """
 
     def __init__(
         self,
@@ -85,6 +124,9 @@ class ChatClient:
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
         environ: Mapping[str, str] | None = None,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        structured: bool = True,
+        deadline: float | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.sampling = sampling
@@ -93,6 +135,11 @@ class ChatClient:
         self.backoff = backoff or Backoff()
         self.rng = rng or random.Random()
         self.sleep = sleep
+        self.max_answer_bytes = max_answer_bytes
+        self.deadline = deadline
+        #: The structured-output dialect in use (schemas.DIALECTS), None: free text.
+        self.structured: str | None = endpoint.structured if structured else None
+        self.refused = False  # the endpoint refused structured output: free text from then on
         self._environ = environ
         self._sdk: Any = None
         self._served_model: str | None = None
@@ -121,88 +168,203 @@ class ChatClient:
         key = self._key()
         return text.replace(key, "***") if key else text
 
-    # -- one logical call ------------------------------------------------------------------------------------
+    # -- what the endpoint serves ----------------------------------------------------------------------------
     def model_for(self, model: str | None) -> str:
         """`model`, or the first model the server lists (local servers serve one; naming it is a chore)."""
         if model:
             return model
         if self._served_model is None:
-            listing = self._with_retries(lambda: self._client().models.list(), "list models")[0]
-            ids = [m.id for m in getattr(listing, "data", [])]
+            listing = self._with_retries(
+                lambda seconds, cancelled: self._read(
+                    self._client().models.with_streaming_response.list(timeout=seconds, extra_headers=PLAIN),
+                    cancelled,
+                ),
+                "list models",
+            )[0]
+            entries = listing.get("data") if isinstance(listing, dict) else None
+            ids = [str(m["id"]) for m in entries or [] if isinstance(m, dict) and m.get("id")]
             if not ids:
                 raise CallFailed(f"{self.endpoint.base_url} lists no models; pass --model NAME")
             self._served_model = ids[0]
             log.info("using model %r served at %s", ids[0], self.endpoint.base_url)
         return self._served_model
 
+    def discover_context(self, model: str | None, timeout_s: float = 5.0) -> ContextInfo:
+        """The context window the server runs the model with, where the server says (see context.py)."""
+        if not self.endpoint.context_probes:
+            return ContextInfo(None, f"not asked ({self.endpoint.preset} does not say)")
+        if self.deadline is not None:
+            timeout_s = min(timeout_s, self.deadline - time.monotonic())
+        return discover_context(
+            self.endpoint.base_url,
+            model or self._served_model,
+            key=self._key(),
+            probes=self.endpoint.context_probes,
+            timeout_s=timeout_s,
+        )
+
+    # -- one logical call ------------------------------------------------------------------------------------
     def complete(
-        self, role: str, model: str | None, messages: Messages, *, json_mode: bool = False
+        self,
+        role: str,
+        model: str | None,
+        messages: Messages,
+        *,
+        json_mode: bool = False,
+        schema: str | None = None,
+        max_tokens: int | None = None,
     ) -> Outcome:
         name = self.model_for(model)
+        start = time.monotonic()
+        notes: list[str] = []
+        retries = 0
+        before = (self.structured, self.refused)
+        while True:
+            dialect = self.structured if schema is not None else None
+            kwargs = self._request(name, messages, json_mode, schema, dialect, max_tokens)
+            try:
+                data, tries = self._with_retries(
+                    lambda seconds, cancelled, kw=kwargs: self._chat(kw, seconds, cancelled),  # type: ignore[misc]
+                    role,
+                    started=start,
+                    dialect=dialect,
+                    messages=messages,
+                )
+                retries += tries
+                break
+            except _Refused as exc:
+                retries += exc.retries
+                # llama-cpp-python's server takes a schema only inside {"type": "json_object"}, and says so.
+                after = JSON_OBJECT_SCHEMA if dialect == JSON_SCHEMA and "json_object" in exc.detail else None
+                note = self._scrub(
+                    f"the endpoint refused structured output ({dialect}: {exc.cause}); "
+                    + (f"trying the {after} form" if after else "free text (and extraction) for the rest of the run")
+                )
+                log.warning("%s: %s", role, note)
+                notes.append(note)
+                self.structured = after
+                self.refused = after is None
+            except CallFailed:
+                if notes:  # free text failed as well: the refusal was not about the response format
+                    self.structured, self.refused = before
+                raise
+        choice = data["choices"][0]
+        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        text = content_text(message.get("content"))
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        tin, tout = count(usage.get("prompt_tokens")), count(usage.get("completion_tokens"))
+        if tin is None or tout is None:
+            # Some local servers omit usage; an estimate (4 characters a token) keeps token caps meaningful.
+            tin = sum(len(m["content"]) for m in messages) // 4
+            tout = len(text) // 4
+        finish = choice.get("finish_reason")
+        return Outcome(
+            text=text,
+            model=name,
+            tokens_in=tin,
+            tokens_out=tout,
+            latency_s=time.monotonic() - start,
+            retries=retries,
+            finish_reason=finish if isinstance(finish, str) else None,
+            notes=notes,
+        )
+
+    def _request(
+        self,
+        name: str,
+        messages: Messages,
+        json_mode: bool,
+        schema: str | None,
+        dialect: str | None,
+        max_tokens: int | None,
+    ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": name,
             "messages": messages,
-            self.endpoint.max_tokens_param: self.sampling.max_output_tokens,
+            self.endpoint.max_tokens_param: max_tokens or self.sampling.max_output_tokens,
         }
         if self.sampling.reasoning_effort:
             kwargs["reasoning_effort"] = self.sampling.reasoning_effort
         # OpenAI's reasoning models reject any temperature once reasoning is on; elsewhere it is honoured.
         if not (self.sampling.reasoning_effort and self.endpoint.max_tokens_param == "max_completion_tokens"):
             kwargs["temperature"] = self.sampling.temperature
-        if json_mode and self.endpoint.json_mode:
+        if schema is not None and dialect is not None:
+            kwargs["response_format"] = response_format(schema, dialect)
+        elif json_mode and self.endpoint.json_mode and not self.refused:
+            # After a refusal of structured output the call goes out in plain free text: an endpoint that
+            # refuses one response format may refuse the other.
             kwargs["response_format"] = {"type": "json_object"}
-        start = time.monotonic()
-        resp, retries = self._with_retries(
-            lambda: self._client().chat.completions.create(**kwargs), role, started=start
+        return kwargs
+
+    # -- one attempt: bounded in time and in size ------------------------------------------------------------
+    def _chat(self, kwargs: dict[str, Any], seconds: float, cancelled: threading.Event) -> dict[str, Any]:
+        ctx = self._client().chat.completions.with_streaming_response.create(
+            **kwargs, timeout=seconds, extra_headers=PLAIN
         )
-        choice = resp.choices[0]
-        text = choice.message.content or ""
-        usage = getattr(resp, "usage", None)
-        tin = getattr(usage, "prompt_tokens", None)
-        tout = getattr(usage, "completion_tokens", None)
-        if tin is None or tout is None:
-            # Some local servers omit usage; an estimate (4 characters a token) keeps token caps meaningful.
-            tin = sum(len(m["content"]) for m in messages) // 4
-            tout = len(text) // 4
-        return Outcome(
-            text=text,
-            model=name,
-            tokens_in=int(tin),
-            tokens_out=int(tout),
-            latency_s=time.monotonic() - start,
-            retries=retries,
-            finish_reason=choice.finish_reason,
-        )
+        data = self._read(ctx, cancelled)
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise Malformed("the response has no choices")
+        return data  # type: ignore[no-any-return]
+
+    def _read(self, ctx: Any, cancelled: threading.Event) -> Any:
+        return read_json(ctx, self.max_answer_bytes, cancelled)
+
+    def _attempt_seconds(self) -> float:
+        seconds = self.timeout_s
+        if self.deadline is not None:
+            seconds = min(seconds, self.deadline - time.monotonic())
+        return seconds
 
     def _with_retries(
-        self, call: Callable[[], Any], what: str, started: float | None = None
+        self,
+        attempt_fn: Callable[[float, threading.Event], Any],
+        what: str,
+        started: float | None = None,
+        dialect: str | None = None,
+        messages: Messages | None = None,
     ) -> tuple[Any, int]:
         import openai
 
+        self._client()  # built (and `openai` imported) before any attempt's clock starts
         start = time.monotonic() if started is None else started
         attempt = 0
         while True:
             retry_after: float | None = None
+            seconds = self._attempt_seconds()
             try:
-                resp = call()
-                if what != "list models" and not getattr(resp, "choices", None):
-                    raise _Malformed("the response has no choices")
-                return resp, attempt
+                return run_with_deadline(attempt_fn, seconds, f"ksearch-llm-{what}"), attempt
             except openai.APIStatusError as exc:
                 status = exc.status_code
-                cause = f"HTTP {status}: {_short(str(exc))}"
+                full = error_text(exc)
+                cause = f"HTTP {status}: {short(full)}"
+                if status < 500 and is_context_error(full):
+                    raise ContextTooSmall(
+                        self._scrub(context_message(what, full, messages)),
+                        attempt,
+                        time.monotonic() - start,
+                    ) from None
+                if dialect is not None and status in (400, 422):
+                    raise _Refused(cause, full, attempt) from None
                 if status < 500 and status not in RETRY_STATUS:
                     raise CallFailed(
-                        self._scrub(f"{what}: {cause} ({_advice(status)})"), attempt, time.monotonic() - start
+                        self._scrub(f"{what}: {cause} ({advice(status)})"), attempt, time.monotonic() - start
                     ) from None
-                retry_after = _retry_after(exc.response.headers if exc.response is not None else {})
-            except openai.APITimeoutError:
-                cause = f"no answer within {self.timeout_s:g} s"
+                retry_after = retry_after_s(exc.response.headers if exc.response is not None else {})
+            except TooLarge as exc:
+                raise AnswerTooLarge(
+                    self._scrub(f"{what}: {exc.describe(self.max_answer_bytes)}"),
+                    attempt,
+                    time.monotonic() - start,
+                    size=exc.size,
+                ) from None
+            except (DeadlineExceeded, openai.APITimeoutError):
+                cause = f"no complete answer within {max(seconds, 0):.3g} s (connect to last byte)"
             except openai.APIConnectionError as exc:
-                cause = f"connection failed ({_short(str(exc.__cause__ or exc))})"
-            except (openai.OpenAIError, _Malformed, ValueError) as exc:
+                cause = f"connection failed ({short(str(exc.__cause__ or exc))})"
+            except (openai.OpenAIError, Malformed, ValueError) as exc:
                 # A body that is not the JSON the SDK expects (a proxy's HTML page, a half-sent body).
-                cause = f"malformed response ({type(exc).__name__}: {_short(str(exc))})"
+                cause = f"malformed response ({type(exc).__name__}: {short(str(exc))})"
             if attempt >= self.max_retries:
                 raise CallFailed(
                     self._scrub(f"{what}: {cause}; gave up after {attempt} retries"),
@@ -210,6 +372,10 @@ class ChatClient:
                     time.monotonic() - start,
                 ) from None
             delay = self.backoff.delay(attempt, self.rng, retry_after)
+            if self.deadline is not None and time.monotonic() + delay >= self.deadline:
+                raise CallFailed(
+                    self._scrub(f"{what}: {cause}; no time left for a retry"), attempt, time.monotonic() - start
+                ) from None
             log.warning(
                 "%s: %s; retry %d/%d in %.1f s",
                 what,
@@ -222,26 +388,11 @@ class ChatClient:
             attempt += 1
 
 
-class _Malformed(Exception):
-    pass
+class _Refused(Exception):
+    """The endpoint refused the structured-output response format (HTTP 400/422)."""
 
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _retry_after(headers: Any) -> float | None:
-    try:
-        value = headers.get("retry-after")
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None  # an HTTP date: rare from these APIs; backoff alone will do
-
-
-def _advice(status: int) -> str:
-    if status in (401, 403):
-        return "check the API key variable and that the key may use this model"
-    if status == 404:
-        return "check --base-url (it usually ends in /v1) and --model"
-    return "the server refused the request; see its message"
+    def __init__(self, cause: str, detail: str, retries: int) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.detail = detail
+        self.retries = retries

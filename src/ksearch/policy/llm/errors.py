@@ -26,3 +26,17 @@ class CallFailed(PolicyError):
         super().__init__(message)
         self.retries = retries
         self.latency_s = latency_s
+
+
+class AnswerTooLarge(CallFailed):
+    """The answer's body passed the size cap ([llm] max_answer_kb): refused unread past the cap, never parsed
+    or stored; the message gives its size and its first bytes."""
+
+    def __init__(self, message: str, retries: int = 0, latency_s: float = 0.0, size: int = 0) -> None:
+        super().__init__(message, retries, latency_s)
+        self.size = size
+
+
+class ContextTooSmall(CallFailed):
+    """The server refused the prompt as longer than the model's context; the message is one line saying what
+    to do (and, where the server named it, the context size, which later prompts are fitted to)."""

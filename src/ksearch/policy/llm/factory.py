@@ -18,6 +18,10 @@ from ksearch.policy.llm.pricing import Budget, load_prices
 
 #: Base delay (s) of the retry backoff; tests and impatient users shorten it.
 BACKOFF_ENV = "KSEARCH_LLM_BACKOFF_S"
+#: How long asking the server for its context may take, at most.
+DISCOVERY_S = 5.0
+#: No prompt of ours fits a smaller context.
+MIN_CONTEXT_TOKENS = 512
 
 
 def make_policy(
@@ -30,9 +34,14 @@ def make_policy(
     sleep: Callable[[float], None] = time.sleep,
     environ: Mapping[str, str] | None = None,
     seed: int | None = None,
+    discover: bool = True,
 ) -> LLMPolicy:
     """A policy for `cfg`. With `replay` (the calls of a recorded run) it never touches the network and needs
     no key; with `strict_prompts` it raises ReplayMismatch at the first prompt that differs from the record.
+
+    With `context_tokens` unset, a live policy asks the server for its context window (`discover`) and writes
+    the answer into `cfg.context_tokens`, so that the run's stored settings resume and replay with the same
+    fitting.
 
     Raises LLMConfigError when the configuration cannot work (unknown preset, unset key variable, bad number).
     """
@@ -41,10 +50,16 @@ def make_policy(
         raise LLMConfigError(
             "llm settings: max_retries must be >= 0, request_timeout_s > 0, max_output_tokens >= 1"
         )
+    if cfg.max_answer_kb < 1 or (cfg.context_tokens is not None and cfg.context_tokens < MIN_CONTEXT_TOKENS):
+        raise LLMConfigError(
+            f"llm settings: max_answer_kb must be >= 1 and context_tokens >= {MIN_CONTEXT_TOKENS} (or unset: "
+            "ask the server)"
+        )
     endpoint = resolve(cfg, env, check_key=replay is None)
     budget = Budget(prices=load_prices(prices, env), max_usd=cfg.max_usd, max_tokens=cfg.max_tokens_total,
                     warn_unpriced=endpoint.api_key_env is not None)
     transport: Transport
+    context = cfg.context_tokens
     if replay is not None:
         from ksearch.policy.llm.replay import ReplayTransport
 
@@ -61,8 +76,16 @@ def make_policy(
             rng=random.Random(seed),
             sleep=sleep,
             environ=environ,
+            max_answer_bytes=cfg.max_answer_kb * 1024,
+            structured=cfg.structured_output,
         )
-    return LLMPolicy(transport, budget, endpoint.model, endpoint.coder_model)
+        if context is None and discover:
+            info = transport.discover_context(endpoint.model, timeout_s=min(DISCOVERY_S, cfg.request_timeout_s))
+            if info.tokens is not None:
+                # Recorded with the run's settings: a resumed or replayed run fits its prompts the same way.
+                context = cfg.context_tokens = info.tokens
+    return LLMPolicy(transport, budget, endpoint.model, endpoint.coder_model, context_tokens=context,
+                     max_output_tokens=cfg.max_output_tokens)
 
 
 def _env_float(env: Mapping[str, str], name: str, default: float) -> float:

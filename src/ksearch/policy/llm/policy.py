@@ -4,11 +4,18 @@ Each question is one call (plus at most one repair call when the answer cannot b
 successful or not, is handed to ctx.record_call. Failures the loop should survive become PolicyError; the
 spending caps become BudgetExhausted, checked before each call; a diverged replay becomes ReplayMismatch,
 which stops the run.
+
+Prompts are fitted to the model's context (fitting.py) when it is known; a server refusing a prompt as too
+long for its context teaches the policy that context (the question is then asked once more, fitted). The
+world-model calls name their JSON schema (schemas.py), which the transport sends as a structured-output
+response format where the endpoint takes one. What is done with an answer depends only on its text, so a
+replayed run takes the same path.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -21,41 +28,80 @@ from ksearch.policy.base import (
     PolicyError,
 )
 from ksearch.policy.llm.client import Messages, Outcome, Transport
+from ksearch.policy.llm.context import context_from_error
 from ksearch.policy.llm.errors import CallFailed
-from ksearch.policy.llm.parsing import Parsed, extract_code, extract_json, strip_thinking
+from ksearch.policy.llm.fitting import (
+    MESSAGE_OVERHEAD,
+    Prompt,
+    Window,
+    compact_json,
+    estimate_tokens,
+    fit,
+    messages_tokens,
+    shorter,
+    spec_trims,
+)
+from ksearch.policy.llm.parsing import Parsed, excerpt, extract_code, extract_json, strip_thinking
 from ksearch.policy.llm.pricing import Budget
 from ksearch.policy.llm.prompts import action_view, common, render
 from ksearch.policy.llm.replay import ReplayTransport, render_prompt
+from ksearch.policy.llm.schemas import without_null_patches
+
+log = logging.getLogger("ksearch.llm")
 
 CODE_TEMPLATES = {"first": "code_first.j2", "debug": "code_debug.j2", "improve": "code_improve.j2"}
+#: The analysis is kept (and later quoted) up to this many characters.
+ANALYSIS_CHARS = 12_000
+#: A repair round quotes at most this much of the unusable answer (less where the context is small).
+REPAIR_QUOTE_CHARS = 12_000
 
 
 class LLMPolicy:
     name = "llm"
 
     def __init__(
-        self, transport: Transport, budget: Budget, reasoning_model: str | None, coder_model: str | None
+        self,
+        transport: Transport,
+        budget: Budget,
+        reasoning_model: str | None,
+        coder_model: str | None,
+        *,
+        context_tokens: int | None = None,
+        max_output_tokens: int = 8192,
     ) -> None:
         self.transport = transport
         self.budget = budget
         self.reasoning_model = reasoning_model
         self.coder_model = coder_model
+        self.context_tokens = context_tokens  # None: unknown, prompts go out whole
+        self.max_output_tokens = max_output_tokens
         self.calls = 0  # calls made, failed ones included: a replay's position in its recording
         self.failures = 0
         self.analysis = ""
         # The last source handed to the loop: the fallback for a debug / improve request that carries no code.
         self.last_source: str | None = None
+        self.notes: list[str] = []  # what the endpoint made us change (structured output refused, ...)
 
     # -- the protocol ----------------------------------------------------------------------------------------
     def analyse(self, ctx: PolicyContext) -> str:
-        prompt = render("analysis.j2", **common(ctx))
+        base = common(ctx)
+        prompt = Prompt("analysis.j2", base, spec_trims(base["spec"], base["port"]))
         text: str = self._ask(ctx, "analysis", self.reasoning_model, prompt, _nonempty, want="text")
-        self.analysis = text
-        return text
+        self.analysis = text[:ANALYSIS_CHARS]
+        return self.analysis
 
     def init_world_model(self, ctx: PolicyContext, analysis: str) -> dict[str, Any]:
-        self.analysis = analysis or self.analysis
-        prompt = render("world_model_init.j2", **common(ctx), analysis=self.analysis)
+        self.analysis = (analysis or self.analysis)[:ANALYSIS_CHARS]
+        base = common(ctx)
+        spec, port = base["spec"], base["port"]
+        trims: list[tuple[str, Any]] = [("port", "")] if port else []
+        if spec:
+            trims += [("spec", shorter(spec, 0.5))]
+        trims += [("analysis", shorter(self.analysis, 0.35))]
+        if spec:
+            trims += [("spec", shorter(spec, 0.25)), ("spec", "")]
+        trims += [("analysis", shorter(self.analysis, 0.12)), ("analysis", "")]
+        prompt = Prompt("world_model_init.j2", {**base, "analysis": self.analysis}, trims)
         wm: dict[str, Any] = self._ask(
             ctx,
             "init",
@@ -64,6 +110,7 @@ class LLMPolicy:
             lambda t: extract_json(t, ("decision_tree",)),
             want="json",
             keys=("kernel_summary", "decision_tree"),
+            schema="world_model",
         )
         return wm
 
@@ -76,17 +123,36 @@ class LLMPolicy:
                 source = ctx.task.starting_source(ctx.backend.family)
             except KeyError:
                 source = ""
-        fb = request.feedback or Feedback(status="unknown", message="", score=0.0)
-        prompt = render(
-            CODE_TEMPLATES[request.mode],
-            **common(ctx),
-            action=action_view(request.action),
-            parent_source=source.rstrip("\n"),
-            fb=fb.to_json(),
-            history=[a.to_json() for a in request.history],
-            best_score=request.best_score,
-            analysis=self.analysis,
-        )
+        fb = (request.feedback or Feedback(status="unknown", message="", score=0.0)).to_json()
+        history = [a.to_json() for a in request.history]
+        base = common(ctx)
+        variables = {
+            **base,
+            "action": action_view(request.action),
+            "parent_source": source.rstrip("\n"),
+            "fb": fb,
+            "history": history,
+            "best_score": request.best_score,
+            "analysis": self.analysis,
+        }
+        # Least important first: the attempt log, the analysis, the porting context, the spec's details, the
+        # verdict's log. The task, the contract, the action and the code stay whole.
+        trims: list[tuple[str, Any]] = []
+        if len(history) > 3:
+            trims.append(("history", history[-3:]))
+        if history:
+            trims.append(("history", []))
+        if request.mode == "first" and self.analysis:
+            trims.append(("analysis", shorter(self.analysis, 0.15)))
+        message = str(fb.get("message") or "")
+        if len(message) > 2000:
+            trims.append(("fb", {**fb, "message": shorter(message, 2000 / len(message))}))
+        trims += spec_trims(base["spec"], base["port"])
+        if request.mode == "first" and self.analysis:
+            trims.append(("analysis", ""))
+        if len(message) > 500:
+            trims.append(("fb", {**fb, "message": shorter(message, 500 / len(message))}))
+        prompt = Prompt(CODE_TEMPLATES[request.mode], variables, trims)
         code: str = self._ask(ctx, "code", self.coder_model, prompt, extract_code, want="code")
         self.last_source = code
         return code, {}
@@ -94,26 +160,33 @@ class LLMPolicy:
     def update(
         self, ctx: PolicyContext, world_model: dict[str, Any], cycle: list[Attempt], rejection: str | None
     ) -> dict[str, Any]:
-        prompt = render(
-            "world_model_edit.j2",
+        attempts = [a.to_json() for a in cycle]
+        variables = {
             **common(ctx),
-            world_model=json.dumps(world_model, indent=1, sort_keys=True, default=str),
-            cycle=[a.to_json() for a in cycle],
-            rejection=rejection,
-            best_score=_best_score(world_model, cycle),
-        )
+            "world_model": json.dumps(world_model, indent=1, sort_keys=True, default=str),
+            "cycle": attempts,
+            "rejection": rejection,
+            "best_score": _best_score(world_model, cycle),
+        }
+        trims: list[tuple[str, Any]] = []
+        if len(attempts) > 6:
+            trims.append(("cycle", attempts[-6:]))
+        trims.append(("world_model", compact_json(world_model)))
+        if len(attempts) > 2:
+            trims.append(("cycle", attempts[-2:]))
         edit: dict[str, Any] = self._ask(
             ctx,
             "edit",
             self.reasoning_model,
-            prompt,
+            Prompt("world_model_edit.j2", variables, trims),
             lambda t: extract_json(t, ("ops",)),
             want="json",
             keys=("active_leaf_id", "ops"),
+            schema="world_model_edit",
         )
         if not isinstance(edit.get("ops"), list):
             raise PolicyError(f"edit: 'ops' is a {type(edit.get('ops')).__name__}, not a list")
-        return edit
+        return without_null_patches(edit)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -122,59 +195,113 @@ class LLMPolicy:
             "analysis": self.analysis,
             "last_source": self.last_source,
             "budget": self.budget.state(),
+            "context_tokens": self.context_tokens,
+            "structured_output": getattr(self.transport, "structured", None),
+            "structured_refused": bool(getattr(self.transport, "refused", False)),
+            "notes": list(self.notes),
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.calls = int(state.get("calls", 0))
         self.failures = int(state.get("failures", 0))
-        self.analysis = str(state.get("analysis") or "")
+        self.analysis = str(state.get("analysis") or "")[:ANALYSIS_CHARS]
         self.last_source = state.get("last_source")
         self.budget.load_state(state.get("budget") or {})
+        if state.get("context_tokens"):
+            self.context_tokens = int(state["context_tokens"])
+        self.notes = [str(n) for n in state.get("notes") or []]
+        if "structured_output" in state and hasattr(self.transport, "structured"):
+            # A refusal of structured output holds for the whole run, resumed or not.
+            setattr(self.transport, "structured", state["structured_output"])  # noqa: B010 (not in the protocol)
+            setattr(self.transport, "refused", bool(state.get("structured_refused")))  # noqa: B010
         if isinstance(self.transport, ReplayTransport):
             self.transport.position = self.calls
 
     # -- one question: a call, and at most one repair call ---------------------------------------------------
+    def window(self) -> Window:
+        return Window(self.context_tokens, self.max_output_tokens)
+
     def _ask(
         self,
         ctx: PolicyContext,
         role: str,
         model: str | None,
-        prompt: str,
+        prompt: Prompt,
         parse: Callable[[str], Parsed],
         want: str,
         keys: tuple[str, ...] = (),
+        schema: str | None = None,
     ) -> Any:
-        messages: Messages = [
-            {"role": "system", "content": render("system.j2", **common(ctx))},
-            {"role": "user", "content": prompt},
-        ]
+        system = render("system.j2", **common(ctx))
         json_mode = want == "json"
-        out = self._call(ctx, role, model, messages, json_mode)
+
+        def messages_now() -> Messages:
+            budget = self.window().prompt_tokens
+            if budget is not None:
+                budget -= estimate_tokens(system) + MESSAGE_OVERHEAD
+            fitted = fit(prompt, budget)
+            if fitted.trimmed:
+                log.info("%s: prompt trimmed to fit %s tokens of context: %s", role, self.context_tokens,
+                         ", ".join(fitted.trimmed))
+            return [{"role": "system", "content": system}, {"role": "user", "content": fitted.text}]
+
+        messages = messages_now()
+        try:
+            out = self._call(ctx, role, model, messages, json_mode, schema)
+        except CallFailed as exc:
+            if not self._learn_context(exc):
+                raise
+            messages = messages_now()  # the same question, fitted to the context the server named
+            out = self._call(ctx, role, model, messages, json_mode, schema)
         parsed = parse(out.text)
         if parsed.problem is None:
             return parsed.value
-        # One repair round: the model sees its own answer and what was wrong with it. Bounded, so that a model
-        # that cannot comply costs two calls, not a loop.
+        # One repair round: the model sees (an excerpt of) its own answer and what was wrong with it. Bounded,
+        # so that a model that cannot comply costs two calls, not a loop.
         repair = render("repair.j2", problem=parsed.problem, want=want, keys=list(keys))
+        quote = REPAIR_QUOTE_CHARS
+        budget = self.window().prompt_tokens
+        if budget is not None:
+            room = budget - messages_tokens([*messages, {"role": "user", "content": repair}]) - MESSAGE_OVERHEAD
+            quote = max(400, min(quote, int(room * 3)))
         messages = [
             *messages,
-            {"role": "assistant", "content": out.text},
+            {"role": "assistant", "content": excerpt(out.text, quote)},
             {"role": "user", "content": repair},
         ]
-        out = self._call(ctx, "repair", model, messages, json_mode)
+        out = self._call(ctx, "repair", model, messages, json_mode, schema)
         parsed = parse(out.text)
         if parsed.problem is None:
             return parsed.value
         self.failures += 1
         raise PolicyError(f"{role}: unusable answer after one repair round: {parsed.problem}")
 
+    def _learn_context(self, exc: CallFailed) -> bool:
+        """True when the failure names a context smaller than the one prompts were fitted to (reading the
+        message, so that a replay learns the same)."""
+        n = context_from_error(str(exc))
+        if n is None or (self.context_tokens is not None and n >= self.context_tokens):
+            return False
+        log.warning("the server's context is %d tokens; prompts are fitted to it from now on", n)
+        self.context_tokens = n
+        return True
+
     def _call(
-        self, ctx: PolicyContext, role: str, model: str | None, messages: Messages, json_mode: bool
+        self,
+        ctx: PolicyContext,
+        role: str,
+        model: str | None,
+        messages: Messages,
+        json_mode: bool,
+        schema: str | None = None,
     ) -> Outcome:
         self.budget.check()
         prompt = render_prompt(messages)
+        max_tokens = self.window().max_tokens_for(messages_tokens(messages))
         try:
-            out = self.transport.complete(role, model, messages, json_mode=json_mode)
+            out = self.transport.complete(
+                role, model, messages, json_mode=json_mode, schema=schema, max_tokens=max_tokens
+            )
         except CallFailed as exc:
             self.calls += 1
             self.failures += 1
@@ -191,6 +318,9 @@ class LLMPolicy:
             )
             raise
         self.calls += 1
+        for note in out.notes:
+            if note not in self.notes:
+                self.notes.append(note)
         cost = (
             out.cost_usd
             if out.cost_usd is not None

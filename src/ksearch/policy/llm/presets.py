@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ksearch.config import LLMConfig
+from ksearch.policy.llm.context import PROBES
 from ksearch.policy.llm.errors import LLMConfigError
+from ksearch.policy.llm.schemas import JSON_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,10 @@ class Preset:
     max_tokens_param: str = "max_tokens"
     #: Ask for a JSON object (response_format) on JSON calls; off where the endpoint does not take it.
     json_mode: bool = True
+    #: The structured-output dialect (schemas.DIALECTS) for the world-model calls; None: free text.
+    structured: str | None = JSON_SCHEMA
+    #: Where the server tells its context window (context.PROBES); hosted models have 128k tokens or more.
+    context_probes: tuple[str, ...] = ()
     note: str = ""
 
     @property
@@ -61,12 +67,15 @@ PRESETS: dict[str, Preset] = {
             "claude-sonnet-4-5",
             "claude-sonnet-4-5",
             json_mode=False,
+            structured=None,  # its OpenAI-compatible layer ignores response_format
             note="Anthropic, OpenAI-compatible endpoint",
         ),
-        Preset("vllm", "http://localhost:8000/v1", None, None, note="vLLM `vllm serve MODEL` (no key)"),
-        Preset("ollama", "http://localhost:11434/v1", None, None, note="Ollama (no key)"),
+        Preset("vllm", "http://localhost:8000/v1", None, None, context_probes=("vllm",),
+               note="vLLM `vllm serve MODEL` (no key)"),
+        Preset("ollama", "http://localhost:11434/v1", None, None, context_probes=("ollama",), note="Ollama (no key)"),
         Preset("lmstudio", "http://localhost:1234/v1", None, None, note="LM Studio local server (no key)"),
-        Preset("llamacpp", "http://localhost:8080/v1", None, None, note="llama.cpp `llama-server` (no key)"),
+        Preset("llamacpp", "http://localhost:8080/v1", None, None, context_probes=("llamacpp",),
+               note="llama.cpp `llama-server` (no key)"),
     )
 }
 
@@ -82,6 +91,8 @@ class Endpoint:
     coder_model: str | None
     max_tokens_param: str
     json_mode: bool = True
+    structured: str | None = JSON_SCHEMA
+    context_probes: tuple[str, ...] = ()
 
 
 def resolve(cfg: LLMConfig, environ: Mapping[str, str] | None = None, check_key: bool = True) -> Endpoint:
@@ -121,4 +132,7 @@ def resolve(cfg: LLMConfig, environ: Mapping[str, str] | None = None, check_key:
         coder,
         max_tokens_param,
         preset.json_mode,
+        # Another server: try the common dialect (a refusal falls back to free text) and ask it its context.
+        JSON_SCHEMA if custom_url else preset.structured,
+        PROBES if custom_url else preset.context_probes,
     )

@@ -44,7 +44,14 @@ class ReplayTransport:
         self.position = 0
 
     def complete(
-        self, role: str, model: str | None, messages: Messages, *, json_mode: bool = False
+        self,
+        role: str,
+        model: str | None,
+        messages: Messages,
+        *,
+        json_mode: bool = False,
+        schema: str | None = None,
+        max_tokens: int | None = None,
     ) -> Outcome:
         i = self.position
         if i >= len(self.recorded):
