@@ -20,8 +20,8 @@ def _fail(message: str) -> NoReturn:
 
 
 def _load(ref: str, runs_dir: Path | None):  # type: ignore[no-untyped-def]
-    from ksearch.report.rundata import RunUnreadable, load_run
-    from ksearch.store import RunNotFound, resolve_run
+    from ksearch.report.rundata import load_run
+    from ksearch.store import RunNotFound, RunUnreadable, resolve_run
 
     try:
         return load_run(resolve_run(ref, runs_dir))
@@ -117,9 +117,8 @@ def watch_cmd(
 ) -> None:
     """Follow a run started elsewhere until it stops: budget, best score, current action, last statuses."""
     from ksearch.cli import console
-    from ksearch.report.rundata import RunUnreadable
     from ksearch.report.watch import watch
-    from ksearch.store import RunNotFound, resolve_run
+    from ksearch.store import RunNotFound, RunUnreadable, resolve_run
 
     if interval <= 0:
         _fail("--interval must be positive (seconds)")
