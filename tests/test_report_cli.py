@@ -85,3 +85,33 @@ def test_run_without_a_pass(tmp_path: Path) -> None:
     assert run.best_candidate == "c0000"  # no best in meta yet: the best passed search evaluation
     code, out = invoke("report", str(run_dir))
     assert code == 0 and "running" in out
+
+
+def test_evaluations_table(runs: Path) -> None:
+    code, out = invoke("report", "20261129-120000-softmax-abc123", "--runs-dir", str(runs), "--evaluations")
+    assert code == 0, out
+    assert "path to the best" not in out  # the table instead of the summary
+    rows = [ln.split() for ln in out.splitlines() if ln.split() and ln.split()[0].isdigit()]
+    # Every search evaluation, then the holdout re-measurement of the best: index kind candidate status score seconds.
+    assert len(rows) == 13
+    assert rows[7] == ["7", "search", "c0007", "passed", "1.310", "2.5"]
+    assert rows[1][3] == "compile_error" and rows[1][4] == "0.000"
+    assert rows[-1][1:4] == ["holdout", "c0007", "passed"]
+
+
+def test_evaluations_json(runs: Path) -> None:
+    import json
+
+    code, out = invoke("report", "20261129-120000-softmax-abc123", "--runs-dir", str(runs), "--evaluations", "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["run"] == "20261129-120000-softmax-abc123" and data["task"] == "softmax"
+    evals = data["evaluations"]
+    assert [e["kind"] for e in evals] == ["search"] * 12 + ["holdout"]
+    assert evals[7] == {"index": 7, "kind": "search", "candidate": "c0007", "status": "passed",
+                        "score": pytest.approx(1.31), "seconds": 2.5}
+
+
+def test_json_needs_evaluations(runs: Path) -> None:
+    code, out = invoke("report", "20261129-120000-softmax-abc123", "--runs-dir", str(runs), "--json")
+    assert code == 2 and "--json goes with --evaluations" in out and "Traceback" not in out

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -15,16 +14,16 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ksearch.store import RunNotFound, RunReader, RunUnreadable, read_run
+
 KS = [sys.executable, "-m", "ksearch.cli"]
 
 
 def _evals(run: Path) -> int:
     try:
-        db = sqlite3.connect(run / "run.db", timeout=5)
-        n = db.execute("SELECT COUNT(*) FROM evaluations WHERE kind = 'search'").fetchone()[0]
-        db.close()
-        return int(n)
-    except sqlite3.Error:
+        with RunReader(run) as reader:
+            return len(reader.evaluations("search"))
+    except (RunNotFound, RunUnreadable):  # the search has not written its tables yet
         return 0
 
 
@@ -51,12 +50,11 @@ def test_sigkill_then_resume(tmp_path: Path) -> None:
     res = subprocess.run([*KS, "run", "--resume", run.name, "--runs-dir", str(tmp_path), "--quiet"],
                          capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stderr
-    db = sqlite3.connect(run / "run.db")
-    meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
-    rows = db.execute("SELECT eval_index FROM evaluations WHERE kind = 'search' ORDER BY id").fetchall()
-    assert meta["status"] == "finished"
-    assert meta["evaluations_done"] == 7
-    assert [r[0] for r in rows] == list(range(1, 8))  # no evaluation counted twice, none lost but the one in flight
+    recs = read_run(run)
+    assert recs.meta.status == "finished"
+    assert recs.meta.evaluations_done == 7
+    # No evaluation counted twice, none lost but the one in flight.
+    assert [e.eval_index for e in recs.evaluations_of("search")] == list(range(1, 8))
     assert done_at_kill >= 3
     assert (run / "best.py").is_file()
 
@@ -76,12 +74,9 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "holdout score" in proc.stdout
     run = next(tmp_path.iterdir())
-    db = sqlite3.connect(run / "run.db")
-    meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
-    kinds = [k for (k,) in db.execute("SELECT kind FROM evaluations")]
-    db.close()
-    assert meta["status"] == "finished" and meta["holdout"]["status"] == "passed"
-    assert kinds == ["search", "holdout"]
+    recs = read_run(run)
+    assert recs.meta.status == "finished" and (recs.meta.holdout or {}).get("status") == "passed"
+    assert [e.kind for e in recs.evaluations] == ["search", "holdout"]
 
     def resume(*extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*KS, "run", "--resume", run.name, "--runs-dir", str(tmp_path), "--quiet", *extra],
@@ -95,12 +90,10 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
     # Raised limits: it continues to the new budget and is judged on the holdout again.
     res = resume("--budget", "3", "--wall-time", "900")
     assert res.returncode == 0, res.stderr[-2000:]
-    db = sqlite3.connect(run / "run.db")
-    kinds = [k for (k,) in db.execute("SELECT kind FROM evaluations")]
-    meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
-    db.close()
-    assert kinds == ["search", "holdout", "search", "search", "holdout"]
-    assert meta["status"] == "finished" and meta["config"]["budget"] == 3 and meta["config"]["wall_time_s"] == 900
+    recs = read_run(run)
+    assert [e.kind for e in recs.evaluations] == ["search", "holdout", "search", "search", "holdout"]
+    config = recs.meta.get("config")
+    assert recs.meta.status == "finished" and config["budget"] == 3 and config["wall_time_s"] == 900
     assert json.loads((run / "config.json").read_text())["budget"] == 3
 
 

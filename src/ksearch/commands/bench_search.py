@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
@@ -18,20 +19,21 @@ def summary_cmd(
     """Summarise a search run in the project's benchmark schema."""
     from ksearch.backends import get_backend
     from ksearch.report.benchjson import make_result, write_result
-    from ksearch.store import RunNotFound, RunStore, resolve_run
+    from ksearch.store import RunNotFound, RunUnreadable, read_run, resolve_run
 
     try:
-        store = RunStore(resolve_run(run, runs_dir))
-    except RunNotFound as exc:
+        recs = read_run(resolve_run(run, runs_dir))
+    except (RunNotFound, RunUnreadable) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
-    meta = store.meta()
-    evals = store.evaluations("search")
+    meta = recs.meta.values
+    evals = [asdict(e) for e in recs.evaluations_of("search")]
+    cands = {c.id: c for c in recs.candidates}
     best = 0.0
     figures: list[dict[str, Any]] = []
     for e in evals:
         best = max(best, e["score"] if e["status"] == "passed" else 0.0)
-        cand = store.candidate(e["candidate_id"])
+        cand = cands[e["candidate_id"]]
         figures.append({"evaluation": e["eval_index"], "candidate": e["candidate_id"], "status": e["status"],
                         "score": e["score"], "best_so_far": best, "mode": cand.mode, "action": cand.action_title,
                         "params": cand.params, "duration_s": e["duration_s"]})
@@ -42,7 +44,7 @@ def summary_cmd(
                        get_backend(meta.get("backend")), figures,
                        shapes=[w["name"] for w in ((best_row or {}).get("result") or {}).get("workloads", [])],
                        dtypes=[], summary={
-                           "run": store.path.name, "budget": meta.get("budget"),
+                           "run": recs.path.name, "budget": meta.get("budget"),
                            "evaluations_done": meta.get("evaluations_done"), "start_score": start,
                            "best_score": meta.get("best_score"), "best_candidate": meta.get("best_candidate"),
                            "holdout_score": holdout.get("holdout_score"),

@@ -20,8 +20,8 @@ def _fail(message: str) -> NoReturn:
 
 
 def _load(ref: str, runs_dir: Path | None):  # type: ignore[no-untyped-def]
-    from ksearch.report.rundata import RunUnreadable, load_run
-    from ksearch.store import RunNotFound, resolve_run
+    from ksearch.report.rundata import load_run
+    from ksearch.store import RunNotFound, RunUnreadable, resolve_run
 
     try:
         return load_run(resolve_run(ref, runs_dir))
@@ -33,21 +33,30 @@ def report_cmd(
     run: RunArg,
     html: Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report here.")] = None,
     tree: Annotated[bool, typer.Option(help="Show the world-model tree in the terminal.")] = True,
+    evaluations: Annotated[bool, typer.Option("--evaluations", help="Instead of the summary, list every evaluation: "
+                                              "index, kind, candidate, status, score, seconds.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --evaluations: print them as JSON.")] = False,
     runs_dir: RunsDir = None,
 ) -> None:
     """Summarise a run: best candidate, per-workload speedups, holdout, budget, spend, the path to the best."""
-    from ksearch.cli import console
+    from ksearch.cli import console, err
+    from ksearch.report.evaluations import evaluations_json, evaluations_table
     from ksearch.report.summary import summary_renderable
 
+    if as_json and not evaluations:
+        _fail("--json goes with --evaluations")
     data = _load(run, runs_dir)
-    console.print(summary_renderable(data, show_tree=tree))
+    if evaluations and as_json:
+        typer.echo(evaluations_json(data))
+    else:
+        console.print(evaluations_table(data) if evaluations else summary_renderable(data, show_tree=tree))
     if html is not None:
         if html.is_dir():
             _fail(f"--html {html} is a directory; name a file, e.g. {html / 'report.html'}")
         from ksearch.report.html import write_html
 
         write_html(data, html)
-        console.print(f"HTML report: {html}")
+        (err if as_json else console).print(f"HTML report: {html}")  # stdout stays one JSON document
 
 
 def compare_cmd(
@@ -117,9 +126,8 @@ def watch_cmd(
 ) -> None:
     """Follow a run started elsewhere until it stops: budget, best score, current action, last statuses."""
     from ksearch.cli import console
-    from ksearch.report.rundata import RunUnreadable
     from ksearch.report.watch import watch
-    from ksearch.store import RunNotFound, resolve_run
+    from ksearch.store import RunNotFound, RunUnreadable, resolve_run
 
     if interval <= 0:
         _fail("--interval must be positive (seconds)")

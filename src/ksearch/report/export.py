@@ -68,7 +68,7 @@ def module_text(run: RunData, out_name: str = "kernel.py") -> str:
     """The best candidate's source, unchanged, under a provenance header (comments, so any import order holds)."""
     cid, source, result = _best(run)
     hold = run.holdout_result()
-    cand = run.candidate(cid) or {}
+    cand = run.candidate(cid)
     env = result.environment or {}
     n_search = sum(1 for w in result.workloads if w.split == "search")
     hold_txt = "not evaluated"
@@ -79,7 +79,7 @@ def module_text(run: RunData, out_name: str = "kernel.py") -> str:
         "# Exported by ksearch: the best kernel of a K-Search run.",
         f"#   run:       {run.run_id}",
         f"#   task:      {run.task}    backend: {run.backend}",
-        f"#   candidate: {cid}" + (f"  (action: {cand['action_title']})" if cand.get("action_title") else ""),
+        f"#   candidate: {cid}" + (f"  (action: {cand.action_title})" if cand and cand.action_title else ""),
         f"#   score:     {result.score:.4f} = geomean speedup over {n_search} search workloads "
         f"vs baseline {result.baseline!r}",
         f"#   holdout:   {hold_txt}",
@@ -267,7 +267,7 @@ def flashinfer_trace(run: RunData) -> dict[str, Any]:
 
 def _eval_time(run: RunData, cid: str, kind: str) -> str:
     rows = run.evaluations if kind == "search" else run.holdout_evaluations
-    ts = next((e["created_at"] for e in reversed(rows) if e["candidate_id"] == cid), None)
+    ts = next((e.created_at for e in reversed(rows) if e.candidate_id == cid), None)
     if ts is None:
         return _now()
     return _dt.datetime.fromtimestamp(float(ts), _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -138,16 +138,16 @@ def _events(run: RunData) -> str:
     notable = run.notable_events()
     if not notable:
         return '<p class="muted">No backtracks, ideas judged too hard, rejected edits or policy errors.</p>'
-    rows = [{"round": str(e["round"]), "event": str(e["kind"]).replace("_", " "),
-             "details": json.dumps(e["data"], default=str)[:300]} for e in notable[:500]]
+    rows = [{"round": str(e.round), "event": e.kind.replace("_", " "),
+             "details": json.dumps(e.data, default=str)[:300]} for e in notable[:500]]
     return _table(rows, ["round", "event", "details"], {"round"})
 
 
 def _evaluations(run: RunData) -> str:
-    msgs = {e["id"]: (e.get("message") or "").strip().splitlines() for e in run.evaluations}
+    msgs = {e.id: (e.message or "").strip().splitlines() for e in run.evaluations}
     rows = []
     for a, e in zip(run.attempts, run.evaluations, strict=True):
-        first = next((ln for ln in msgs[e["id"]] if ln.strip()), "")[:140]
+        first = next((ln for ln in msgs[e.id] if ln.strip()), "")[:140]
         rows.append({"#": str(a.n), "round": str(a.round), "candidate": a.candidate_id, "action": a.action or "",
                      "status": a.status, "score": f"{a.score:.3f}", "best so far": f"{a.best_so_far:.3f}",
                      "message": first})

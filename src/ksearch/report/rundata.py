@@ -1,25 +1,19 @@
-"""A run, read back for showing: one read-only pass over run.db, plus what the views derive from it.
+"""A run, read back for showing: the store's records of one run, plus what the views derive from them.
 
-The search process may still be writing (WAL mode): this reader opens the database read-only so that `report` and
-`watch` can never take a write lock or change the schema of a run they merely look at.
+The store reads the run read-only and in one transaction (ksearch.store.read), so `report` and `watch` can follow a
+run that the search process is still writing.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ksearch.harness.result import EvalResult
+from ksearch.store import CallRow, CandidateRow, EvaluationRow, EventRow, RunMeta, RunRecords, WorldModelRow, read_run
 
 NOTABLE_EVENTS = ("backtrack", "too_hard", "edit_rejected", "policy_error")
-
-
-class RunUnreadable(Exception):
-    """The run directory exists but its database cannot be read (corrupt, locked, wrong schema)."""
 
 
 @dataclass
@@ -37,15 +31,50 @@ class Attempt:
 
 @dataclass
 class RunData:
-    path: Path
-    meta: dict[str, Any]
-    candidates: list[dict[str, Any]]
-    evaluations: list[dict[str, Any]]  # kind == "search", in order
-    holdout_evaluations: list[dict[str, Any]]
-    world_models: list[dict[str, Any]]  # {"round", "reason", "created_at", "world_model"}
-    calls: list[dict[str, Any]]
-    events: list[dict[str, Any]]
-    attempts: list[Attempt] = field(default_factory=list)
+    records: RunRecords
+    evaluations: list[EvaluationRow] = field(init=False)  # kind == "search", in budget order
+    holdout_evaluations: list[EvaluationRow] = field(init=False)
+    attempts: list[Attempt] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.evaluations = self.records.evaluations_of("search")
+        self.holdout_evaluations = self.records.evaluations_of("holdout")
+        titles = {c.id: c.action_title for c in self.candidates}
+        self.attempts = []
+        best = 0.0
+        for i, e in enumerate(self.evaluations, 1):
+            score = e.score if e.status == "passed" else 0.0
+            best = max(best, score)
+            self.attempts.append(Attempt(i, e.candidate_id, e.status, score, best, e.round, titles.get(e.candidate_id)))
+
+    @property
+    def path(self) -> Path:
+        return self.records.path
+
+    @property
+    def meta(self) -> RunMeta:
+        return self.records.meta
+
+    @property
+    def candidates(self) -> list[CandidateRow]:
+        return self.records.candidates
+
+    @property
+    def all_evaluations(self) -> list[EvaluationRow]:
+        """Every evaluation of every kind (search, holdout, ...), in the order written."""
+        return self.records.evaluations
+
+    @property
+    def world_models(self) -> list[WorldModelRow]:
+        return self.records.world_models
+
+    @property
+    def calls(self) -> list[CallRow]:
+        return self.records.calls
+
+    @property
+    def events(self) -> list[EventRow]:
+        return self.records.events
 
     # -- identity -----------------------------------------------------------------------------------------------
     @property
@@ -54,70 +83,69 @@ class RunData:
 
     @property
     def task(self) -> str:
-        return str(self.meta.get("task") or "?")
+        return self.meta.task or "?"
 
     @property
     def backend(self) -> str:
-        return str(self.meta.get("backend") or "?")
+        return self.meta.backend or "?"
 
     @property
     def status(self) -> str:
-        return str(self.meta.get("status") or "unknown")
+        return self.meta.status or "unknown"
 
     @property
     def budget(self) -> int | None:
-        b = self.meta.get("budget")
-        return int(b) if isinstance(b, int | float) else None
+        return self.meta.budget
 
     @property
     def evaluations_done(self) -> int:
-        done = self.meta.get("evaluations_done")
-        return int(done) if isinstance(done, int | float) else len(self.evaluations)
+        done = self.meta.evaluations_done
+        return done if done is not None else len(self.evaluations)
 
     # -- the best candidate -------------------------------------------------------------------------------------
     @property
     def best_candidate(self) -> str | None:
         """The loop's own verdict when it recorded one; otherwise the best passed search evaluation."""
-        cid = self.meta.get("best_candidate")
-        if isinstance(cid, str) and cid:
+        cid = self.meta.best_candidate
+        if cid:
             return cid
-        passed = [e for e in self.evaluations if e["status"] == "passed" and e["score"] > 0]
-        return max(passed, key=lambda e: e["score"])["candidate_id"] if passed else None
+        passed = [e for e in self.evaluations if e.status == "passed" and e.score > 0]
+        return max(passed, key=lambda e: e.score).candidate_id if passed else None
 
     @property
     def best_score(self) -> float:
-        s = self.meta.get("best_score")
-        if isinstance(s, int | float):
-            return float(s)
+        s = self.meta.best_score
+        if s is not None:
+            return s
         return max((a.score for a in self.attempts if a.status == "passed"), default=0.0)
 
     def best_result(self) -> EvalResult | None:
         cid = self.best_candidate
-        rows = [e for e in self.evaluations if e["candidate_id"] == cid]
+        rows = [e for e in self.evaluations if e.candidate_id == cid]
         if not rows:
             return None
-        return _result(max(rows, key=lambda e: e["score"])["result"])
+        return _result(max(rows, key=lambda e: e.score).result)
 
     def holdout_result(self) -> EvalResult | None:
-        h = self.meta.get("holdout")
-        if isinstance(h, dict) and "status" in h:
+        h = self.meta.holdout
+        if h is not None and "status" in h:
             return _result(h)
-        rows = [e for e in self.holdout_evaluations if e["candidate_id"] == self.best_candidate]
-        return _result(rows[-1]["result"]) if rows else None
+        rows = [e for e in self.holdout_evaluations if e.candidate_id == self.best_candidate]
+        return _result(rows[-1].result) if rows else None
 
-    def candidate(self, cid: str | None) -> dict[str, Any] | None:
-        return next((c for c in self.candidates if c["id"] == cid), None)
+    def candidate(self, cid: str | None) -> CandidateRow | None:
+        return next((c for c in self.candidates if c.id == cid), None)
 
     def source(self, cid: str | None) -> str | None:
         c = self.candidate(cid)
         if c is None:
             return None
-        p = self.path / c["path"]
+        p = self.path / c.path
         return p.read_text() if p.is_file() else None
 
     # -- world model ----------------------------------------------------------------------------------------------
     def world_model(self) -> dict[str, Any] | None:
-        return self.world_models[-1]["world_model"] if self.world_models else None
+        return self.world_models[-1].world_model if self.world_models else None
 
     def best_path(self) -> list[dict[str, Any]]:
         """World-model nodes from the root to the node whose solution is the best candidate (root first)."""
@@ -129,7 +157,7 @@ class RunData:
         target = next((n for n in nodes.values() if solution_id(n) == best), None)
         if target is None:
             cand = self.candidate(best)
-            target = nodes.get(str(cand.get("node_id"))) if cand else None
+            target = nodes.get(str(cand.node_id)) if cand else None
         path: list[dict[str, Any]] = []
         seen: set[str] = set()
         while target is not None and str(target.get("node_id")) not in seen:
@@ -146,18 +174,18 @@ class RunData:
         chain: list[str] = []
         cand = self.candidate(self.best_candidate)
         seen: set[str] = set()
-        while cand is not None and cand["id"] not in seen:
-            seen.add(cand["id"])
-            if cand.get("action_title"):
-                chain.append(str(cand["action_title"]))
-            cand = self.candidate(cand.get("parent_id"))
+        while cand is not None and cand.id not in seen:
+            seen.add(cand.id)
+            if cand.action_title:
+                chain.append(cand.action_title)
+            cand = self.candidate(cand.parent_id)
         return chain[::-1]
 
     def current_action(self) -> str | None:
-        selects = [e for e in self.events if e["kind"] == "select"]
+        selects = [e for e in self.events if e.kind == "select"]
         if selects:
-            return str(selects[-1]["data"].get("title") or selects[-1]["data"].get("node_id"))
-        return str(self.candidates[-1].get("action_title")) if self.candidates else None
+            return str(selects[-1].data.get("title") or selects[-1].data.get("node_id"))
+        return str(self.candidates[-1].action_title) if self.candidates else None
 
     # -- spend ----------------------------------------------------------------------------------------------------
     def llm_usage(self) -> dict[str, float]:
@@ -165,28 +193,28 @@ class RunData:
         if self.calls:
             return {
                 "calls": len(self.calls),
-                "tokens_in": sum(int(c.get("tokens_in") or 0) for c in self.calls),
-                "tokens_out": sum(int(c.get("tokens_out") or 0) for c in self.calls),
-                "cost_usd": sum(float(c.get("cost_usd") or 0.0) for c in self.calls),
+                "tokens_in": sum(int(c.tokens_in or 0) for c in self.calls),
+                "tokens_out": sum(int(c.tokens_out or 0) for c in self.calls),
+                "cost_usd": sum(float(c.cost_usd or 0.0) for c in self.calls),
             }
-        u = self.meta.get("llm_usage") or {}
+        u = self.meta.llm_usage
         return {k: float(u.get(k) or 0) for k in ("calls", "tokens_in", "tokens_out", "cost_usd")}
 
     def spend_by_role(self) -> list[dict[str, Any]]:
         roles: dict[str, dict[str, Any]] = {}
         for c in self.calls:
-            r = roles.setdefault(str(c.get("role")), {"role": str(c.get("role")), "calls": 0, "tokens_in": 0,
-                                                      "tokens_out": 0, "cost_usd": 0.0, "errors": 0})
+            r = roles.setdefault(str(c.role), {"role": str(c.role), "calls": 0, "tokens_in": 0, "tokens_out": 0,
+                                               "cost_usd": 0.0, "errors": 0})
             r["calls"] += 1
-            r["tokens_in"] += int(c.get("tokens_in") or 0)
-            r["tokens_out"] += int(c.get("tokens_out") or 0)
-            r["cost_usd"] += float(c.get("cost_usd") or 0.0)
-            r["errors"] += 1 if c.get("error") else 0
+            r["tokens_in"] += int(c.tokens_in or 0)
+            r["tokens_out"] += int(c.tokens_out or 0)
+            r["cost_usd"] += float(c.cost_usd or 0.0)
+            r["errors"] += 1 if c.error else 0
         return list(roles.values())
 
-    def notable_events(self) -> list[dict[str, Any]]:
+    def notable_events(self) -> list[EventRow]:
         """What the loop did besides evaluating: backtracks, ideas judged too hard, rejected edits, policy errors."""
-        return [e for e in self.events if e["kind"] in NOTABLE_EVENTS]
+        return [e for e in self.events if e.kind in NOTABLE_EVENTS]
 
     def status_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -232,63 +260,6 @@ def _result(data: dict[str, Any]) -> EvalResult | None:
         return EvalResult.from_json({k: v for k, v in data.items() if k in known})
 
 
-def _connect(run_dir: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(f"file:{(run_dir / 'run.db').resolve()}?mode=ro", uri=True, timeout=10)
-    db.row_factory = sqlite3.Row
-    return db
-
-
-def load_run(run_dir: Path, retries: int = 3) -> RunData:
-    """Read a whole run. Retries briefly: a writer checkpointing the WAL can make a read fail with SQLITE_BUSY."""
-    for attempt in range(retries):
-        try:
-            return _load(Path(run_dir))
-        except sqlite3.OperationalError as exc:
-            if attempt == retries - 1:
-                raise RunUnreadable(f"cannot read {run_dir}/run.db: {exc}") from exc
-            time.sleep(0.2 * (attempt + 1))
-        except sqlite3.DatabaseError as exc:
-            raise RunUnreadable(f"cannot read {run_dir}/run.db: {exc}") from exc
-    raise AssertionError("unreachable")
-
-
-def _load(run_dir: Path) -> RunData:
-    db = _connect(run_dir)
-    try:
-        meta = {r["key"]: _loads(r["value"]) for r in db.execute("SELECT key, value FROM meta")}
-        candidates = [dict(r) for r in db.execute("SELECT * FROM candidates ORDER BY seq")]
-        for c in candidates:
-            c["params"] = _loads(c.get("params") or "{}")
-        evals = []
-        for r in db.execute("SELECT * FROM evaluations ORDER BY id"):
-            d = dict(r)
-            d["result"] = _loads(d["result"]) or {}
-            evals.append(d)
-        wms = [{"round": r["round"], "reason": r["reason"], "created_at": r["created_at"],
-                "world_model": _loads(r["json"]) or {}}
-               for r in db.execute("SELECT round, reason, created_at, json FROM world_models ORDER BY id")]
-        calls = [dict(r) for r in db.execute(
-            "SELECT id, created_at, round, role, model, tokens_in, tokens_out, latency_s, cost_usd, retries, error "
-            "FROM calls ORDER BY id")]
-        events = [{**dict(r), "data": _loads(r["data"]) or {}} for r in db.execute("SELECT * FROM events ORDER BY id")]
-    finally:
-        db.close()
-    search = [e for e in evals if e["kind"] == "search"]
-    run = RunData(run_dir, meta, candidates, search, [e for e in evals if e["kind"] == "holdout"], wms, calls, events)
-    titles = {c["id"]: c.get("action_title") for c in candidates}
-    best = 0.0
-    for i, e in enumerate(search, 1):
-        score = float(e["score"] or 0.0) if e["status"] == "passed" else 0.0
-        best = max(best, score)
-        run.attempts.append(Attempt(i, e["candidate_id"], e["status"], score, best, e["round"],
-                                    titles.get(e["candidate_id"])))
-    return run
-
-
-def _loads(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+def load_run(run_dir: Path) -> RunData:
+    """Read a whole run (RunNotFound, RunUnreadable from the store when it cannot be read)."""
+    return RunData(read_run(run_dir))

@@ -43,7 +43,7 @@ def spend_text(run: RunData) -> str:
 def events_text(run: RunData) -> str:
     counts: dict[str, int] = {}
     for e in run.notable_events():
-        counts[e["kind"]] = counts.get(e["kind"], 0) + 1
+        counts[e.kind] = counts.get(e.kind, 0) + 1
     return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()) or "none"
 
 

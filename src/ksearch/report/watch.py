@@ -16,8 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ksearch.report.plots import STATUS_COLORS
-from ksearch.report.rundata import RunData, RunUnreadable, load_run
+from ksearch.report.rundata import RunData, load_run
 from ksearch.report.summary import spend_text
+from ksearch.store import RunUnreadable
 
 LAST = 8
 #: The loop's final states; any other ("running", "holdout" while the best is re-measured) is still going.
@@ -52,7 +53,7 @@ def frame(run: RunData, now: float | None = None) -> RenderableType:
     facts.add_row("best score", f"[b green]{run.best_score:.3f}[/b green]" + (f"  ({best})" if best else ""))
     facts.add_row("current action", Text(run.current_action() or "-"))
     facts.add_row("LLM spend", spend_text(run))
-    last_at = max((e["created_at"] for e in run.evaluations), default=None)
+    last_at = max((e.created_at for e in run.evaluations), default=None)
     if run.status not in DONE and last_at is not None and now - last_at > STALE_S:
         facts.add_row("[yellow]warning[/yellow]",
                       f"[yellow]no evaluation for {int(now - last_at)} s: is the search process alive?[/yellow]")

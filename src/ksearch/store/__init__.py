@@ -1,5 +1,14 @@
-"""Runs on disk: SQLite + files under runs/<run-id>/."""
+"""Runs on disk: SQLite + files under runs/<run-id>/. The only module that opens run.db.
 
-from ksearch.store.db import CandidateRow, RunNotFound, RunStore, list_runs, new_run_id, resolve_run, runs_dir
+Writing (the search process): RunStore. Reading (every other process, read-only): read_run, RunReader, list_runs.
+"""
 
-__all__ = ["CandidateRow", "RunNotFound", "RunStore", "list_runs", "new_run_id", "resolve_run", "runs_dir"]
+from ksearch.store.db import RunStore
+from ksearch.store.paths import RunNotFound, new_run_id, resolve_run, runs_dir
+from ksearch.store.read import RunReader, RunRecords, RunUnreadable, list_runs, read_run
+from ksearch.store.records import CallRow, CandidateRow, EvaluationRow, EventRow, RunMeta, WorldModelRow
+
+__all__ = [
+    "CallRow", "CandidateRow", "EvaluationRow", "EventRow", "RunMeta", "RunNotFound", "RunReader", "RunRecords",
+    "RunStore", "RunUnreadable", "WorldModelRow", "list_runs", "new_run_id", "read_run", "resolve_run", "runs_dir",
+]

@@ -1,0 +1,38 @@
+"""The layout of run.db. Bump SCHEMA_VERSION on any change a reader of the old layout would misread."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+#: Every table a run database has; a database without them was not written by ksearch.
+TABLES = ("meta", "candidates", "evaluations", "world_models", "calls", "events")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS candidates (
+  id TEXT PRIMARY KEY, seq INTEGER NOT NULL, created_at REAL NOT NULL, round INTEGER NOT NULL,
+  node_id TEXT, parent_id TEXT, action_title TEXT, mode TEXT, params TEXT NOT NULL DEFAULT '{}',
+  source_hash TEXT NOT NULL, normalized_hash TEXT NOT NULL, path TEXT NOT NULL, duplicate_of TEXT
+);
+CREATE TABLE IF NOT EXISTS evaluations (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, candidate_id TEXT NOT NULL REFERENCES candidates(id),
+  eval_index INTEGER NOT NULL, created_at REAL NOT NULL, round INTEGER NOT NULL, kind TEXT NOT NULL,
+  status TEXT NOT NULL, score REAL NOT NULL, holdout_score REAL, duration_s REAL, message TEXT,
+  result TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS world_models (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, round INTEGER NOT NULL, created_at REAL NOT NULL, reason TEXT,
+  json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS calls (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, created_at REAL NOT NULL, round INTEGER NOT NULL, role TEXT NOT NULL,
+  model TEXT, prompt TEXT NOT NULL, response TEXT NOT NULL, tokens_in INTEGER, tokens_out INTEGER,
+  latency_s REAL, cost_usd REAL, retries INTEGER, error TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, created_at REAL NOT NULL, round INTEGER NOT NULL, kind TEXT NOT NULL,
+  data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS evaluations_candidate ON evaluations(candidate_id);
+CREATE INDEX IF NOT EXISTS candidates_norm ON candidates(normalized_hash);
+"""
