@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.knowledge.cuda_check import nvcc_path
+from ksearch.backends.nvcc import nvcc_path
 from ksearch.knowledge.lint import Diagnostic, check_cuda_candidate, check_metal_candidate, lint_source
 from ksearch.knowledge.metal_check import clang_path
 from ksearch.tasks import get_task

@@ -4,7 +4,7 @@ set -x
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv
 python3 - <<'PY' > $OUT/tile_image.txt 2>&1
 import time, mlx.core as mx
-from ksearch.kernels.attention_wgmma_ws import tile_image
+from ksearch.kernels.attention.wgmma_ws import tile_image
 for b,h,s in ((1,8,8192),(1,32,2048),(4,32,8192),(1,8,2048)):
   for d in (64,128):
     x=mx.random.normal((b,h,s,d)).astype(mx.float16); mx.eval(x)
