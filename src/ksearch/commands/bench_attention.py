@@ -36,7 +36,7 @@ def check_wgmma_env() -> None:
 
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("attention")
-    def attention_cmd(full: bool = typer.Option(False, help="the issue's whole shape grid (B=4 at every dtype/Hkv)"),
+    def attention_cmd(full: bool = typer.Option(False, help="the whole shape grid (B=4 at every dtype/Hkv)"),
                       out: str = typer.Option("benchmarks/results", help="directory for the JSON result")) -> None:
         """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere) vs MLX native attention."""
         from ksearch.bench.attention import run_bench

@@ -284,7 +284,7 @@ def cp_cache(mode: str) -> tuple[str, str]:
 def launch_bounds(threads: int) -> str:
     """Header text that gives the kernel MLX generates after it `__launch_bounds__(threads, 1)` (MLX writes the
     `__global__` line, so the qualifier is redefined). Without it ptxas takes registers freely (the causal kernel of
-    3 warpgroups took 178 a thread in one version of this session, 3 x 128 took 206), and 384 threads of that exceed
+    3 warpgroups took 178 a thread in one version of the kernel, 3 x 128 took 206), and 384 threads of that exceed
     the register file, so the launch fails. With it ptxas keeps to 65536 / threads; it also gives setmaxnreg
     (wgmma_ws.py) the register count at entry that it needs."""
     return (f"\n#undef __global__\n"

@@ -15,7 +15,7 @@ spent on them (cp.async address arithmetic stalled on a full LSU queue, and the 
 
 With BULK the producer is one thread: each K / V tile is one `cp.async.bulk` (no tensor map needed) from tile images
 of K and V (tile_images, one extra kernel), completing on the stage's "full" mbarrier by its byte count. That reached
-547-553 TFLOP/s at L=8192, D=128 (cuDNN 599-608) and 0.81-0.82x of cuDNN over the issue's grid at L >= 4096:
+547-553 TFLOP/s at L=8192, D=128 (cuDNN 599-608) and 0.81-0.82x of cuDNN over the prefill grid at L >= 4096:
 ws3_n64_s4_p4_bulk is the Hopper default at both head dims (kernels/attention/__init__.py). Others are opt-in:
 KSEARCH_WGMMA_CONFIG; among them PP (ping-pong turns on the tensor cores), correct on the H200 but 0-5% slower at
 most shapes.
