@@ -18,12 +18,13 @@ os.environ.setdefault("MLX_ENABLE_TF32", "0")  # the fp32 reference must be real
 
 import mlx.core as mx  # noqa: E402
 
-from ksearch.commands import bench_attention as ba  # noqa: E402
-from ksearch.kernels.attention import hopper  # noqa: E402
-from ksearch.kernels.attention_cuda import PrefillConfig, attention_cuda  # noqa: E402
-from ksearch.kernels.attention_wgmma import WgmmaConfig, attention_wgmma  # noqa: E402
-from ksearch.kernels.attention_wgmma_ws import WsConfig, attention_wgmma_ws  # noqa: E402
-from ksearch.kernels.decode_cuda import DecodeConfig, decode_cuda  # noqa: E402
+from ksearch.bench import attention as ba  # noqa: E402
+from ksearch.bench.timing import time_rounds  # noqa: E402
+from ksearch.kernels.attention.mma_sync import PrefillConfig, attention_cuda  # noqa: E402
+from ksearch.kernels.attention.wgmma import WgmmaConfig, attention_wgmma  # noqa: E402
+from ksearch.kernels.attention.wgmma_ws import WsConfig, attention_wgmma_ws  # noqa: E402
+from ksearch.kernels.decode.cuda_split_k import DecodeConfig, decode_cuda  # noqa: E402
+from ksearch.kernels.device import hopper  # noqa: E402
 
 DECODE_CONFIGS = [DecodeConfig(),  # the library default: 4 warps, 4 steps in flight, separate merge kernel
                   DecodeConfig(fused=True), DecodeConfig(group_heads=False),
@@ -142,7 +143,7 @@ def sweep(kind: str, out: str) -> None:
             mx.eval(q, kc, vc)
             for cfg in _passing("decode", DECODE_CONFIGS):
                 fn = lambda c=cfg, q=q, kc=kc, vc=vc, n=n: decode_cuda(q, kc, vc, n, c)  # noqa: E731
-                t = statistics.median(ba._time_rounds({"o": fn}, 5, 10)["o"])
+                t = statistics.median(time_rounds({"o": fn}, 5, 10)["o"])
                 gbs = 2 * b * hkv * n * d * 2 / t / 1e9
                 rows.append({"shape": shape, "config": repr(cfg), "latency_s": t, "gbs": gbs})
                 print(f"{b} {n} {cfg}: {t * 1e6:.1f} us {gbs:.0f} GB/s", flush=True)
@@ -156,7 +157,7 @@ def sweep(kind: str, out: str) -> None:
             mx.eval(q, k, v)
             for cfg in _passing("prefill", PREFILL_CONFIGS):
                 fn = lambda c=cfg, q=q, k=k, v=v, z=causal: attention_cuda(q, k, v, z, c)  # noqa: E731
-                t = statistics.median(ba._time_rounds({"o": fn}, 5, 3)["o"])
+                t = statistics.median(time_rounds({"o": fn}, 5, 3)["o"])
                 tf = 4.0 * b * hq * n * n * d / (2 if causal else 1) / t / 1e12
                 rows.append({"shape": shape, "config": repr(cfg), "latency_s": t, "tflops": tf})
                 print(f"{shape} {cfg}: {tf:.0f} TFLOP/s", flush=True)

@@ -1,10 +1,10 @@
-"""One GPU call for the wgmma prefill kernel (ksearch/kernels/attention_wgmma.py): which configurations are correct,
+"""One GPU call for the wgmma prefill kernel (ksearch/kernels/attention/wgmma.py): which configurations are correct,
 then their speed against cuDNN (MLX's native attention) and our mma.sync kernel, interleaved in one process.
 
     python benchmarks/attention_wgmma_check.py OUT_DIR [CONFIG ...]
 
-A configuration is "wgW_nN" (the synchronous kernel, attention_wgmma.py: W warpgroups, N keys per tile) or
-"wsW_nN_sS[_pP][_bulk][_pp]" (attention_wgmma_ws.py: S stages, P producer warps, P=0 every thread loads with mbarriers
+A configuration is "wgW_nN" (the synchronous kernel, attention/wgmma.py: W warpgroups, N keys per tile) or
+"wsW_nN_sS[_pP][_bulk][_pp]" (attention/wgmma_ws.py: S stages, P producer warps, P=0 every thread loads with mbarriers
 only; _bulk: K / V by bulk copies from tile images; _pp: ping-pong between the consumer warpgroups).
 
 Each configuration's correctness runs in a subprocess of its own (a bad kernel can fault the GPU context), with a time
@@ -31,8 +31,8 @@ LENGTHS = [int(x) for x in os.environ.get("KS_CHECK_LENGTHS", "2048,4096,8192").
 
 def kernel(name: str):  # type: ignore[no-untyped-def]
     """name -> (fn(q, k, v, causal), supports(q, k, v, causal))."""
-    from ksearch.kernels import attention_wgmma as W
-    from ksearch.kernels import attention_wgmma_ws as WS
+    from ksearch.kernels.attention import wgmma as W
+    from ksearch.kernels.attention import wgmma_ws as WS
 
     c = WS.parse_config(name)
     if isinstance(c, W.WgmmaConfig):
@@ -63,12 +63,12 @@ def check_one(name: str) -> dict:
 
 def bench(configs: list[str]) -> list[dict]:
     import statistics
-    import time
 
     import mlx.core as mx
 
+    from ksearch.bench.timing import time_rounds
     from ksearch.kernels.attention import native_attention
-    from ksearch.kernels.attention_cuda import PrefillConfig, attention_cuda
+    from ksearch.kernels.attention.mma_sync import PrefillConfig, attention_cuda
 
     rows = []
     for d, hkv in ((128, 8), (64, 32)):
@@ -82,15 +82,7 @@ def bench(configs: list[str]) -> list[dict]:
                 fns = {name: (lambda a=a, f=kernel(name)[0]: f(*a)) for name in configs if kernel(name)[1](*a)}
                 fns["mma_sync"] = lambda a=a: attention_cuda(*a, PrefillConfig(128, 64, True))
                 fns["native"] = lambda a=a: native_attention(*a)
-                times: dict[str, list[float]] = {n: [] for n in fns}
-                for r in range(6):
-                    for name, fn in fns.items():
-                        mx.synchronize()
-                        t0 = time.perf_counter()
-                        mx.eval([fn() for _ in range(3)])
-                        mx.synchronize()
-                        if r:
-                            times[name].append((time.perf_counter() - t0) / 3)
+                times = time_rounds(fns, rounds=5, n=3, warmup=3)
                 flops = 4 * 32 * length * length * d * (0.5 if causal else 1.0)
                 med = {n: statistics.median(t) for n, t in times.items()}
                 row = {"D": d, "Hkv": hkv, "L": length, "causal": causal,

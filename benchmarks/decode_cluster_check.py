@@ -1,5 +1,5 @@
-"""The one-launch cluster decode (ksearch/kernels/decode_cluster.py) on the GPU: correctness against fp32, then its
-configurations side by side with the split-K kernel and native over `ksearch bench decode`'s shapes.
+"""The one-launch cluster decode (ksearch/kernels/decode/cuda_cluster.py) on the GPU: correctness against fp32, then
+its configurations side by side with the split-K kernel and native over `ksearch bench decode`'s shapes.
 
     python benchmarks/decode_cluster_check.py check           # every case against fp32; exit 1 on a failure
     python benchmarks/decode_cluster_check.py sweep OUT.json  # per shape: each configuration, split_k, native, interleaved
@@ -21,10 +21,11 @@ os.environ.setdefault("MLX_ENABLE_TF32", "0")  # the fp32 reference must be real
 
 import mlx.core as mx  # noqa: E402
 
-from ksearch.commands import bench_attention as ba  # noqa: E402
-from ksearch.kernels.attention import native_decode  # noqa: E402
-from ksearch.kernels.decode_cluster import ClusterConfig, cluster_size, decode_cluster  # noqa: E402
-from ksearch.kernels.decode_cuda import DecodeConfig, decode_cuda  # noqa: E402
+from ksearch.bench.attention import decode_inputs, decode_shapes  # noqa: E402
+from ksearch.bench.timing import geomean, ratio_stats, time_rounds  # noqa: E402
+from ksearch.kernels.decode import native_decode  # noqa: E402
+from ksearch.kernels.decode.cuda_cluster import ClusterConfig, cluster_size, decode_cluster  # noqa: E402
+from ksearch.kernels.decode.cuda_split_k import DecodeConfig, decode_cuda  # noqa: E402
 
 # Spelled out in full (the library default has changed since they were measured): index 5 is today's default.
 CONFIGS = [ClusterConfig(consumers=4), ClusterConfig(consumers=4, slots=1), ClusterConfig(consumers=2, keys=64),
@@ -82,20 +83,20 @@ def check() -> int:
 
 def sweep(out: str) -> None:
     rows = []
-    for shape in ba.decode_shapes(True):
+    for shape in decode_shapes(True):
         dt = getattr(mx, shape["dtype"])
         b, hq, hkv, d, n = (shape[k] for k in ("B", "Hq", "Hkv", "D", "length"))
-        q, kc, vc = ba.decode_inputs(shape)
+        q, kc, vc = decode_inputs(shape)
         fns = {"native_slice": lambda: native_decode(q, kc, vc, n),  # noqa: B023 - used within the iteration
                "split_k": lambda: decode_cuda(q, kc, vc, n, DecodeConfig())}  # noqa: B023
         for i, cfg in enumerate(CONFIGS):
             fns[f"c{i}"] = lambda c=cfg: decode_cluster(q, kc, vc, n, c)  # noqa: B023
-        t = ba._time_rounds(fns, rounds=15, n=10)
+        t = time_rounds(fns, rounds=15, n=10)
         med = {k: statistics.median(v) for k, v in t.items()}
         kv = 2 * b * hkv * n * d * dt.size
         row = {**shape, "kv_bytes": kv, "latency_s": med,
                "gbs": {k: kv / v / 1e9 for k, v in med.items()},
-               "vs_native": {k: ba._ratio_stats(t[k], t["native_slice"]) for k in t if k != "native_slice"},
+               "vs_native": {k: ratio_stats(t[k], t["native_slice"]) for k in t if k != "native_slice"},
                "cluster": {f"c{i}": cluster_size(b * hkv, n, d, hq // hkv, c) for i, c in enumerate(CONFIGS)},
                "max_abs_diff_vs_native": {k: float(mx.max(mx.abs(fn().astype(mx.float32) - fns["native_slice"]()
                                                                   .astype(mx.float32))).item()) for k, fn in fns.items()}}
@@ -105,7 +106,7 @@ def sweep(out: str) -> None:
         print(f"{shape['B']:>2} {n:>6} D{d} {shape['dtype']}: native {med['native_slice'] * 1e6:7.1f} us  split_k "
               f"{med['split_k'] * 1e6:7.1f}  " + "  ".join(f"{k} {med[k] * 1e6:6.1f}" for k in med if k.startswith("c"))
               + f"  | best {best} {med['native_slice'] / med[best]:.2f}x native, {row['gbs'][best]:.0f} GB/s", flush=True)
-    geo = {k: ba._geomean([r["vs_native"][k]["speedup"] for r in rows]) for k in rows[0]["vs_native"]}
+    geo = {k: geomean([r["vs_native"][k]["speedup"] for r in rows]) for k in rows[0]["vs_native"]}
     print("geomean vs native (cuDNN on slices):", {k: round(v, 3) for k, v in geo.items()}, flush=True)
     info = mx.device_info() if hasattr(mx, "device_info") else {}
     with open(out, "w") as fh:

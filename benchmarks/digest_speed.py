@@ -9,14 +9,14 @@ from __future__ import annotations
 import hashlib
 import statistics
 import sys
-import time
 from typing import Any
 
 import numpy as np
 
 from ksearch.backends import best_backend
+from ksearch.bench.results import make_result, write_result
+from ksearch.bench.timing import latency_stats, time_rounds
 from ksearch.harness.digest import FULL_HASH_LIMIT, digest_numpy
-from ksearch.report.benchjson import make_result, write_result
 
 
 def earlier_digest(a: np.ndarray) -> str:
@@ -35,16 +35,12 @@ def main(out_dir: str) -> None:
     shape = (16, 8, 33024, 128)  # gqa_decode gpu_b16_len32768: k_cache
     a = np.random.default_rng(0).standard_normal(int(np.prod(shape)), dtype=np.float32).astype(np.float16)
     a = a.reshape(shape)
-    times: dict[str, list[float]] = {"digest_numpy": [], "earlier": []}
-    for _ in range(3):
-        for name, fn in (("digest_numpy", digest_numpy), ("earlier", earlier_digest)):
-            t0 = time.perf_counter()
-            fn(a)
-            times[name].append(time.perf_counter() - t0)
+    # Host code: three interleaved rounds of one call each, no warm-up, nothing to synchronise.
+    times = time_rounds({"digest_numpy": lambda: digest_numpy(a), "earlier": lambda: earlier_digest(a)}, rounds=3,
+                        warmup=0, device=False)
     med = {k: statistics.median(v) for k, v in times.items()}
     figures: list[dict[str, Any]] = [{"contender": k, "shape": list(shape), "dtype": "float16", "bytes": a.nbytes,
-                                      "latency_s": med[k], "latency_min_s": min(times[k]),
-                                      "latency_max_s": max(times[k]), "reps": 3} for k in times]
+                                      **latency_stats(times[k]), "reps": 3} for k in times]
     summary = {"speedup": med["earlier"] / med["digest_numpy"], "new_s": med["digest_numpy"], "earlier_s": med["earlier"]}
     print(summary)
     data = make_result("digest-speed", best_backend(), figures, [list(shape)], ["float16"], summary,

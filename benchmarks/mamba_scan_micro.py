@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
 from ksearch.backends import best_backend
+from ksearch.bench.results import make_result, write_result
+from ksearch.bench.timing import latency_stats, time_rounds
 from ksearch.policy.templates.selective_scan import CUDA_FAMILY
-from ksearch.report.benchjson import make_result, write_result
 from ksearch.tasks import get_task
 from ksearch.tasks.base import Workload
 from ksearch.tasks.inputs import make_inputs
@@ -33,18 +33,9 @@ def load_source(src: str) -> Any:
 
 
 def timeit(fns: dict[str, Any], inputs: dict[str, Any], reps: int = 7, inner: int = 10) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {k: [] for k in fns}
-    for fn in fns.values():
-        mx.eval(fn(**inputs))
-    for _ in range(reps):
-        for name, fn in fns.items():
-            mx.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                mx.eval(fn(**inputs))
-            mx.synchronize()
-            out[name].append((time.perf_counter() - t0) / inner)
-    return out
+    """Per-call latency: `reps` interleaved rounds of `inner` calls, each call evaluated before the next."""
+    calls = {name: (lambda fn=fn: fn(**inputs)) for name, fn in fns.items()}
+    return time_rounds(calls, rounds=reps, n=inner, warmup=1, eval_each=True)
 
 
 def max_err(got: Any, ref: Any) -> float:
@@ -79,8 +70,8 @@ def main() -> None:
         times = timeit(variants, inputs)
         for name, ts in times.items():
             med = statistics.median(ts)
-            figures.append({"kernel": "selective_scan", "contender": name, "L": length, "latency_s": med,
-                            "latency_min_s": min(ts), "latency_max_s": max(ts), "max_abs_err": errs[name],
+            figures.append({"kernel": "selective_scan", "contender": name, "L": length, **latency_stats(ts),
+                            "max_abs_err": errs[name],
                             "gbs": scan.bytes_moved(w) / med / 1e9,
                             "ratio_vs_naive": statistics.median(times["naive"]) / med})
             print(f"scan L={length:5d} {name:40s} {med * 1e6:9.1f} us  err {errs[name]:.2e}")
@@ -96,8 +87,7 @@ def main() -> None:
         for name, ts in times.items():
             med = statistics.median(ts)
             figures.append({"kernel": "selective_state_update", "contender": name, "workload": w.name,
-                            "batch": w.axes["batch"], "latency_s": med, "latency_min_s": min(ts),
-                            "latency_max_s": max(ts), "max_abs_err": errs[name],
+                            "batch": w.axes["batch"], **latency_stats(ts), "max_abs_err": errs[name],
                             "ratio_vs_community": statistics.median(times["community"]) / med})
             print(f"step {w.name:20s} {name:12s} {med * 1e6:9.1f} us  err {errs[name]:.2e}")
     summary = {f"{f['kernel']}_{f['contender']}_{f.get('L', f.get('workload'))}_ratio":

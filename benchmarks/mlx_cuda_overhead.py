@@ -11,28 +11,21 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
 
-from ksearch.kernels.decode_cuda import DecodeConfig, decode_cuda
+from ksearch.bench.timing import time_rounds
+from ksearch.kernels.decode.cuda_split_k import DecodeConfig, decode_cuda
 
 TINY = mx.fast.cuda_kernel(name="ks_tiny_add", input_names=["x"], output_names=["y"],
                            source="int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < x_shape[0]) y[i] = x[i] + 1.f;")
 
 
 def per_call(fn: Callable[[], Any], n: int, rounds: int = 7) -> float:
-    times = []
-    for r in range(rounds + 1):
-        mx.synchronize()
-        t0 = time.perf_counter()
-        mx.eval([fn() for _ in range(n)])
-        mx.synchronize()
-        if r:
-            times.append((time.perf_counter() - t0) / n)
-    return statistics.median(times)
+    """Median seconds a call over `rounds` rounds of n calls queued back to back (after n warm-up calls)."""
+    return statistics.median(time_rounds({"fn": fn}, rounds=rounds, n=n, warmup=n)["fn"])
 
 
 def chain(step: Callable[[mx.array], mx.array], x: mx.array, length: int) -> Callable[[], mx.array]:

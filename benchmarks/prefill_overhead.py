@@ -1,7 +1,7 @@
-"""Where a small prefill call's time goes (the Hopper default, attention_wgmma_ws with bulk copies), side by side in
-one process, interleaved rounds: the full call; the same with a fresh scale array every call (as before
-attention_cuda.softmax_scale cached it); the attention kernel alone on tile images made beforehand; the tile-image
-kernel alone; MLX's native attention.
+"""Where a small prefill call's time goes (the Hopper default, attention/wgmma_ws.py with bulk copies), side by side
+in one process, interleaved rounds: the full call; the same with a fresh scale array every call (as before
+attention/cuda_prefill.softmax_scale cached it); the attention kernel alone on tile images made beforehand; the
+tile-image kernel alone; MLX's native attention.
 
     python benchmarks/prefill_overhead.py [OUT_JSON]
 """
@@ -15,10 +15,10 @@ import sys
 
 import mlx.core as mx
 
-from ksearch.commands.bench_attention import _time_rounds
-from ksearch.kernels import attention_cuda as AC
-from ksearch.kernels import attention_wgmma_ws as WS
+from ksearch.bench.timing import time_rounds
 from ksearch.kernels.attention import attention, native_attention
+from ksearch.kernels.attention import cuda_prefill as AC
+from ksearch.kernels.attention import wgmma_ws as WS
 
 
 def fresh_scale(d: int):  # type: ignore[no-untyped-def]
@@ -53,7 +53,7 @@ def measure(b: int, hkv: int, length: int, d: int, causal: bool) -> dict:
     fns = {"full": full, "fresh_scale": fresh, "kernel_only": kernel_only,
            "images_only": lambda: WS.tile_images(k, v)[0], "native": lambda: native_attention(q, k, v, causal)}
     assert float(mx.max(mx.abs(kernel_only() - full())).item()) == 0.0
-    times = _time_rounds(fns, rounds=9, n=20, warmup=1)  # bench attention's interleaved rounds
+    times = time_rounds(fns, rounds=9, n=20, warmup=1)  # bench attention's interleaved rounds
     return {"B": b, "Hq": 32, "Hkv": hkv, "L": length, "D": d, "causal": causal,
            **{f"{n}_us": round(statistics.median(t) * 1e6, 1) for n, t in times.items()}}
 

@@ -1,4 +1,4 @@
-"""Tile images on the GPU (ksearch/kernels/attention_wgmma_ws.py): the custom kernel `tile_images` must equal the
+"""Tile images on the GPU (ksearch/kernels/attention/wgmma_ws.py): the custom kernel `tile_images` must equal the
 MLX-ops reference `tile_image` bit for bit, and what each costs (the bulk-copy prefill pays it on every call).
 
     python benchmarks/tile_image_check.py [OUT_JSON]
@@ -8,22 +8,16 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import mlx.core as mx
 
-from ksearch.kernels.attention_wgmma_ws import tile_image, tile_images
+from ksearch.bench.timing import time_rounds
+from ksearch.kernels.attention.wgmma_ws import tile_image, tile_images
 
 
 def timed(fn, n: int = 20) -> float:  # type: ignore[no-untyped-def]
-    for _ in range(3):
-        mx.eval(fn())
-    mx.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        mx.eval(fn())
-    mx.synchronize()
-    return (time.perf_counter() - t0) / n
+    """Seconds a call: 3 warm-up calls, then n calls, each evaluated before the next."""
+    return time_rounds({"fn": fn}, rounds=1, n=n, warmup=3, eval_each=True)["fn"][0]
 
 
 def main() -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ksearch.kernels import attention_metal, attention_metal_mma
+from ksearch.kernels import device
+from ksearch.kernels.attention import metal_rows, metal_simdgroup
+from ksearch.kernels.decode import metal_split_k
 from ksearch.knowledge.extract import KernelUse, TemplateArg
 from ksearch.knowledge.metal_check import check_kernels, clang_path
 
@@ -20,9 +22,9 @@ def _use(name: str, source: str, inputs: list[str], outputs: list[str], template
 
 
 def _mma(d: int, causal: bool) -> KernelUse:
-    return _use(f"mma_d{d}_{int(causal)}", attention_metal_mma.SOURCE, ["q", "k", "v"], ["o"],
+    return _use(f"mma_d{d}_{int(causal)}", metal_simdgroup.SOURCE, ["q", "k", "v"], ["o"],
                 [TemplateArg("T", "dtype", "float16"), TemplateArg("D", "int", d),
-                 TemplateArg("BK", "int", attention_metal_mma.block_keys(d)), TemplateArg("CAUSAL", "bool", causal)])
+                 TemplateArg("BK", "int", metal_simdgroup.block_keys(d)), TemplateArg("CAUSAL", "bool", causal)])
 
 
 @needs_clang
@@ -35,7 +37,7 @@ def test_simdgroup_mma_prefill_passes_clang_at_every_configuration() -> None:
 @needs_clang
 def test_a_broken_simdgroup_call_is_caught() -> None:
     # The check must be able to fail: an 8x8 matrix of int is not a simdgroup_matrix.
-    bad = attention_metal_mma.SOURCE.replace("simdgroup_float8x8 s =", "simdgroup_matrix<int, 8, 8> s =", 1)
+    bad = metal_simdgroup.SOURCE.replace("simdgroup_float8x8 s =", "simdgroup_matrix<int, 8, 8> s =", 1)
     k = _mma(64, False)
     k.source = bad
     assert check_kernels([k])
@@ -45,14 +47,14 @@ def test_a_broken_simdgroup_call_is_caught() -> None:
 def test_row_and_decode_metal_kernels_pass_clang() -> None:
     f16 = TemplateArg("T", "dtype", "float16")
     kernels = [
-        _use("rows", attention_metal.PREFILL_SOURCE, ["q", "k", "v"], ["o"],
-             [f16, TemplateArg("D", "int", 128), TemplateArg("NT", "int", attention_metal.PREFILL_NT),
-              TemplateArg("BN", "int", attention_metal.PREFILL_BN), TemplateArg("CAUSAL", "bool", True)]),
-        _use("split", attention_metal.DECODE_SPLIT_SOURCE, ["q", "k_cache", "v_cache", "meta"],
+        _use("rows", metal_rows.PREFILL_SOURCE, ["q", "k", "v"], ["o"],
+             [f16, TemplateArg("D", "int", 128), TemplateArg("NT", "int", metal_rows.PREFILL_NT),
+              TemplateArg("BN", "int", metal_rows.PREFILL_BN), TemplateArg("CAUSAL", "bool", True)]),
+        _use("split", metal_split_k.DECODE_SPLIT_SOURCE, ["q", "k_cache", "v_cache", "meta"],
              ["part_acc", "part_ml"], [f16, TemplateArg("D", "int", 128), TemplateArg("G", "int", 4),
                                        TemplateArg("NW", "int", 4)], ["float32", "float32"],
              in_dtypes={"meta": "int32"}),
-        _use("merge", attention_metal.DECODE_MERGE_SOURCE, ["part_acc", "part_ml"], ["o"],
+        _use("merge", metal_split_k.DECODE_MERGE_SOURCE, ["part_acc", "part_ml"], ["o"],
              [f16, TemplateArg("D", "int", 128), TemplateArg("G", "int", 4)],
              in_dtypes={"part_acc": "float32", "part_ml": "float32"}),
     ]
@@ -66,9 +68,9 @@ def test_metal_dispatch_is_opt_in_and_picks_by_dtype(monkeypatch: pytest.MonkeyP
     mx = pytest.importorskip("mlx.core")
     A = importlib.import_module("ksearch.kernels.attention")  # the module: the package re-exports the function
 
-    monkeypatch.setattr(A, "_backend", lambda: "metal")
-    monkeypatch.setattr(attention_metal_mma, "attention_metal_mma", lambda *a: "mma")
-    monkeypatch.setattr(attention_metal, "attention_metal", lambda *a: "rows")
+    monkeypatch.setattr(device, "backend", lambda: "metal")
+    monkeypatch.setattr(metal_simdgroup, "attention_metal_mma", lambda *a: "mma")
+    monkeypatch.setattr(metal_rows, "attention_metal", lambda *a: "rows")
     q16 = mx.zeros((1, 4, 8, 64), dtype=mx.float16)
     k16 = mx.zeros((1, 2, 8, 64), dtype=mx.float16)
     q32, k32 = q16.astype(mx.float32), k16.astype(mx.float32)
@@ -83,7 +85,7 @@ def test_metal_dispatch_is_opt_in_and_picks_by_dtype(monkeypatch: pytest.MonkeyP
 def test_flash_simdgroup_family_sizes_match_the_threadgroup_limit() -> None:
     from ksearch.policy.templates import attention_metal_flash as F
 
-    assert F.tg_bytes(128, attention_metal_mma.block_keys(128)) <= F.METAL_TG_BYTES  # the library's own choice
+    assert F.tg_bytes(128, metal_simdgroup.block_keys(128)) <= F.METAL_TG_BYTES  # the library's own choice
     assert F.tg_bytes(128, 32) > F.METAL_TG_BYTES and F.tg_bytes(64, 64) > F.METAL_TG_BYTES  # why they are left out
     params = F.FLASH_SIMDGROUP.all_params()
     assert len(params) == 6 and params[0] == {"bk128": 16, "bk64": 32}
@@ -100,8 +102,8 @@ def test_flash_simdgroup_renderings_pass_clang_and_a_broken_one_does_not(monkeyp
         src = F.FLASH_SIMDGROUP.source(p)
         assert f'("BK", {p["bk64"]})' in src and f'("BK", {p["bk128"]})' in src
         assert [str(d) for d in check_metal_candidate(src, task) if d.severity == "error"] == []
-    bad = attention_metal_mma.SOURCE.replace("simdgroup_float8x8 s =", "simdgroup_matrix<int, 8, 8> s =", 1)
-    monkeypatch.setattr(attention_metal_mma, "SOURCE", bad)
+    bad = metal_simdgroup.SOURCE.replace("simdgroup_float8x8 s =", "simdgroup_matrix<int, 8, 8> s =", 1)
+    monkeypatch.setattr(metal_simdgroup, "SOURCE", bad)
     errors = [d for d in check_metal_candidate(F.FLASH_SIMDGROUP.source(F.FLASH_SIMDGROUP.default()), task)
               if d.severity == "error"]
     assert errors  # the check reads the rendered kernel, and can fail

@@ -10,8 +10,10 @@ import itertools
 
 import pytest
 
-from ksearch.kernels import attention_cuda, attention_metal, decode_cuda
-from ksearch.kernels.attention_nvcc import compile_check, nvcc, wrap
+from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+from ksearch.kernels.attention import metal_rows, mma_sync
+from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER
+from ksearch.kernels.decode import cuda_split_k, metal_split_k
 from ksearch.policy.templates import attention as attn_t
 from ksearch.policy.templates import gqa_decode as dec_t
 
@@ -67,16 +69,16 @@ def _decode_units() -> list[str]:
     fam = next(f for f in dec_t.FAMILIES if f.id == "gqa_decode.cuda.split_k")
     combos = {(p["warps"], p["unroll"], p["prefetch"], 4 if p["group_heads"] else 1) for p in fam.all_params()}
     for i, (w, u, pf, g) in enumerate(sorted(combos)):
-        units.append(wrap(f"split{i}", decode_cuda.SPLIT_SOURCE, "", ins, outs,
+        units.append(wrap(f"split{i}", cuda_split_k.SPLIT_SOURCE, "", ins, outs,
                           [("T", "float16"), ("D", 128), ("G", g), ("NW", w), ("U", u), ("PREFETCH", pf)]))
     for dt, d in itertools.product(("float16", "bfloat16"), (64, 128)):
-        units.append(wrap(f"split_{dt}_{d}", decode_cuda.SPLIT_SOURCE, "", ins, outs,
+        units.append(wrap(f"split_{dt}_{d}", cuda_split_k.SPLIT_SOURCE, "", ins, outs,
                           [("T", dt), ("D", d), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", True)]))
-        units.append(wrap(f"merge_{dt}_{d}", decode_cuda.MERGE_SOURCE, "", outs, [("o", "T")],
+        units.append(wrap(f"merge_{dt}_{d}", cuda_split_k.MERGE_SOURCE, "", outs, [("o", "T")],
                           [("T", dt), ("D", d), ("G", 4)]))
-        units.append(wrap(f"fused_{dt}_{d}", decode_cuda.FUSED_SOURCE, "", ins, [("o", "T"), *outs, ("counter", "int32")],
+        units.append(wrap(f"fused_{dt}_{d}", cuda_split_k.FUSED_SOURCE, "", ins, [("o", "T"), *outs, ("counter", "int32")],
                           [("T", dt), ("D", d), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", True)]))
-    return [decode_cuda.HEADER, *units]
+    return [cuda_split_k.HEADER, *units]
 
 
 def _flash_units() -> list[str]:
@@ -86,11 +88,11 @@ def _flash_units() -> list[str]:
     combos = [(p, "float16", 128, c) for p in fam.all_params() for c in (False, True)]
     combos += [(fam.default(), dt, d, c) for dt in ("float16", "bfloat16") for d in (64, 128) for c in (False, True)]
     for i, (p, dt, d, causal) in enumerate(combos):
-        units.append(wrap(f"flash{i}", attention_cuda.SOURCE, "", [("q", "T"), ("k", "T"), ("v", "T"),
+        units.append(wrap(f"flash{i}", mma_sync.SOURCE, "", [("q", "T"), ("k", "T"), ("v", "T"),
                                                                    ("scale", "float32")], [("o", "T")],
                           [("T", dt), ("D", d), ("BM", p["bm"]), ("BN", p["bn"]), ("CAUSAL", causal),
                            ("DB", p["db"])]))
-    return [attention_cuda.HEADER, *units]
+    return [MMA_SYNC_HEADER, *units]
 
 
 def _row_tiled_units() -> list[str]:
@@ -109,7 +111,7 @@ def _row_tiled_units() -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 @pytest.mark.parametrize("units", [_decode_units, _flash_units, _row_tiled_units], ids=lambda f: f.__name__)
 def test_cuda_kernels_compile_for_sm90a(units):
     ok, log = compile_check(units())
@@ -144,8 +146,8 @@ def test_gpu_renders_pass_the_project_linter(fam, backend, params):
     assert not errors, errors
 
 
-@pytest.mark.parametrize("src", [attention_metal.DECODE_SPLIT_SOURCE, attention_metal.DECODE_MERGE_SOURCE,
-                                 attention_metal.PREFILL_SOURCE])
+@pytest.mark.parametrize("src", [metal_split_k.DECODE_SPLIT_SOURCE, metal_split_k.DECODE_MERGE_SOURCE,
+                                 metal_rows.PREFILL_SOURCE])
 def test_metal_sources_use_the_metal_dialect(src):
     # No Metal compiler here: at least balanced braces and no CUDA-only spellings.
     assert src.count("{") == src.count("}") and src.count("(") == src.count(")")

@@ -1,4 +1,4 @@
-"""The wgmma prefill kernel (ksearch/kernels/attention_wgmma.py) compiles for sm_90a with nvcc at every
+"""The wgmma prefill kernel (ksearch/kernels/attention/wgmma.py) compiles for sm_90a with nvcc at every
 configuration the GPU check tries, with no register spills and without ptxas serialising its wgmmas; the dispatcher
 takes it on Hopper only (KSEARCH_WGMMA overrides)."""
 
@@ -10,14 +10,16 @@ import re
 
 import pytest
 
-from ksearch.kernels import attention_cuda
-from ksearch.kernels import attention_wgmma as W
-from ksearch.kernels import attention_wgmma_ws as WS
-from ksearch.kernels.attention_nvcc import compile_check, nvcc, wrap
+from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+from ksearch.kernels import device
+from ksearch.kernels.attention import mma_sync
+from ksearch.kernels.attention import wgmma as W
+from ksearch.kernels.attention import wgmma_ws as WS
+from ksearch.kernels.cuda_headers import WGMMA_HEADER
 
 
 def _units(combos: list[tuple[str, int, int, int, bool]], stages: int = 2, tag: str = "wg") -> list[str]:
-    units = [W.HEADER]
+    units = [WGMMA_HEADER]
     for i, (dt, d, wg, bn, causal) in enumerate(combos):
         units.append(wrap(f"{tag}{i}", W.source(stages), W.launch_bounds(128 * wg), [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")],
                           [("o", "T")], [("T", dt), ("D", d), ("WG", wg), ("BN", bn), ("CAUSAL", causal)]))
@@ -51,11 +53,11 @@ S3_COMBOS = [("float16", 128, 3, 64, c) for c in (False, True)] + [("bfloat16", 
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_wgmma_prefill_compiles_for_sm90a_without_spills() -> None:
     ok, log = compile_check(_units(COMBOS) + _units(S3_COMBOS, 3, "wt")[1:] + _ws_units(WS_COMBOS)
                             + _ws_units(PP_COMBOS, pp=True, tag="wp"))
-    ok_ca, log_ca = compile_check([W.cp_cache("ca")[0] + W.HEADER] + _units(COMBOS[:2])[1:])
+    ok_ca, log_ca = compile_check([W.cp_cache("ca")[0] + WGMMA_HEADER] + _units(COMBOS[:2])[1:])
     assert ok_ca, log_ca[-2000:]  # the L1-allocating cp.async mode compiles too
     assert ok, log[-3000:]
     # C7513 / C7514: ptxas found registers of an in-flight wgmma touched and serialised every wgmma of the kernel
@@ -82,19 +84,19 @@ def test_wgmma_prefill_compiles_for_sm90a_without_spills() -> None:
 
 def test_launch_bounds_cap_the_registers_ptxas_takes() -> None:
     # The register check above can fail: without the launch bound, ptxas takes more registers than 384 threads have.
-    if nvcc() is None:
+    if nvcc_path() is None:
         pytest.skip("nvcc not installed")
     unit = wrap("wg", W.SOURCE, "", [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")],
                 [("T", "float16"), ("D", 128), ("WG", 3), ("BN", 128), ("CAUSAL", True)])
-    ok, log = compile_check([W.HEADER, unit])
+    ok, log = compile_check([WGMMA_HEADER, unit])
     assert ok, log[-2000:]
     assert int(re.findall(r"Used (\d+) registers", log)[0]) > 170
 
 
-@pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_a_malformed_wgmma_is_rejected() -> None:
     # The compile check must be able to fail: m64n72 with a 36-register accumulator is not a valid wgmma shape.
-    bad = W.HEADER.replace("m64n64k16", "m64n72k16", 1)
+    bad = WGMMA_HEADER.replace("m64n64k16", "m64n72k16", 1)
     units = _units([("float16", 64, 1, 64, False)])
     units[0] = bad
     ok, _log = compile_check(units)
@@ -127,11 +129,11 @@ def test_wgmma_is_the_default_on_hopper_only(monkeypatch: pytest.MonkeyPatch, en
     mx = pytest.importorskip("mlx.core")
     A = importlib.import_module("ksearch.kernels.attention")
 
-    monkeypatch.setattr(A, "_backend", lambda: "cuda")
-    monkeypatch.setattr(A, "hopper", lambda: is_hopper)
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    monkeypatch.setattr(device, "hopper", lambda: is_hopper)
     monkeypatch.setattr(W, "attention_wgmma", lambda *a: "wgmma")
     monkeypatch.setattr(WS, "attention_wgmma_ws", lambda *a: "ws")
-    monkeypatch.setattr(attention_cuda, "attention_cuda", lambda *a: "mma_sync")
+    monkeypatch.setattr(mma_sync, "attention_cuda", lambda *a: "mma_sync")
     if env is None:
         monkeypatch.delenv("KSEARCH_WGMMA", raising=False)
     else:
@@ -146,7 +148,7 @@ def test_wgmma_is_the_default_on_hopper_only(monkeypatch: pytest.MonkeyPatch, en
     # L=100: no kernel of ours takes it; native answers (an array, not a stub's string)
     assert not isinstance(A.attention(q[:, :, :100], k[:, :, :100], k[:, :, :100]), str)
     assert A.attention(q, k, k, config=WS.WsConfig()) == "ws"  # an explicit configuration picks its kernel
-    assert A.attention(q, k, k, config=attention_cuda.PrefillConfig()) == "mma_sync"
+    assert A.attention(q, k, k, config=mma_sync.PrefillConfig()) == "mma_sync"
     # An explicit wgmma configuration that does not fit (S=192, not a multiple of 128 keys) answers with native,
     # even where the mma.sync kernel would fit.
     k192 = mx.zeros((1, 2, 192, 64), dtype=mx.float16)
@@ -154,16 +156,13 @@ def test_wgmma_is_the_default_on_hopper_only(monkeypatch: pytest.MonkeyPatch, en
 
 
 def test_hopper_reads_the_compute_capability(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib
-
     mx = pytest.importorskip("mlx.core")
-    A = importlib.import_module("ksearch.kernels.attention")
     for info, want in (({"compute_capability_major": 9, "architecture": "sm_90"}, True),
                        ({"compute_capability_major": 8, "architecture": "sm_80"}, False), ({}, False)):
-        A.hopper.cache_clear()
+        device.hopper.cache_clear()
         monkeypatch.setattr(mx, "device_info", lambda info=info: info)
-        assert A.hopper() is want
-    A.hopper.cache_clear()
+        assert device.hopper() is want
+    device.hopper.cache_clear()
 
 
 def test_hopper_default_is_the_bulk_copy_producer_at_both_head_dims(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -240,8 +239,8 @@ def test_a_named_warp_specialised_default_is_dispatched(monkeypatch: pytest.Monk
 
     mx = pytest.importorskip("mlx.core")
     A = importlib.import_module("ksearch.kernels.attention")
-    monkeypatch.setattr(A, "_backend", lambda: "cuda")
-    monkeypatch.setattr(A, "hopper", lambda: True)
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    monkeypatch.setattr(device, "hopper", lambda: True)
     monkeypatch.setattr(WS, "attention_wgmma_ws", lambda *a: "ws")
     monkeypatch.setenv("KSEARCH_WGMMA_CONFIG", "ws3_n64_s4_p0")
     q = mx.zeros((1, 4, 128, 64), dtype=mx.float16)
@@ -270,13 +269,13 @@ def test_tile_image_puts_each_tile_in_the_core_matrix_order_the_kernel_reads() -
     x = np.arange(b * h * s * d, dtype=np.int32).reshape(b, h, s, d)
     img = np.array(WS.tile_image(mx.array(x))).reshape(b, h, s // bn, bn * d)  # tile t: bn * d contiguous elements
     r, c = np.meshgrid(np.arange(bn), np.arange(d), indexing="ij")
-    core = ((r >> 3) * (d >> 3) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7)  # ks_core<D>(r, c) in attention_wgmma.HEADER
+    core = ((r >> 3) * (d >> 3) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7)  # ks_core<D>(r, c) in WGMMA_HEADER
     for t in range(s // bn):
         assert (img[:, :, t][..., core] == x[:, :, t * bn:(t + 1) * bn]).all()
     assert not (img.reshape(x.shape) == x).all()  # it does move elements
 
 
-@pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_tile_image_kernel_compiles() -> None:
     units = [wrap(f"img{d}", WS.IMAGE_SOURCE, "", [("k", "float16"), ("v", "float16")],
                   [("ki", "float16"), ("vi", "float16")], [("D", d)]) for d in (64, 128)]
@@ -313,7 +312,7 @@ def test_bench_decode_refuses_a_kernel_it_cannot_run_in_one_line(tmp_path: pathl
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 @pytest.mark.parametrize("cp", ["cg", "ca"])
 def test_every_flash_wgmma_family_configuration_compiles(cp: str) -> None:
     """Every configuration the search can render (the flash_wgmma family's knobs) compiles for sm_90a at D=128,
@@ -321,7 +320,7 @@ def test_every_flash_wgmma_family_configuration_compiles(cp: str) -> None:
     from ksearch.policy.templates.attention_wgmma import FLASH_WGMMA, configs
 
     io, out = [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")]
-    units, threads = [W.cp_cache(cp)[0] + W.HEADER + WS.BULK_HEADER], {}
+    units, threads = [W.cp_cache(cp)[0] + WGMMA_HEADER + WS.BULK_HEADER], {}
     for i, p in enumerate(FLASH_WGMMA.all_params()):
         if p["cp"] != cp:
             continue

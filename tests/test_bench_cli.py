@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ksearch.report.benchjson import REQUIRED, validate
+from ksearch.bench.results import REQUIRED, validate
 
 KS = [sys.executable, "-m", "ksearch.cli"]
 

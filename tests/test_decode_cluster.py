@@ -1,4 +1,4 @@
-"""The one-launch cluster decode (ksearch/kernels/decode_cluster.py): it compiles for sm_90a without spills at the
+"""The one-launch cluster decode (ksearch/kernels/decode/cuda_cluster.py): it compiles for sm_90a without spills at the
 configurations the H200 measured, its split count keeps one wave, and it only ever runs with MLX's CUDA graphs off
 (under MLX 0.32's graphs a cluster kernel stops later custom kernels from running)."""
 
@@ -10,20 +10,22 @@ import re
 import mlx.core as mx
 import pytest
 
-from ksearch.kernels import decode_cluster as DC
-from ksearch.kernels.attention_nvcc import compile_check, nvcc, wrap
+from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+from ksearch.kernels import device
+from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
+from ksearch.kernels.decode import cuda_cluster as DC
 
-ka = importlib.import_module("ksearch.kernels.attention")  # the package re-exports a function of that name
+kd = importlib.import_module("ksearch.kernels.decode")  # the package re-exports a function of that name
 
 CONFIGS = [DC.ClusterConfig(), DC.ClusterConfig(consumers=4, producers=2), DC.ClusterConfig(keys=64),
            DC.ClusterConfig(consumers=8, producers=2, keys=16)]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(nvcc() is None, reason="nvcc not installed")
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_cluster_decode_compiles_for_sm90a_without_spills() -> None:
     units, budgets = [], []
-    prefix = len(DC.MMA_HEADER + DC.BAR_HEADER + DC.CLUSTER_HEADER)
+    prefix = len(MMA_SYNC_HEADER + WGMMA_HEADER + DC.CLUSTER_HEADER)
     for i, (cfg, dt, d, g, cs) in enumerate([(CONFIGS[0], "float16", 128, 4, 8), (CONFIGS[0], "bfloat16", 64, 1, 1),
                                              (CONFIGS[1], "float16", 128, 8, 4), (CONFIGS[2], "bfloat16", 128, 16, 2),
                                              (CONFIGS[3], "float16", 64, 4, 8)]):
@@ -62,21 +64,21 @@ def test_the_cluster_kernel_runs_only_with_cuda_graphs_off(monkeypatch: pytest.M
     q = mx.zeros((1, 8, 1, 128), dtype=mx.float16)
     kc = mx.zeros((1, 2, 512, 128), dtype=mx.float16)
     cfg = DC.ClusterConfig()
-    assert ka.decode_plan(q, kc, kc, 300, config=cfg)[0] == "native"  # this machine: CPU
-    monkeypatch.setattr(ka, "_backend", lambda: "cuda")
-    monkeypatch.setattr(ka, "hopper", lambda: False)
-    assert ka.decode_plan(q, kc, kc, 300, config=cfg)[0] == "native"  # clusters and cp.async: Hopper only
-    monkeypatch.setattr(ka, "hopper", lambda: True)
+    assert kd.decode_plan(q, kc, kc, 300, config=cfg)[0] == "native"  # this machine: CPU
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    monkeypatch.setattr(device, "hopper", lambda: False)
+    assert kd.decode_plan(q, kc, kc, 300, config=cfg)[0] == "native"  # clusters and cp.async: Hopper only
+    monkeypatch.setattr(device, "hopper", lambda: True)
     monkeypatch.delenv("MLX_USE_CUDA_GRAPHS", raising=False)
     with pytest.raises(ValueError, match="MLX_USE_CUDA_GRAPHS=0"):
-        ka.decode_plan(q, kc, kc, 300, config=cfg)
+        kd.decode_plan(q, kc, kc, 300, config=cfg)
     with pytest.raises(ValueError, match="MLX_USE_CUDA_GRAPHS=0"):
         DC.decode_cluster(q, kc, kc, 300, cfg)  # the kernel itself refuses too, before building anything
     monkeypatch.setenv("MLX_USE_CUDA_GRAPHS", "1")
     with pytest.raises(ValueError, match="silently do not run"):
-        ka.decode(q, kc, kc, 300, config=cfg)
+        kd.decode(q, kc, kc, 300, config=cfg)
     monkeypatch.setenv("MLX_USE_CUDA_GRAPHS", "0")
-    assert ka.decode_plan(q, kc, kc, 300, config=cfg)[0] == "cluster"
-    assert ka.decode_plan(q, kc, kc, 300)[0] == "split_k"  # the default is unchanged
-    assert ka.decode_plan(q.astype(mx.float32), kc.astype(mx.float32), kc.astype(mx.float32), 300,
+    assert kd.decode_plan(q, kc, kc, 300, config=cfg)[0] == "cluster"
+    assert kd.decode_plan(q, kc, kc, 300)[0] == "split_k"  # the default is unchanged
+    assert kd.decode_plan(q.astype(mx.float32), kc.astype(mx.float32), kc.astype(mx.float32), 300,
                           config=cfg)[0] == "native"

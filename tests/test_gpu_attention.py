@@ -76,7 +76,7 @@ def test_tensor_core_families_pass_the_holdout_workloads(cuda_backend, family):
 def test_tile_images_kernel_equals_the_mlx_reference(cuda_backend):
     import mlx.core as mx
 
-    from ksearch.kernels.attention_wgmma_ws import tile_image, tile_images
+    from ksearch.kernels.attention.wgmma_ws import tile_image, tile_images
 
     for shape, dt in (((2, 3, 136, 64), mx.float16), ((1, 8, 2048, 128), mx.bfloat16)):
         k = mx.random.normal(shape).astype(dt)

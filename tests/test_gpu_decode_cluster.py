@@ -16,20 +16,20 @@ ROOT = Path(__file__).parents[1]
 THROUGH_THE_LIBRARY = r"""
 import importlib, math
 import mlx.core as mx
-from ksearch.kernels.decode_cluster import ClusterConfig
-ka = importlib.import_module("ksearch.kernels.attention")
+from ksearch.kernels.decode.cuda_cluster import ClusterConfig
+kd = importlib.import_module("ksearch.kernels.decode")
 mx.random.seed(0)
 for b, hq, hkv, cap, n, d, dt in [(1, 32, 8, 4352, 4096, 128, mx.float16), (4, 32, 8, 8448, 8192, 64, mx.bfloat16),
                                   (16, 32, 8, 1300, 1000, 128, mx.float16)]:
     q = mx.random.normal((b, hq, 1, d)).astype(dt)
     kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
     vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
-    assert ka.decode_plan(q, kc, vc, n, config=ClusterConfig())[0] == "cluster"
+    assert kd.decode_plan(q, kc, vc, n, config=ClusterConfig())[0] == "cluster"
     g = hq // hkv
     k = mx.repeat(kc[:, :, :n].astype(mx.float32), g, axis=1)
     v = mx.repeat(vc[:, :, :n].astype(mx.float32), g, axis=1)
     ref = mx.softmax((q.astype(mx.float32) @ k.transpose(0, 1, 3, 2)) / math.sqrt(d), axis=-1) @ v
-    for out in (ka.decode(q, kc, vc, n, config=ClusterConfig()), ka.decode(q, kc, vc, n)):  # then split-K after it
+    for out in (kd.decode(q, kc, vc, n, config=ClusterConfig()), kd.decode(q, kc, vc, n)):  # then split-K after it
         err = mx.max(mx.abs(out.astype(mx.float32) - ref)).item()
         assert err < (2e-2 if dt == mx.bfloat16 else 4e-3), (b, n, d, dt, err)
 print("ok")

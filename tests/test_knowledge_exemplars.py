@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from ksearch.backends.nvcc import nvcc_path
 from ksearch.knowledge import load_patterns
-from ksearch.knowledge.cuda_check import compile_kernels, nvcc_path
+from ksearch.knowledge.cuda_check import compile_kernels
 from ksearch.knowledge.extract import find_kernels
 from ksearch.knowledge.lint import check_cuda_candidate, check_metal_candidate, lint_source
 from ksearch.knowledge.metal_check import clang_path

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ksearch.knowledge.cuda_check import nvcc_path
+from ksearch.backends.nvcc import nvcc_path
 from ksearch.knowledge.diagnostic import Diagnostic
 from ksearch.knowledge.lint import check_cuda_candidate, check_metal_candidate, lint_source
 from ksearch.knowledge.metal_check import clang_path

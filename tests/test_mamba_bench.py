@@ -7,8 +7,8 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 pytest.importorskip("mlx_lm.models.mamba")
 
+from ksearch.bench.mamba import run_bench  # noqa: E402
 from ksearch.models import mamba as M  # noqa: E402
-from ksearch.models.bench import run_bench  # noqa: E402
 
 
 def test_run_bench_times_every_contender() -> None:

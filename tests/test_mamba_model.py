@@ -12,6 +12,7 @@ mamba_lm = pytest.importorskip("mlx_lm.models.mamba")
 
 from ksearch.integrations.mlx_lm import mlx_lm_model  # noqa: E402
 from ksearch.models import mamba as M  # noqa: E402
+from ksearch.models.generate import generate  # noqa: E402
 
 ARGS = M.ModelArgs(vocab_size=61, d_model=32, n_layer=2, d_state=16, dt_rank=4)
 
@@ -69,7 +70,7 @@ def test_chunked_prefill_equals_one_prefill(model: M.Model) -> None:
 def test_generation_greedy_matches_mlx_lm_and_sampling_is_seeded(model: M.Model) -> None:
     theirs = mlx_lm_model(model)
     prompt = [3, 14, 15, 9]
-    ours = M.generate(model, prompt, max_tokens=6)
+    ours = generate(model, prompt, max_tokens=6)
     cache = theirs.make_cache()
     logits = theirs(mx.array([prompt]), cache)
     ref = []
@@ -78,8 +79,8 @@ def test_generation_greedy_matches_mlx_lm_and_sampling_is_seeded(model: M.Model)
         ref.append(tok)
         logits = theirs(mx.array([[tok]]), cache)
     assert ours == ref
-    s1 = M.generate(model, prompt, max_tokens=6, temperature=0.8, seed=1)
-    s2 = M.generate(model, prompt, max_tokens=6, temperature=0.8, seed=1)
+    s1 = generate(model, prompt, max_tokens=6, temperature=0.8, seed=1)
+    s2 = generate(model, prompt, max_tokens=6, temperature=0.8, seed=1)
     assert s1 == s2 and all(0 <= t < 64 for t in s1)
 
 
@@ -121,5 +122,5 @@ def test_compiled_runner_equals_eager_model_and_resets(model: M.Model) -> None:
 
 def test_generation_compiled_equals_eager(model: M.Model) -> None:
     prompt = [3, 14, 15, 9, 2, 6]
-    assert M.generate(model, prompt, max_tokens=8, compiled=True) == M.generate(model, prompt, max_tokens=8,
+    assert generate(model, prompt, max_tokens=8, compiled=True) == generate(model, prompt, max_tokens=8,
                                                                                  compiled=False)

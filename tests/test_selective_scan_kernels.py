@@ -7,8 +7,7 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 
 from ksearch.kernels import selective_scan, selective_state_update  # noqa: E402
-from ksearch.kernels import selective_scan_ops as ops  # noqa: E402
-from ksearch.kernels.selective_scan import kernel_backend  # noqa: E402
+from ksearch.kernels.selective_scan import kernel_backend, ops  # noqa: E402
 from ksearch.tasks import get_task  # noqa: E402
 from ksearch.tasks.inputs import make_inputs  # noqa: E402
 
@@ -68,3 +67,22 @@ def test_dispatch_is_ops_on_cpu_and_can_be_forced(monkeypatch: pytest.MonkeyPatc
     assert kernel_backend() == "ops"
     monkeypatch.setenv("KSEARCH_SCAN_BACKEND", "cuda")
     assert kernel_backend() == "cuda"
+
+
+def test_decode_step_takes_the_kernel_up_to_its_channel_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The step kernel keeps a float per channel in static shared memory: wider models take the ops path.
+    from ksearch.kernels.selective_scan import MAX_KERNEL_DIM, cuda
+
+    monkeypatch.setenv("KSEARCH_SCAN_BACKEND", "cuda")
+    monkeypatch.setattr(cuda, "mixer_step", lambda *a: "kernel")
+    monkeypatch.setattr(ops, "mixer_step", lambda *a: "ops")
+    n, k, r = 4, 4, 2
+
+    def step(dim: int) -> object:
+        z = mx.zeros
+        return selective_state_update(z((1, dim)), z((1, dim)), z((1, k - 1, dim)), z((k, dim)), None,
+                                      z((r + 2 * n, dim)), z((dim, r)), z((dim,)), z((dim, n)), z((dim,)),
+                                      z((1, dim, n)))
+
+    assert step(64) == "kernel"
+    assert step(MAX_KERNEL_DIM["cuda"] + 1) == "ops"

@@ -3,6 +3,7 @@ compile-check (when the knowledge linter and nvcc / clang are there)."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 import pytest
@@ -17,6 +18,22 @@ def _sample(family, n: int) -> list[dict]:
     rng = random.Random(0)
     everything = family.all_params()
     return [family.default()] + rng.sample(everything, min(n, len(everything)))
+
+
+def test_the_measured_best_scan_kernel_renders_unchanged() -> None:
+    # benchmarks/results/selective_scan-eval-best-*.json judged the family's default render (benchmarks/README.md
+    # rebuilds it with benchmarks/render_template.py): a change to the template changes what that number is about.
+    from ksearch.policy.templates import render
+
+    src = render("selective_scan.cuda.chunked")
+    assert src == render("selective_scan.cuda.chunked", {"carry": "smem_sequential", "channels": 16, "chunks": 32,
+                                                         "exp2": True, "unroll": True})
+    assert hashlib.sha256(src.encode()).hexdigest() == (
+        "6bb9563df25d4e039a63504dbcbb88923f0094b6a65882c570082ce913eccdf4")
+    with pytest.raises(KeyError, match="no template family"):
+        render("selective_scan.cuda.nope")
+    with pytest.raises(KeyError, match="no parameter 'lanes'"):
+        render("selective_scan.cuda.chunked", {"lanes": 4})
 
 
 def test_families_are_well_formed() -> None:

@@ -13,7 +13,7 @@ import os
 
 import mlx.core as mx
 
-from ksearch.kernels import decode_cluster as DC
+from ksearch.kernels.decode import cuda_cluster as DC
 
 
 def ref(q: mx.array, k: mx.array, v: mx.array) -> mx.array:

@@ -1,206 +1,9 @@
-"""`ksearch bench attention` and `ksearch bench decode`: our kernels vs MLX's native attention, side by side.
-
-Per shape, in one process: warm both up (this absorbs JIT compiles), then R rounds that each time `n` calls of ours
-and `n` calls of native back to back (interleaved, so drift hits both alike); a round's time is the wall clock of the n
-calls plus one `mx.eval` and `mx.synchronize`, divided by n; prefill raises n until a round lasts about 10 ms. We
-report the median over rounds, the spread (min/max ratio across rounds) and, from the median, TFLOP/s, GB/s and the
-fraction of the roofline.
-"""
+"""`ksearch bench attention` and `ksearch bench decode`: our kernels vs MLX's native attention, side by side
+(the suites: ksearch.bench.attention)."""
 
 from __future__ import annotations
 
-import itertools
-import math
-import statistics
-import time
-from collections.abc import Callable
-from typing import Any, cast
-
 import typer
-
-# H200 ceilings the benchmarks measure against: HBM bandwidth and dense fp16/bf16 tensor rate (datasheet).
-HBM_BYTES_PER_S = 4.3e12
-TENSOR_FLOPS = 989e12
-
-
-def _time_rounds(fns: dict[str, Callable[[], Any]], rounds: int, n: int, warmup: int = 2,
-                 round_s: float = 0.0) -> dict[str, list[float]]:
-    """round_s > 0: raise n (up to 64) so that a round of the fastest function lasts about that long; the same n for
-    every function. A round ends in one eval and one synchronize (tens of microseconds), which at n = 2 was a third
-    of a 0.2 ms call and made the ratio at small shapes swing 0.4x-2x from round to round."""
-    import mlx.core as mx
-
-    for fn in fns.values():
-        for _ in range(warmup):
-            mx.eval(fn())
-    mx.synchronize()
-    if round_s > 0:
-        fastest = math.inf
-        for fn in fns.values():
-            t0 = time.perf_counter()
-            mx.eval(fn())
-            mx.synchronize()
-            fastest = min(fastest, time.perf_counter() - t0)
-        n = max(n, min(64, math.ceil(round_s / fastest)))
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            mx.synchronize()
-            t0 = time.perf_counter()
-            outs = [fn() for _ in range(n)]
-            mx.eval(outs)
-            mx.synchronize()
-            times[name].append((time.perf_counter() - t0) / n)
-    return times
-
-
-def _geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 0.0
-
-
-def _ratio_stats(ours: list[float], base: list[float]) -> dict[str, float]:
-    per_round = [b / o for o, b in zip(ours, base, strict=True)]
-    return {"speedup": statistics.median(base) / statistics.median(ours), "speedup_min": min(per_round),
-            "speedup_max": max(per_round)}
-
-
-def decode_shapes(full: bool = True) -> list[dict[str, Any]]:
-    out = []
-    for b, length in itertools.product((1, 8, 16), (4096, 16384, 32768)):
-        out.append({"B": b, "Hq": 32, "Hkv": 8, "D": 128, "length": length, "capacity": length + 256,
-                    "dtype": "float16"})
-    if full:
-        out += [{"B": 8, "Hq": 32, "Hkv": 8, "D": 128, "length": 16000, "capacity": 16640, "dtype": "bfloat16"},
-                {"B": 4, "Hq": 32, "Hkv": 8, "D": 64, "length": 8192, "capacity": 8448, "dtype": "float16"}]
-    return out
-
-
-def prefill_shapes(full: bool = False) -> list[dict[str, Any]]:
-    """full: the 96 benchmark shapes (B 1/4, Hkv 8/32, fp16/bf16, D 64/128, L 2048/4096/8192, causal or not).
-    default: the same grid with B=1 only plus B=4 at fp16 (a representative subset that runs in about a minute)."""
-    out = []
-    for b, hkv, dt, d, length, causal in itertools.product((1, 4), (8, 32), ("float16", "bfloat16"), (64, 128),
-                                                         (2048, 4096, 8192), (False, True)):
-        if not full and b == 4 and (dt == "bfloat16" or hkv == 32):
-            continue
-        out.append({"B": b, "Hq": 32, "Hkv": hkv, "D": d, "L": length, "S": length, "dtype": dt, "causal": causal})
-    return out
-
-
-def _dtype(name: str) -> Any:
-    import mlx.core as mx
-
-    return getattr(mx, name)
-
-
-def decode_inputs(shape: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """q (B, Hq, 1, D) and K / V caches (B, Hkv, capacity, D) for a decode shape, seeded, evaluated."""
-    import mlx.core as mx
-
-    dt = _dtype(shape["dtype"])
-    b, hq, hkv, d, cap = (shape[k] for k in ("B", "Hq", "Hkv", "D", "capacity"))
-    mx.random.seed(0)
-    q = mx.random.normal((b, hq, 1, d)).astype(dt)
-    kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
-    vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
-    mx.eval(q, kc, vc)
-    return q, kc, vc
-
-
-def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, config: Any = None) -> dict[str, Any]:
-    import mlx.core as mx
-
-    from ksearch.kernels.attention import decode, decode_plan, native_decode
-
-    dt = _dtype(shape["dtype"])
-    b, hkv, d, length = (shape[k] for k in ("B", "Hkv", "D", "length"))
-    q, kc, vc = decode_inputs(shape)
-
-    def native_contig() -> Any:
-        k = mx.contiguous(kc[:, :, :length])
-        v = mx.contiguous(vc[:, :, :length])
-        return mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(d))
-
-    t = _time_rounds({"ours": lambda: decode(q, kc, vc, length, config=config),
-                      "native_slice": lambda: native_decode(q, kc, vc, length),
-                      "native_contiguous": native_contig}, rounds, n)
-    # The task's native baseline keeps the faster of the two ways of calling MLX per shape; so do we.
-    base = min(("native_slice", "native_contiguous"), key=lambda k: statistics.median(t[k]))
-    med = statistics.median(t["ours"])
-    kv_bytes = 2 * b * hkv * length * d * dt.size
-    err = cast(float, mx.max(mx.abs(decode(q, kc, vc, length, config=config).astype(mx.float32)
-                                    - native_decode(q, kc, vc, length).astype(mx.float32))).item())
-    return {**shape, "latency_s": med, "native_latency_s": statistics.median(t[base]), "native_variant": base,
-            "native_slice_latency_s": statistics.median(t["native_slice"]),
-            "native_contiguous_latency_s": statistics.median(t["native_contiguous"]),
-            **_ratio_stats(t["ours"], t[base]), "kv_bytes": kv_bytes, "gbs": kv_bytes / med / 1e9,
-            "native_gbs": kv_bytes / statistics.median(t[base]) / 1e9, "roofline_fraction": kv_bytes / med / HBM_BYTES_PER_S,
-            "max_abs_diff_vs_native": err, "config": repr(config),
-            "kernel": decode_plan(q, kc, vc, length, config=config)[0]}
-
-
-def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, config: Any = None,
-                        round_s: float = 0.01) -> dict[str, Any]:
-    import mlx.core as mx
-
-    from ksearch.kernels.attention import attention, native_attention, prefill_plan
-
-    dt = _dtype(shape["dtype"])
-    b, hq, hkv, d, length, s, causal = (shape[k] for k in ("B", "Hq", "Hkv", "D", "L", "S", "causal"))
-    mx.random.seed(0)
-    q = mx.random.normal((b, hq, length, d)).astype(dt)
-    k = mx.random.normal((b, hkv, s, d)).astype(dt)
-    v = mx.random.normal((b, hkv, s, d)).astype(dt)
-    mx.eval(q, k, v)
-    t = _time_rounds({"ours": lambda: attention(q, k, v, causal, config=config),
-                      "native": lambda: native_attention(q, k, v, causal)}, rounds, n, round_s=round_s)
-    flops = 4.0 * b * hq * length * s * d / (2 if causal else 1)
-    med, nmed = statistics.median(t["ours"]), statistics.median(t["native"])
-    err = cast(float, mx.max(mx.abs(attention(q, k, v, causal, config=config).astype(mx.float32)
-                                    - native_attention(q, k, v, causal).astype(mx.float32))).item())
-    return {**shape, "latency_s": med, "native_latency_s": nmed, **_ratio_stats(t["ours"], t["native"]),
-            "tflops": flops / med / 1e12, "native_tflops": flops / nmed / 1e12,
-            "roofline_fraction": flops / med / TENSOR_FLOPS, "max_abs_diff_vs_native": err, "config": repr(config),
-            "kernel": prefill_plan(q, k, v, causal, config=config)[0]}
-
-
-def summarize_decode(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    big = [r for r in rows if r["kv_bytes"] > 64e6]
-    return {"geomean_speedup": _geomean([r["speedup"] for r in rows]),
-            "min_speedup": min(r["speedup"] for r in rows),
-            "min_roofline_fraction_kv_over_64MB": min((r["roofline_fraction"] for r in big), default=None),
-            "targets": "geomean >= 3x native, no shape below 1x, >= 70% of 4.3 TB/s where the KV read > 64 MB"}
-
-
-def summarize_prefill(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    long = [r["speedup"] for r in rows if r["L"] >= 4096]
-    return {"geomean_speedup": _geomean([r["speedup"] for r in rows]), "geomean_speedup_L_ge_4096": _geomean(long),
-            "min_speedup": min(r["speedup"] for r in rows), "max_speedup": max(r["speedup"] for r in rows),
-            "targets": ">= 0.8x native geomean at L >= 4096 (bar), 1.0x over the whole set (goal)"}
-
-
-def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callable[[str], None] = print,
-              config: Any = None, name: str | None = None) -> Any:
-    from ksearch.backends import get_backend
-    from ksearch.report.benchjson import make_result, write_result
-
-    backend = get_backend(None)
-    if kind == "decode":
-        shapes, one, summ, default = decode_shapes(full), bench_decode_shape, summarize_decode, "decode"
-    else:
-        shapes, one, summ, default = prefill_shapes(full), bench_prefill_shape, summarize_prefill, "attention-prefill"
-    name = name or default
-    rows = []
-    for shape in shapes:
-        rows.append(one(shape, config=config))
-        r = rows[-1]
-        log(f"{shape}: {r['latency_s'] * 1e6:.1f} us vs native {r['native_latency_s'] * 1e6:.1f} us "
-            f"-> {r['speedup']:.2f}x")
-    data = make_result(name, backend, rows, shapes, sorted({s["dtype"] for s in shapes}), summ(rows), notes)
-    path = write_result(data, out_dir)
-    log(f"summary: {data['summary']}\nwrote {path}")
-    return path
 
 
 def check_out_dir(out: str) -> None:
@@ -221,7 +24,7 @@ def check_wgmma_env() -> None:
     """A bad KSEARCH_WGMMA_CONFIG fails here, as one line, not as a traceback from inside the first kernel call."""
     import os
 
-    from ksearch.kernels.attention_wgmma_ws import parse_config
+    from ksearch.kernels.attention.wgmma_ws import parse_config
 
     name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
     if name:
@@ -236,6 +39,8 @@ def register(bench_app: typer.Typer) -> None:
     def attention_cmd(full: bool = typer.Option(False, help="all 96 benchmark shapes (B=4 at every dtype/Hkv)"),
                       out: str = typer.Option("benchmarks/results", help="directory for the JSON result")) -> None:
         """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere) vs MLX native attention."""
+        from ksearch.bench.attention import run_bench
+
         check_wgmma_env()
         check_out_dir(out)
         run_bench("prefill", full, out)
@@ -246,7 +51,8 @@ def register(bench_app: typer.Typer) -> None:
                    kernel: str = typer.Option("split_k", help="split_k (the default kernel), or cluster: the opt-in "
                                               "one-launch kernel (Hopper, MLX_USE_CUDA_GRAPHS=0)")) -> None:
         """GQA decode: our kernel vs MLX's attention on the cache (the faster of two ways)."""
-        from ksearch.kernels.decode_cluster import GRAPHS_ERROR, ClusterConfig, graphs_off
+        from ksearch.bench.attention import run_bench
+        from ksearch.kernels.decode.cuda_cluster import GRAPHS_ERROR, ClusterConfig, graphs_off
 
         if kernel not in ("split_k", "cluster"):
             raise typer.BadParameter(f"{kernel!r}: use split_k or cluster", param_hint="--kernel")

@@ -1,4 +1,5 @@
-"""`ksearch bench mamba`: prefill and decode tok/s of ksearch's Mamba vs mlx-lm's, same random weights."""
+"""`ksearch bench mamba`: prefill and decode tok/s of ksearch's Mamba vs mlx-lm's, same random weights
+(the suite: ksearch.bench.mamba)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,8 @@ def register(bench_app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option(help="Directory for the JSON result.")] = Path("benchmarks/results"),
     ) -> None:
         """Prefill and decode tok/s: ksearch.models.mamba vs mlx-lm's Mamba (and mlx-lm patched with our kernels)."""
-        from ksearch.backends import best_backend
+        from ksearch.bench.mamba import run_and_write
         from ksearch.models import mamba
-        from ksearch.models.bench import run_bench
-        from ksearch.report.benchjson import make_result, write_result
 
         if model_config not in mamba.CONFIGS:
             raise typer.BadParameter(f"unknown --model-config {model_config!r}; one of {', '.join(mamba.CONFIGS)}")
@@ -39,15 +38,6 @@ def register(bench_app: typer.Typer) -> None:
                 import mlx_lm  # noqa: F401
             except ImportError as exc:
                 raise typer.BadParameter("mlx-lm is not installed: pip install mlx-lm, or pass --no-compare") from exc
-        backend = best_backend()
-        res = run_bench(model_config, lens, decode_tokens, batch, dtype, reps, baseline_max_length, not no_compare,
-                        log=typer.echo)
-        notes = ("Random weights at the published config; one process; contenders interleaved per repetition; "
-                 "latency_s is the median, min/max the spread. Prefill is the full forward (the head over every "
-                 "position) with state caches produced; decode is greedy steps after a 16-token prompt. ksearch is "
-                 "the mx.compile'd runner that generate() uses, ksearch_eager the same model op by op. mlx_lm runs "
-                 f"prefill only up to L={baseline_max_length} (its per-token loop).")
-        data = make_result(f"mamba-{model_config}", backend, res["figures"], res["shapes"], res["dtypes"],
-                           res["summary"], notes)
-        path = write_result(data, out)
+        path = run_and_write(model_config, lens, decode_tokens, batch, dtype, reps, baseline_max_length,
+                             not no_compare, out, log=typer.echo)
         typer.echo(f"wrote {path}")

@@ -8,17 +8,16 @@ from 192 (eager) to 319 tok/s (benchmarks/results/mamba-370m-mlx-cuda-nvidia-h20
 The states are explicit inputs and outputs (the compiled function holds no array state), zero-filled before the
 first call: a zero conv history and a zero SSM state give exactly what a cacheless prefill computes. Parameters
 are captured as constants at trace time, so a `CompiledMamba` belongs to one set of weights: build a new one after
-`load_weights` / `update` (generate_step does, once per generation).
+`load_weights` / `update` (generate.generate_step does, once per generation).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mlx.core as mx
 
-if TYPE_CHECKING:
-    from ksearch.models.mamba import Model
+from ksearch.models.mamba import Model
 
 
 class CompiledMamba:

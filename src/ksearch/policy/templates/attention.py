@@ -2,15 +2,16 @@
 
 The CUDA path upwards: `row_tiled` starts at the naive starter (one thread per query row, K/V from global memory) and
 adds shared-memory K/V tiles, the exp2 trick and causal tile skipping; `flash_mma` is the tensor-core FlashAttention-2
-kernel of ksearch.kernels.attention_cuda and `flash_wgmma` (templates/attention_wgmma.py) the Hopper one of
-ksearch.kernels.attention_wgmma (the same texts the library runs).
+kernel of ksearch.kernels.attention.mma_sync and `flash_wgmma` (templates/attention_wgmma.py) the Hopper one of
+ksearch.kernels.attention.wgmma (the same texts the library runs).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ksearch.kernels import attention_cuda, attention_metal
+from ksearch.kernels.attention import cuda_prefill, metal_rows, mma_sync
+from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER
 from ksearch.policy.templates.attention_common import ROW_TILED_SOURCE, RUN_HEAD, fallbacks
 from ksearch.policy.templates.attention_metal_flash import FLASH_SIMDGROUP
 from ksearch.policy.templates.attention_wgmma import FLASH_WGMMA
@@ -43,7 +44,7 @@ def run(q, k, v, causal):
 
 
 def render_flash_mma(p: dict[str, Any]) -> str:
-    cfg = attention_cuda.PrefillConfig(bm=p["bm"], bn=p["bn"], db=p["db"])
+    cfg = mma_sync.PrefillConfig(bm=p["bm"], bn=p["bn"], db=p["db"])
     tmpl = f'[("T", q.dtype), ("D", {{d}}), ("BM", {cfg.bm}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)), ("DB", {cfg.db})]'
     calls = "\n".join(f'''    if d == {d}:
         return _k{d}(inputs=[q, k, v, scale], template={tmpl.format(d=d)},
@@ -60,8 +61,8 @@ import math
 
 import mlx.core as mx
 
-HEADER = {attention_cuda.HEADER!r}
-SOURCE = {attention_cuda.SOURCE!r}
+HEADER = {MMA_SYNC_HEADER!r}
+SOURCE = {mma_sync.SOURCE!r}
 {kernels}
 {fallbacks()}{RUN_HEAD}    if (q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or length % {cfg.bm} or s % {cfg.bn}
             or (causal and length > s)):
@@ -78,7 +79,7 @@ import math
 
 import mlx.core as mx
 
-SOURCE = {attention_metal.PREFILL_SOURCE!r}
+SOURCE = {metal_rows.PREFILL_SOURCE!r}
 NT, BN = {p["threads"]}, {p["bn"]}
 _kernel = mx.fast.metal_kernel(name="attention_rows", input_names=["q", "k", "v"], output_names=["o"], source=SOURCE)
 
@@ -156,7 +157,7 @@ FAMILIES = [
                   "double_buffering", "causal_block_skipping", "gqa_head_grouping"),
         params={"bm": (64, 128), "bn": (64, 32), "db": (True, False)},
         render=render_flash_mma,
-        valid=lambda p: (p["bm"] + 2 * (2 if p["db"] else 1) * p["bn"]) * 128 * 2 <= attention_cuda.MAX_SMEM,
+        valid=lambda p: (p["bm"] + 2 * (2 if p["db"] else 1) * p["bn"]) * 128 * 2 <= cuda_prefill.MAX_SMEM,
         description="FlashAttention-2: mma.sync m16n8k16 + ldmatrix, cp.async double-buffered K/V, swizzled smem"),
     TemplateFamily(
         id="attention.cuda.row_tiled", tasks=("attention",), backends=("mlx-cuda",),

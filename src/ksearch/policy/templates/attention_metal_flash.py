@@ -1,6 +1,6 @@
 """The `attention.metal.flash_simdgroup` template family: FlashAttention-2 prefill on Apple's `simdgroup_matrix`
-(ksearch.kernels.attention_metal_mma, the same text the library runs when Metal kernels are opted in), with the row
-kernel of attention_metal.py for inputs that are not float16.
+(ksearch.kernels.attention.metal_simdgroup, the same text the library runs when Metal kernels are opted in), with the
+row kernel of ksearch.kernels.attention.metal_rows for inputs that are not float16.
 
 The parameters are the key rows staged per block at each head dim (BK): threadgroup memory holds Q (32 x D), K and V
 (BK x D each), S (32 x BK, fp32) and P (32 x BK), and must stay within 32 KB, so D=128 takes 16 or 8, D=64 32, 16 or 8.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ksearch.kernels import attention_metal, attention_metal_mma
+from ksearch.kernels.attention import metal_rows, metal_simdgroup
 from ksearch.policy.templates.base import TemplateFamily
 
 # Threadgroup memory a Metal threadgroup may take (Apple GPUs: 32 KB).
@@ -23,17 +23,17 @@ METAL_TG_BYTES = 32 * 1024
 def tg_bytes(d: int, bk: int) -> int:
     """Threadgroup memory of the simdgroup kernel (its SOURCE's arrays): Q, K, V and P as half, S and the 8x8 scratch
     tiles as float, two float rows of softmax state."""
-    bq = attention_metal_mma.BQ
+    bq = metal_simdgroup.BQ
     return 2 * (bq * d + 2 * bk * d + bq * bk) + 4 * (bq * bk + 2 * 4 * 64 + 2 * bq)
 
 
 def render_flash_simdgroup(p: dict[str, Any]) -> str:
-    bq, nt = attention_metal_mma.BQ, attention_metal_mma.NT
+    bq, nt = metal_simdgroup.BQ, metal_simdgroup.NT
     calls = "\n".join(f'''        if d == {d}:
             return _mma(inputs=[q, k, v], template=[("T", q.dtype), ("D", {d}), ("BK", {p[f"bk{d}"]}), ("CAUSAL", bool(causal))],
                         grid=((length + {bq - 1}) // {bq} * {nt}, b * hq, 1), threadgroup=({nt}, 1, 1),
                         output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
-    rnt, rbn = attention_metal.PREFILL_NT, attention_metal.PREFILL_BN
+    rnt, rbn = metal_rows.PREFILL_NT, metal_rows.PREFILL_BN
     return f'''# attention.metal.flash_simdgroup {p}
 # FlashAttention-2 on simdgroup_matrix (8x8 matrix units): 4 simdgroups x 8 query rows a threadgroup, K / V blocks of
 # {p["bk128"]} (D=128) or {p["bk64"]} (D=64) rows in threadgroup memory, S = Q K^T with K loaded transposed, online softmax in
@@ -41,8 +41,8 @@ def render_flash_simdgroup(p: dict[str, Any]) -> str:
 # otherwise. Not yet run on Apple hardware.
 import mlx.core as mx
 
-MMA_SOURCE = {attention_metal_mma.SOURCE!r}
-ROW_SOURCE = {attention_metal.PREFILL_SOURCE!r}
+MMA_SOURCE = {metal_simdgroup.SOURCE!r}
+ROW_SOURCE = {metal_rows.PREFILL_SOURCE!r}
 _mma = mx.fast.metal_kernel(name="attention_simdgroup", input_names=["q", "k", "v"], output_names=["o"],
                             source=MMA_SOURCE)
 _rows = mx.fast.metal_kernel(name="attention_rows", input_names=["q", "k", "v"], output_names=["o"], source=ROW_SOURCE)
@@ -63,7 +63,7 @@ FLASH_SIMDGROUP = TemplateFamily(
     id="attention.metal.flash_simdgroup", tasks=("attention",), backends=("mlx-metal",),
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "k_transposition",
               "causal_block_skipping", "gqa_head_grouping"),
-    # The first choices are the library's (attention_metal_mma.block_keys).
+    # The first choices are the library's (metal_simdgroup.block_keys).
     params={"bk128": (16, 8), "bk64": (32, 16, 8)},
     render=render_flash_simdgroup,
     valid=lambda p: tg_bytes(128, p["bk128"]) <= METAL_TG_BYTES and tg_bytes(64, p["bk64"]) <= METAL_TG_BYTES,

@@ -1,8 +1,8 @@
-"""The `attention.cuda.flash_wgmma` template family: FlashAttention on Hopper's wgmma (ksearch.kernels.attention_wgmma,
+"""The `attention.cuda.flash_wgmma` template family: FlashAttention on Hopper's wgmma (ksearch.kernels.attention.wgmma,
 the same text the library runs), with the mma.sync kernel for GPUs that are not Hopper.
 
 Parameters (the library's knobs, each measured on the H200; docs/kernels-attention.md): warpgroups per block (64 query rows
-each; they share every K/V tile), keys per tile, whether a producer warpgroup loads K / V (attention_wgmma_ws, its
+each; they share every K/V tile), keys per tile, whether a producer warpgroup loads K / V (attention.wgmma_ws, its
 registers handed to the consumers through setmaxnreg) or every thread loads with cp.async (the synchronous kernel),
 and then: K / V stages; for the producer, tile images and one bulk copy a tile (`bulk`: the library's Hopper default,
 0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async) and ping-pong between consumer warpgroups (`pp`, with
@@ -15,18 +15,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ksearch.kernels import attention_cuda, attention_wgmma, attention_wgmma_ws
+from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws
+from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 from ksearch.policy.templates.attention_common import RUN_HEAD, fallbacks
 from ksearch.policy.templates.base import TemplateFamily
 
 # The mma.sync configuration a non-Hopper GPU runs (the library's default there).
-_MMA = attention_cuda.PrefillConfig(128, 64, True)
+_MMA = mma_sync.PrefillConfig(128, 64, True)
 
 
 def configs(p: dict[str, Any]) -> tuple[Any, Any]:
     """(the synchronous kernel's WgmmaConfig, the producer kernel's WsConfig) for a parameter set; one of them runs."""
-    cfg = attention_wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], cp=p["cp"])
-    ws = attention_wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], pwarps=4, cp=p["cp"],
+    cfg = wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], cp=p["cp"])
+    ws = wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], pwarps=4, cp=p["cp"],
                                      bulk=p["bulk"], pp=p["pp"])
     return cfg, ws
 
@@ -37,9 +38,9 @@ def valid(p: dict[str, Any]) -> bool:
     cfg, ws = configs(p)
     if p["producer"]:  # stages 3-4 and ping-pong with bulk copies are the producer variants checked on the H200
         return (p["bn"] == 64 and p["stages"] in (3, 4) and (p["bulk"] or not p["pp"])
-                and attention_wgmma_ws.config_problem(ws) is None and ws.smem_bytes(128) <= attention_wgmma.MAX_SMEM)
-    return (not p["bulk"] and not p["pp"] and p["stages"] in (2, 3) and cfg.smem_bytes(128) <= attention_wgmma.MAX_SMEM
-            and attention_wgmma.fits_registers(cfg, 128))
+                and wgmma_ws.config_problem(ws) is None and ws.smem_bytes(128) <= wgmma.MAX_SMEM)
+    return (not p["bulk"] and not p["pp"] and p["stages"] in (2, 3) and cfg.smem_bytes(128) <= wgmma.MAX_SMEM
+            and wgmma.fits_registers(cfg, 128))
 
 
 def render_flash_wgmma(p: dict[str, Any]) -> str:
@@ -49,7 +50,7 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     mma_nt = _MMA.bm // 16 * 32
     threads = {d: nt + (128 if producer else 0) for d in (64, 128)}
     # the producer kernel's own template constants, as the library passes them
-    stage = "".join(f", ({name!r}, {value!r})" for name, value in attention_wgmma_ws.stage_args(ws)).replace("'", '"')
+    stage = "".join(f", ({name!r}, {value!r})" for name, value in wgmma_ws.stage_args(ws)).replace("'", '"')
     extra = {d: stage if producer else "" for d in (64, 128)}
     bulk = bool(p["producer"] and p["bulk"])
     images = {d: "\n            k, v = _images(k, v)" if bulk else "" for d in (64, 128)}
@@ -72,16 +73,16 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
                              shared_memory={ws.smem_bytes(d) if producer else cfg.smem_bytes(d)})
 _mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
                               source=MMA_SOURCE, header=MMA_HEADER, shared_memory={_MMA.smem_bytes(d)})''' for d in (64, 128))
-    pre = attention_wgmma.cp_cache(cfg.cp)[0]  # the cp.async cache mode
-    headers = "\n".join(f"WG_HEADER_{t} = {pre + attention_wgmma.HEADER + attention_wgmma_ws.BULK_HEADER + attention_wgmma.launch_bounds(t)!r}"
+    pre = wgmma.cp_cache(cfg.cp)[0]  # the cp.async cache mode
+    headers = "\n".join(f"WG_HEADER_{t} = {pre + WGMMA_HEADER + wgmma_ws.BULK_HEADER + wgmma.launch_bounds(t)!r}"
                          for t in sorted(set(threads.values())))
-    ws_source = f"WS_SOURCE = {attention_wgmma_ws.SOURCE!r}" if producer else ""
-    image = f'''IMAGE_SOURCE = {attention_wgmma_ws.IMAGE_SOURCE!r}
+    ws_source = f"WS_SOURCE = {wgmma_ws.SOURCE!r}" if producer else ""
+    image = f'''IMAGE_SOURCE = {wgmma_ws.IMAGE_SOURCE!r}
 _image = mx.fast.cuda_kernel(name="tile_image", input_names=["k", "v"], output_names=["ki", "vi"], source=IMAGE_SOURCE)
 
 
 def _images(k, v):  # K / V with each 8-row block stored as its core matrices: one bulk copy a tile
-    return _image(inputs=[k, v], template=[("D", k.shape[-1])], grid=(k.size // 8, 1, 1), threadgroup=({attention_wgmma_ws.IMAGE_THREADS}, 1, 1),
+    return _image(inputs=[k, v], template=[("D", k.shape[-1])], grid=(k.size // 8, 1, 1), threadgroup=({wgmma_ws.IMAGE_THREADS}, 1, 1),
                   output_shapes=[k.shape, v.shape], output_dtypes=[k.dtype, v.dtype])
 ''' if bulk else ""
     loads = ((f"a producer warpgroup: {'one bulk copy a tile from tile images' if bulk else 'cp.async'}, {ws.stages} "
@@ -98,11 +99,11 @@ import math
 import mlx.core as mx
 
 {headers}
-WG_SOURCE = {attention_wgmma.source(cfg.stages)!r}
+WG_SOURCE = {wgmma.source(cfg.stages)!r}
 {ws_source}
 {image}
-MMA_HEADER = {attention_cuda.HEADER!r}
-MMA_SOURCE = {attention_cuda.SOURCE!r}
+MMA_HEADER = {MMA_SYNC_HEADER!r}
+MMA_SOURCE = {mma_sync.SOURCE!r}
 {kernels}
 
 

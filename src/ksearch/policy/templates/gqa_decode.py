@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ksearch.kernels import attention_metal, decode_cuda
+from ksearch.kernels.decode import cuda_split_k, metal_split_k
 from ksearch.policy.templates.base import TemplateFamily
 
 _OPS_FALLBACK = '''
@@ -59,9 +59,9 @@ import math
 
 import mlx.core as mx
 
-HEADER = {decode_cuda.HEADER!r}
-SOURCE = {(decode_cuda.FUSED_SOURCE if fused else decode_cuda.SPLIT_SOURCE)!r}
-MERGE = {decode_cuda.MERGE_SOURCE!r}
+HEADER = {cuda_split_k.HEADER!r}
+SOURCE = {(cuda_split_k.FUSED_SOURCE if fused else cuda_split_k.SPLIT_SOURCE)!r}
+MERGE = {cuda_split_k.MERGE_SOURCE!r}
 {kernels}
 {_OPS_FALLBACK}
 
@@ -92,8 +92,8 @@ import math
 
 import mlx.core as mx
 
-SPLIT = {attention_metal.DECODE_SPLIT_SOURCE!r}
-MERGE = {attention_metal.DECODE_MERGE_SOURCE!r}
+SPLIT = {metal_split_k.DECODE_SPLIT_SOURCE!r}
+MERGE = {metal_split_k.DECODE_MERGE_SOURCE!r}
 WARPS, TARGET_BLOCKS, MIN_CHUNK = {p["warps"]}, {p["target_blocks"]}, {p["min_chunk"]}
 
 _split = mx.fast.metal_kernel(name="gqa_split_k", input_names=["q", "k_cache", "v_cache", "meta"],

@@ -11,80 +11,11 @@ scheduled first. GQA: query head h reads kv head h / (Hq / Hkv) with no repetiti
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-HEADER = r"""
-// Guarded: a checker may compile several kernels of one candidate in one translation unit.
-#ifndef KS_FLASH_HEADER
-#define KS_FLASH_HEADER
-template <typename T> struct KsMma;
-template <> struct KsMma<__half> {
-  static __device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  static __device__ __forceinline__ unsigned pack(float x, float y) {
-    __half2 h = __floats2half2_rn(x, y); return *reinterpret_cast<unsigned*>(&h);
-  }
-};
-template <> struct KsMma<__nv_bfloat16> {
-  static __device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  static __device__ __forceinline__ unsigned pack(float x, float y) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(x, y); return *reinterpret_cast<unsigned*>(&h);
-  }
-};
-__device__ __forceinline__ void ks_cp16(void* smem, const void* gmem) {
-  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void ks_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void ks_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
-__device__ __forceinline__ void ks_ldsm4(unsigned* r, const void* p) {
-  unsigned s = (unsigned)__cvta_generic_to_shared(p);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-__device__ __forceinline__ void ks_ldsm4t(unsigned* r, const void* p) {
-  unsigned s = (unsigned)__cvta_generic_to_shared(p);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-// Swizzled element offset of (row, 16-byte chunk c) in a tile whose rows hold D 16-bit values.
-template <int D> __device__ __forceinline__ int ks_sw(int row, int c) { return row * D + ((c ^ (row & 7)) << 3); }
-// rows x D tile, rows contiguous in global memory, into swizzled shared memory; NT threads cooperate.
-template <int D, int NT, typename T>
-__device__ __forceinline__ void ks_load_tile(T* sm, const T* g, int rows) {
-  constexpr int CPR = D / 8;
-  for (int i = threadIdx.x; i < rows * CPR; i += NT) {
-    int r = i / CPR, c = i % CPR;
-    ks_cp16(sm + ks_sw<D>(r, c), g + (size_t)r * D + c * 8);
-  }
-}
-#endif
-"""
-
-# Where a block of BM query rows of one (batch, query head) starts, its K / V, and how many BN-key tiles it visits
-# (causal: none past its diagonal). Shared by the mma.sync and wgmma prefills.
-BLOCK_COORDS = r"""
-    const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
-    const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first
-    const int bhq = blockIdx.y, b = bhq / Hq, h = bhq % Hq, hk = h / (Hq / Hkv);
-    const int m0 = mt * BM, shift = S - L;
-    const T* qg = q + ((size_t)bhq * L + m0) * D;
-    const T* kg = k + (size_t)(b * Hkv + hk) * S * D;
-    const T* vg = v + (size_t)(b * Hkv + hk) * S * D;
-    const int n_end = CAUSAL ? min(S, m0 + BM + shift) : S;
-    const int ntiles = (n_end + BN - 1) / BN;
-    const float sl2 = scale[0] * 1.4426950408889634f;
-"""
+from ksearch.kernels.attention.cuda_prefill import BLOCK_COORDS, build_kernel, fits, launch
+from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER
 
 # Template constants: T, D (64 | 128), BM (16 * warps), BN (keys per tile, multiple of 16), CAUSAL, DB.
 SOURCE = r"""
@@ -226,58 +157,13 @@ class PrefillConfig:
         return (self.bm + 2 * (2 if self.db else 1) * self.bn) * d * 2
 
 
-MAX_SMEM = 100_000  # checked to work from mx.fast.cuda_kernel on the H200
-
-
-def fits(q: Any, k: Any, v: Any, causal: bool, rows: int, keys: int, smem: int) -> bool:
-    """What our tensor-core prefill kernels handle: fp16/bf16, D 64 or 128, GQA, L a multiple of the block's `rows`,
-    S of its `keys`, causal only with L <= S, and `smem` bytes within MAX_SMEM."""
-    import mlx.core as mx
-
-    if q.dtype not in (mx.float16, mx.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
-        return False
-    b, hq, length, d = q.shape
-    hkv, s = k.shape[1], k.shape[2]
-    return (d in (64, 128) and v.shape == k.shape and hq % hkv == 0 and length % rows == 0 and s % keys == 0
-            and (not causal or length <= s) and smem <= MAX_SMEM)
-
-
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: PrefillConfig) -> bool:
     return fits(q, k, v, causal, cfg.bm, cfg.bn, cfg.smem_bytes(q.shape[-1]))
 
 
-@cache
-def build_kernel(name: str, source: str, header: str, smem: int) -> Any:
-    """A prefill kernel object (inputs q, k, v, scale; output o), built once per name and shared-memory size."""
-    import mlx.core as mx
-
-    return mx.fast.cuda_kernel(name=name, input_names=["q", "k", "v", "scale"], output_names=["o"], source=source,
-                               header=header, shared_memory=smem)
-
-
-@cache
-def softmax_scale(d: int) -> Any:
-    """1 / sqrt(d) as a one-element float32 array, made once per head dim: a new array every call is a host-side
-    allocation and copy on the path of each small prefill call."""
-    import mlx.core as mx
-
-    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
-    mx.eval(scale)
-    return scale
-
-
-def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]]) -> Any:
-    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head);
-    o has q's shape and dtype."""
-    b, hq, length, d = q.shape
-    return kern(inputs=[q, k, v, softmax_scale(d)], template=[("T", q.dtype), ("D", d), *template],
-                grid=(-(-length // rows) * nt, b * hq, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
-                output_dtypes=[q.dtype])[0]
-
-
 def attention_cuda(q: Any, k: Any, v: Any, causal: bool = False, cfg: PrefillConfig | None = None) -> Any:
     cfg = cfg or PrefillConfig()
-    kern = build_kernel(f"ks_flash_fwd_m{cfg.bm}_n{cfg.bn}_{'db' if cfg.db else 'sb'}", SOURCE, HEADER,
+    kern = build_kernel(f"ks_flash_fwd_m{cfg.bm}_n{cfg.bn}_{'db' if cfg.db else 'sb'}", SOURCE, MMA_SYNC_HEADER,
                         cfg.smem_bytes(q.shape[-1]))
     return launch(kern, q, k, v, cfg.bm, cfg.bm // 16 * 32,
                   [("BM", cfg.bm), ("BN", cfg.bn), ("CAUSAL", bool(causal)), ("DB", cfg.db)])

@@ -1,7 +1,7 @@
 """GQA decode for Hopper in one launch: the splits of a (batch, kv head) merged across a thread-block cluster, scores
 and P V on tensor cores.
 
-Why not the split-K kernel (decode_cuda.py): it spends ~46 instructions a key a warp on CUDA cores (FMAs, shuffles,
+Why not the split-K kernel (cuda_split_k.py): it spends ~46 instructions a key a warp on CUDA cores (FMAs, shuffles,
 conversions), reaching 3.1-3.5 TB/s at the large shapes (0.80x-0.97x of cuDNN), and it merges its splits in a second
 launch (a second MLX graph node, ~7 us of host dispatch at small shapes, where the whole read takes ~4 us).
 
@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from ksearch.kernels.attention_cuda import HEADER as MMA_HEADER
-from ksearch.kernels.attention_wgmma import HEADER as BAR_HEADER
+from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 
 CLUSTER_HEADER = r"""
 #ifndef KS_CLUSTER_HEADER
@@ -328,7 +327,7 @@ def cluster_size(bh: int, length: int, d: int, g: int, cfg: ClusterConfig) -> in
 def header(cfg: ClusterConfig, cs: int) -> str:
     """MLX writes the `__global__` line, so launch bounds and the cluster shape ride on a redefinition of it."""
     cluster = f" __cluster_dims__(1, {cs}, 1)" if cs > 1 else ""
-    return (MMA_HEADER + BAR_HEADER + CLUSTER_HEADER + "\n#undef __global__\n#define __global__ __attribute__((global)) "
+    return (MMA_SYNC_HEADER + WGMMA_HEADER + CLUSTER_HEADER + "\n#undef __global__\n#define __global__ __attribute__((global)) "
             f"__attribute__((launch_bounds({cfg.threads()}, 1))){cluster}\n")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from ksearch.kernels.placeholders import placeholder
+from ksearch.kernels.selective_scan.placeholders import placeholder
 
 # Chunked scan. Block = CH channels x NCH chunks of L; thread (channel, chunk) keeps its N states in registers.
 # Pass 1: each thread runs its chunk from a zero state (end state H_c) and sums dt (the chunk's decay is

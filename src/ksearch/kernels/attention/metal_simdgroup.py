@@ -2,7 +2,7 @@
 
 OPT-IN and NEVER RUN: no Apple hardware was available; the body passes clang with the project's MSL shim
 (tests/test_attention_metal_mma.py) and nothing more. Enable with KSEARCH_METAL_KERNELS=1; `ksearch.kernels.attention`
-then takes this kernel for float16 inputs with D 64 or 128 (the row kernel of attention_metal.py otherwise).
+then takes this kernel for float16 inputs with D 64 or 128 (the row kernel of metal_rows.py otherwise).
 
 Layout: a threadgroup of 4 simdgroups owns BQ = 32 query rows of one (batch, head); simdgroup s owns rows 8s..8s+7.
 Per key block of BK rows (16 at D=128, 32 at D=64, so that Q, K, V, S and P fit in 22 KB of the 32 KB of threadgroup

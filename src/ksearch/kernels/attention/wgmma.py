@@ -1,7 +1,7 @@
 """FlashAttention prefill on Hopper's `wgmma` (sm_90a) for MLX-CUDA: the route to cuDNN's speed that `mma.sync`
 cannot reach (our mma.sync kernel measured 0.48x of cuDNN on the H200).
 
-`ksearch.kernels.attention` runs its warp-specialised sibling on Hopper (attention_wgmma_ws.py: a producer warpgroup
+`ksearch.kernels.attention` runs its warp-specialised sibling on Hopper (wgmma_ws.py: a producer warpgroup
 loading K / V by bulk copies; KSEARCH_WGMMA=0 turns wgmma off); this synchronous kernel, where every thread loads
 with cp.async, is the template the sibling shares its steps with and stays selectable (KSEARCH_WGMMA_CONFIG=wg3_n64).
 Measured on the H200 (benchmarks/results/attention-wgmma-check-*.json): 3 warpgroups a block reach 354-377 TFLOP/s
@@ -23,148 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ksearch.kernels.attention_cuda import BLOCK_COORDS, build_kernel, fits, launch
-
-
-def _wgmma_funcs(ctype: str, ptx: str) -> str:
-    """Inline-PTX wrappers, N = 64 or 128: SS (both operands from shared memory) and RS (A from registers). ss{N}z
-    starts a product (scale-d 0) and declares its accumulators outputs only: were they inputs too, the registers the
-    softmax wrote would feed a wgmma, and ptxas would keep that softmax from overlapping the P V product in flight."""
-    out = [f"template <> struct KsWg<{ctype}> {{"]
-    for n in (64, 128):
-        regs = n // 2
-        dl = ",".join(f"%{i}" for i in range(regs))
-        a = ",".join(f"%{regs + i}" for i in range(4))
-        for name, con, scale_d in ((f"ss{n}z", "=f", "0"), (f"ss{n}", "+f", "1")):
-            cons = ", ".join(f'"{con}"(d[{i}])' for i in range(regs))
-            out.append(f"""
-  static __device__ __forceinline__ void {name}(float* d, unsigned long long da, unsigned long long db) {{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dl}}}, %{regs}, %{regs + 1}, {scale_d}, 1, 1, 0, 0;\\n"
-                 : {cons} : "l"(da), "l"(db));
-  }}""")
-        cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-        out.append(f"""
-  template <int TB>
-  static __device__ __forceinline__ void rs{n}(float* d, const unsigned* a, unsigned long long db) {{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dl}}}, {{{a}}}, %{regs + 4}, 1, 1, 1, %{regs + 5};\\n"
-                 : {cons} : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB));
-  }}""")
-    # m64n8k16 with A from registers and a K-major B: P times a tile of ones, the row sums of P.
-    out.append(f"""
-  static __device__ __forceinline__ void rs8(float* d, const unsigned* a, unsigned long long db) {{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.{ptx}.{ptx} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, %8, 1, 1, 1, 0;\\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-  }}""")
-    out.append("};")
-    return "\n".join(out)
-
-
-HEADER = r"""
-#ifndef KS_WGMMA_HEADER
-#define KS_WGMMA_HEADER
-template <typename T> struct KsWg;
-""" + _wgmma_funcs("__half", "f16") + _wgmma_funcs("__nv_bfloat16", "bf16") + r"""
-template <typename T> __device__ __forceinline__ unsigned ks_pack2(float x, float y);
-template <> __device__ __forceinline__ unsigned ks_pack2<__half>(float x, float y) {
-  __half2 h = __floats2half2_rn(x, y); return *reinterpret_cast<unsigned*>(&h);
-}
-template <> __device__ __forceinline__ unsigned ks_pack2<__nv_bfloat16>(float x, float y) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(x, y); return *reinterpret_cast<unsigned*>(&h);
-}
-// MUFU.EX2 alone (exp2f adds range fix-ups); ex2.approx(-inf) = +0, which masked scores rely on.
-__device__ __forceinline__ float ks_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// Pins an accumulator register between asm statements: without it the compiler may read an accumulator before the
-// wait on its asynchronous wgmma, or write it (a rescale) after the wgmma that reads it was issued.
-__device__ __forceinline__ void ks_fence_reg(float& r) { asm volatile("" : "+f"(r) :: "memory"); }
-template <int N> __device__ __forceinline__ void ks_fence_regs(float* r) {
-  #pragma unroll
-  for (int i = 0; i < N; ++i) ks_fence_reg(r[i]);
-}
-__device__ __forceinline__ void ks_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void ks_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void ks_wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void ks_wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
-// The same pin for a register A operand: keeps its registers live (not reused) until its wgmma has completed.
-template <int N> __device__ __forceinline__ void ks_fence_u(unsigned* r) {
-  #pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i]) :: "memory");
-}
-// Shared-memory writes of the generic proxy (st.shared, cp.async) become visible to wgmma's async proxy.
-__device__ __forceinline__ void ks_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// KS_CP_CACHE: "cg" (L2 only) or "ca" (through L1, where a warp's 16-byte copies can share 32-byte sectors).
-#ifndef KS_CP_CACHE
-#define KS_CP_CACHE "cg"
-#endif
-__device__ __forceinline__ void ks_cp16w(void* smem, const void* gmem) {
-  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async." KS_CP_CACHE ".shared.global [%0], [%1], 16;\n" :: "r"(s), "l"(gmem));
-}
-// mbarriers (shared memory, 8 bytes each) for the warp-specialised kernel (attention_wgmma_ws.py).
-__device__ __forceinline__ unsigned ks_saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void ks_mbar_init(unsigned long long* b, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(ks_saddr(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void ks_mbar_arrive(unsigned long long* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(ks_saddr(b)) : "memory");
-}
-// One arrival on b once every cp.async this thread has issued so far has landed.
-__device__ __forceinline__ void ks_cp_mbar_arrive(unsigned long long* b) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(ks_saddr(b)) : "memory");
-}
-__device__ __forceinline__ void ks_mbar_wait(unsigned long long* b, int parity) {
-  asm volatile("{\n.reg .pred P1;\nKS_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-               "@P1 bra KS_DONE;\nbra KS_WAIT;\nKS_DONE:\n}\n" :: "r"(ks_saddr(b)), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void ks_commit_w() { asm volatile("cp.async.commit_group;\n" ::); }
-// Wait until at most N of this thread's cp.async groups are pending (0: all have landed).
-template <int N> __device__ __forceinline__ void ks_wait_w() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
-// wgmma shared-memory matrix descriptor, no swizzle: start address, leading and stride byte offsets (16-byte units).
-__device__ __forceinline__ unsigned long long ks_desc(const void* p, int lbo, int sbo) {
-  unsigned addr = (unsigned)__cvta_generic_to_shared(p);
-  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
-         ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32);
-}
-// Element offset of (row, col) in a tile of C columns stored as 8x8 core matrices (8 rows x 16 bytes each),
-// core matrices row-major over the tile.
-template <int C> __device__ __forceinline__ int ks_core(int r, int c) {
-  return ((r >> 3) * (C >> 3) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
-}
-// rows x C tile (rows <= MAXROWS, both multiples of 8), rows contiguous in global memory (row stride C), into the
-// core-matrix layout; NT threads, this one number tid among them. A warp copies 8 rows x 4 chunks of 16 bytes: lane
-// l takes row l % 8 of chunk l / 8, so each quarter-warp writes one contiguous core matrix (128 bytes, every bank
-// once) and each row reads 64 contiguous bytes of global memory. Consecutive lanes along a row instead put 16 lanes
-// on the same 4 banks (a core matrix's rows are 16 bytes, its columns 128 bytes apart): Nsight Compute counted 56%
-// excess shared-memory wavefronts. Where the warps cover whole row blocks (NW a multiple of the CPR / 4 chunk
-// groups), copy j of a thread is its first plus j * RPI rows, in shared and global memory alike: one address
-// computation for the unrolled copies.
-template <int C, int NT, int MAXROWS, typename T>
-__device__ __forceinline__ void ks_load_core(T* sm, const T* g, int rows, int tid) {
-  constexpr int CPR = C / 8, CG = CPR / 4, NW = NT / 32;
-  static_assert(CPR % 4 == 0 && MAXROWS % 8 == 0, "8-row blocks of 4-chunk groups");
-  const int lane = tid & 31, w = tid >> 5;
-  if (NW % CG == 0) {
-    constexpr int RPI = 8 * (NW % CG == 0 ? NW / CG : 1), ITER = (MAXROWS + RPI - 1) / RPI;
-    const int r0 = (w / CG) * 8 + (lane & 7), c = ((w % CG) * 4 + (lane >> 3)) * 8;
-    T* s0 = sm + ks_core<C>(r0, c);
-    const T* g0 = g + r0 * C + c;
-    #pragma unroll
-    for (int j = 0; j < ITER; ++j) {
-      if (r0 + j * RPI < rows) ks_cp16w(s0 + j * RPI * C, g0 + j * RPI * C);
-    }
-  } else {
-    for (int u = w; u < (MAXROWS / 8) * CG; u += NW) {
-      const int r = (u / CG) * 8 + (lane & 7), c = ((u % CG) * 4 + (lane >> 3)) * 8;
-      if (r < rows) ks_cp16w(sm + ks_core<C>(r, c), g + r * C + c);
-    }
-  }
-}
-#endif
-"""
+from ksearch.kernels.attention.cuda_prefill import BLOCK_COORDS, build_kernel, fits, launch
+from ksearch.kernels.cuda_headers import WGMMA_HEADER
 
 # The kernel body in parts that the two variants share (template constants: T, D 64 | 128, WG warpgroups per block,
 # BN 64 | 128 keys per tile, CAUSAL; STAGES K / V stages).
@@ -424,9 +284,9 @@ def cp_cache(mode: str) -> tuple[str, str]:
 def launch_bounds(threads: int) -> str:
     """Header text that gives the kernel MLX generates after it `__launch_bounds__(threads, 1)` (MLX writes the
     `__global__` line, so the qualifier is redefined). Without it ptxas takes registers freely (the causal kernel of
-    3 warpgroups took 178 a thread in an earlier version of its loop, 3 x 128 took 206), and 384 threads of that exceed
+    3 warpgroups took 178 a thread in one version of the kernel, 3 x 128 took 206), and 384 threads of that exceed
     the register file, so the launch fails. With it ptxas keeps to 65536 / threads; it also gives setmaxnreg
-    (attention_wgmma_ws.py) the register count at entry that it needs."""
+    (wgmma_ws.py) the register count at entry that it needs."""
     return (f"\n#undef __global__\n"
             f"#define __global__ __attribute__((global)) __attribute__((launch_bounds({threads}, 1)))\n")
 
@@ -465,5 +325,5 @@ def attention_wgmma(q: Any, k: Any, v: Any, causal: bool = False, cfg: WgmmaConf
     pre, tag = cp_cache(cfg.cp)
     suffix = ("" if cfg.stages == 2 else f"_s{cfg.stages}") + tag
     kern = build_kernel(f"ks_flash_wgmma_wg{cfg.wg}_n{cfg.bn}{suffix}", source(cfg.stages),
-                        pre + HEADER + launch_bounds(128 * cfg.wg), cfg.smem_bytes(q.shape[-1]))
+                        pre + WGMMA_HEADER + launch_bounds(128 * cfg.wg), cfg.smem_bytes(q.shape[-1]))
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg, [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal))])

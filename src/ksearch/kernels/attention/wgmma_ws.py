@@ -1,6 +1,6 @@
 """The wgmma FlashAttention prefill handing K / V stages over through mbarriers instead of `__syncthreads`.
 
-In `attention_wgmma.SOURCE` every thread loads K / V and a `__syncthreads` per tile hands the stages over, which keeps
+In `wgmma.SOURCE` every thread loads K / V and a `__syncthreads` per tile hands the stages over, which keeps
 the block's warpgroups in lockstep: all of them multiply at once and all of them run their softmax at once, so the
 tensor cores idle during the softmax. Here one extra warp only loads (`cp.async`, completion tracked by mbarriers
 through `cp.async.mbarrier.arrive`), and each consumer warpgroup waits on "full" mbarriers and releases stages on
@@ -16,7 +16,7 @@ spent on them (cp.async address arithmetic stalled on a full LSU queue, and the 
 With BULK the producer is one thread: each K / V tile is one `cp.async.bulk` (no tensor map needed) from tile images
 of K and V (tile_images, one extra kernel), completing on the stage's "full" mbarrier by its byte count. That reached
 547-553 TFLOP/s at L=8192, D=128 (cuDNN 599-608) and 0.81-0.82x of cuDNN over the 96 benchmark shapes at L >= 4096:
-ws3_n64_s4_p4_bulk is the Hopper default at both head dims (kernels/attention.py). Others are opt-in:
+ws3_n64_s4_p4_bulk is the Hopper default at both head dims (kernels/attention/__init__.py). Others are opt-in:
 KSEARCH_WGMMA_CONFIG; among them PP (ping-pong turns on the tensor cores), correct on the H200 but 0-5% slower at
 most shapes.
 """
@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from ksearch.kernels.attention_cuda import build_kernel, fits, launch
-from ksearch.kernels.attention_wgmma import (
+from ksearch.kernels.attention.cuda_prefill import build_kernel, fits, launch
+from ksearch.kernels.attention.wgmma import (
     EPILOGUE,
-    HEADER,
     MAX_SMEM,
     REGISTERS,
     SETUP,
@@ -39,6 +38,7 @@ from ksearch.kernels.attention_wgmma import (
     launch_bounds,
     pipeline,
 )
+from ksearch.kernels.cuda_headers import WGMMA_HEADER
 
 # mbarriers after the K / V stages: K full, K empty, V full, V empty (STAGES each). "Full" counts the PT producer
 # threads' cp.async arrivals (with BULK, one arrival that expects the tile's bytes); "empty" one arrival per consumer
@@ -178,7 +178,7 @@ class WsConfig:
     bn: int = 64     # keys per K / V tile
     stages: int = 2  # K / V stages in shared memory
     pwarps: int = 1  # producer warps; 0: no producer, every thread loads (SOURCE_MB)
-    cp: str = "cg"   # cp.async cache mode (attention_wgmma.cp_cache)
+    cp: str = "cg"   # cp.async cache mode (wgmma.cp_cache)
     bulk: bool = False  # K / V as tile images, one bulk copy a tile (needs a producer)
     pp: bool = False    # consumer warpgroups take turns on the tensor cores (needs a producer)
 
@@ -252,7 +252,7 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
     pre, tag = cp_cache(cfg.cp)
     kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}"
                         + ("_bulk" if cfg.bulk else "") + ("_pp" if cfg.pp else ""), SOURCE if cfg.pwarps else SOURCE_MB,
-                        pre + HEADER + BULK_HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
+                        pre + WGMMA_HEADER + BULK_HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
                         cfg.smem_bytes(q.shape[-1]))
     if cfg.bulk:
         k, v = tile_images(k, v)
@@ -268,7 +268,7 @@ def stage_args(cfg: WsConfig) -> list[tuple[str, Any]]:
 
 def config_name(cfg: Any) -> str:
     """The name parse_config reads back: a WgmmaConfig or WsConfig as KSEARCH_WGMMA_CONFIG spells it."""
-    from ksearch.kernels.attention_wgmma import WgmmaConfig
+    from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     ca = "_ca" if cfg.cp == "ca" else ""
     if isinstance(cfg, WgmmaConfig):
@@ -283,7 +283,7 @@ def parse_config(name: str) -> Any:
     change in a configuration that can run at no shape."""
     import re
 
-    from ksearch.kernels.attention_wgmma import WgmmaConfig
+    from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_pp)?)(_ca)?", name.strip())
     if not m:

@@ -1,4 +1,4 @@
-"""MLX-Metal versions of the Mamba-1 kernels in selective_scan_cuda.py (same algorithms, MSL dialect).
+"""MLX-Metal versions of the Mamba-1 kernels in cuda.py (same algorithms, MSL dialect).
 
 Opt-in (KSEARCH_METAL_KERNELS=1 or `use_metal=True`): no Apple hardware was available to measure or even run them,
 so they are syntax-checked only. Differences from the CUDA versions: thread ids come from Metal attributes, shared
@@ -13,7 +13,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from ksearch.kernels.placeholders import placeholder
+from ksearch.kernels.selective_scan.placeholders import placeholder
 
 SCAN_SOURCE = r"""
     constexpr float LOG2E = 1.4426950408889634f;

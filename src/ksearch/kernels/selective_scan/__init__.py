@@ -1,9 +1,9 @@
 """Mamba-1 selective scan and decode step, dispatched by backend.
 
-- MLX-CUDA (a GPU default device with mx.cuda available): the kernels of selective_scan_cuda.py.
-- MLX-Metal: the kernels of selective_scan_metal.py, only when asked (KSEARCH_METAL_KERNELS=1 or use_metal=True):
+- MLX-CUDA (a GPU default device with mx.cuda available): the kernels of cuda.py.
+- MLX-Metal: the kernels of metal.py, only when asked (KSEARCH_METAL_KERNELS=1 or use_metal=True):
   they were never run on Apple hardware; otherwise the ops path.
-- Anything else (mlx-cpu): MLX ops (selective_scan_ops.py).
+- Anything else (mlx-cpu): MLX ops (ops.py).
 KSEARCH_SCAN_BACKEND=ops|cuda|metal forces a path (tests compare paths this way).
 
 Public contracts (the `selective_scan` and `selective_state_update` tasks):
@@ -24,7 +24,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from ksearch.kernels import selective_scan_ops as ops_path
+from ksearch.kernels.selective_scan import ops as ops_path
 
 MAX_KERNEL_STATE = 16  # the kernels keep N states in registers / 32 KB of shared memory
 # The decode step keeps one float per channel in static shared memory (48 KB on CUDA, 32 KB on Metal).
@@ -49,13 +49,13 @@ def kernel_backend(use_metal: bool | None = None) -> str:
 
 def _module(backend: str) -> ModuleType:
     if backend == "cuda":
-        from ksearch.kernels import selective_scan_cuda
+        from ksearch.kernels.selective_scan import cuda
 
-        return selective_scan_cuda
+        return cuda
     if backend == "metal":
-        from ksearch.kernels import selective_scan_metal
+        from ksearch.kernels.selective_scan import metal
 
-        return selective_scan_metal
+        return metal
     return ops_path
 
 
@@ -101,7 +101,7 @@ def selective_state_update(x: mx.array, z: mx.array, conv_state: mx.array, conv_
                            use_metal: bool | None = None) -> tuple[mx.array, mx.array, mx.array]:
     """One decode token of a Mamba-1 mixer after in_proj (one kernel launch on CUDA)."""
     mod = _pick(A.shape[1], backend, use_metal)
-    if x.shape[1] > MAX_KERNEL_DIM.get(mod.__name__.rsplit("_", 1)[-1], 0):
+    if x.shape[1] > MAX_KERNEL_DIM.get(mod.__name__.rsplit(".", 1)[-1], 0):
         mod = ops_path
     c = mx.contiguous  # parameters are indexed directly by the kernels
     return mod.mixer_step(  # type: ignore[no-any-return]
@@ -174,7 +174,7 @@ def mixer_prefill(xz: mx.array, p: dict[str, Any], conv_state: mx.array | None,
     r = p["dt_proj_w"].shape[1]
     name = backend or kernel_backend()
     if name == "cuda" and fused_layout(fused) and n <= MAX_KERNEL_STATE and xz.shape[1] >= conv_w.shape[1] - 1:
-        from ksearch.kernels import selective_scan_cuda as cu
+        from ksearch.kernels.selective_scan import cuda as cu
 
         xc, conv_state = cu.conv_silu(xz, conv_w, p["conv_b"], conv_state)
         dbl = xc @ p["x_proj_wT"]
@@ -204,7 +204,7 @@ def mixer_decode(xz: mx.array, p: dict[str, Any], conv_state: mx.array, ssm_stat
     name = backend or kernel_backend()
     if (name == "cuda" and fused_layout(fused) and A.shape[1] <= MAX_KERNEL_STATE
             and dim <= MAX_KERNEL_DIM["cuda"]):
-        from ksearch.kernels import selective_scan_cuda as cu
+        from ksearch.kernels.selective_scan import cuda as cu
 
         return cu.mixer_step(xz, xz[..., dim:], conv_state, p["conv_w"], p["conv_b"], p["x_proj_w"],
                              p["dt_proj_w"], p["dt_bias"], A, p["D"], ssm_state, z_off=0,

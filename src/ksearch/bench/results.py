@@ -1,4 +1,4 @@
-"""The one schema for every benchmark result in the project (benchmarks/results/*.json).
+"""The one schema for every benchmark result in the project (benchmarks/results/*.json): make_result, write_result.
 
 {
   "schema": "ksearch-bench/1",

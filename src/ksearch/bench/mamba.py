@@ -1,33 +1,25 @@
-"""Side-by-side Mamba benchmark: ksearch.models.mamba vs mlx-lm's Mamba (and mlx-lm patched with our kernels),
-identical random weights, one process, contenders interleaved within every repetition; medians and spread."""
+"""The suite behind `ksearch bench mamba`: ksearch.models.mamba vs mlx-lm's Mamba (and mlx-lm patched with our
+kernels), identical random weights, one process, contenders interleaved within every repetition (bench.timing);
+medians and spread."""
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 
+from ksearch.bench.timing import latency_stats, time_rounds
 from ksearch.models import mamba as M
 from ksearch.models.mamba_compiled import CompiledMamba
 
 Step = Callable[[], Any]
 
 
-def _time(fn: Step) -> float:
-    mx.synchronize()
-    t0 = time.perf_counter()
-    mx.eval(fn())
-    mx.synchronize()
-    return time.perf_counter() - t0
-
-
 def _stats(times: list[float], tokens: int) -> dict[str, float]:
-    med = statistics.median(times)
-    return {"latency_s": med, "latency_min_s": min(times), "latency_max_s": max(times),
-            "tok_per_s": tokens / med, "reps": len(times)}
+    lat = latency_stats(times)
+    return {**lat, "tok_per_s": tokens / lat["latency_s"], "reps": len(times)}
 
 
 def _prefill(model: Any, tokens: mx.array) -> Step:
@@ -46,29 +38,36 @@ def _prefill(model: Any, tokens: mx.array) -> Step:
     return run
 
 
-def _decode(model: Any, prompt: mx.array, n_tokens: int, elapsed: list[float]) -> Step:
-    """n_tokens greedy steps after a 16-token prefill; appends the decode time (prefill excluded) to `elapsed`."""
-    def run() -> Any:
+class _Decoder:
+    """n_tokens greedy steps of a model after a 16-token prefill: `prefill` (untimed, it starts a new sequence) and
+    `steps` (timed: queued like mlx-lm's generate, each step read at the next one)."""
+
+    def __init__(self, model: Any, prompt: mx.array, n_tokens: int) -> None:
+        self.model, self.prompt, self.n_tokens = model, prompt, n_tokens
+        self.step: Callable[[mx.array], mx.array] = model
+        self.tok = prompt
+
+    def prefill(self) -> None:
+        model = self.model
         if isinstance(model, CompiledMamba):
             model.reset()
-            step: Callable[[mx.array], mx.array] = model
+            self.step = model
         else:
             cache = model.make_cache()
 
             def step(t: mx.array) -> mx.array:
                 return model(t, cache)[:, -1]  # type: ignore[no-any-return]
-        tok = mx.argmax(step(prompt), axis=-1)
-        mx.eval(tok)
-        mx.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n_tokens):
-            tok = mx.argmax(step(tok[:, None]), axis=-1)
-            mx.async_eval(tok)  # like mlx-lm's generate: queue the step, read it at the next one
-        mx.eval(tok)
-        elapsed.append(time.perf_counter() - t0)
-        return tok
 
-    return run
+            self.step = step
+        self.tok = mx.argmax(self.step(self.prompt), axis=-1)
+        mx.eval(self.tok)
+
+    def steps(self) -> mx.array:
+        tok = self.tok
+        for _ in range(self.n_tokens):
+            tok = mx.argmax(self.step(tok[:, None]), axis=-1)
+            mx.async_eval(tok)  # like mlx-lm's generate: queue the step, read it at the next one
+        return tok
 
 
 def run_bench(model_config: str = "370m", lengths: tuple[int, ...] = (512, 1024, 2048, 4096), decode_tokens: int = 64,
@@ -95,14 +94,9 @@ def run_bench(model_config: str = "370m", lengths: tuple[int, ...] = (512, 1024,
     for length in lengths:
         tokens = mx.random.randint(0, args.vocab_size, (batch, length), key=mx.random.key(length))
         names = [n for n in contenders if n != "mlx_lm" or length <= baseline_max_length]
-        times: dict[str, list[float]] = {n: [] for n in names}
-        for name in names:  # warm-up: JIT compiles, allocations
-            set_patch(name)
-            _time(_prefill(contenders[name], tokens))
-        for _ in range(reps):
-            for name in names:
-                set_patch(name)
-                times[name].append(_time(_prefill(contenders[name], tokens)))
+        # A warm-up call each (JIT compiles, allocations), then `reps` interleaved rounds of one call each.
+        times = time_rounds({n: _prefill(contenders[n], tokens) for n in names}, rounds=reps, warmup=1,
+                            before=set_patch)
         if "mlx_lm" in names and "agreement" not in checks:
             # The numbers only count if the outputs agree: last-position logits of every contender vs mlx-lm's own.
             lasts = {}
@@ -122,14 +116,18 @@ def run_bench(model_config: str = "370m", lengths: tuple[int, ...] = (512, 1024,
             log(f"prefill L={length:5d} {name:15s} {row['tok_per_s']:12.1f} tok/s  "
                 f"({row['latency_min_s'] * 1e3:.2f}-{row['latency_max_s'] * 1e3:.2f} ms)")
     prompt = mx.random.randint(0, args.vocab_size, (batch, 16), key=mx.random.key(1))
-    dec: dict[str, list[float]] = {n: [] for n in contenders}
-    for name in contenders:
+    for name in contenders:  # warm-up: a few steps each
         set_patch(name)
-        _decode(contenders[name], prompt, 4, [])()
-    for _ in range(reps):
-        for name in contenders:
-            set_patch(name)
-            _decode(contenders[name], prompt, decode_tokens, dec[name])()
+        warm = _Decoder(contenders[name], prompt, 4)
+        warm.prefill()
+        mx.eval(warm.steps())
+    decoders = {n: _Decoder(m, prompt, decode_tokens) for n, m in contenders.items()}
+
+    def start(name: str) -> None:  # outside the clock: the prompt's prefill
+        set_patch(name)
+        decoders[name].prefill()
+
+    dec = time_rounds({n: d.steps for n, d in decoders.items()}, rounds=reps, warmup=0, before=start)
     integ.unpatch()
     for name in contenders:
         row = {"phase": "decode", "contender": name, "batch": batch, "tokens": decode_tokens,
@@ -157,3 +155,22 @@ def run_bench(model_config: str = "370m", lengths: tuple[int, ...] = (512, 1024,
     shapes = [{"model": model_config, "d_model": args.d_model, "n_layer": args.n_layer, "d_inner": args.d_inner,
                "d_state": args.d_state, "batch": batch, "lengths": list(lengths), "decode_tokens": decode_tokens}]
     return {"figures": figures, "summary": summary, "shapes": shapes, "dtypes": [dtype]}
+
+
+def run_and_write(model_config: str, lengths: tuple[int, ...], decode_tokens: int, batch: int, dtype: str, reps: int,
+                  baseline_max_length: int, compare: bool, out: str | Path,
+                  log: Callable[[str], None] = print) -> Path:
+    """run_bench, then its figures as one JSON result under `out` (its path returned)."""
+    from ksearch.backends import best_backend
+    from ksearch.bench.results import make_result, write_result
+
+    backend = best_backend()
+    res = run_bench(model_config, lengths, decode_tokens, batch, dtype, reps, baseline_max_length, compare, log=log)
+    notes = ("Random weights at the published config; one process; contenders interleaved per repetition; "
+             "latency_s is the median, min/max the spread. Prefill is the full forward (the head over every "
+             "position) with state caches produced; decode is greedy steps after a 16-token prompt. ksearch is "
+             "the mx.compile'd runner that generate() uses, ksearch_eager the same model op by op. mlx_lm runs "
+             f"prefill only up to L={baseline_max_length} (its per-token loop).")
+    data = make_result(f"mamba-{model_config}", backend, res["figures"], res["shapes"], res["dtypes"],
+                       res["summary"], notes)
+    return write_result(data, out)

@@ -1,0 +1,100 @@
+"""The one timing helper of the benchmarks: contenders timed side by side in one process, reported as medians with
+their spread, and compared as ratios.
+
+`time_rounds` runs every contender once per round, in turn (interleaved, so that drift of clocks, temperature or
+other load hits all of them alike): each round times `n` calls of one contender from a synchronised start until
+their outputs are evaluated and the device is synchronised again, divided by n. On MLX, a call only builds a graph:
+`mx.eval` runs it and `mx.synchronize` waits for the device, so both are inside the clock. Host-side code (numpy)
+times with `device=False`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def _evaluate(outs: Any) -> None:
+    import mlx.core as mx
+
+    mx.eval(outs)
+
+
+def _synchronize() -> None:
+    import mlx.core as mx
+
+    mx.synchronize()
+
+
+def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *, warmup: int = 2,
+                round_s: float = 0.0, eval_each: bool = False, before: Callable[[str], Any] | None = None,
+                device: bool = True) -> dict[str, list[float]]:
+    """Seconds per call of each contender, one value per round: {name: [round 1, round 2, ...]}.
+
+    warmup: untimed calls of each contender first (they absorb JIT compiles and allocations).
+    round_s > 0: raise n (up to 64) so that a round of the fastest contender lasts about that long; the same n for
+      every contender. A round ends in one eval and one synchronize (tens of microseconds), which at n = 2 was a third
+      of a 0.2 ms call and made the ratio at small shapes swing 0.4x-2x from round to round.
+    eval_each: evaluate every call's output before the next call (the latency of a call that is waited for), instead
+      of all n outputs at the end of the round (calls queued back to back).
+    before: called with a contender's name before each of its rounds and warm-ups, outside the clock (switching a
+      patch on or off, preparing a state the call starts from).
+    device: False for host-side code: no MLX evaluation or synchronisation."""
+    evaluate = _evaluate if device else (lambda _outs: None)
+    synchronize = _synchronize if device else (lambda: None)
+
+    def prepare(name: str) -> None:
+        if before is not None:
+            before(name)
+
+    for name, fn in fns.items():
+        if warmup > 0:
+            prepare(name)
+        for _ in range(warmup):
+            evaluate(fn())
+    synchronize()
+    if round_s > 0:
+        fastest = math.inf
+        for name, fn in fns.items():
+            prepare(name)
+            t0 = time.perf_counter()
+            evaluate(fn())
+            synchronize()
+            fastest = min(fastest, time.perf_counter() - t0)
+        n = max(n, min(64, math.ceil(round_s / fastest)))
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            prepare(name)
+            synchronize()
+            t0 = time.perf_counter()
+            if eval_each:
+                for _ in range(n):
+                    evaluate(fn())
+            else:
+                evaluate([fn() for _ in range(n)])
+            synchronize()
+            times[name].append((time.perf_counter() - t0) / n)
+    return times
+
+
+def latency_stats(times: list[float]) -> dict[str, float]:
+    """The median of a contender's rounds and their spread (the fastest and the slowest round), in seconds."""
+    return {"latency_s": statistics.median(times), "latency_min_s": min(times), "latency_max_s": max(times)}
+
+
+def ratio_stats(ours: list[float], base: list[float]) -> dict[str, float]:
+    """How many times faster `ours` is than `base`: the ratio of the medians, and the spread of the per-round ratios
+    (rounds are interleaved, so round i of both ran at about the same time)."""
+    per_round = [b / o for o, b in zip(ours, base, strict=True)]
+    return {"speedup": statistics.median(base) / statistics.median(ours), "speedup_min": min(per_round),
+            "speedup_max": max(per_round)}
+
+
+def geomean(xs: list[float]) -> float:
+    """The geometric mean of the positive values (0 when there are none): how ratios over shapes are summarised."""
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 0.0

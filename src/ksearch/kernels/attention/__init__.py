@@ -1,0 +1,106 @@
+"""Prefill attention as a plain function, `attention`: the dispatch over the kernel families of this package.
+
+It picks the best kernel configuration for the backend and shape and falls back to MLX's own
+`mx.fast.scaled_dot_product_attention` wherever no kernel of ours fits (CPU, fp32, odd head dims or lengths).
+Metal kernels are opt-in (`KSEARCH_METAL_KERNELS=1` or `use_metal=True`) until they are measured on Apple hardware.
+
+The families: mma_sync.py (tensor cores through `mma.sync`, any CUDA GPU), wgmma.py and wgmma_ws.py (Hopper's
+`wgmma`; the warp-specialised one is the default there), metal_rows.py (one query row a thread) and
+metal_simdgroup.py (`simdgroup_matrix`); cuda_prefill.py holds what the CUDA ones share.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ksearch.kernels import device
+from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws
+from ksearch.kernels.attention.mma_sync import PrefillConfig
+from ksearch.kernels.attention.wgmma import WgmmaConfig
+from ksearch.kernels.attention.wgmma_ws import WsConfig
+
+
+def wgmma_enabled() -> bool:
+    """KSEARCH_WGMMA: unset or "auto" -> on Hopper only; "0" off; "1" on (for a device `device.hopper()` misreads)."""
+    env = os.environ.get("KSEARCH_WGMMA", "auto").strip().lower()
+    if env in ("0", "false", "off", "no"):
+        return False
+    if env in ("1", "true", "on", "yes"):
+        return True
+    return device.hopper()
+
+
+def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
+    """Three warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two, which the
+    H200 measured as the best of the wgmma configurations at nearly every shape, both head dims
+    (benchmarks/results/attention-wgmma-check-mlx-cuda-nvidia-h200.json). KSEARCH_WGMMA_CONFIG names another
+    (wgmma_ws.parse_config: e.g. wg3_n64, ws3_n64_s3_p4)."""
+    name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
+    if name:
+        return wgmma_ws.parse_config(name)
+    # A producer warpgroup (setmaxnreg: 24 registers for it, 160 for each of the three consumer warpgroups) loads K / V
+    # with one bulk copy a tile from tile images of them (wgmma_ws.tile_images, one extra pass over K / V):
+    # on the H200 side by side 551 vs 410 TFLOP/s (cp.async producer) at L=8192, D=128 without a mask, 394 vs 288 at
+    # D=64 (benchmarks/results/attention-wgmma-check-*.json; the grid in attention-prefill-*.json;
+    # docs/kernels-attention.md).
+    return WsConfig(wg=3, bn=64, stages=4, pwarps=4, bulk=True)
+
+
+def prefill_config(q: Any, k: Any, causal: bool) -> PrefillConfig:
+    """The mma.sync configuration measured best on the H200 (docs/kernels-attention.md); used where wgmma is not."""
+    # 8 warps (BM=128) share each K/V tile between twice the rows of BM=64: half the tile loads per FLOP. Measured
+    # as the default on the H200 for both head dims (benchmarks/findings.md, the mma.sync row).
+    return PrefillConfig(bm=128, bn=64, db=True)
+
+
+def native_attention(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
+    import mlx.core as mx
+
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(q.shape[-1]),
+                                                mask="causal" if causal else None)
+
+
+def prefill_plan(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
+                 config: PrefillConfig | WgmmaConfig | WsConfig | None = None) -> tuple[str, Callable[[], Any]]:
+    """(name of the kernel `attention` runs for these inputs, a call that runs it): the dispatch, inspectable without
+    running anything (`ksearch bench attention` records the name per shape). Names: a wgmma configuration as
+    KSEARCH_WGMMA_CONFIG spells it (e.g. ws3_n64_s4_p4_bulk), mma_sync_mBM_nBN[_db], metal_simdgroup, metal_rows,
+    native."""
+    where = device.backend()
+    if where == "cuda":
+        auto = config is None and wgmma_enabled()
+        chosen = wgmma_config(q, k, causal) if auto else config
+        if isinstance(chosen, WsConfig) and wgmma_ws.supports(q, k, v, causal, chosen):
+            ws = chosen
+            return (wgmma_ws.config_name(ws),
+                    lambda: wgmma_ws.attention_wgmma_ws(q, k, v, causal, ws))
+        if isinstance(chosen, WgmmaConfig) and wgmma.supports(q, k, v, causal, chosen):
+            wg = chosen
+            return wgmma_ws.config_name(wg), lambda: wgmma.attention_wgmma(q, k, v, causal, wg)
+        if not isinstance(config, (WsConfig, WgmmaConfig)):  # asked for outright: no other kernel stands in for it
+            cfg = config if isinstance(config, PrefillConfig) else prefill_config(q, k, causal)
+            if mma_sync.supports(q, k, v, causal, cfg):
+                return (f"mma_sync_m{cfg.bm}_n{cfg.bn}{'_db' if cfg.db else ''}",
+                        lambda: mma_sync.attention_cuda(q, k, v, causal, cfg))
+    elif where == "metal" and device.metal_enabled(use_metal):
+        from ksearch.kernels.attention import metal_rows, metal_simdgroup
+
+        # float16: the simdgroup_matrix kernel; other dtypes: the row kernel. Neither has run on Apple hardware.
+        if metal_simdgroup.supports(q, k, v, causal):
+            return "metal_simdgroup", lambda: metal_simdgroup.attention_metal_mma(q, k, v, causal)
+        if metal_rows.supports_prefill(q, k, v, causal):
+            return "metal_rows", lambda: metal_rows.attention_metal(q, k, v, causal)
+    return "native", lambda: native_attention(q, k, v, causal)
+
+
+def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
+              config: PrefillConfig | WgmmaConfig | WsConfig | None = None) -> Any:
+    """softmax(q k^T / sqrt(D) + causal mask) v; q (B, Hq, L, D), k/v (B, Hkv, S, D), mask aligned lower right.
+
+    On CUDA: the wgmma kernel on Hopper (see `wgmma_enabled`), else the mma.sync one; `config` picks a kernel and
+    configuration outright (it still falls back to native where that kernel does not fit the shape). `prefill_plan`
+    says which kernel that is."""
+    return prefill_plan(q, k, v, causal, use_metal=use_metal, config=config)[1]()

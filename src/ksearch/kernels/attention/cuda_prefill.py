@@ -1,0 +1,67 @@
+"""What the CUDA prefill kernels share (the mma.sync kernel of mma_sync.py and both wgmma kernels): where a block's
+rows and keys start, the shape check, building a kernel object, and launching it over (batch, query head) rows."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+# Where a block of BM query rows of one (batch, query head) starts, its K / V, and how many BN-key tiles it visits
+# (causal: none past its diagonal). Shared by the mma.sync and wgmma prefills.
+BLOCK_COORDS = r"""
+    const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
+    const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first
+    const int bhq = blockIdx.y, b = bhq / Hq, h = bhq % Hq, hk = h / (Hq / Hkv);
+    const int m0 = mt * BM, shift = S - L;
+    const T* qg = q + ((size_t)bhq * L + m0) * D;
+    const T* kg = k + (size_t)(b * Hkv + hk) * S * D;
+    const T* vg = v + (size_t)(b * Hkv + hk) * S * D;
+    const int n_end = CAUSAL ? min(S, m0 + BM + shift) : S;
+    const int ntiles = (n_end + BN - 1) / BN;
+    const float sl2 = scale[0] * 1.4426950408889634f;
+"""
+
+MAX_SMEM = 100_000  # checked to work from mx.fast.cuda_kernel on the H200
+
+
+def fits(q: Any, k: Any, v: Any, causal: bool, rows: int, keys: int, smem: int) -> bool:
+    """What our tensor-core prefill kernels handle: fp16/bf16, D 64 or 128, GQA, L a multiple of the block's `rows`,
+    S of its `keys`, causal only with L <= S, and `smem` bytes within MAX_SMEM."""
+    import mlx.core as mx
+
+    if q.dtype not in (mx.float16, mx.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
+        return False
+    b, hq, length, d = q.shape
+    hkv, s = k.shape[1], k.shape[2]
+    return (d in (64, 128) and v.shape == k.shape and hq % hkv == 0 and length % rows == 0 and s % keys == 0
+            and (not causal or length <= s) and smem <= MAX_SMEM)
+
+
+@cache
+def build_kernel(name: str, source: str, header: str, smem: int) -> Any:
+    """A prefill kernel object (inputs q, k, v, scale; output o), built once per name and shared-memory size."""
+    import mlx.core as mx
+
+    return mx.fast.cuda_kernel(name=name, input_names=["q", "k", "v", "scale"], output_names=["o"], source=source,
+                               header=header, shared_memory=smem)
+
+
+@cache
+def softmax_scale(d: int) -> Any:
+    """1 / sqrt(d) as a one-element float32 array, made once per head dim: a new array every call is a host-side
+    allocation and copy on the path of each small prefill call."""
+    import mlx.core as mx
+
+    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
+    mx.eval(scale)
+    return scale
+
+
+def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]]) -> Any:
+    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head);
+    o has q's shape and dtype."""
+    b, hq, length, d = q.shape
+    return kern(inputs=[q, k, v, softmax_scale(d)], template=[("T", q.dtype), ("D", d), *template],
+                grid=(-(-length // rows) * nt, b * hq, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
+                output_dtypes=[q.dtype])[0]

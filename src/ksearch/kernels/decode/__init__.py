@@ -1,0 +1,65 @@
+"""One GQA decode step as a plain function, `decode`: the dispatch over the decode kernels of this package.
+
+q (B, Hq, 1, D) against positions [0, length) of K / V caches (B, Hkv, capacity, D). On CUDA the split-K kernel
+(cuda_split_k.py; cuda_cluster.py, the one-launch cluster kernel, on request); on Metal, when opted in
+(`KSEARCH_METAL_KERNELS=1` or `use_metal=True`), the split-K kernel of metal_split_k.py; MLX's own
+`mx.fast.scaled_dot_product_attention` wherever no kernel of ours fits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ksearch.kernels import device
+from ksearch.kernels.decode import cuda_cluster, cuda_split_k
+from ksearch.kernels.decode.cuda_cluster import ClusterConfig
+from ksearch.kernels.decode.cuda_split_k import DecodeConfig
+
+
+def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
+    """The sweep's best on the H200 over B 1/8/16 x 4k/16k/32k (benchmarks/results/decode-config-sweep-*.json)."""
+    return DecodeConfig()
+
+
+def native_decode(q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
+    import mlx.core as mx
+
+    return mx.fast.scaled_dot_product_attention(q, k_cache[:, :, :length], v_cache[:, :, :length],
+                                                scale=1.0 / math.sqrt(q.shape[-1]))
+
+
+def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
+                config: DecodeConfig | ClusterConfig | None = None) -> tuple[str, Callable[[], Any]]:
+    """(name of the kernel `decode` runs: split_k, cluster, metal_split_k or native, a call that runs it).
+
+    A ClusterConfig asks for the one-launch cluster kernel (cuda_cluster.py): Hopper only, and only with MLX's CUDA
+    graphs off (ValueError otherwise, before anything runs: under MLX 0.32's graphs it would stop later custom kernels
+    from running); where it does not fit, native."""
+    length = int(length)
+    where = device.backend()
+    if isinstance(config, ClusterConfig):
+        cl = config
+        if where == "cuda" and device.hopper() and cuda_cluster.supports(q, k_cache, length, cl) and \
+                v_cache.shape == k_cache.shape:
+            if not cuda_cluster.graphs_off():
+                raise ValueError(cuda_cluster.GRAPHS_ERROR)
+            return "cluster", lambda: cuda_cluster.decode_cluster(q, k_cache, v_cache, length, cl)
+        return "native", lambda: native_decode(q, k_cache, v_cache, length)
+    if where == "cuda":
+        if cuda_split_k.supports(q, k_cache, length) and v_cache.shape == k_cache.shape:
+            cfg = config or decode_config(q, k_cache, length)
+            return "split_k", lambda: cuda_split_k.decode_cuda(q, k_cache, v_cache, length, cfg)
+    elif where == "metal" and device.metal_enabled(use_metal):
+        from ksearch.kernels.decode import metal_split_k
+
+        if metal_split_k.supports_decode(q, k_cache, length):
+            return "metal_split_k", lambda: metal_split_k.decode_metal(q, k_cache, v_cache, length)
+    return "native", lambda: native_decode(q, k_cache, v_cache, length)
+
+
+def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
+           config: DecodeConfig | ClusterConfig | None = None) -> Any:
+    """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D)."""
+    return decode_plan(q, k_cache, v_cache, length, use_metal=use_metal, config=config)[1]()

@@ -1,0 +1,37 @@
+"""Where the kernels would run and which of them are enabled there: shared by the attention and decode dispatch."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+
+
+def backend() -> str:
+    """'cuda', 'metal' or 'cpu': where the default stream runs."""
+    import mlx.core as mx
+
+    if mx.default_device().type != mx.gpu:
+        return "cpu"
+    if getattr(mx, "cuda", None) is not None and mx.cuda.is_available():
+        return "cuda"
+    if mx.metal.is_available():
+        return "metal"
+    return "cpu"
+
+
+def metal_enabled(use_metal: bool | None = None) -> bool:
+    if use_metal is not None:
+        return use_metal
+    return os.environ.get("KSEARCH_METAL_KERNELS", "") not in ("", "0", "false", "False")
+
+
+@cache
+def hopper() -> bool:
+    """Whether the CUDA device runs wgmma (compute capability 9.x: H100, H200, H800, H20, GH200)."""
+    import mlx.core as mx
+
+    try:
+        info = mx.device_info()
+    except Exception:  # noqa: BLE001 - an MLX without device_info: assume not, the mma.sync kernel runs anywhere
+        return False
+    return int(info.get("compute_capability_major", 0)) == 9 or str(info.get("architecture", "")).startswith("sm_90")

@@ -1,0 +1,74 @@
+"""The one timing helper of the benchmarks (ksearch.bench.timing): interleaved rounds, the same number of calls for
+every contender, hooks outside the clock, and the statistics the results report."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import mlx.core as mx
+import pytest
+
+from ksearch.bench.timing import geomean, latency_stats, ratio_stats, time_rounds
+
+
+def test_bench_rounds_grow_to_the_target_length_and_every_function_gets_the_same_count():
+    calls = {"fast": 0, "slow": 0}
+
+    def make(name, seconds):
+        def fn():
+            calls[name] += 1
+            time.sleep(seconds)
+            return mx.zeros((1,))
+        return fn
+
+    fns = {"fast": make("fast", 0.001), "slow": make("slow", 0.003)}
+    times = time_rounds(fns, rounds=2, n=2, warmup=1, round_s=0.02)
+    # warm-up 1 + probe 1 + 2 rounds of n each; n from the fastest (~1 ms a call -> ~20, capped at 64)
+    n = (calls["fast"] - 2) // 2
+    assert 8 <= n <= 21 and calls["slow"] == calls["fast"]
+    assert all(len(t) == 2 for t in times.values())
+    calls.update(fast=0, slow=0)
+    time_rounds(fns, rounds=2, n=2, warmup=1)  # without a target: n as given
+    assert calls == {"fast": 5, "slow": 5}  # warm-up 1 + 2 rounds of 2
+def test_rounds_interleave_the_contenders_and_before_runs_outside_the_clock() -> None:
+    order: list[str] = []
+
+    def make(name: str):  # type: ignore[no-untyped-def]
+        def fn():  # type: ignore[no-untyped-def]
+            order.append(name)
+            return mx.zeros((1,))
+        return fn
+
+    def before(name: str) -> None:
+        order.append(f"before {name}")
+        time.sleep(0.05)  # not in the measured time
+
+    times = time_rounds({"a": make("a"), "b": make("b")}, rounds=2, n=1, warmup=1, before=before)
+    assert order == ["before a", "a", "before b", "b"] + ["before a", "a", "before b", "b"] * 2
+    assert all(t < 0.04 for ts in times.values() for t in ts)
+
+
+def test_each_call_can_be_waited_for_and_host_code_needs_no_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+
+    def fn():  # type: ignore[no-untyped-def]
+        seen.append(len(seen))
+        return mx.array([len(seen)])
+
+    time_rounds({"each": fn}, rounds=2, n=3, warmup=0, eval_each=True)
+    assert seen == list(range(6))
+    # device=False: plain host calls, MLX never asked to evaluate or synchronise
+    monkeypatch.setattr(mx, "eval", lambda *a: pytest.fail("mx.eval called"))
+    monkeypatch.setattr(mx, "synchronize", lambda *a: pytest.fail("mx.synchronize called"))
+    times = time_rounds({"host": lambda: sum(range(1000))}, rounds=3, n=4, warmup=0, device=False)
+    assert len(times["host"]) == 3 and all(t > 0 for t in times["host"])
+
+
+def test_statistics_are_medians_spreads_and_ratios() -> None:
+    assert latency_stats([3.0, 1.0, 2.0]) == {"latency_s": 2.0, "latency_min_s": 1.0, "latency_max_s": 3.0}
+    r = ratio_stats([1.0, 2.0, 1.0], [2.0, 2.0, 4.0])  # ours, base: per round 2x, 1x, 4x
+    assert r == {"speedup": 2.0, "speedup_min": 1.0, "speedup_max": 4.0}
+    assert math.isclose(geomean([1.0, 4.0]), 2.0) and geomean([0.0, -1.0]) == 0.0
+    with pytest.raises(ValueError):
+        ratio_stats([1.0], [1.0, 2.0])  # rounds pair up one to one
