@@ -62,8 +62,6 @@ KNOWN: frozenset[str] = frozenset({
     "cli only: ksearch.commands.report imports typer",
     "cli only: ksearch.commands.search imports typer",
     "circle among: ksearch.cli, ksearch.commands.report",
-    # the mamba model and its compiled variant import each other
-    "circle among: ksearch.models.mamba, ksearch.models.mamba_compiled",
 })
 
 
