@@ -18,7 +18,7 @@ os.environ.setdefault("MLX_ENABLE_TF32", "0")  # the fp32 reference must be real
 
 import mlx.core as mx  # noqa: E402
 
-from ksearch.commands import bench_attention as ba  # noqa: E402
+from ksearch.cli.commands import bench_attention as ba  # noqa: E402
 from ksearch.kernels.attention import hopper  # noqa: E402
 from ksearch.kernels.attention_cuda import PrefillConfig, attention_cuda  # noqa: E402
 from ksearch.kernels.attention_wgmma import WgmmaConfig, attention_wgmma  # noqa: E402

@@ -21,7 +21,7 @@ os.environ.setdefault("MLX_ENABLE_TF32", "0")  # the fp32 reference must be real
 
 import mlx.core as mx  # noqa: E402
 
-from ksearch.commands import bench_attention as ba  # noqa: E402
+from ksearch.cli.commands import bench_attention as ba  # noqa: E402
 from ksearch.kernels.attention import native_decode  # noqa: E402
 from ksearch.kernels.decode_cluster import ClusterConfig, cluster_size, decode_cluster  # noqa: E402
 from ksearch.kernels.decode_cuda import DecodeConfig, decode_cuda  # noqa: E402

@@ -15,7 +15,7 @@ import sys
 
 import mlx.core as mx
 
-from ksearch.commands.bench_attention import _time_rounds
+from ksearch.cli.commands.bench_attention import _time_rounds
 from ksearch.kernels import attention_cuda as AC
 from ksearch.kernels import attention_wgmma_ws as WS
 from ksearch.kernels.attention import attention, native_attention

@@ -107,7 +107,7 @@ def test_shared_memory_of_every_prefill_config_fits():
 
 
 def test_bench_rounds_grow_to_the_target_length_and_every_function_gets_the_same_count():
-    from ksearch.commands import bench_attention as ba
+    from ksearch.cli.commands import bench_attention as ba
 
     calls = {"fast": 0, "slow": 0}
 

@@ -10,12 +10,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ksearch.errors import BackendUnavailable
+
 BACKEND_NAMES = ("mlx-metal", "mlx-cuda", "mlx-cpu")
 Family = Literal["cpu", "cuda", "metal"]
-
-
-class BackendUnavailable(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ksearch.errors import RunUnreadable
 from ksearch.harness.result import EvalResult
 
 NOTABLE_EVENTS = ("backtrack", "too_hard", "edit_rejected", "policy_error")
-
-
-class RunUnreadable(Exception):
-    """The run directory exists but its database cannot be read (corrupt, locked, wrong schema)."""
 
 
 @dataclass

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ksearch.errors import RunNotFound
+
 SCHEMA_VERSION = 1
 
 SCHEMA = """
@@ -55,10 +57,6 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS evaluations_candidate ON evaluations(candidate_id);
 CREATE INDEX IF NOT EXISTS candidates_norm ON candidates(normalized_hash);
 """
-
-
-class RunNotFound(LookupError):
-    pass
 
 
 def new_run_id(task: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ksearch.policy.llm.errors import CallFailed
+from ksearch.errors import CallFailed, KSearchError
 from ksearch.policy.llm.presets import Endpoint
 
 log = logging.getLogger("ksearch.llm")
@@ -222,7 +222,7 @@ class ChatClient:
             attempt += 1
 
 
-class _Malformed(Exception):
+class _Malformed(KSearchError):
     pass
 
 

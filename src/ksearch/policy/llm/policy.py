@@ -12,16 +12,15 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from ksearch.errors import CallFailed, PolicyError
 from ksearch.policy.base import (
     Attempt,
     CallRecord,
     Feedback,
     ImplementRequest,
     PolicyContext,
-    PolicyError,
 )
 from ksearch.policy.llm.client import Messages, Outcome, Transport
-from ksearch.policy.llm.errors import CallFailed
 from ksearch.policy.llm.parsing import Parsed, extract_code, extract_json, strip_thinking
 from ksearch.policy.llm.pricing import Budget
 from ksearch.policy.llm.prompts import action_view, common, render

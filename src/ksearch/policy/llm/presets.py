@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ksearch.config import LLMConfig
-from ksearch.policy.llm.errors import LLMConfigError
+from ksearch.errors import LLMConfigError
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,11 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-console = Console()
-err = Console(stderr=True)
+from ksearch.cli.console import console, fail
+
 llm_app = typer.Typer(no_args_is_help=True, help="LLM endpoints: presets, prices, a connectivity check.")
-
-
-def _fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
 
 
 @llm_app.command("presets")
@@ -41,14 +35,9 @@ def presets_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
 @llm_app.command("prices")
 def prices_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The price table in use (built-in, overlaid with $KSEARCH_LLM_PRICES): USD per million tokens."""
-    from ksearch.policy.llm import LLMConfigError
     from ksearch.policy.llm.pricing import load_prices
 
-    try:
-        table = load_prices()
-    except LLMConfigError as exc:
-        _fail(str(exc))
-        return
+    table = load_prices()
     if as_json:
         print(json.dumps({m: {"input": i, "output": o} for m, (i, o) in sorted(table.items())}, indent=2))
         return
@@ -72,27 +61,21 @@ def ping_cmd(
 ) -> None:
     """Send one tiny request with these settings: model served, latency, tokens, cost."""
     from ksearch.config import LLMConfig
-    from ksearch.policy.llm import LLMConfigError
+    from ksearch.errors import CallFailed
     from ksearch.policy.llm.client import ChatClient, Sampling
-    from ksearch.policy.llm.errors import CallFailed
     from ksearch.policy.llm.presets import resolve
     from ksearch.policy.llm.pricing import Budget, load_prices
 
     cfg = LLMConfig(model=model, base_url=base_url, api_key_env=api_key_env)
     if preset:
         cfg.preset = preset
-    try:
-        endpoint = resolve(cfg)
-        budget = Budget(prices=load_prices())
-    except LLMConfigError as exc:
-        _fail(str(exc))
-        return
+    endpoint = resolve(cfg)  # an LLMConfigError is a UsageError: one line, exit 2
+    budget = Budget(prices=load_prices())
     client = ChatClient(endpoint, Sampling(temperature=0.0, max_output_tokens=16), timeout_s=timeout, max_retries=1)
     try:
         out = client.complete("ping", endpoint.model, [{"role": "user", "content": "Reply with one word: pong"}])
     except CallFailed as exc:
-        _fail(f"{endpoint.base_url}: {exc}")
-        return
+        fail(f"{endpoint.base_url}: {exc}")
     row = {"base_url": endpoint.base_url, "model": out.model, "latency_s": round(out.latency_s, 3),
            "retries": out.retries, "tokens_in": out.tokens_in, "tokens_out": out.tokens_out,
            "cost_usd": budget.cost(out.model, out.tokens_in, out.tokens_out), "answer": out.text.strip()[:200]}
