@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from ksearch.config import RunConfig
-from ksearch.search.run import RunError, create_run, execute
+from ksearch.errors import RunError
+from ksearch.search.start import create_run, execute
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_search_loop import scripted_judge  # noqa: E402

@@ -9,9 +9,6 @@ module that calls import_module imports each ksearch module it names in a string
     layer (LAYERS); rooms on one layer may import each other, but not in a circle; a room missing from LAYERS
     fails, so a new room has to be placed;
 (c) only the cli room imports typer or ksearch.cli.
-
-KNOWN lists the violations that other moves in the same restructuring remove; an entry that no longer occurs
-fails too, so the list can only shrink.
 """
 
 from __future__ import annotations
@@ -44,25 +41,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 CLI_ROOM = "cli"
 CLI_ONLY = ("typer",)  # third-party packages only the cli room may import (besides ksearch.cli itself)
-
-# Violations still in the tree, each removed by a move under way; delete an entry when its move lands (one that no
-# longer occurs fails the test, so the list only shrinks).
-KNOWN: frozenset[str] = frozenset({
-    # the command modules and the demo move into the cli package
-    "unknown room: commands",
-    "unknown room: demo",
-    "cli only: ksearch.commands.bench imports typer",
-    "cli only: ksearch.commands.bench_attention imports typer",
-    "cli only: ksearch.commands.bench_mamba imports typer",
-    "cli only: ksearch.commands.bench_naive imports typer",
-    "cli only: ksearch.commands.bench_search imports typer",
-    "cli only: ksearch.commands.knowledge imports typer",
-    "cli only: ksearch.commands.llm imports typer",
-    "cli only: ksearch.commands.report imports ksearch.cli",
-    "cli only: ksearch.commands.report imports typer",
-    "cli only: ksearch.commands.search imports typer",
-    "circle among: ksearch.cli, ksearch.commands.report",
-})
 
 
 @dataclass
@@ -218,7 +196,7 @@ def where_room(g: Graph, room: str) -> str:
 
 
 def check(g: Graph, layers: Sequence[Sequence[str]], cli_room: str, cli_only: Sequence[str]) -> dict[str, str]:
-    """Every violation: a stable key (what KNOWN lists) -> a message naming the import lines."""
+    """Every violation: a stable key -> a message naming the import lines."""
     layer = {room: i for i, rooms in enumerate(layers) for room in rooms}
     internal = {m: {t for t in ts if t in g.modules} for m, ts in g.edges.items()}
     found: dict[str, str] = {}
@@ -271,10 +249,7 @@ def check(g: Graph, layers: Sequence[Sequence[str]], cli_room: str, cli_only: Se
 def test_import_graph_runs_one_way() -> None:
     g = build_graph(SRC, "ksearch")
     found = check(g, LAYERS, CLI_ROOM, CLI_ONLY)
-    new = sorted(k for k in found if k not in KNOWN)
-    assert not new, "import rules broken:\n" + "\n".join(f"  {found[k]}" for k in new)
-    gone = sorted(KNOWN - found.keys())
-    assert not gone, "no longer occurs, remove from KNOWN:\n" + "\n".join(f"  {k}" for k in gone)
+    assert not found, "import rules broken:\n" + "\n".join(f"  {found[k]}" for k in sorted(found))
 
 
 def test_layers_name_each_room_once() -> None:

@@ -7,8 +7,8 @@ import random
 import pytest
 from fake_llm_server import Drop, Fail, FakeLLMServer, Garbage, Reply, header
 
+from ksearch.errors import CallFailed
 from ksearch.policy.llm.client import Backoff, ChatClient, Sampling
-from ksearch.policy.llm.errors import CallFailed
 from ksearch.policy.llm.presets import Endpoint
 
 MSG = [{"role": "user", "content": "hello there"}]

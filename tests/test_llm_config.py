@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ksearch.config import LLMConfig
-from ksearch.policy.base import BudgetExhausted
-from ksearch.policy.llm import PRESETS, LLMConfigError, make_policy
+from ksearch.errors import BudgetExhausted, LLMConfigError
+from ksearch.policy.llm import PRESETS, make_policy
 from ksearch.policy.llm.presets import resolve
 from ksearch.policy.llm.pricing import Budget, load_prices
 

@@ -23,11 +23,11 @@ from fake_llm_server import (
 )
 
 from ksearch.config import LLMConfig, load_config
+from ksearch.errors import AnswerTooLarge, CallFailed, ContextTooSmall
 from ksearch.policy.base import Attempt, CallRecord, Feedback, ImplementRequest, PolicyContext, PolicyError
 from ksearch.policy.llm import make_policy
 from ksearch.policy.llm.client import Backoff, ChatClient, Sampling
 from ksearch.policy.llm.context import discover_context
-from ksearch.policy.llm.errors import AnswerTooLarge, CallFailed, ContextTooSmall
 from ksearch.policy.llm.fitting import TRIMMED, Window, messages_tokens
 from ksearch.policy.llm.parsing import MAX_DEPTH, extract_code, extract_json
 from ksearch.policy.llm.policy import LLMPolicy

@@ -19,14 +19,13 @@ from fake_llm_server import (
 )
 
 from ksearch.config import LLMConfig
+from ksearch.errors import BudgetExhausted, PolicyError
 from ksearch.policy.base import (
     Attempt,
-    BudgetExhausted,
     CallRecord,
     Feedback,
     ImplementRequest,
     PolicyContext,
-    PolicyError,
 )
 from ksearch.policy.llm import make_policy
 from ksearch.policy.llm.policy import LLMPolicy

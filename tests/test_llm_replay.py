@@ -10,8 +10,9 @@ import pytest
 from fake_llm_server import Fail, FakeLLMServer, KSearchScript, Reply, initial_world_model, softmax_ctx
 
 from ksearch.config import LLMConfig
-from ksearch.policy.base import Attempt, CallRecord, Feedback, ImplementRequest, PolicyContext, PolicyError
-from ksearch.policy.llm import ReplayMismatch, make_policy
+from ksearch.errors import PolicyError, ReplayMismatch
+from ksearch.policy.base import Attempt, CallRecord, Feedback, ImplementRequest, PolicyContext
+from ksearch.policy.llm import make_policy
 from ksearch.policy.llm.policy import LLMPolicy
 from ksearch.store.db import RunStore
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ksearch.config import RunConfig
-from ksearch.search.run import create_run, execute
+from ksearch.search.start import create_run, execute
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_search_loop import ScriptedPolicy, scripted_judge  # noqa: E402

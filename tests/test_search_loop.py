@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from ksearch.config import RunConfig
+from ksearch.errors import PolicyError
 from ksearch.harness.result import EvalResult, WorkloadResult
-from ksearch.policy.base import PolicyError
-from ksearch.search.run import create_run, execute
+from ksearch.search.start import create_run, execute
 from ksearch.worldmodel import WorldModel
 
 
@@ -159,8 +159,8 @@ def test_a_spent_wall_time_finishes_the_run_and_a_pause_does_not(tmp_path: Any) 
     without a holdout)."""
     import time
 
-    from ksearch.search.cli_support import start_or_resume
-    from ksearch.search.run import RunError
+    from ksearch.errors import RunError
+    from ksearch.search.start import start_run
 
     def slow_judge(source: str) -> EvalResult:
         time.sleep(0.05)
@@ -175,15 +175,15 @@ def test_a_spent_wall_time_finishes_the_run_and_a_pause_does_not(tmp_path: Any) 
     assert 2 < out.state.evaluations_done < 100
     assert store.get_meta("status") == "finished"
     with pytest.raises(RunError, match="wall time"):
-        start_or_resume(cfg, resume=str(store.path), quiet=True)
+        start_run(cfg, resume=str(store.path))
     # A larger budget alone leaves the spent wall time: refused, and nothing is written to the run.
     with pytest.raises(RunError, match="raise that limit too"):
-        start_or_resume(cfg, resume=str(store.path), quiet=True, raise_limits={"budget": 500})
+        start_run(cfg, resume=str(store.path), raise_limits={"budget": 500})
     assert store.get_meta("config")["budget"] == 100
 
 
 def test_a_spent_llm_budget_finishes_the_run(tmp_path: Any) -> None:
-    from ksearch.policy.base import BudgetExhausted
+    from ksearch.errors import BudgetExhausted
 
     class Capped(ScriptedPolicy):
         def implement(self, ctx: Any, req: Any) -> tuple[str, dict[str, Any]] | None:

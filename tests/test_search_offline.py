@@ -8,7 +8,7 @@ import pytest
 
 from ksearch.config import RunConfig
 from ksearch.policy.templates import all_families, families_for
-from ksearch.search.run import create_run, execute
+from ksearch.search.start import create_run, execute
 
 
 def _run(tmp_path: Path, task: str, strategy: str, budget: int) -> tuple:

@@ -8,9 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(ValueError):
-    pass
+from ksearch.errors import ConfigError
 
 
 @dataclass

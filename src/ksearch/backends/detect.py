@@ -11,13 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ksearch.backends.profiles import profile_for
+from ksearch.errors import BackendUnavailable
 
 BACKEND_NAMES = ("mlx-metal", "mlx-cuda", "mlx-cpu")
 Family = Literal["cpu", "cuda", "metal"]
-
-
-class BackendUnavailable(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ksearch.errors import ForbiddenAPIError
+
 ROOTS = {"mx": "mlx.core", "nn": "mlx.nn", "np": "numpy"}
-
-
-class ForbiddenAPIError(RuntimeError):
-    pass
 
 
 def _resolve(dotted: str) -> tuple[Any, str] | None:

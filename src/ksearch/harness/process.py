@@ -17,16 +17,11 @@ from typing import Any
 import numpy as np
 import psutil
 
+from ksearch.errors import WorkerDied
 from ksearch.harness import protocol
 
 #: Environment variables never handed to a worker: a candidate must not be able to read credentials.
 _SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
-
-
-class WorkerDied(RuntimeError):
-    def __init__(self, message: str, kind: str = "crash") -> None:
-        super().__init__(message)
-        self.kind = kind  # crash | memory | timeout | protocol
 
 
 def _worker_env(extra: dict[str, str]) -> dict[str, str]:

@@ -14,16 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from ksearch.errors import Deadline, ProtocolError
+
 _LEN = struct.Struct(">Q")
 MAX_HEADER = 8 << 20
-
-
-class ProtocolError(RuntimeError):
-    """The peer sent something that is not a valid frame (or went away)."""
-
-
-class Deadline(RuntimeError):
-    """No complete frame arrived before the deadline."""
 
 
 def pack_arrays(arrays: dict[str, np.ndarray]) -> tuple[list[dict[str, Any]], list[bytes]]:

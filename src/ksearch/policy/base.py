@@ -25,14 +25,6 @@ from ksearch.tasks.base import Task
 Mode = Literal["first", "debug", "improve"]
 
 
-class PolicyError(RuntimeError):
-    """A proposer failure the loop counts, logs and survives."""
-
-
-class BudgetExhausted(RuntimeError):
-    """The policy's own spending cap (tokens / USD) is reached: the run stops cleanly."""
-
-
 @dataclass
 class Feedback:
     """What the harness said about the last attempt, in the form prompts and templates consume."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch import __version__
+from ksearch.errors import ExportError
 from ksearch.harness.result import EvalResult, WorkloadResult
 from ksearch.report.rundata import RunData
 
@@ -41,10 +42,6 @@ FIB_STATUS = {
     "forbidden": "RUNTIME_ERROR",
 }
 SCALAR_DTYPE = {bool: "bool", int: "int32", float: "float32"}
-
-
-class ExportError(Exception):
-    """Nothing to export, or the task cannot be loaded: a one-line reason for the CLI."""
 
 
 def _now() -> str:

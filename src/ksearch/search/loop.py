@@ -10,7 +10,7 @@ from typing import Any
 
 from ksearch.config import SelectionWeights
 from ksearch.policy.base import Attempt, Feedback, ImplementRequest, Mode
-from ksearch.search.runner import IMPROVEMENT, Runner, SearchSetup, StopSearch
+from ksearch.search.bookkeeping import IMPROVEMENT, SearchSetup, StopSearch, StrategyBase
 from ksearch.search.state import Cycle, LoopState
 from ksearch.worldmodel import EditRejected, WorldModel, WorldModelError
 
@@ -18,7 +18,7 @@ EDIT_RETRIES = 2
 MAX_SKIPS = 12  # proposals in a row that produce nothing new end a cycle (duplicates cost no budget)
 
 
-class KSearch(Runner):
+class KSearch(StrategyBase):
     def __init__(self, setup: SearchSetup, state: LoopState, world_model: WorldModel | None) -> None:
         super().__init__(setup, state)
         self.wm = world_model

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
+from ksearch.errors import ReplayMismatch
 from ksearch.harness.result import EvalResult
 from ksearch.store import RunStore
-
-
-class ReplayMismatch(RuntimeError):
-    pass
 
 
 class RecordedEvaluations:

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from ksearch.policy.base import Feedback, ImplementRequest, Mode
-from ksearch.search.runner import Runner, SearchSetup, StopSearch
+from ksearch.search.bookkeeping import SearchSetup, StopSearch, StrategyBase
 from ksearch.search.state import LoopState
 
 ISLANDS = 3
@@ -38,7 +38,7 @@ def descriptor(params: dict[str, Any], source: str) -> str:
     return f"free:{shared},{vec},{mma},t{tb},{fused}"
 
 
-class _ActionStrategy(Runner):
+class _ActionStrategy(StrategyBase):
     """Shared by greedy and evolve: the applicable actions come from the policy's initial world model."""
 
     def __init__(self, setup: SearchSetup, state: LoopState) -> None:

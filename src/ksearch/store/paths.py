@@ -7,9 +7,7 @@ import time
 import uuid
 from pathlib import Path
 
-
-class RunNotFound(LookupError):
-    """No run directory (with a run.db) at the given id or path."""
+from ksearch.errors import RunNotFound
 
 
 def new_run_id(task: str) -> str:

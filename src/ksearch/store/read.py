@@ -21,16 +21,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from ksearch.errors import RunNotFound, RunUnreadable
 from ksearch.store import queries
-from ksearch.store.paths import RunNotFound, runs_dir
+from ksearch.store.paths import runs_dir
 from ksearch.store.records import CallRow, CandidateRow, EvaluationRow, EventRow, RunMeta, WorldModelRow
 from ksearch.store.schema import SCHEMA_VERSION, TABLES
 
 T = TypeVar("T")
-
-
-class RunUnreadable(Exception):
-    """The run directory exists but its database cannot be read (corrupt, not a ksearch database, a newer schema)."""
 
 
 @dataclass(frozen=True)

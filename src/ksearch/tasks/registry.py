@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from ksearch.errors import TaskNotFound
 from ksearch.tasks.base import Task
 
 BUILTIN = {
@@ -17,10 +18,6 @@ BUILTIN = {
     "attention": "ksearch.tasks.attention",
     "gqa_decode": "ksearch.tasks.gqa_decode",
 }
-
-
-class TaskNotFound(LookupError):
-    pass
 
 
 def builtin_names() -> list[str]:

@@ -3,7 +3,7 @@
 model.py holds the tree and its accessors, edits.py the proposer's edit operations, schema.py the JSON shape.
 """
 
+from ksearch.errors import EditRejected, WorldModelError
 from ksearch.worldmodel.model import WorldModel
-from ksearch.worldmodel.schema import EditRejected, WorldModelError
 
 __all__ = ["EditRejected", "WorldModel", "WorldModelError"]

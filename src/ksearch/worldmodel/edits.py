@@ -27,11 +27,10 @@ import copy
 import json
 from typing import Any
 
+from ksearch.errors import EditRejected, WorldModelError
 from ksearch.worldmodel.schema import (
     CLOSED_STATES,
     OPEN,
-    EditRejected,
-    WorldModelError,
     check_tree,
     is_closed,
     node_ref,

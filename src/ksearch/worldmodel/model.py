@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ksearch.errors import EditRejected, WorldModelError
 from ksearch.worldmodel.edits import apply_edit_ops, has_open_child
 from ksearch.worldmodel.schema import (
     ACTION_KEYS,
@@ -30,8 +31,6 @@ from ksearch.worldmodel.schema import (
     NODE_KEYS,
     OPEN,
     TOO_HARD,
-    EditRejected,
-    WorldModelError,
     is_closed,
     normalise_model,
     number,

@@ -13,14 +13,7 @@ import math
 import re
 from typing import Any
 
-
-class WorldModelError(ValueError):
-    """The world-model JSON is invalid (not JSON, wrong structure, not a tree). The message is one line."""
-
-
-class EditRejected(ValueError):
-    """An edit violates a rule. The message is written for the proposer, who may try again."""
-
+from ksearch.errors import WorldModelError
 
 IMPACT_KEYS = ("memory_bandwidth", "register_pressure", "compute_intensity_and_hw_fit")
 ACTION_KEYS = (

@@ -9,7 +9,7 @@
 Importing this package imports neither `openai` nor `jinja2`: machines that only run candidates have neither.
 """
 
-from ksearch.policy.llm.errors import CallFailed, LLMConfigError, ReplayMismatch
+from ksearch.errors import CallFailed, LLMConfigError, ReplayMismatch
 from ksearch.policy.llm.factory import make_policy
 from ksearch.policy.llm.policy import LLMPolicy
 from ksearch.policy.llm.presets import PRESETS, Preset

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ksearch.errors import AnswerTooLarge, CallFailed, ContextTooSmall, KSearchError
 from ksearch.policy.llm.answers import (
     PLAIN,
     Malformed,
@@ -39,7 +40,6 @@ from ksearch.policy.llm.answers import (
 )
 from ksearch.policy.llm.context import ContextInfo, discover_context, is_context_error
 from ksearch.policy.llm.deadline import DeadlineExceeded, run_with_deadline
-from ksearch.policy.llm.errors import AnswerTooLarge, CallFailed, ContextTooSmall
 from ksearch.policy.llm.presets import Endpoint
 from ksearch.policy.llm.schemas import JSON_OBJECT_SCHEMA, JSON_SCHEMA, response_format
 
@@ -388,7 +388,7 @@ class ChatClient:
             attempt += 1
 
 
-class _Refused(Exception):
+class _Refused(KSearchError):
     """The endpoint refused the structured-output response format (HTTP 400/422)."""
 
     def __init__(self, cause: str, detail: str, retries: int) -> None:

@@ -12,10 +12,12 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ksearch.errors import KSearchError
+
 T = TypeVar("T")
 
 
-class DeadlineExceeded(Exception):
+class DeadlineExceeded(KSearchError):
     pass
 
 

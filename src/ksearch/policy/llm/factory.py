@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.config import LLMConfig
+from ksearch.errors import LLMConfigError
 from ksearch.policy.llm.client import Backoff, ChatClient, Sampling, Transport
-from ksearch.policy.llm.errors import LLMConfigError
 from ksearch.policy.llm.policy import LLMPolicy
 from ksearch.policy.llm.presets import resolve
 from ksearch.policy.llm.pricing import Budget, load_prices

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ksearch.config import LLMConfig
+from ksearch.errors import CallFailed, ContextTooSmall
 from ksearch.policy.llm.client import ChatClient, Messages, Sampling
 from ksearch.policy.llm.context import BIGGER_CONTEXT, ContextInfo, context_from_error
-from ksearch.policy.llm.errors import CallFailed, ContextTooSmall
 from ksearch.policy.llm.fitting import Window, messages_tokens
 from ksearch.policy.llm.presets import resolve
 from ksearch.policy.llm.pricing import Budget, load_prices

@@ -19,17 +19,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ksearch.errors import CallFailed, PolicyError
 from ksearch.policy.base import (
     Attempt,
     CallRecord,
     Feedback,
     ImplementRequest,
     PolicyContext,
-    PolicyError,
 )
 from ksearch.policy.llm.client import Messages, Outcome, Transport
 from ksearch.policy.llm.context import context_from_error
-from ksearch.policy.llm.errors import CallFailed
 from ksearch.policy.llm.fitting import (
     MESSAGE_OVERHEAD,
     Prompt,

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ksearch.config import LLMConfig
+from ksearch.errors import LLMConfigError
 from ksearch.policy.llm.context import PROBES
-from ksearch.policy.llm.errors import LLMConfigError
 from ksearch.policy.llm.schemas import JSON_SCHEMA
 
 

@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ksearch.policy.base import BudgetExhausted
-from ksearch.policy.llm.errors import LLMConfigError
+from ksearch.errors import BudgetExhausted, LLMConfigError
 
 log = logging.getLogger("ksearch.llm")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ksearch.errors import CallFailed, ReplayMismatch
 from ksearch.policy.llm.client import Messages, Outcome
-from ksearch.policy.llm.errors import CallFailed, ReplayMismatch
 
 
 def render_prompt(messages: Messages) -> str:

@@ -7,8 +7,8 @@ import importlib.util
 
 import typer
 
-BENCH_MODULES = ("ksearch.commands.bench_mamba", "ksearch.commands.bench_attention", "ksearch.commands.bench_naive",
-               "ksearch.commands.bench_search")
+BENCH_MODULES = ("ksearch.cli.commands.bench_mamba", "ksearch.cli.commands.bench_attention",
+                 "ksearch.cli.commands.bench_naive", "ksearch.cli.commands.bench_search")
 
 
 def register(app: typer.Typer) -> None:

@@ -3,30 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
+
+from ksearch.cli.console import console, err, fail
 
 RunArg = Annotated[str, typer.Argument(help="A run id under --runs-dir, or a path to a run directory.")]
 RunsDir = Annotated[Path | None, typer.Option("--runs-dir", help="Where run ids are looked up "
                                               "(default: $KSEARCH_RUNS_DIR or runs/).")]
 
 
-def _fail(message: str) -> NoReturn:
-    from ksearch.cli import fail
-
-    fail(message)
-    raise AssertionError("unreachable")  # fail() always raises typer.Exit(2)
-
-
 def _load(ref: str, runs_dir: Path | None):  # type: ignore[no-untyped-def]
+    """The run's data; a missing or unreadable run is a UsageError (one line, exit 2)."""
     from ksearch.report.rundata import load_run
-    from ksearch.store import RunNotFound, RunUnreadable, resolve_run
+    from ksearch.store import resolve_run
 
-    try:
-        return load_run(resolve_run(ref, runs_dir))
-    except (RunNotFound, RunUnreadable) as exc:
-        _fail(str(exc.args[0]) if exc.args else str(exc))
+    return load_run(resolve_run(ref, runs_dir))
 
 
 def report_cmd(
@@ -39,12 +32,11 @@ def report_cmd(
     runs_dir: RunsDir = None,
 ) -> None:
     """Summarise a run: best candidate, per-workload speedups, holdout, budget, spend, the path to the best."""
-    from ksearch.cli import console, err
     from ksearch.report.evaluations import evaluations_json, evaluations_table
     from ksearch.report.summary import summary_renderable
 
     if as_json and not evaluations:
-        _fail("--json goes with --evaluations")
+        fail("--json goes with --evaluations")
     data = _load(run, runs_dir)
     if evaluations and as_json:
         typer.echo(evaluations_json(data))
@@ -52,7 +44,7 @@ def report_cmd(
         console.print(evaluations_table(data) if evaluations else summary_renderable(data, show_tree=tree))
     if html is not None:
         if html.is_dir():
-            _fail(f"--html {html} is a directory; name a file, e.g. {html / 'report.html'}")
+            fail(f"--html {html} is a directory; name a file, e.g. {html / 'report.html'}")
         from ksearch.report.html import write_html
 
         write_html(data, html)
@@ -65,13 +57,12 @@ def compare_cmd(
     runs_dir: RunsDir = None,
 ) -> None:
     """Compare runs: best-so-far curves, final scores, evaluations to reach 90% of the best."""
-    from ksearch.cli import console, err
     from ksearch.report.compare import compare_table, lines_for, warnings_for, write_compare
 
     if len(runs) < 2:
-        _fail("compare needs at least two runs")
+        fail("compare needs at least two runs")
     if out is not None and out.suffix.lower() not in (".png", ".svg", ".html", ".htm"):
-        _fail(f"--out {out}: use a .png, .svg or .html file")
+        fail(f"--out {out}: use a .png, .svg or .html file")
     lines = lines_for([_load(r, runs_dir) for r in runs])
     for w in warnings_for(lines):
         err.print(f"[yellow]warning:[/yellow] {w}")
@@ -90,30 +81,27 @@ def export_cmd(
     runs_dir: RunsDir = None,
 ) -> None:
     """Export the best candidate: a standalone module with its provenance, or FlashInfer-Trace JSON."""
-    from ksearch.cli import console
-    from ksearch.report.export import ExportError, write_flashinfer_trace, write_module
+    from ksearch.report.export import write_flashinfer_trace, write_module
 
     if fmt not in ("module", "flashinfer-trace"):
-        _fail(f"--format {fmt!r}: choose module or flashinfer-trace")
+        fail(f"--format {fmt!r}: choose module or flashinfer-trace")
     data = _load(run, runs_dir)
-    try:
-        if fmt == "module":
-            target = out or Path("kernel.py")
-            if target.is_dir():
-                _fail(f"--out {target} is a directory; name a .py file")
-            if target.exists() and not force:
-                _fail(f"{target} exists; pass --force to overwrite it")
-            write_module(data, target)
-            console.print(f"exported {data.best_candidate} of {data.run_id} to {target}")
-            return
-        folder = out or Path(f"{data.run_id}-flashinfer-trace")
-        if folder.exists() and not folder.is_dir():
-            _fail(f"--out {folder} is a file; flashinfer-trace writes a folder")
-        if folder.is_dir() and any(folder.iterdir()) and not force:
-            _fail(f"{folder} is not empty; pass --force to write into it")
-        written = write_flashinfer_trace(data, folder)
-    except ExportError as exc:
-        _fail(str(exc))
+    # An ExportError (nothing passed, the task does not load) is a UsageError: one line, exit 2.
+    if fmt == "module":
+        target = out or Path("kernel.py")
+        if target.is_dir():
+            fail(f"--out {target} is a directory; name a .py file")
+        if target.exists() and not force:
+            fail(f"{target} exists; pass --force to overwrite it")
+        write_module(data, target)
+        console.print(f"exported {data.best_candidate} of {data.run_id} to {target}")
+        return
+    folder = out or Path(f"{data.run_id}-flashinfer-trace")
+    if folder.exists() and not folder.is_dir():
+        fail(f"--out {folder} is a file; flashinfer-trace writes a folder")
+    if folder.is_dir() and any(folder.iterdir()) and not force:
+        fail(f"{folder} is not empty; pass --force to write into it")
+    written = write_flashinfer_trace(data, folder)
     console.print(f"exported {data.best_candidate} of {data.run_id} as FlashInfer-Trace: {len(written)} files "
                   f"under {folder}")
 
@@ -125,16 +113,13 @@ def watch_cmd(
     runs_dir: RunsDir = None,
 ) -> None:
     """Follow a run started elsewhere until it stops: budget, best score, current action, last statuses."""
-    from ksearch.cli import console
     from ksearch.report.watch import watch
-    from ksearch.store import RunNotFound, RunUnreadable, resolve_run
+    from ksearch.store import resolve_run
 
     if interval <= 0:
-        _fail("--interval must be positive (seconds)")
+        fail("--interval must be positive (seconds)")
     try:
         final = watch(resolve_run(run, runs_dir), console, interval=interval, once=once)
-    except (RunNotFound, RunUnreadable) as exc:
-        _fail(str(exc))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     if not once:

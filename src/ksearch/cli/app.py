@@ -1,47 +1,41 @@
-"""The `ksearch` command line: parse, call one function, print. No logic lives here."""
+"""The `ksearch` command line: parse, call one function, print. No logic lives here.
+
+The commands of each room live in ksearch/cli/commands/<room>.py, each with register(app); bad input anywhere below
+becomes one line and exit 2 in _App.invoke.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from typer.core import TyperGroup
 
 from ksearch import __version__
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="ksearch: K-Search for fast MLX kernels.")
-console = Console()
-err = Console(stderr=True)
-
-
-class UserError(Exception):
-    """A one-line error for bad input; the CLI prints it and exits 2."""
+from ksearch.cli.commands import bench, knowledge, llm, report, search
+from ksearch.cli.console import console, fail, print_error
+from ksearch.errors import UsageError
 
 
-def fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+class _App(TyperGroup):
+    """The root command group. A UsageError raised by any command below it (or by the core it calls) is printed
+    here as `error: <first line>` with exit code 2: the one place that does, whether the app runs from `main` or
+    from a test's CliRunner."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            lines = str(exc).splitlines()
+            print_error(lines[0] if lines else type(exc).__name__)
+            raise typer.Exit(2) from None
 
 
-def _task(name: str):  # type: ignore[no-untyped-def]
-    from ksearch.tasks import TaskNotFound, get_task
-
-    try:
-        return get_task(name)
-    except TaskNotFound as exc:
-        fail(str(exc))
-
-
-def _backend(name: str | None):  # type: ignore[no-untyped-def]
-    from ksearch.backends import BackendUnavailable, get_backend
-
-    try:
-        return get_backend(name)
-    except BackendUnavailable as exc:
-        fail(str(exc))
+app = typer.Typer(cls=_App, add_completion=False, no_args_is_help=True,
+                  help="ksearch: K-Search for fast MLX kernels.")
 
 
 @app.callback(invoke_without_command=True)
@@ -94,13 +88,15 @@ def eval_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
 ) -> None:
     """Judge one candidate: correctness on secret seeds, then speed against a baseline."""
+    from ksearch.backends import get_backend
     from ksearch.harness import EvalOptions, evaluate
     from ksearch.report.tables import eval_table
+    from ksearch.tasks import get_task
 
-    t = _task(task)
+    t = get_task(task)
     if not candidate.is_file():
         fail(f"candidate file {candidate} does not exist")
-    b = _backend(backend)
+    b = get_backend(backend)
     if baseline is not None and baseline not in t.baselines:
         fail(f"task {t.name} has no baseline {baseline!r}; choose one of {', '.join(t.baselines)}")
     names = [n.strip() for n in workloads.split(",") if n.strip()] if workloads else None
@@ -128,34 +124,17 @@ def demo_cmd(
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
 ) -> None:
     """The main job on the embedded default: the best local backend, the offline proposer, no network."""
-    from ksearch.demo import run_demo
+    from ksearch.backends import get_backend
+    from ksearch.cli.demo import run_demo
 
-    b = _backend(backend)
+    b = get_backend(backend)
     if budget < 1:
         fail("--budget must be at least 1")
     run_demo(b, min(budget, 30), console, runs_dir=runs_dir, quiet=quiet)
 
 
-# Each room adds its commands in ksearch/commands/<room>.py with `register(app)`; cli.py stays a list of names.
-COMMAND_MODULES = (
-    "ksearch.commands.search",
-    "ksearch.commands.knowledge",
-    "ksearch.commands.llm",
-    "ksearch.commands.report",
-    "ksearch.commands.bench",
-)
-
-
-def _register_commands() -> None:
-    import importlib
-    import importlib.util
-
-    for name in COMMAND_MODULES:
-        if importlib.util.find_spec(name) is not None:
-            importlib.import_module(name).register(app)
-
-
-_register_commands()
+for _commands in (search, knowledge, llm, report, bench):
+    _commands.register(app)
 
 
 def _click_exceptions():  # type: ignore[no-untyped-def]
@@ -177,18 +156,11 @@ def main() -> None:
     except click.UsageError as exc:
         # One line that says what to do, instead of click's boxed usage text.
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
-        err.print(f"[red]error:[/red] {exc.format_message()}{hint}", highlight=False, soft_wrap=True)
+        print_error(f"{exc.format_message()}{hint}")
         sys.exit(2)
     except click.ClickException as exc:
-        err.print(f"[red]error:[/red] {exc.format_message()}", highlight=False, soft_wrap=True)
+        print_error(exc.format_message())
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
-    except UserError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
-
-
-if __name__ == "__main__":
-    main()

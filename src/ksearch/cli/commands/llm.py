@@ -6,17 +6,11 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-console = Console()
-err = Console(stderr=True)
+from ksearch.cli.console import console, err, fail
+
 llm_app = typer.Typer(no_args_is_help=True, help="LLM endpoints: presets, prices, a connectivity check.")
-
-
-def _fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
 
 
 @llm_app.command("presets")
@@ -41,14 +35,9 @@ def presets_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
 @llm_app.command("prices")
 def prices_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The price table in use (built-in, overlaid with $KSEARCH_LLM_PRICES): USD per million tokens."""
-    from ksearch.policy.llm import LLMConfigError
     from ksearch.policy.llm.pricing import load_prices
 
-    try:
-        table = load_prices()
-    except LLMConfigError as exc:
-        _fail(str(exc))
-        return
+    table = load_prices()
     if as_json:
         print(json.dumps({m: {"input": i, "output": o} for m, (i, o) in sorted(table.items())}, indent=2))
         return
@@ -75,22 +64,18 @@ def ping_cmd(
     whether ksearch's prompts fit it."""
     from rich.markup import escape
 
-    from ksearch.config import ConfigError, load_config
-    from ksearch.policy.llm import LLMConfigError
-    from ksearch.policy.llm.errors import CallFailed
+    from ksearch.config import load_config
+    from ksearch.errors import CallFailed
     from ksearch.policy.llm.ping import ping
 
     flags = {"preset": preset, "model": model, "base_url": base_url, "api_key_env": api_key_env,
              "context_tokens": context_tokens}
+    # A ConfigError or LLMConfigError is a UsageError: one line, exit 2.
+    cfg = load_config(None, {"llm": {k: v for k, v in flags.items() if v is not None}}).llm
     try:
-        cfg = load_config(None, {"llm": {k: v for k, v in flags.items() if v is not None}}).llm
         row = ping(cfg, timeout)
-    except (ConfigError, LLMConfigError) as exc:
-        _fail(str(exc))
-        return
     except CallFailed as exc:
-        _fail(f"{base_url or cfg.base_url or cfg.preset}: {exc}")
-        return
+        fail(f"{base_url or cfg.base_url or cfg.preset}: {exc}")
     if as_json:
         print(json.dumps(row))
     else:

@@ -6,15 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-console = Console()
-err = Console(stderr=True)
-
-
-def _fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+from ksearch.cli.console import console, fail
 
 
 def run_cmd(
@@ -42,42 +35,33 @@ def run_cmd(
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
 ) -> None:
     """Run K-Search (or a comparison strategy) on a task."""
-    from ksearch.backends import BackendUnavailable
-    from ksearch.config import ConfigError, load_config
-    from ksearch.search.cli_support import RAISABLE, final_table, start_or_resume
-    from ksearch.search.run import RunError
-    from ksearch.store import RunNotFound
-    from ksearch.tasks import TaskNotFound
+    from ksearch.cli.live import LiveView, final_table
+    from ksearch.config import load_config
+    from ksearch.search.start import RAISABLE, start_run
 
     flags = {"task": task, "backend": backend, "policy": policy, "strategy": strategy, "budget": budget, "seed": seed,
              "runs_dir": runs_dir, "baseline": baseline, "timeout_s": timeout, "wall_time_s": wall_time,
              "from_cuda": from_cuda}
     llm = {"preset": preset, "model": model, "base_url": base_url, "api_key_env": api_key_env, "max_usd": max_usd}
-    try:
-        if resume is None and replay is None and task is None:
-            _fail("name a task (see `ksearch tasks`), or pass --resume RUN / --replay RUN")
-        raise_limits: dict[str, float | int | None] | None = None
-        if resume is not None:
-            # A run keeps the settings it started with; only its limits can be raised (silently ignoring a changed
-            # --backend or --policy would run something other than what was asked).
-            fixed = ["TASK" if k == "task" else f"--{k.removesuffix('_s').replace('_', '-')}" for k, v in flags.items()
-                     if v is not None and k not in (*RAISABLE, "runs_dir")]
-            fixed += [f"--{k.replace('_', '-')}" for k, v in llm.items() if v is not None]
-            fixed += ["--config"] if config is not None else []
-            if fixed:
-                _fail(f"--resume continues a run with the settings it started with: {', '.join(fixed)} cannot change "
-                      "(only --budget and --wall-time can be raised); start a new run for other settings")
-            raise_limits = {"budget": budget, "wall_time_s": wall_time}
-        cfg = load_config(config, {**flags, "llm": {k: v for k, v in llm.items() if v is not None}})
-        outcome = start_or_resume(cfg, resume=resume, replay=replay, reevaluate=reevaluate, quiet=quiet, stop_after=stop_after,
-                                  console=console, raise_limits=raise_limits)
-    except (ConfigError, RunError, TaskNotFound, BackendUnavailable, RunNotFound) as exc:
-        _fail(str(exc).splitlines()[0])
-    except Exception as exc:
-        # The LLM layer's configuration and replay errors are one-liners by contract.
-        if type(exc).__name__ in ("LLMConfigError", "ReplayMismatch"):
-            _fail(str(exc).splitlines()[0])
-        raise
+    if resume is None and replay is None and task is None:
+        fail("name a task (see `ksearch tasks`), or pass --resume RUN / --replay RUN")
+    raise_limits: dict[str, float | int | None] | None = None
+    if resume is not None:
+        # A run keeps the settings it started with; only its limits can be raised (silently ignoring a changed
+        # --backend or --policy would run something other than what was asked).
+        fixed = ["TASK" if k == "task" else f"--{k.removesuffix('_s').replace('_', '-')}" for k, v in flags.items()
+                 if v is not None and k not in (*RAISABLE, "runs_dir")]
+        fixed += [f"--{k.replace('_', '-')}" for k, v in llm.items() if v is not None]
+        fixed += ["--config"] if config is not None else []
+        if fixed:
+            fail(f"--resume continues a run with the settings it started with: {', '.join(fixed)} cannot change "
+                 "(only --budget and --wall-time can be raised); start a new run for other settings")
+        raise_limits = {"budget": budget, "wall_time_s": wall_time}
+    cfg = load_config(config, {**flags, "llm": {k: v for k, v in llm.items() if v is not None}})
+    # Configuration, resume and replay errors are UsageErrors: the app prints them as one line (exit 2).
+    with LiveView(enabled=not quiet) as view:
+        outcome = start_run(cfg, resume=resume, replay=replay, reevaluate=reevaluate, stop_after=stop_after,
+                            raise_limits=raise_limits, on_event=view)
     console.print(final_table(outcome))
 
 

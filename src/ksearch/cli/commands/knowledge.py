@@ -9,12 +9,9 @@ from typing import Annotated
 
 import typer
 
+from ksearch.cli.console import fail
+
 BACKEND_HELP = "mlx-cuda, mlx-metal or mlx-cpu (need not be present here); default: the best one here."
-
-
-def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise typer.Exit(2)
 
 
 def _check_backend(backend: str | None) -> str:
@@ -29,27 +26,17 @@ def _check_backend(backend: str | None) -> str:
         except Exception:  # no MLX here: documentation and linting still work
             return "mlx-cuda"
     if backend not in BACKENDS:
-        _fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     return backend
-
-
-def _load_task(name: str):  # type: ignore[no-untyped-def]
-    from ksearch.tasks import TaskNotFound, get_task
-
-    try:
-        return get_task(name)
-    except TaskNotFound as exc:
-        _fail(str(exc))
 
 
 def _read(path: Path, what: str) -> str:
     if not path.is_file():
-        _fail(f"{what} {path} does not exist")
+        fail(f"{what} {path} does not exist")
     try:
         return path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        _fail(f"cannot read {what} {path}: {exc}")
-    return ""
+        fail(f"cannot read {what} {path}: {exc}")
 
 
 def spec_cmd(
@@ -60,9 +47,10 @@ def spec_cmd(
 ) -> None:
     """Print the spec a proposer receives: task contract, dialect API, knowledge, hardware, pitfalls."""
     from ksearch.knowledge.spec import render_spec
+    from ksearch.tasks import get_task
 
     backend = _check_backend(backend)
-    t = _load_task(task)
+    t = get_task(task)
     port = None
     if from_cuda is not None:
         from ksearch.knowledge.analyzer import analyze_cuda
@@ -113,10 +101,11 @@ def lint_cmd(
 ) -> None:
     """Lint a candidate for its dialect; exit 1 when errors are found."""
     from ksearch.knowledge.lint import lint_source
+    from ksearch.tasks import get_task
 
     backend = _check_backend(backend)
     source = _read(candidate, "candidate file")
-    t = _load_task(task) if task else None
+    t = get_task(task) if task else None
     diags = lint_source(source, backend, t, deep=deep)
     errors = [d for d in diags if d.severity == "error"]
     if as_json:

@@ -1,4 +1,5 @@
-"""The live view of a running search: budget bar, best score, current action, last statuses, frontier top."""
+"""A search run on the terminal: the live view while it runs (budget bar, best score, current action, last statuses,
+frontier top) and the summary table at the end."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from ksearch.search.start import RunOutcome
+
 
 class LiveView:
-    def __init__(self, budget: int, title: str, enabled: bool = True) -> None:
-        self.budget = budget
-        self.title = title
+    """The `on_event` callback of search.start.start_run. The display starts at the run's "run_start" event (so a
+    run refused before it exists prints nothing here) and ends, with a last frame, when the `with` block does."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.title = ""
         self.best = 0.0
         self.done = 0
         self.action = "-"
@@ -23,12 +29,10 @@ class LiveView:
         self.notes: deque[str] = deque(maxlen=3)
         self.frontier: list[str] = []
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"))
-        self.bar = self.progress.add_task("evaluations", total=budget)
-        self.live = Live(self._render(), refresh_per_second=4, transient=False) if enabled else None
+        self.bar = self.progress.add_task("evaluations", total=None)
+        self.live: Live | None = None
 
     def __enter__(self) -> LiveView:
-        if self.live:
-            self.live.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -36,6 +40,14 @@ class LiveView:
             self.live.update(self._render())
             self.live.__exit__(*exc)
             self.live.console.print()
+
+    def _start(self, data: dict[str, Any]) -> None:
+        self.title = (f"ksearch {data['strategy']} on {data['task']} ({data['backend']}, {data['policy']} policy) "
+                      f"-> {data['path']}")
+        self.progress.update(self.bar, total=data["budget"])
+        if self.enabled:
+            self.live = Live(self._render(), refresh_per_second=4, transient=False)
+            self.live.__enter__()
 
     def _render(self) -> Group:
         t = Table.grid(padding=(0, 2))
@@ -49,7 +61,9 @@ class LiveView:
         return Group(Text(self.title, style="bold"), self.progress, t)
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "evaluation":
+        if kind == "run_start":
+            self._start(data)
+        elif kind == "evaluation":
             self.done = data["evaluations_done"]
             self.best = max(self.best, data.get("best_score") or 0.0)
             style = "green" if data["status"] == "passed" else "red"
@@ -62,3 +76,21 @@ class LiveView:
             self.notes.append(f"{kind}: {str(data)[:100]}")
         if self.live:
             self.live.update(self._render())
+
+
+def final_table(o: RunOutcome) -> Table:
+    s = o.state
+    t = Table(title=f"run {o.path.name}: {s.evaluations_done} evaluations "
+                    f"({s.duplicates_skipped} duplicates skipped, {s.policy_errors} proposer errors)")
+    t.add_column("")
+    t.add_column("")
+    t.add_row("best candidate", f"{s.best_candidate} ({o.path / 'best.py'})" if s.best_candidate else "none passed")
+    t.add_row("best score", f"{s.best_score:.3f}x (start {s.start_score:.3f}x)")
+    if o.best_result:
+        for w in o.best_result.get("workloads", []):
+            sp = w.get("speedup")
+            t.add_row(f"  {w['name']}", "-" if sp is None else f"{sp:.3f}x vs {o.best_result.get('baseline')}")
+    if o.holdout is not None:
+        t.add_row("holdout score", f"{o.holdout.holdout_score or 0:.3f}x ({o.holdout.status})")
+    t.add_row("run directory", str(o.path))
+    return t

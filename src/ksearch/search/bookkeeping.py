@@ -1,5 +1,6 @@
-"""What every search strategy shares: submitting a candidate (dedup, evaluate, persist in one commit), the budget,
-the best so far, events, checkpoints."""
+"""The bookkeeping every search strategy shares (StrategyBase): submitting a candidate (dedup, evaluate, persist in
+one commit), the budget, the best so far, events, checkpoints. A strategy decides what to try next; this module is
+how each try is judged and recorded."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ksearch.errors import BudgetExhausted, PolicyError
 from ksearch.harness.result import EvalResult
 from ksearch.harness.static import normalise_source
-from ksearch.policy.base import Attempt, BudgetExhausted, CallRecord, Mode, Policy, PolicyContext
+from ksearch.policy.base import Attempt, CallRecord, Mode, Policy, PolicyContext
 from ksearch.search.state import LoopState, rng_state
 from ksearch.store import RunStore
 
@@ -28,17 +30,19 @@ class SearchSetup:
     stagnation_window: int = 5
     wall_time_s: float | None = None
     weights: Any = None
-    #: Stop this process after this many evaluations in total (a search spread over several working sessions);
+    #: Stop this process after this many evaluations in total (a search spread over several sittings);
     #: unlike `budget`, reaching it does not end the search: `--resume` continues it.
     stop_after: int | None = None
     on_event: Callable[[str, dict[str, Any]], None] = field(default=lambda _k, _d: None)
 
 
 class StopSearch(Exception):
-    """The budget (evaluations, wall time or LLM spend) is spent."""
+    """The budget (evaluations, wall time or LLM spend) is spent. A signal that ends the loop, not an error."""
 
 
-class Runner:
+class StrategyBase:
+    """The base of K-Search (loop.py) and the comparison strategies (strategies.py); run() is theirs."""
+
     def __init__(self, setup: SearchSetup, state: LoopState) -> None:
         self.s = setup
         self.store = setup.store
@@ -164,11 +168,7 @@ class Runner:
             self.llm_spent = True
             self.event("llm_budget", {"message": str(exc)})
             raise StopSearch(str(exc)) from exc
-        except Exception as exc:
-            from ksearch.policy.base import PolicyError
-
-            if not isinstance(exc, PolicyError):
-                raise
+        except PolicyError as exc:
             self.state.policy_errors += 1
             self.event("policy_error", {"message": str(exc)[:2000]})
             return None

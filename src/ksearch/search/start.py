@@ -1,4 +1,15 @@
-"""Starting, resuming and finishing a search run: wires task, backend, harness, policy and store together."""
+"""Starting a search, in the order it happens: configuration -> create, resume or replay the run -> the strategy's
+loop -> the holdout evaluation of the best candidate.
+
+    start_run(cfg)                  a new run
+    start_run(cfg, resume=RUN)      continue a stopped run with the settings it started with (only its limits can
+                                    be raised)
+    start_run(cfg, replay=RUN)      reproduce a finished run from its recordings (proposer calls, and verdicts unless
+                                    reevaluate)
+
+Whoever shows the run hands in one callback, `on_event(kind, data)`: it sees "run_start" (strategy, task, backend,
+policy, budget, path) once the run exists, then every event the strategy records. Nothing here draws on a terminal.
+"""
 
 from __future__ import annotations
 
@@ -16,19 +27,20 @@ from typing import Any
 
 from ksearch.backends import Backend, get_backend
 from ksearch.config import LLMConfig, RunConfig, SelectionWeights
+from ksearch.errors import RunError
 from ksearch.harness import EvalOptions, EvalResult, Evaluator
 from ksearch.policy.base import Policy, PolicyContext
-from ksearch.search.runner import SearchSetup
+from ksearch.search.bookkeeping import SearchSetup
 from ksearch.search.state import LoopState, restore_rng
-from ksearch.store import RunStore, new_run_id, runs_dir
+from ksearch.store import RunStore, new_run_id, resolve_run, runs_dir
 from ksearch.tasks import Task, get_task
 
 STRATEGIES = ("ksearch", "evolve", "greedy")
 POLICIES = ("offline", "llm")
+#: The limits a resume may raise (RunConfig fields); everything else about a run is fixed when it starts.
+RAISABLE = ("budget", "wall_time_s")
 
-
-class RunError(ValueError):
-    """Bad input for a run: one line that says what to do."""
+EventSink = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass
@@ -37,6 +49,105 @@ class RunOutcome:
     state: LoopState
     holdout: EvalResult | None
     best_result: dict[str, Any] | None
+
+
+def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = None, reevaluate: bool = False,
+              stop_after: int | None = None, raise_limits: dict[str, float | int | None] | None = None,
+              on_event: EventSink | None = None) -> RunOutcome:
+    """Create (or reopen) the run, then search until a limit or stop_after ends it.
+
+    raise_limits (with resume): new values for RAISABLE limits; a run finished because one of them ran out
+    continues under the new ones. Bad input raises a UsageError before anything is written."""
+    evaluate = None
+    policy = None
+    if resume is not None:
+        store = RunStore(resolve_run(resume, cfg.runs_dir))
+        run_cfg = _resume_config(store, cfg, {k: v for k, v in (raise_limits or {}).items() if v is not None})
+    elif replay is not None:
+        from ksearch.search.replay import RecordedEvaluations
+
+        old = RunStore(resolve_run(replay, cfg.runs_dir))
+        run_cfg = config_from_store(old)
+        run_cfg.runs_dir = cfg.runs_dir
+        policy = make_policy(run_cfg, replay=old.calls(), strict=reevaluate)
+        if not reevaluate:
+            evaluate = RecordedEvaluations(old)
+        store, _, _ = create_run(run_cfg)
+        store.set_meta("replay_of", str(old.path))
+    else:
+        run_cfg = cfg
+        if run_cfg.policy == "llm":
+            policy = make_policy(run_cfg)  # fail fast on a missing key before creating the run directory
+        store, _, _ = create_run(run_cfg)
+    try:
+        if on_event is not None:
+            on_event("run_start", {"strategy": run_cfg.strategy, "task": store.get_meta("task_name"),
+                                   "backend": store.get_meta("backend"), "policy": run_cfg.policy,
+                                   "budget": run_cfg.budget, "path": str(store.path)})
+        return execute(store, run_cfg, on_event=on_event, evaluate=evaluate, policy=policy, stop_after=stop_after)
+    finally:
+        store.close()
+
+
+# -- resuming ----------------------------------------------------------------------------------------------------------
+
+
+def _used(store: RunStore) -> tuple[int, float]:
+    """(evaluations done, wall-time seconds used) of a stored run."""
+    state = store.get_meta("loop_state") or {}
+    return int(store.get_meta("evaluations_done") or 0), float(state.get("wall_time_used_s") or 0.0)
+
+
+def _room(store: RunStore, run_cfg: RunConfig) -> str | None:
+    """Which of a run's limits leaves it no room to go on (None if none does): a resume would stop at once."""
+    done, used = _used(store)
+    usage = store.get_meta("llm_usage") or {}
+    if done >= run_cfg.budget:
+        return f"its {done} evaluations reached the budget of {run_cfg.budget}"
+    if run_cfg.wall_time_s is not None and used >= run_cfg.wall_time_s:
+        return f"its {used:.3g} s reached the wall time of {run_cfg.wall_time_s:g} s"
+    if run_cfg.policy == "llm" and run_cfg.llm.max_usd is not None and usage.get("cost_usd", 0) >= run_cfg.llm.max_usd:
+        return f"its LLM spend reached the cap of {run_cfg.llm.max_usd:g} USD"
+    tokens = int(usage.get("tokens_in", 0)) + int(usage.get("tokens_out", 0))
+    if run_cfg.policy == "llm" and run_cfg.llm.max_tokens_total is not None and tokens >= run_cfg.llm.max_tokens_total:
+        return f"its LLM tokens reached the cap of {run_cfg.llm.max_tokens_total}"
+    return None
+
+
+def _resume_config(store: RunStore, cfg: RunConfig, limits: dict[str, float | int]) -> RunConfig:
+    """The run's own configuration, with new limits (stored with the run) where given. Refused, with nothing
+    written: a limit at or below what the run has used, and a finished run that would still have no room."""
+    run_cfg = config_from_store(store)
+    run_cfg.runs_dir = cfg.runs_dir
+    name = store.path.name
+    if store.get_meta("status") == "finished" and (store.get_meta("loop_state") or {}).get("phase") == "done":
+        raise RunError(f"run {name} is finished: its proposer had nothing new left to try; start a new run instead")
+    done, wall = _used(store)
+    used = {"budget": float(done), "wall_time_s": wall}
+    for key, value in limits.items():
+        if value <= used[key]:
+            what = f"the {used[key]:.0f} evaluations" if key == "budget" else f"the {used[key]:.3g} s"
+            flag = "--budget" if key == "budget" else "--wall-time"
+            raise RunError(f"{flag} {value:g} is not above {what} run {name} has used; pass a larger one")
+        setattr(run_cfg, key, value)
+    after = _room(store, run_cfg)
+    if store.get_meta("status") == "finished" and after is not None:
+        if after.startswith("its LLM"):
+            hint = "the LLM caps cannot change on resume; start a new run"
+        elif not limits:
+            hint = "pass a larger --budget or --wall-time with --resume to continue it, or start a new run"
+        else:
+            hint = "raise that limit too to continue it, or start a new run"
+        raise RunError(f"run {name} is finished: {after}; {hint}")
+    if limits:
+        with store.transaction():
+            store.set_meta("config", run_cfg.to_json())
+            store.set_meta("budget", run_cfg.budget)
+        (store.path / "config.json").write_text(json.dumps(run_cfg.to_json(), indent=2))
+    return run_cfg
+
+
+# -- the parts of a run and the loop -----------------------------------------------------------------------------------
 
 
 def make_policy(cfg: RunConfig, replay: list[dict[str, Any]] | None = None, strict: bool = False) -> Policy:
@@ -94,7 +205,8 @@ class _Judge:
         self.ev.close()
 
 
-def _runner(strategy: str, setup: SearchSetup, state: LoopState, wm: dict[str, Any] | None) -> Any:
+def _strategy(strategy: str, setup: SearchSetup, state: LoopState, wm: dict[str, Any] | None) -> Any:
+    """The strategy object whose run() is the loop: K-Search with its world model, or a comparison strategy."""
     if strategy == "ksearch":
         from ksearch.search.loop import KSearch
         from ksearch.worldmodel import WorldModel
@@ -137,7 +249,8 @@ def config_from_store(store: RunStore) -> RunConfig:
 
 
 class Terminated(BaseException):
-    """SIGTERM: end the run the way Ctrl-C does, so its status says stopped and --resume continues it."""
+    """SIGTERM: end the run the way Ctrl-C does, so its status says stopped and --resume continues it. A
+    BaseException like KeyboardInterrupt, so that no `except Exception` on the way swallows it."""
 
 
 def _stop_on_sigterm() -> None:
@@ -150,7 +263,7 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def execute(store: RunStore, cfg: RunConfig, on_event: Callable[[str, dict[str, Any]], None] | None = None,
+def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
             evaluate: Callable[[str], EvalResult] | None = None, policy: Policy | None = None,
             stop_after: int | None = None) -> RunOutcome:
     """Run (or continue) the search in `store` until its budget is spent, then the final holdout evaluation."""
@@ -176,9 +289,9 @@ def execute(store: RunStore, cfg: RunConfig, on_event: Callable[[str, dict[str, 
     _stop_on_sigterm()
     holdout = None
     try:
-        runner = _runner(cfg.strategy, setup, state, store.latest_world_model() if saved else None)
-        final = runner.run()
-        done = runner.spent() or final.phase == "done"
+        strategy = _strategy(cfg.strategy, setup, state, store.latest_world_model() if saved else None)
+        final = strategy.run()
+        done = strategy.spent() or final.phase == "done"
         if done and final.best_candidate and judge is not None and task.holdout_workloads(backend.tier):
             store.set_meta("status", "holdout")
             source = store.candidate(final.best_candidate).source(store.path)

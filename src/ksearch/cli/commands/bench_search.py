@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-console = Console()
+from ksearch.cli.console import console
 
 
 def summary_cmd(

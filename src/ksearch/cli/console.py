@@ -1,0 +1,28 @@
+"""The CLI's two consoles and its one way to refuse input.
+
+Commands print results on `console` (stdout) and warnings on `err` (stderr). Bad input ends a command with
+`fail(message)` or any UsageError raised below it: the app prints `error: <first line>` on stderr and exits 2
+(ksearch.cli.app is the one place that does).
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from rich.console import Console
+from rich.markup import escape
+
+from ksearch.errors import UsageError
+
+console = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str) -> NoReturn:
+    """Refuse the command's input: one line that says what to do, exit code 2."""
+    raise UsageError(message)
+
+
+def print_error(message: str) -> None:
+    """`error: <message>` on stderr, the message taken literally (a path with [brackets] is not markup)."""
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
