@@ -27,7 +27,8 @@ from ksearch.kernels.decode import native_decode  # noqa: E402
 from ksearch.kernels.decode.cuda_cluster import ClusterConfig, cluster_size, decode_cluster  # noqa: E402
 from ksearch.kernels.decode.cuda_split_k import DecodeConfig, decode_cuda  # noqa: E402
 
-# Spelled out in full (the library default has changed since they were measured): index 5 is today's default.
+# Spelled out in full, so that the rows keep naming what was measured whatever the library default: index 5 is
+# the default ClusterConfig().
 CONFIGS = [ClusterConfig(consumers=4), ClusterConfig(consumers=4, slots=1), ClusterConfig(consumers=2, keys=64),
            ClusterConfig(consumers=4, producers=2), ClusterConfig(consumers=8, producers=2, keys=16),
            ClusterConfig(consumers=2), ClusterConfig(consumers=4, max_cluster=1)]

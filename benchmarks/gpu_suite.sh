@@ -154,7 +154,10 @@ mamba() {
 
 scan() {
   timeout -k 10 300 "$PY" benchmarks/mamba_scan_micro.py --out "$OUT" 2>&1 | tail -12
-  timeout -k 10 240 "${KS[@]}" eval selective_scan benchmarks/candidates/selective_scan_cuda_best.py --backend mlx-cuda \
+  # The measured scan kernel is the selective_scan.cuda.chunked template family's default render.
+  "$PY" benchmarks/render_template.py selective_scan.cuda.chunked > "$OUT/selective_scan-best.py" \
+    || die "rendering selective_scan.cuda.chunked failed"
+  timeout -k 10 240 "${KS[@]}" eval selective_scan "$OUT/selective_scan-best.py" --backend mlx-cuda \
     --baseline naive --json > "$OUT/selective_scan-eval-best.json"
   "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r.get("status"), r.get("score"))' \
     "$OUT/selective_scan-eval-best.json"

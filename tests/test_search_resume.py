@@ -98,7 +98,7 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
 
 
 def test_resume_refuses_settings_a_run_started_with(tmp_path: Path) -> None:
-    """Only the limits can change on --resume; a changed backend or policy used to be ignored without a word."""
+    """Only the limits can change on --resume; a changed backend or policy is refused, never ignored without a word."""
     res = subprocess.run([*KS, "run", "--resume", "any", "--backend", "mlx-cpu", "--policy", "llm", "--runs-dir",
                           str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2

@@ -1,7 +1,7 @@
 """The forbidden-API scan: where a candidate's source names an API its task forbids.
 
 One scan per candidate: the harness runs it with its static checks and hands the result to the linter
-(`lint_source(..., forbidden_uses=...)`), which scans by itself only when called on its own (`ksearch knowledge lint`).
+(`lint_source(..., forbidden_uses=...)`), which scans by itself only when called on its own (`ksearch lint`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """K-Search: select an action from the world model, refine it locally until stagnation, update the world model.
 
-This module is the only place that knows the order of the steps (DESIGN.md). One evaluation is one commit; a kill
-loses at most the evaluation in flight, and `resume` continues from the last commit exactly.
+This module is the only place that knows the order of the steps (docs/architecture.md). One evaluation is one
+commit; a kill loses at most the evaluation in flight, and `resume` continues from the last commit exactly.
 """
 
 from __future__ import annotations
