@@ -7,7 +7,6 @@ import json
 import threading
 from typing import Any
 
-from ksearch.errors import KSearchError
 from ksearch.policy.llm.context import BIGGER_CONTEXT, context_from_error
 from ksearch.policy.llm.deadline import DeadlineExceeded
 from ksearch.policy.llm.fitting import messages_tokens
@@ -44,11 +43,11 @@ def read_json(ctx: Any, cap: int, cancelled: threading.Event) -> Any:
 PLAIN = {"Accept-Encoding": "identity"}
 
 
-class Malformed(KSearchError):
+class Malformed(Exception):
     """The body is not the chat completion JSON expected (a proxy's HTML page, a half-sent body)."""
 
 
-class TooLarge(KSearchError):
+class TooLarge(Exception):
     def __init__(self, size: int, head: bytes, declared: bool) -> None:
         super().__init__(size)
         self.size = size

@@ -12,12 +12,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ksearch.errors import KSearchError
-
 T = TypeVar("T")
 
 
-class DeadlineExceeded(KSearchError):
+class DeadlineExceeded(Exception):
     pass
 
 
