@@ -8,7 +8,7 @@ import importlib.util
 import typer
 
 BENCH_MODULES = ("ksearch.commands.bench_mamba", "ksearch.commands.bench_attention", "ksearch.commands.bench_naive",
-               "ksearch.commands.bench_search")
+               "ksearch.commands.bench_search", "ksearch.commands.bench_harness")
 
 
 def register(app: typer.Typer) -> None:
