@@ -54,6 +54,7 @@ KNOWN: frozenset[str] = frozenset({
     "cli only: ksearch.commands.bench imports typer",
     "cli only: ksearch.commands.bench_attention imports typer",
     "cli only: ksearch.commands.bench_mamba imports typer",
+    "cli only: ksearch.commands.bench_harness imports typer",
     "cli only: ksearch.commands.bench_naive imports typer",
     "cli only: ksearch.commands.bench_search imports typer",
     "cli only: ksearch.commands.knowledge imports typer",

@@ -101,8 +101,9 @@ def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any
 
 def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out: str | Path = "benchmarks/results",
                  workloads_per_task: int | None = None, rounds: int = 15, round_s: float = 0.05,
-                 timeout: float | None = None, on_row: Callable[[dict[str, Any]], None] = lambda _r: None) -> Path:
-    """Measure every task (or the named ones); writes fidelity-<backend>-<device>.json and returns its path."""
+                 timeout: float | None = None, on_row: Callable[[dict[str, Any]], None] = lambda _r: None,
+                 stem: str | None = None) -> Path:
+    """Measure every task (or the named ones); writes <stem or fidelity>-<backend>-<device>.json, returns its path."""
     import mlx.core as mx
 
     from ksearch.backends import get_backend
@@ -169,7 +170,7 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
     data = make_result("fidelity", b, figures, shapes, sorted(dtypes), summary=summary,
                        notes="harness latency / plain side-by-side loop latency, per task and workload, for the "
                              "library kernel (or the starter) and the default baseline; 1.0 is agreement")
-    return write_result(data, out)
+    return write_result(data, out, stem)
 
 
 def _ratios(row: dict[str, Any]) -> None:

@@ -56,10 +56,14 @@ def run_batch(worker: WorkerProcess, first: int, n_max: int, batch_key: int, dea
     try:
         protocol.send(sock, {"op": "go", "offset": first, "n": n_max, "batch": batch_key})
         ended = False
+        last_poll = time.monotonic()
         while not ended:
             now = time.monotonic()
             if now >= deadline:
                 raise protocol.Deadline("timed out waiting for the worker")
+            if now - last_poll > 0.2:  # records may stream in without a pause: liveness and memory all the same
+                poll()
+                last_poll = now
             if stop_at is not None and not stopped and now >= stop_at:
                 # Whatever arrived before the stop is binding; what comes after it may have been made up after the
                 # worker learnt which calls are the last ones.

@@ -60,6 +60,21 @@ def digest_inputs(arrays: dict[str, Any]) -> dict[str, str]:
 # received (fingerprint_numpy), so a worker's claim about an output it later shows can be checked bit for bit.
 _M0, _M1, _M2, _M3 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F
 _positions: dict[tuple[int, int], Any] = {}
+_OPS: dict[str, Any] = {}
+
+
+def capture_ops() -> None:
+    """Bind the MLX functions the fingerprints use, once: a worker calls this before any candidate code exists, so a
+    candidate that replaces mx.sum (to slow down the harness's work in its process, say) changes nothing here."""
+    import mlx.core as mx
+
+    if not _OPS:
+        _OPS.update(sum=mx.sum, stack=mx.stack, arange=mx.arange, zeros=mx.zeros, array=mx.array, eval=mx.eval)
+
+
+def _op(name: str) -> Any:
+    capture_ops()
+    return _OPS[name]
 
 
 def _words_mx(x: Any) -> Any:
@@ -86,11 +101,11 @@ def _positions_mx(n: int, salt: int) -> Any:
     key = (n, salt)
     if key in _positions:
         return _positions[key]
-    u32 = mx.uint32
-    i = mx.arange(n, dtype=u32) * mx.array(_M0, u32) + mx.array((salt * _M3 + 1) & 0xFFFFFFFF, u32)
-    i = (i ^ (i >> 15)) * mx.array(_M2, u32)
+    u32, array = mx.uint32, _op("array")
+    i = _op("arange")(n, dtype=u32) * array(_M0, u32) + array((salt * _M3 + 1) & 0xFFFFFFFF, u32)
+    i = (i ^ (i >> 15)) * array(_M2, u32)
     if n <= (64 << 20):
-        mx.eval(i)
+        _op("eval")(i)
         while len(_positions) >= 16:
             _positions.pop(next(iter(_positions)))
         _positions[key] = i
@@ -100,10 +115,10 @@ def _positions_mx(n: int, salt: int) -> Any:
 def _mix_mx(words: Any, salt: int) -> Any:
     import mlx.core as mx
 
-    u32 = mx.uint32
-    h = (words ^ _positions_mx(words.size, salt)) * mx.array(_M1, u32)
+    u32, array, total = mx.uint32, _op("array"), _op("sum")
+    h = (words ^ _positions_mx(words.size, salt)) * array(_M1, u32)
     h = h ^ (h >> 15)
-    return mx.stack([mx.sum(h), mx.sum(h * mx.array(_M3, u32))])
+    return _op("stack")([total(h), total(h * array(_M3, u32))])
 
 
 def fingerprint_mx(arrays: Any) -> Any:
@@ -112,7 +127,7 @@ def fingerprint_mx(arrays: Any) -> Any:
     import mlx.core as mx
 
     seq = list(arrays) if isinstance(arrays, (list, tuple)) else [arrays]
-    total = mx.zeros((2,), dtype=mx.uint32)
+    total = _op("zeros")((2,), dtype=mx.uint32)
     for k, a in enumerate(seq):
         total = total + _mix_mx(_words_mx(a), k)
     return total
@@ -125,10 +140,8 @@ def fingerprint_hex(lanes: Any) -> str:
 
 def digest_inputs_mx(arrays: dict[str, Any]) -> dict[str, str]:
     """Fingerprints of named MLX arrays, computed on their device; shape and dtype are part of each."""
-    import mlx.core as mx
-
     lanes = {name: fingerprint_mx(v) for name, v in arrays.items()}
-    mx.eval(list(lanes.values()))
+    _op("eval")(list(lanes.values()))
     return {name: f"{v.dtype}{tuple(v.shape)}:" + fingerprint_hex(lanes[name].tolist())
             for name, v in arrays.items()}
 

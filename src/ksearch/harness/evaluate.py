@@ -12,11 +12,10 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ksearch.backends import Backend, environment
 from ksearch.harness import timing
 from ksearch.harness.digest import from_raw_bits
 from ksearch.harness.judge import judge
@@ -24,8 +23,10 @@ from ksearch.harness.measure import Check, Fail, Timed, classify_exception, time
 from ksearch.harness.process import WorkerDied, WorkerProcess, start
 from ksearch.harness.result import EvalResult, WorkloadResult, geomean
 from ksearch.harness.static import check_source
-from ksearch.knowledge.lint import lint_source
 from ksearch.tasks.base import Task, Workload
+
+if TYPE_CHECKING:  # worker processes import this package; the backends and the linter stay out of their start
+    from ksearch.backends import Backend
 
 #: Correctness trials before timing, on seeds drawn once per Evaluator (their references are computed once and serve
 #: every candidate a search judges), and after timing, on seeds new for every evaluation.
@@ -52,6 +53,9 @@ def default_timeout(backend: Backend) -> float:
 def _seeds(master: int, workloads: list[Workload], count: int) -> dict[str, list[int]]:
     rng = random.Random(master)
     return {w.name: [rng.getrandbits(62) for _ in range(count)] for w in workloads}
+
+
+_Fail = Fail  # the name earlier callers import
 
 
 def baseline_variants(source: str) -> list[str]:
@@ -98,6 +102,8 @@ class Evaluator:
 
     def env(self) -> dict[str, Any]:
         if self._env is None:
+            from ksearch.backends import environment
+
             self._env = environment(self.backend)
             self._env["hardware_profile"] = self.profile.get("id")
         return self._env
@@ -216,7 +222,7 @@ class Evaluator:
                             raise RuntimeError(f"baseline ({entry}) failed to load: {reply.get('error')}")
                     stops = worker.stops_seen
                     timed = time_workload(worker, self.task, w, plan, deadline, check=False)
-                    measured = timing.combine(timed.rows(), timed.gaps())
+                    measured = timing.combine(timed.rows(), timed.gaps(), leads=timed.leads())
                     if worker.stops_seen == stops and measured.error is None:
                         break
                 out[w.name] = (measured.latency_s, timed.median_gap())
@@ -269,6 +275,8 @@ class Evaluator:
             raise Fail(verdict.status, verdict.message)
         if not opts.lint:
             return
+        from ksearch.knowledge.lint import lint_source
+
         diags = lint_source(source, self.backend.name, self.task, forbidden_uses=verdict.forbidden)
         errors = [d for d in diags if d.severity == "error"]
         result.warnings.extend(str(d) for d in diags if d.severity != "error")
@@ -356,7 +364,8 @@ class Evaluator:
         for w, wr in zip(workloads, result.workloads, strict=True):
             latency, gap = base[w.name]
             measured = timing.combine(timed[w.name].rows(), timed[w.name].gaps(), gap,
-                                      timing.GAP_SLACK_S["gpu" if self.backend.is_gpu else "cpu"])
+                                      timing.GAP_SLACK_S["gpu" if self.backend.is_gpu else "cpu"],
+                                      timed[w.name].leads())
             if measured.error:
                 raise Fail("runtime_error", f"{w.name}: {measured.error}")
             wr.latency_s, wr.latency_spread, wr.timing_source = measured.latency_s, measured.spread, measured.source

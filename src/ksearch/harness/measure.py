@@ -74,6 +74,9 @@ class Timed:
     def gaps(self) -> list[list[float]]:
         return [b.gaps for b in self.batches]
 
+    def leads(self) -> list[float]:
+        return [float(b.reply.get("lead") or 0.0) for b in self.batches]
+
     def median_gap(self) -> float | None:
         gaps = sorted(g for b in self.batches for g in b.gaps)
         return gaps[len(gaps) // 2] if gaps else None

@@ -64,9 +64,11 @@ MIN_COVERAGE = 0.8
 
 #: What happens between two calls (the commitment's fingerprint, the next call's inputs) is the harness's own work;
 #: the trusted baseline worker measures how long it takes on the same workload. A candidate's time between calls may
-#: exceed that by this factor plus GAP_SLACK_S before the excess is added back to its calls (work moved out of the
-#: clock is still work).
+#: exceed that by this factor plus GAP_SLACK_S and GAP_CALL_SHARE before the excess is added back to its calls (work
+#: moved out of the clock is still work).
 GAP_FACTOR = 1.25
+#: ... plus this share of the median call (the time between calls of two workers is noisy on a loaded machine).
+GAP_CALL_SHARE = 0.1
 GAP_SLACK_S = {"gpu": 20e-6, "cpu": 100e-6}
 
 
@@ -87,7 +89,7 @@ def batch_error(elapsed: float, n: int, times: list[float], gaps: list[float] | 
 
 
 def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float]] | None = None,
-            trusted_gap: float | None = None, slack: float = 0.0) -> Measured:
+            trusted_gap: float | None = None, slack: float = 0.0, leads: list[float] | None = None) -> Measured:
     """batches: (parent elapsed seconds, calls, worker per-call times); gaps: per batch, the worker's time between
     calls. The worker's times are finer but only believed when they fit inside the parent's clock; a worker that
     claims more time than passed, or far less, is lying (a patched timer) and the evaluation fails. With a trusted gap
@@ -98,7 +100,7 @@ def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float
     for k, (elapsed, _n, times) in enumerate(batches):
         n = len(times) or 1
         g = gaps[k] if gaps is not None else []
-        error = batch_error(elapsed, n, times, g, 0.0) if g else batch_error(elapsed, n, times)
+        error = batch_error(elapsed, n, times, g, leads[k] if leads else 0.0) if g else batch_error(elapsed, n, times)
         if error:
             return Measured(elapsed / n, 0.0, "parent", error)
         all_worker.extend(times)
@@ -108,7 +110,7 @@ def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float
     q = statistics.quantiles(all_worker, n=4) if len(all_worker) >= 4 else [med, med, med]
     source = "worker"
     if trusted_gap is not None and cycles:
-        bound = statistics.median(cycles) - (GAP_FACTOR * trusted_gap + slack)
+        bound = statistics.median(cycles) - (GAP_FACTOR * trusted_gap + slack + GAP_CALL_SHARE * med)
         if bound > med:
             med, source = bound, "cycle"
     return Measured(med, (q[2] - q[0]) / med if med > 0 else 0.0, source)

@@ -125,6 +125,11 @@ class Worker:
             _no_dumps()
         if self.role == "reference":
             return {"ok": True}
+        # The harness's own work in this process (fingerprints, the timing pool) binds the MLX functions it uses
+        # now, before any candidate code exists.
+        from ksearch.harness import digest, pool  # noqa: F401
+
+        digest.capture_ops()
         if self.role == "candidate":
             from ksearch.harness import guard
 
