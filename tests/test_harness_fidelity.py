@@ -11,8 +11,8 @@ from ksearch.tasks import get_task
 
 def test_fidelity_runs_on_the_cpu_and_writes_its_json(tmp_path, cpu_backend):
     rows = []
-    path = run_fidelity("mlx-cpu", ["softmax", "gqa_decode"], tmp_path, workloads_per_task=1, rounds=3,
-                        round_s=0.01, on_row=rows.append)
+    path = run_fidelity("mlx-cpu", ["softmax", "gqa_decode"], tmp_path, workloads_per_task=1, budget_s=0.3,
+                        on_row=rows.append)
     data = json.loads(path.read_text())
     assert data["schema"] == "ksearch-bench/1" and data["name"] == "fidelity" and data["backend"] == "mlx-cpu"
     assert data["device"] and data["mlx"]

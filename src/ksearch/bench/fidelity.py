@@ -3,8 +3,8 @@
 For every task, on its search workloads of the backend's tier: the library kernel (ksearch.kernels, where the task
 has one and it runs its own kernel here; otherwise the task's starting candidate) and the task's default baseline are
 judged by the harness (isolated workers, the timing pool, commitments, checks), and the same two are timed side by
-side in this process by the one timing helper (bench/timing.py: interleaved rounds, every call evaluated before the
-next, as the harness's timed calls are), on input sets laid out alike (pool.set_inputs: P standalone sets, rotated
+side in this process by the one timing helper (bench/timing.py: interleaved rounds of one call each, evaluated and
+synchronised inside the clock, as the harness's timed calls are; medians of calls on both sides), on input sets laid out alike (pool.set_inputs: P standalone sets, rotated
 between calls, P from the same plan). The ratios harness / plain, for the candidate and for the baseline, say how far
 the harness's figures are from what a caller would see; 1.0 is agreement.
 """
@@ -82,10 +82,14 @@ def _load(source: str, tag: str) -> Any:
     return module
 
 
-def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any]], sets: int, rounds: int,
-                round_s: float) -> dict[str, list[float]]:
-    """Seconds per call of each contender, one value per round, side by side in this process: every contender cycles
-    through the same `sets` input sets (standalone arrays, as the harness's pool holds them)."""
+def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any]], sets: int,
+                budget_s: float = 1.5) -> dict[str, list[float]]:
+    """Seconds of each contender's calls, one value per call, side by side in this process: interleaved rounds of one
+    call each, evaluated and synchronised inside the clock as the harness's timed calls are, so that medians compare
+    with the harness's median call; every contender cycles through the same `sets` input sets (standalone arrays, as
+    the harness's pool holds them). About `budget_s` seconds, 30 to 300 calls per contender."""
+    import time
+
     from ksearch.bench.timing import time_rounds
     from ksearch.harness.pool import set_inputs
 
@@ -96,12 +100,15 @@ def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any
     for name, fn in contenders.items():
         cycle = itertools.cycle(pool)
         fns[name] = (lambda f=fn, c=cycle: f(**next(c), **params))
-    return time_rounds(fns, rounds, warmup=3, round_s=round_s, eval_each=True)
+    probe = time.perf_counter()
+    time_rounds(fns, 2, warmup=3, sync_each=True)
+    per_round = max(1e-6, (time.perf_counter() - probe) / 5)
+    rounds = max(30, min(300, int(budget_s / per_round)))
+    return time_rounds(fns, rounds, warmup=0, sync_each=True)
 
 
 def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out: str | Path = "benchmarks/results",
-                 workloads_per_task: int | None = None, rounds: int = 15, round_s: float = 0.05,
-                 timeout: float | None = None, on_row: Callable[[dict[str, Any]], None] = lambda _r: None,
+                 workloads_per_task: int | None = None, budget_s: float = 1.5, timeout: float | None = None, on_row: Callable[[dict[str, Any]], None] = lambda _r: None,
                  stem: str | None = None) -> Path:
     """Measure every task (or the named ones); writes <stem or fidelity>-<backend>-<device>.json, returns its path."""
     import mlx.core as mx
@@ -143,7 +150,7 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
                                    "harness_candidate_s": wr.latency_s, "harness_baseline_s": wr.baseline_latency_s,
                                    "harness_timing_source": wr.timing_source, "pool_sets": sets}
             for attempt in range(2):
-                times = plain_times(task, w, {"candidate": cand, **variants}, sets, rounds, round_s)
+                times = plain_times(task, w, {"candidate": cand, **variants}, sets, budget_s * (attempt + 1))
                 meds = {k: statistics.median(v) for k, v in times.items()}
                 base_key = min((k for k in meds if k != "candidate"), key=lambda k: meds[k], default=None)
                 row.update({"plain_candidate_s": meds["candidate"], "plain_candidate_min_s": min(times["candidate"]),

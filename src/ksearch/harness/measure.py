@@ -134,6 +134,7 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         expected = n * per_call if per_call > 0 else plan.target_batch_s
         b = batch(n_max, time.monotonic() + expected * rng.uniform(0.05, 1.0))
         if index in owed:
+            owed.discard(index)
             pending_checks += 1
         if pending_checks and check and _take_check(worker, task, workload, seed, plan.pool_sets, b, rng, timed,
                                                     deadline):

@@ -27,9 +27,9 @@ def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, max_pool_byt
     sets = max(2, min(sets, 64, max(2, max_pool_bytes // per_set)))
     if gpu:
         return TimingPlan(pool_sets=sets, warmup=3, warmup_s=0.1, batches=5, target_batch_s=0.08, checks=2)
-    # CPU timings serve relative comparisons within one run: a pool of at most 16 sets (building 64 took longer than
+    # CPU timings serve relative comparisons within one run: a pool of at most 8 sets (building 64 took longer than
     # the rest of the timing of a small workload), and shorter batches.
-    return TimingPlan(pool_sets=min(sets, 16), warmup=3, warmup_s=0.05, batches=4, target_batch_s=0.06, checks=2)
+    return TimingPlan(pool_sets=min(sets, 8), warmup=3, warmup_s=0.05, batches=4, target_batch_s=0.06, checks=2)
 
 
 def batch_size(estimate_s: float, target_s: float) -> int:
