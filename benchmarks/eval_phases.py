@@ -1,77 +1,52 @@
-"""Where harness evaluations spend their time: seconds per worker request kind (prepare, go, trial, reference, ...)
-and per worker start, for one or more candidates judged in turn by one Evaluator, as a search judges them (the
-baseline is timed once, at the first candidate; the reference worker is kept). Used to find why a GPU evaluation
-takes tens of seconds.
+"""Where harness evaluations spend their time: seconds per phase (worker start, references, trials, the first call with
+its compiles, timing, judging the checked timed calls, baselines), for one or more candidates judged in turn by one
+Evaluator, as a search judges them (the baseline is timed once, at the first evaluation; the reference worker and
+the references of the trial seeds are kept). The suite is ksearch.bench.phases (`ksearch bench eval-phases`).
 
-    python benchmarks/eval_phases.py TASK BACKEND CANDIDATE.py|family:ID:PARAMS_JSON [...] [--workloads A,B]
+    python benchmarks/eval_phases.py TASK BACKEND [CANDIDATE.py|family:ID:PARAMS_JSON ...] [--workloads A,B]
+                                     [--repeat N] [--out DIR]
 
-A `family:` argument renders a template family with the given parameters, e.g.
+No candidate: the task's starter. A `family:` argument renders a template family with the given parameters, e.g.
 `family:attention.cuda.flash_wgmma:{"wg":3,"bn":64,"producer":true}`.
 """
 
 from __future__ import annotations
 
-import collections
-import importlib
 import json
 import sys
-import time
+import tempfile
 from pathlib import Path
-from typing import Any
 
-from ksearch.backends import get_backend
-from ksearch.harness import EvalOptions, Evaluator, process
-from ksearch.tasks import get_task
-
-SECONDS: collections.Counter[tuple[str, str]] = collections.Counter()
-COUNTS: collections.Counter[tuple[str, str]] = collections.Counter()
+from ksearch.bench.phases import run_phases
 
 
-def _timed(kind: str, fn: Any) -> Any:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            key = (kind, str(args[1].get("op")) if kind == "request" else str(args[0]))
-            SECONDS[key] += time.perf_counter() - t0
-            COUNTS[key] += 1
-
-    return wrapper
-
-
-def _source(arg: str) -> tuple[str, str]:
+def _file(arg: str, tmp: Path) -> str:
     if not arg.startswith("family:"):
-        return Path(arg).name, Path(arg).read_text()
+        return arg
     _, fid, params = arg.split(":", 2)
     from ksearch.policy.templates import all_families
 
     family = next(f for f in all_families() if f.id == fid)
-    return f"{fid} {params}", family.render(json.loads(params))
+    path = tmp / f"{fid}.py"
+    path.write_text(family.render(json.loads(params)))
+    return str(path)
 
 
 def main() -> None:
     args = sys.argv[1:]
-    workloads = None
-    if "--workloads" in args:
-        i = args.index("--workloads")
-        workloads = args[i + 1].split(",")
-        del args[i:i + 2]
+    options = {"--workloads": None, "--repeat": "2", "--out": None}
+    for flag in list(options):
+        if flag in args:
+            i = args.index(flag)
+            options[flag] = args[i + 1]
+            del args[i:i + 2]
     task, backend, candidates = args[0], args[1], args[2:]
-    evaluate_mod = importlib.import_module("ksearch.harness.evaluate")  # the module, not the re-exported function
-    process.WorkerProcess.request = _timed("request", process.WorkerProcess.request)  # type: ignore[method-assign]
-    evaluate_mod.start = _timed("start", evaluate_mod.start)
-    with Evaluator(get_task(task), get_backend(backend)) as ev:
-        for arg in candidates:
-            name, source = _source(arg)
-            SECONDS.clear()
-            COUNTS.clear()
-            t0 = time.perf_counter()
-            result = ev.evaluate(source, EvalOptions(workloads=workloads))
-            print(f"== {name}: {result.status} score={result.score:.4g} total={time.perf_counter() - t0:.2f}s "
-                  f"{(result.message or '')[:300]}")
-            for (kind, what), secs in SECONDS.most_common():
-                print(f"{kind:8s} {what:12s} x{COUNTS[(kind, what)]:<4d} {secs:8.2f}s")
+    with tempfile.TemporaryDirectory() as tmp:
+        files = [_file(c, Path(tmp)) for c in candidates]
+        workloads = options["--workloads"].split(",") if options["--workloads"] else None
+        path = run_phases(task, backend, files, workloads, int(options["--repeat"] or 2), options["--out"])
+    if path:
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@
 #   mamba                           `ksearch bench mamba` on the default and on the fused layout
 #   scan                            scan / decode-step micro benchmark; the best scan kernel through the harness
 #   naive                           `ksearch bench naive`: every task's naive starter through the harness
-#   eval-phases                     where an evaluation's time goes (attention, gqa_decode)
+#   eval-phases                     where an evaluation's time goes (softmax, attention, gqa_decode; JSON per task)
+#   fidelity [TASK...]              harness timings against a plain loop, asserted within 10% (JSON per task)
 #   ncu                             Nsight Compute on the prefill kernels at L=8192, D=128
 #   search TASK WALL_S [CALL_S]     an offline search (budget $BUDGET, default 120) with --wall-time WALL_S, stopped
 #                                   after CALL_S (default min(WALL_S + 60, 540)) and resumable; then its record
@@ -164,14 +165,23 @@ scan() {
 }
 
 eval_phases() {
-  local wgmma='family:attention.cuda.flash_wgmma:{"wg":3,"bn":64,"producer":true,"bulk":true,"stages":4,"pp":false,"cp":"cg"}'
-  local sync='family:attention.cuda.flash_wgmma:{"wg":2,"bn":64,"producer":false,"bulk":false,"stages":2,"pp":false,"cp":"cg"}'
-  timeout -k 10 300 "$PY" benchmarks/eval_phases.py attention mlx-cuda src/ksearch/tasks/starters/attention_cuda.py \
-    "$wgmma" "$sync" 2>&1 | tee "$OUT/attention-eval-phases.txt" | tail -40
-  # The same candidate twice: the first evaluation of a process compiles its kernels, a later one (as in a search) not.
-  local gqa=src/ksearch/tasks/starters/gqa_decode_cuda.py
-  timeout -k 10 300 "$PY" benchmarks/eval_phases.py gqa_decode mlx-cuda "$gqa" "$gqa" 2>&1 \
-    | tee "$OUT/gqa_decode-eval-phases.txt" | tail -28
+  # Each task judged three times by one evaluator, as a search does: the first evaluation also starts the reference
+  # worker and times the baselines; the later ones show what a search pays per candidate.
+  local task
+  for task in softmax attention gqa_decode; do
+    timeout -k 10 180 "$PY" benchmarks/eval_phases.py "$task" mlx-cuda --repeat 3 --out "$OUT" 2>&1 \
+      | tee "$OUT/$task-eval-phases.txt" | grep "==" | cut -c1-200
+  done
+}
+
+fidelity() {
+  # The harness's timings against a plain side-by-side loop, per task (pytest asserts 10%; the JSON per task stays).
+  local tasks=("$@")
+  [ ${#tasks[@]} -gt 0 ] || tasks=(softmax rmsnorm attention gqa_decode selective_scan selective_state_update)
+  local sel
+  sel=$(printf ' or %s' "${tasks[@]}")
+  KSEARCH_BENCH_OUT="$OUT" timeout -k 10 570 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu_harness.py \
+    -k "${sel:4}" 2>&1 | tee "$OUT/fidelity-tests.log" | tail -15
 }
 
 ncu_part() {
@@ -246,6 +256,7 @@ case "$part" in
   scan) setup && scan ;;
   naive) setup && timeout -k 10 560 "${KS[@]}" bench naive --backend mlx-cuda --out "$OUT" 2>&1 | tail -12 ;;
   eval-phases) setup && eval_phases ;;
+  fidelity) setup && fidelity "$@" ;;
   ncu) setup && ncu_part ;;
   search) setup && search "$@" ;;
   resume) setup && resume "$@" ;;

@@ -36,3 +36,26 @@ def test_small_arrays_are_hashed_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     b = a.copy()
     b[[3, 4]] = b[[4, 3]]
     assert D.digest_numpy(a) != D.digest_numpy(b)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "uint8"])
+def test_device_fingerprint_equals_the_hosts_and_sees_every_change(dtype: str) -> None:
+    # The worker commits to a timed call's outputs with fingerprint_mx; the parent checks what it is shown with
+    # fingerprint_numpy on the raw bits: both must agree bit for bit, and a swap of two values must change it.
+    import mlx.core as mx
+
+    mx.set_default_device(mx.cpu)
+    x = (mx.random.normal((301, 257), key=mx.random.key(3)) * 50).astype(getattr(mx, dtype))
+    y = mx.random.normal((7,), key=mx.random.key(4))
+    d = D.fingerprint_mx((x, y))
+    mx.eval(d)
+    assert D.fingerprint_hex(d.tolist()) == D.fingerprint_numpy([D.raw_bits(x), D.raw_bits(y)])
+    a = D.raw_bits(x).copy()
+    flat = a.reshape(-1)
+    i, j = next((i, i + 1) for i in range(flat.size - 1) if flat[i] != flat[i + 1])
+    flat[i], flat[j] = flat[j], flat[i]
+    assert D.fingerprint_numpy([a, D.raw_bits(y)]) != D.fingerprint_numpy([D.raw_bits(x), D.raw_bits(y)])
+    assert D.fingerprint_numpy([D.raw_bits(y), D.raw_bits(x)]) != D.fingerprint_numpy([D.raw_bits(x),
+                                                                                       D.raw_bits(y)])
+    if dtype == "bfloat16":
+        np.testing.assert_array_equal(D.from_raw_bits(D.raw_bits(x), "bfloat16"), np.array(x.astype(mx.float32)))

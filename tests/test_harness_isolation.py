@@ -80,15 +80,22 @@ def test_patched_eval_does_not_skip_the_work(cpu_backend):
     assert 0.2 < _honest_speedup(result) < 5
 
 
+def _gains_nothing(result: EvalResult) -> bool:
+    """Caught (a stale answer for a timed call's inputs), or timed at about what the work costs."""
+    return result.status in ("wrong_answer", "runtime_error") or 0.2 < _honest_speedup(result) < 5
+
+
 def test_memoising_on_the_input_object_does_not_skip_the_work(cpu_backend):
+    # Every timed call gets new array objects.
     result = judge(cpu_backend, "softmax", "cache_by_identity", baseline="naive")
-    assert 0.2 < _honest_speedup(result) < 5
+    assert _gains_nothing(result), result.message
 
 
 def test_memoising_on_input_contents_or_address_does_not_skip_the_work(cpu_backend):
-    # Timed calls get their pool set rotated by a different offset on every pass: no two see the same contents.
+    # Timed calls get new contents (one fresh value in every row, see harness/pool.py): a memo keyed on the whole
+    # contents never hits, one keyed on an address or a few values returns stale answers, which the checks catch.
     result = judge(cpu_backend, "softmax", "cache_by_content", baseline="naive")
-    assert 0.2 < _honest_speedup(result) < 5
+    assert _gains_nothing(result), result.message
 
 
 def test_baseline_patched_in_the_candidates_process_is_unaffected(cpu_backend):
@@ -129,11 +136,33 @@ def test_transient_memory_peak_is_caught(cpu_backend, tmp_path):
     assert "memory" in result.message
 
 
-@pytest.mark.xfail(strict=True, reason="known hole: the timed loop runs in the candidate's process, and a candidate "
-                   "that rewrites the harness worker's loop there can skip the work; see the harness report")
 def test_rewriting_the_workers_timed_call_is_caught(cpu_backend):
+    # The candidate replaces the worker's batch loop: no work, honest outputs only for the calls kept for checks,
+    # times that add up to the wall clock, and no commitments.
     result = judge(cpu_backend, "softmax", "patched_worker_loop", baseline="naive")
-    assert result.status != "passed" or _honest_speedup(result) < 5
+    assert result.status == "runtime_error", result.message
+    assert "committed to" in result.message
+
+
+def test_rewritten_loop_with_made_up_commitments_is_caught(cpu_backend):
+    # The same, but it commits to every call with the fingerprint of an output it never computed.
+    result = judge(cpu_backend, "softmax", "patched_worker_commit", baseline="naive")
+    assert result.status == "wrong_answer", result.message
+    assert "not the ones it committed to" in result.message
+
+
+def test_rewritten_loop_that_returns_stale_outputs_is_caught(cpu_backend):
+    # The work of one call in 16, honest commitments to the stale outputs it hands back for the others.
+    result = judge(cpu_backend, "softmax", "patched_worker_stale", baseline="naive")
+    assert result.status == "wrong_answer", result.message
+    assert "behaves differently when timed" in result.message
+
+
+def test_rewritten_loop_that_works_outside_its_clock_gains_nothing(cpu_backend):
+    # All the work, honest commitments, but evaluated after the clock stops: the time between calls counts.
+    result = judge(cpu_backend, "softmax", "patched_worker_clock", baseline="naive")
+    assert result.workloads[0].timing_source == "cycle", result.message
+    assert 0.2 < _honest_speedup(result) < 5
 
 
 def test_skipping_work_only_when_timed_is_caught(cpu_backend):
@@ -155,32 +184,31 @@ def test_no_worker_left_after_an_evaluator_closes(cpu_backend):
 
 
 @pytest.mark.parametrize("task_name", ["softmax", "selective_scan", "gqa_decode"])
-def test_timed_inputs_rotate_and_match_what_the_reference_rebuilds(task_name):
-    # Spot checks compare a timed call's output with the reference for that call's inputs, which the reference worker
-    # rebuilds by rotation: both ways must give the same bytes, and calls must not repeat their inputs.
+def test_timed_inputs_are_laid_out_as_callers_pass_them_and_never_repeat(task_name):
+    # Checks compare a timed call's output with the reference for that call's inputs, which the reference worker
+    # rebuilds from scratch: both ways must give the same bytes. Every tensor is a standalone row-contiguous array of
+    # its own shape (a whole KV cache, not a view), and no two calls see the same contents.
     import mlx.core as mx
     import numpy as np
 
-    from ksearch.harness import timing
-    from ksearch.harness.worker import Worker, rotated
+    from ksearch.harness.pool import TimingPool, call_inputs
 
     mx.set_default_device(mx.cpu)
     task = get_task(task_name)
     w = task.select_workloads("cpu")[0]
-    worker = Worker(None)  # type: ignore[arg-type]
-    worker.mx, worker.task, worker._eval = mx, task, mx.eval
-    seeds = [11, 22]
-    worker.pool = [worker._timing_set(w, s) for s in seeds]
-    from ksearch.tasks.inputs import make_inputs
-
+    sets = 3
+    pool = TimingPool(task, w, 11, sets)
     seen = set()
-    for call in (0, 1, 2, 3, 5, 2 * 255 + 1, 2 * 256):  # the last one wraps around to shift 0 of set 0
-        views = worker._fresh(call)
-        seed, shift = seeds[call % 2], (call // 2) % timing.SHIFTS
-        want = rotated(mx, make_inputs(task, w, seed), shift, task.generator is None)
-        for name in want:
-            assert views[name].shape == want[name].shape and views[name].dtype == want[name].dtype
-            np.testing.assert_array_equal(np.array(views[name].astype(mx.float32)),
-                                          np.array(want[name].astype(mx.float32)))
-        seen.add(tuple(np.array(views[next(iter(views))].astype(mx.float32)).reshape(-1)[:16].tolist()))
-    assert len(seen) == 6  # calls 0 and 512 share set 0, shift 0; all others differ
+    for batch, call in ((5, 0), (5, 1), (5, 2), (5, 3), (6, 4), (6, 7), (7, 9)):
+        got = pool.take(batch, call)
+        mx.eval(list(got.values()))
+        want = call_inputs(task, w, 11, sets, batch, call)
+        for name, spec in ((s.name, s) for s in task.inputs):
+            a = got[name]
+            assert a.shape == spec.resolved_shape(w) and a.dtype == want[name].dtype
+            view = np.array(a, copy=False)
+            assert view.flags["C_CONTIGUOUS"] and view.ctypes.data % view.itemsize == 0
+            assert bool(mx.array_equal(a, want[name])), (name, call)
+        seen.add(tuple(np.array(got[task.inputs[0].name].astype(mx.float32)).reshape(-1).tolist()))
+        del got
+    assert len(seen) == 7

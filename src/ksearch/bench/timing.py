@@ -31,7 +31,7 @@ def _synchronize() -> None:
 
 def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *, warmup: int = 2,
                 round_s: float = 0.0, eval_each: bool = False, before: Callable[[str], Any] | None = None,
-                device: bool = True) -> dict[str, list[float]]:
+                device: bool = True, sync_each: bool = False) -> dict[str, list[float]]:
     """Seconds per call of each contender, one value per round: {name: [round 1, round 2, ...]}.
 
     warmup: untimed calls of each contender first (they absorb JIT compiles and allocations).
@@ -39,7 +39,8 @@ def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *
       every contender. A round ends in one eval and one synchronize (tens of microseconds), which at n = 2 was a third
       of a 0.2 ms call and made the ratio at small shapes swing 0.4x-2x from round to round.
     eval_each: evaluate every call's output before the next call (the latency of a call that is waited for), instead
-      of all n outputs at the end of the round (calls queued back to back).
+      of all n outputs at the end of the round (calls queued back to back); sync_each: and synchronise the device
+      after each (what the harness's timed calls do).
     before: called with a contender's name before each of its rounds and warm-ups, outside the clock (switching a
       patch on or off, preparing a state the call starts from).
     device: False for host-side code: no MLX evaluation or synchronisation."""
@@ -71,12 +72,15 @@ def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *
             prepare(name)
             synchronize()
             t0 = time.perf_counter()
-            if eval_each:
+            if eval_each or sync_each:
                 for _ in range(n):
                     evaluate(fn())
+                    if sync_each:
+                        synchronize()
             else:
                 evaluate([fn() for _ in range(n)])
-            synchronize()
+            if not sync_each:  # with sync_each the device is idle already: a second synchronise is not the call's
+                synchronize()
             times[name].append((time.perf_counter() - t0) / n)
     return times
 

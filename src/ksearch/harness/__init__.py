@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from ksearch.backends import Backend
+from typing import TYPE_CHECKING
+
 from ksearch.harness.evaluate import EvalOptions, Evaluator
 from ksearch.harness.result import STATUSES, EvalResult, WorkloadResult, geomean
-from ksearch.tasks.base import Task
+
+if TYPE_CHECKING:  # the worker processes import this package too: what they do not need stays out of their start
+    from ksearch.backends import Backend
+    from ksearch.tasks.base import Task
 
 
 def evaluate(task: Task, source: str, backend: Backend, options: EvalOptions | None = None) -> EvalResult:

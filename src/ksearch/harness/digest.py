@@ -50,3 +50,142 @@ def digest_array(x: Any) -> str:
 
 def digest_inputs(arrays: dict[str, Any]) -> dict[str, str]:
     return {name: digest_array(v) for name, v in arrays.items()}
+
+
+# -- fingerprints computed where the arrays live ---------------------------------------------------------------------
+# Inputs of several GB would cost seconds to copy to the host and hash there, several times per trial; and every timed
+# call's output must be fingerprinted (a commitment, see worker.py) in the microseconds between two calls. Both are
+# done on the device: every element's bits, mixed with its position by an integer hash (multiply, xor-shift; uint32
+# arithmetic wraps), summed into two 32-bit lanes. The parent computes the same function with NumPy on bytes it
+# received (fingerprint_numpy), so a worker's claim about an output it later shows can be checked bit for bit.
+_M0, _M1, _M2, _M3 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F
+_positions: dict[tuple[int, int], Any] = {}
+_OPS: dict[str, Any] = {}
+
+
+def capture_ops() -> None:
+    """Bind the MLX functions the fingerprints use, once: a worker calls this before any candidate code exists, so a
+    candidate that replaces mx.sum (to slow down the harness's work in its process, say) changes nothing here."""
+    import mlx.core as mx
+
+    if not _OPS:
+        _OPS.update(sum=mx.sum, stack=mx.stack, arange=mx.arange, zeros=mx.zeros, array=mx.array, eval=mx.eval)
+
+
+def _op(name: str) -> Any:
+    capture_ops()
+    return _OPS[name]
+
+
+def _words_mx(x: Any) -> Any:
+    import mlx.core as mx
+
+    flat = x.reshape(-1)
+    size = x.dtype.size
+    if x.dtype == mx.bool_:
+        return flat.astype(mx.uint32)
+    if size == 4:
+        return flat.view(mx.uint32)
+    if size == 2:
+        return flat.view(mx.uint16).astype(mx.uint32)
+    if size == 1:
+        return flat.view(mx.uint8).astype(mx.uint32)
+    return flat.view(mx.uint32)  # 8-byte types: both halves of every element
+
+
+def _positions_mx(n: int, salt: int) -> Any:
+    """A pseudo-random uint32 key per position: kept per size up to 64M positions (most of the hash's work for the
+    outputs fingerprinted after every timed call), made anew for larger arrays (inputs of GBs, fingerprinted rarely)."""
+    import mlx.core as mx
+
+    key = (n, salt)
+    if key in _positions:
+        return _positions[key]
+    u32, array = mx.uint32, _op("array")
+    i = _op("arange")(n, dtype=u32) * array(_M0, u32) + array((salt * _M3 + 1) & 0xFFFFFFFF, u32)
+    i = (i ^ (i >> 15)) * array(_M2, u32)
+    if n <= (64 << 20):
+        _op("eval")(i)
+        while len(_positions) >= 16:
+            _positions.pop(next(iter(_positions)))
+        _positions[key] = i
+    return i
+
+
+def _mix_mx(words: Any, salt: int) -> Any:
+    import mlx.core as mx
+
+    u32, array, total = mx.uint32, _op("array"), _op("sum")
+    h = (words ^ _positions_mx(words.size, salt)) * array(_M1, u32)
+    h = h ^ (h >> 15)
+    return _op("stack")([total(h), total(h * array(_M3, u32))])
+
+
+def fingerprint_mx(arrays: Any) -> Any:
+    """Two uint32 lanes over the bits of one array or a sequence of arrays (each salted by its position), as a lazy MLX
+    array of shape (2,): evaluate it with whatever else is being evaluated."""
+    import mlx.core as mx
+
+    seq = list(arrays) if isinstance(arrays, (list, tuple)) else [arrays]
+    total = _op("zeros")((2,), dtype=mx.uint32)
+    for k, a in enumerate(seq):
+        total = total + _mix_mx(_words_mx(a), k)
+    return total
+
+
+def fingerprint_hex(lanes: Any) -> str:
+    a, b = (int(v) & 0xFFFFFFFF for v in lanes)
+    return f"{a:08x}{b:08x}"
+
+
+def digest_inputs_mx(arrays: dict[str, Any]) -> dict[str, str]:
+    """Fingerprints of named MLX arrays, computed on their device; shape and dtype are part of each."""
+    lanes = {name: fingerprint_mx(v) for name, v in arrays.items()}
+    _op("eval")(list(lanes.values()))
+    return {name: f"{v.dtype}{tuple(v.shape)}:" + fingerprint_hex(lanes[name].tolist())
+            for name, v in arrays.items()}
+
+
+def _words_np(a: np.ndarray) -> np.ndarray:
+    flat = np.ascontiguousarray(a).reshape(-1)
+    if flat.dtype == np.bool_:
+        return flat.astype(np.uint32)
+    size = flat.dtype.itemsize
+    if size == 4:
+        return flat.view(np.uint32)
+    if size == 2:
+        return flat.view(np.uint16).astype(np.uint32)
+    if size == 1:
+        return flat.view(np.uint8).astype(np.uint32)
+    return flat.view(np.uint32)
+
+
+def fingerprint_numpy(arrays: list[np.ndarray]) -> str:
+    """fingerprint_mx of the same bits, on the host (raw bits: bfloat16 as its uint16 words, see raw_bits)."""
+    lanes = [0, 0]
+    with np.errstate(over="ignore"):
+        for k, a in enumerate(arrays):
+            w = _words_np(a)
+            i = np.arange(w.size, dtype=np.uint32) * np.uint32(_M0) + np.uint32((k * _M3 + 1) & 0xFFFFFFFF)
+            i = (i ^ (i >> np.uint32(15))) * np.uint32(_M2)
+            h = (w ^ i) * np.uint32(_M1)
+            h ^= h >> np.uint32(15)
+            lanes[0] = (lanes[0] + int(h.sum(dtype=np.uint64))) & 0xFFFFFFFF
+            lanes[1] = (lanes[1] + int((h * np.uint32(_M3)).sum(dtype=np.uint64))) & 0xFFFFFFFF
+    return fingerprint_hex(lanes)
+
+
+def raw_bits(x: Any) -> np.ndarray:
+    """An MLX array's exact bits as NumPy: bfloat16 (which NumPy lacks) as its uint16 words, everything else as is."""
+    import mlx.core as mx
+
+    if x.dtype == mx.bfloat16:
+        x = x.view(mx.uint16)
+    return np.array(x, copy=False)
+
+
+def from_raw_bits(a: np.ndarray, dtype: str) -> np.ndarray:
+    """Values of raw_bits' output (bfloat16 widened exactly to float32)."""
+    if dtype == "bfloat16" and a.dtype == np.uint16:
+        return (a.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return a

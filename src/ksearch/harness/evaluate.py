@@ -3,28 +3,35 @@
 from __future__ import annotations
 
 import ast
-import math
+import contextlib
 import random
-import re
 import secrets
+import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ksearch.backends import Backend, environment
 from ksearch.harness import timing
+from ksearch.harness.digest import from_raw_bits
 from ksearch.harness.judge import judge
+from ksearch.harness.measure import Check, Fail, Timed, classify_exception, time_workload
 from ksearch.harness.process import WorkerDied, WorkerProcess, start
 from ksearch.harness.result import EvalResult, WorkloadResult, geomean
 from ksearch.harness.static import check_source
-from ksearch.knowledge.lint import lint_source
 from ksearch.tasks.base import Task, Workload
 
-TRIALS = 3
-_COMPILE_PATTERNS = re.compile(r"compil|nvrtc|metal library|ptxas|program_source|jit", re.IGNORECASE)
+if TYPE_CHECKING:  # worker processes import this package; the backends and the linter stay out of their start
+    from ksearch.backends import Backend
+
+#: Correctness trials before timing, on seeds drawn once per Evaluator (their references are computed once and serve
+#: every candidate a search judges), and after timing, on seeds new for every evaluation.
+TRIALS = 2
+POST_TRIALS = 1
 
 
 @dataclass
@@ -43,17 +50,12 @@ def default_timeout(backend: Backend) -> float:
     return 600.0 if backend.is_gpu else 180.0
 
 
-def _seeds(master: int, workloads: list[Workload]) -> dict[str, list[int]]:
+def _seeds(master: int, workloads: list[Workload], count: int) -> dict[str, list[int]]:
     rng = random.Random(master)
-    return {w.name: [rng.getrandbits(62) for _ in range(TRIALS + 1)] for w in workloads}
+    return {w.name: [rng.getrandbits(62) for _ in range(count)] for w in workloads}
 
 
-def _classify_exception(error: str, forbidden_calls: list[str]) -> str:
-    if forbidden_calls or "ForbiddenAPIError" in error:
-        return "forbidden"
-    if _COMPILE_PATTERNS.search(error.splitlines()[-1] if error.strip() else ""):
-        return "compile_error"
-    return "runtime_error"
+_Fail = Fail  # the name earlier callers import
 
 
 def baseline_variants(source: str) -> list[str]:
@@ -73,16 +75,9 @@ def baseline_variants(source: str) -> list[str]:
     return ["run"]
 
 
-class _Fail(Exception):
-    def __init__(self, status: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 class Evaluator:
-    """Judges candidates of one task on one backend. Keeps the trusted reference worker and the baseline timings
-    between evaluations (a search evaluates hundreds of candidates)."""
+    """Judges candidates of one task on one backend. Keeps the trusted reference worker, the references of its trial
+    seeds and the baseline timings between evaluations (a search evaluates hundreds of candidates)."""
 
     def __init__(self, task: Task, backend: Backend, memory_limit_bytes: int = 16 << 30) -> None:
         self.task = task
@@ -90,10 +85,16 @@ class Evaluator:
         self.profile = backend.profile()
         self.memory_limit = memory_limit_bytes
         self._ref: WorkerProcess | None = None
-        self._ref_cache: OrderedDict[tuple[str, int, int], tuple[dict[str, str], list[np.ndarray]]] = OrderedDict()
+        self._executor: ThreadPoolExecutor | None = None
+        self._thread_ident = -1
+        self._ref_cache: OrderedDict[tuple[Any, ...], tuple[dict[str, str], list[np.ndarray]]] = OrderedDict()
         self._ref_bytes = 0
-        self._baselines: dict[tuple[str, str], float] = {}
+        # (baseline, workload) -> (latency, the harness's own time between two calls there)
+        self._baselines: dict[tuple[str, str], tuple[float | None, float | None]] = {}
         self._env: dict[str, Any] | None = None
+        self._trial_master = secrets.randbits(62)  # secret; revealed with each verdict
+        #: Seconds per phase of the last evaluation (benchmarks/eval_phases.py prints them).
+        self.phases: dict[str, float] = {}
 
     @property
     def device(self) -> str:
@@ -101,6 +102,8 @@ class Evaluator:
 
     def env(self) -> dict[str, Any]:
         if self._env is None:
+            from ksearch.backends import environment
+
             self._env = environment(self.backend)
             self._env["hardware_profile"] = self.profile.get("id")
         return self._env
@@ -109,6 +112,15 @@ class Evaluator:
         if self._ref is not None:
             self._ref.close()
             self._ref = None
+        if self._executor is not None:
+            self._executor.shutdown()
+            self._executor = None
+
+    def _thread(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="ksearch-reference")
+            self._thread_ident = self._executor.submit(threading.get_ident).result()
+        return self._executor
 
     def __enter__(self) -> Evaluator:
         return self
@@ -116,24 +128,35 @@ class Evaluator:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
+
     # -- trusted reference ---------------------------------------------------------------------------------------
-    def reference(self, workload: Workload, seed: int, shift: int = 0) -> tuple[dict[str, str], list[np.ndarray]]:
-        """Reference outputs for the inputs of (workload, seed); with `shift`, for those inputs as a timed call saw
-        them (rotated, see timing.SHIFTS)."""
-        key = (workload.name, seed, shift)
+    def _reference(self, key: tuple[Any, ...], msg: dict[str, Any]) -> tuple[dict[str, str], list[np.ndarray]]:
         if key in self._ref_cache:
             self._ref_cache.move_to_end(key)
             return self._ref_cache[key]
         deadline = time.monotonic() + 1800
         if self._ref is None or self._ref.proc.poll() is not None:
-            self._ref, reply = start("reference", self.task.origin, self.device, 1 << 40, deadline,
-                                     env={"MLX_ENABLE_TF32": "0"})
+            # Started from the evaluator's own long-lived thread: a worker dies with the thread that started it
+            # (PR_SET_PDEATHSIG), and the references are computed in that thread while a candidate starts.
+            args = ("reference", self.task.origin, self.device, 1 << 40, deadline)
+            env = {"MLX_ENABLE_TF32": "0"}
+            pool = self._thread()
+            if threading.get_ident() == self._thread_ident:
+                self._ref, reply = start(*args, env=env)
+            else:
+                self._ref, reply = pool.submit(start, *args, env=env).result()
             if not reply.get("ok"):
                 raise RuntimeError(f"the reference worker failed to start: {reply.get('error')}")
-        reply, arrays = self._ref.request({"op": "reference", "workload": workload.name, "seed": seed,
-                                           "shift": shift}, deadline)
+        reply, arrays = self._ref.request({"op": "reference", **msg}, deadline)
         if not reply.get("ok"):
-            raise RuntimeError(f"the task's reference failed on {workload.name}: {reply.get('error')}")
+            raise RuntimeError(f"the task's reference failed on {msg['workload']}: {reply.get('error')}")
         outs = [arrays[f"out{i}"] for i in range(len(arrays))]
         value = (reply["digests"], outs)
         self._ref_cache[key] = value
@@ -143,128 +166,97 @@ class Evaluator:
             self._ref_bytes -= sum(o.nbytes for o in old)
         return value
 
-    # -- timing (shared by candidates and baselines) -------------------------------------------------------------
-    def _time(self, worker: WorkerProcess, workload: Workload, deadline: float,
-              spot_check: bool = False) -> timing.Measured:
-        plan = timing.plan(self.task, workload, int(self.profile.get("llc_bytes") or (32 << 20)), self.backend.is_gpu)
-        rng = random.SystemRandom()
-        pool = [rng.getrandbits(62) for _ in range(plan.pool_sets)]
-        reply, _ = worker.request({"op": "prepare", "workload": workload.name, "seeds": pool,
-                                   "warmup": plan.warmup}, deadline)
-        if not reply.get("ok"):
-            raise _Fail(_classify_exception(reply.get("error", ""), worker.forbidden_calls),
-                        "failed while timing: " + str(reply.get("error", ""))[-1500:])
-        # The worker's estimate only sizes the first, short batch; the rest are sized from the parent's own clock.
-        n = min(timing.batch_size(float(reply.get("estimate") or 0.0), plan.target_batch_s), timing.FIRST_BATCH_MAX)
-        batches: list[tuple[float, int, list[float]]] = []
-        # Timed calls start past every warm-up call, so a candidate that memoised warm-up outputs gains nothing.
-        offset = -(-timing.WARMUP_MAX_CALLS // plan.pool_sets) * plan.pool_sets
-        retries = 2
-        per_call = float(reply.get("estimate") or 0.0)
-        total = plan.batches + 1  # + 1: the first batch is the short one
-        checked = set(rng.sample(range(total), min(timing.SPOT_CHECKS, total))) if spot_check else set()
-        attempt = 0
-        while len(batches) < total:
-            # Up to twice the calls the batch should take; the parent stops it at a random moment in the second half
-            # of its expected length, so the worker cannot tell which calls will be the last (spot checks).
-            n_max = min(2 * n, 2 * timing.batch_size(1e-9, 1.0))
-            expected = n * per_call if per_call > 0 and math.isfinite(per_call) else plan.target_batch_s
-            reply, _ = worker.request({"op": "stage", "n": n_max, "offset": offset}, deadline)
-            if not reply.get("ok"):
-                raise _Fail(_classify_exception(reply.get("error", ""), worker.forbidden_calls),
-                            "failed while timing: " + str(reply.get("error", ""))[-1500:])
-            t0 = time.perf_counter()
-            stop_at = time.monotonic() + expected * rng.uniform(0.5, 1.0)
-            reply, _ = worker.request({"op": "go", "n": n_max, "offset": offset}, deadline, stop_at=stop_at)
-            elapsed = time.perf_counter() - t0
-            if not reply.get("ok"):
-                raise _Fail(_classify_exception(reply.get("error", ""), worker.forbidden_calls),
-                            "failed while timing: " + str(reply.get("error", ""))[-1500:])
-            times = list(reply.get("times") or [])
-            m = len(times)
-            if attempt in checked and 1 <= m <= n_max:
-                self._spot_check(worker, workload, pool, offset, m, rng, deadline)
-            attempt += 1
-            offset += max(m, 1)
-            # A batch whose times disagree with the parent's clock is measured again (a load spike on a busy machine
-            # does not repeat; a patched clock does), then kept so that combine() reports it.
-            if timing.batch_error(elapsed, n_max, times) and retries > 0:
-                retries -= 1
-            else:
-                batches.append((elapsed, n_max, times))
-            per_call = elapsed / max(m, 1)
-            n = timing.batch_size(per_call, plan.target_batch_s)
-        worker.request({"op": "release"}, deadline)
-        return timing.combine(batches)
+    def reference(self, workload: Workload, seed: int) -> tuple[dict[str, str], list[np.ndarray]]:
+        """Input digests and reference outputs for the inputs of (workload, seed)."""
+        return self._reference((workload.name, seed), {"workload": workload.name, "seed": seed})
 
-    def _spot_check(self, worker: WorkerProcess, w: Workload, pool: list[int], offset: int, done: int,
-                    rng: random.SystemRandom, deadline: float) -> None:
-        """Judge one of the last timed calls' outputs (the worker kept them) against the reference for that call's
-        inputs: timed calls must compute what the trials computed."""
-        kept = min(timing.RING, done)
-        index = rng.randrange(kept)
-        call = offset + done - kept + index
-        seed, shift = pool[call % len(pool)], (call // len(pool)) % timing.SHIFTS
-        _, ref = self.reference(w, seed, shift)
-        max_bytes = 2 * self.task.output_bytes(w) * 2 + (1 << 20)
-        reply, arrays = worker.request({"op": "spot", "index": index}, deadline, max_bytes)
-        if not reply.get("ok"):
-            raise _Fail("runtime_error", f"{w.name}: the worker could not show a timed call's output: "
-                        f"{str(reply.get('error', ''))[-500:]}")
-        if reply.get("bad_type"):
-            raise _Fail("wrong_shape", f"{w.name}: {reply['bad_type']}")
-        outs = [arrays[f"out{i}"] for i in range(len(arrays)) if f"out{i}" in arrays]
-        verdict = judge(self.task, w, outs, [str(d) for d in reply.get("dtypes", [])], ref)
-        if verdict.status != "passed":
-            raise _Fail(verdict.status, f"{w.name}: a timed call (not a correctness trial) returned a wrong result, "
-                        f"so the candidate behaves differently when timed: {verdict.message}")
+    def reference_for_call(self, check: Check) -> list[np.ndarray]:
+        """Reference outputs for the inputs a timed call saw (pool.call_inputs)."""
+        msg = {"workload": check.workload.name, "seed": check.seed, "sets": check.sets, "batch": check.batch_key,
+               "call": check.call}
+        return self._reference(tuple(msg.values()), msg)[1]
 
+    def _references(self, needed: list[tuple[Workload, int]]) -> None:
+        for w, seed in needed:
+            self.reference(w, seed)
+
+    # -- baselines -------------------------------------------------------------------------------------------------
     def baseline_latency(self, name: str, workload: Workload, deadline: float) -> float | None:
-        key = (name, workload.name)
-        if key in self._baselines:
-            return self._baselines[key]
+        return self.baseline_timings(name, [workload], deadline)[workload.name][0]
+
+    def baseline_timings(self, name: str, workloads: list[Workload],
+                         deadline: float) -> dict[str, tuple[float | None, float | None]]:
+        """(latency, median time between calls) per workload, each variant timed in one trusted worker for all the
+        workloads not yet known, the fastest variant kept per workload."""
+        todo = [w for w in workloads if (name, w.name) not in self._baselines]
         source = self.task.baseline(name).source_for(self.backend.family)
-        if source is None:
-            return None
-        best: float | None = None
-        for entry in baseline_variants(source):
-            # A baseline timing that was disturbed (its worker stopped by someone, or its clock inconsistent with
-            # ours) is measured again rather than believed: a slow baseline would inflate every speedup.
-            for _attempt in range(3):
-                worker, reply = start("baseline", self.task.origin, self.device, 1 << 40, deadline, source=source,
-                                      entry=entry)
-                try:
-                    if not reply.get("ok"):
-                        raise RuntimeError(f"baseline {name} ({entry}) failed to load: {reply.get('error')}")
-                    measured = self._time(worker, workload, deadline)
-                    disturbed = worker.stops_seen > 0 or measured.error is not None
-                finally:
-                    worker.close()
-                if not disturbed:
-                    break
-            if best is None or measured.latency_s < best:
-                best = measured.latency_s
-        self._baselines[key] = best if best is not None else float("nan")
-        return best
+        if todo and source is None:
+            for w in todo:
+                self._baselines[(name, w.name)] = (None, None)
+        elif todo:
+            assert source is not None
+            best: dict[str, tuple[float, float | None]] = {}
+            for entry in baseline_variants(source):
+                for wname, measured in self._time_baseline(source, entry, todo, deadline).items():
+                    if wname not in best or measured[0] < best[wname][0]:
+                        best[wname] = measured
+            for w in todo:
+                lat, gap = best.get(w.name, (float("nan"), None))
+                self._baselines[(name, w.name)] = (lat, gap)
+        return {w.name: self._baselines[(name, w.name)] for w in workloads}
+
+    def _time_baseline(self, source: str, entry: str, workloads: list[Workload],
+                       deadline: float) -> dict[str, tuple[float, float | None]]:
+        out: dict[str, tuple[float, float | None]] = {}
+        worker: WorkerProcess | None = None
+        try:
+            for w in workloads:
+                plan = self._plan(w)
+                # A baseline timing that was disturbed (its worker stopped by someone, or its clock inconsistent
+                # with ours) is measured again rather than believed: a slow baseline would inflate every speedup.
+                for _attempt in range(3):
+                    if worker is None or worker.proc.poll() is not None:
+                        worker, reply = start("baseline", self.task.origin, self.device, 1 << 40, deadline,
+                                              source=source, entry=entry)
+                        if not reply.get("ok"):
+                            raise RuntimeError(f"baseline ({entry}) failed to load: {reply.get('error')}")
+                    stops = worker.stops_seen
+                    timed = time_workload(worker, self.task, w, plan, deadline, check=False)
+                    measured = timing.combine(timed.rows(), timed.gaps(), leads=timed.leads())
+                    if worker.stops_seen == stops and measured.error is None:
+                        break
+                out[w.name] = (measured.latency_s, timed.median_gap())
+        finally:
+            if worker is not None:
+                worker.close()
+        return out
+
+    def _plan(self, w: Workload) -> timing.TimingPlan:
+        return timing.plan(self.task, w, int(self.profile.get("llc_bytes") or (32 << 20)), self.backend.is_gpu)
 
     # -- the verdict -----------------------------------------------------------------------------------------------
     def evaluate(self, source: str, options: EvalOptions | None = None) -> EvalResult:
         opts = options or EvalOptions()
         t_start = time.monotonic()
+        self.phases = {}
         baseline_name = opts.baseline or self.task.default_baseline
         self.task.baseline(baseline_name)  # unknown names fail before any work
         workloads = self.task.select_workloads(self.backend.tier, opts.holdout, opts.workloads)
         if not workloads:
             raise ValueError(f"task {self.task.name} has no {self.backend.tier} workloads to evaluate")
         master = opts.seed if opts.seed is not None else secrets.randbits(62)
-        seeds = _seeds(master, workloads)
+        trial_master = opts.seed if opts.seed is not None else self._trial_master
+        trials, post = _seeds(trial_master, workloads, TRIALS), _seeds(master ^ 0x5EED, workloads, POST_TRIALS)
+        seeds = {w.name: trials[w.name] + post[w.name] for w in workloads}
         result = EvalResult(status="passed", task=self.task.name, backend=self.backend.name, baseline=baseline_name,
-                            seeds={"master": [master], **seeds}, environment=self.env())
+                            seeds={"master": [master], "trial_master": [trial_master], **seeds},
+                            environment=self.env())
         result.workloads = [WorkloadResult(name=w.name, split=w.split) for w in workloads]
         try:
-            self._static(source, opts, result)
+            with self._phase("static"):
+                self._static(source, opts, result)
             self._run_candidate(source, opts, workloads, seeds, result, t_start)
-        except _Fail as fail:
+        except Fail as fail:
             result.status, result.message = fail.status, fail.message
         result.duration_s = time.monotonic() - t_start
         if result.status == "passed":
@@ -280,46 +272,65 @@ class Evaluator:
     def _static(self, source: str, opts: EvalOptions, result: EvalResult) -> None:
         verdict = check_source(source, self.task.forbidden)
         if verdict.status:
-            raise _Fail(verdict.status, verdict.message)
+            raise Fail(verdict.status, verdict.message)
         if not opts.lint:
             return
+        from ksearch.knowledge.lint import lint_source
+
         diags = lint_source(source, self.backend.name, self.task, forbidden_uses=verdict.forbidden)
         errors = [d for d in diags if d.severity == "error"]
         result.warnings.extend(str(d) for d in diags if d.severity != "error")
         if errors:
             status = "forbidden" if any(d.code == "forbidden-api" for d in errors) else "compile_error"
-            raise _Fail(status, "lint: " + "; ".join(str(d) for d in errors[:5]))
+            raise Fail(status, "lint: " + "; ".join(str(d) for d in errors[:5]))
+
+    def _start_candidate(self, source: str, opts: EvalOptions, workloads: list[Workload],
+                         seeds: dict[str, list[int]], deadline: float) -> WorkerProcess:
+        """Start the candidate's worker; meanwhile, in a thread, the trusted reference worker computes what the
+        trials will need (its GPU work overlaps the candidate's import and compiles, never a timed call)."""
+        needed = [(w, s) for w in workloads for s in seeds[w.name]]
+        refs = self._thread().submit(self._references, needed)
+        try:
+            with self._phase("start candidate"):
+                worker, reply = start("candidate", self.task.origin, self.device, opts.memory_limit_bytes, deadline,
+                                      source=source, forbidden=self.task.forbidden, env=opts.extra_env)
+        except BaseException:
+            refs.result()
+            raise
+        with self._phase("references (waiting)"):
+            try:
+                refs.result()
+            except BaseException:
+                worker.close()
+                raise
+        if not reply.get("ok"):
+            err = str(reply.get("error", ""))
+            status = "forbidden" if (worker.forbidden_calls or "ForbiddenAPIError" in err) else "compile_error"
+            tail = _tail(worker)
+            worker.close()
+            raise Fail(status, "import failed: " + err[-2000:] + tail)
+        return worker
 
     def _run_candidate(self, source: str, opts: EvalOptions, workloads: list[Workload],
                        seeds: dict[str, list[int]], result: EvalResult, t_start: float) -> None:
         timeout = opts.timeout_s or default_timeout(self.backend)
         deadline = t_start + timeout
         worker: WorkerProcess | None = None
+        timed: dict[str, Timed] = {}
         try:
-            worker, reply = start("candidate", self.task.origin, self.device, opts.memory_limit_bytes, deadline,
-                                  source=source, forbidden=self.task.forbidden, env=opts.extra_env)
-            if not reply.get("ok"):
-                err = str(reply.get("error", ""))
-                status = "forbidden" if (worker.forbidden_calls or "ForbiddenAPIError" in err) else "compile_error"
-                raise _Fail(status, "import failed: " + err[-2000:] + _tail(worker))
+            worker = self._start_candidate(source, opts, workloads, seeds, deadline)
+            with self._phase("trials"):
+                for w, wr in zip(workloads, result.workloads, strict=True):
+                    self._correctness(worker, w, wr, seeds[w.name][:TRIALS], deadline)
             for w, wr in zip(workloads, result.workloads, strict=True):
-                self._correctness(worker, w, wr, seeds[w.name][:TRIALS], deadline)
-            for w, wr in zip(workloads, result.workloads, strict=True):
-                measured = self._time(worker, w, deadline, spot_check=True)
-                if measured.error:
-                    raise _Fail("runtime_error", f"{w.name}: {measured.error}")
-                wr.latency_s, wr.latency_spread, wr.timing_source = measured.latency_s, measured.spread, measured.source
-                floor = timing.floor_seconds(self.task, w, self.profile)
-                if floor:
-                    wr.roofline_fraction = floor / measured.latency_s
-                    if self.backend.is_gpu and measured.latency_s < floor:
-                        raise _Fail("runtime_error", f"{w.name}: {measured.latency_s * 1e6:.2f} us is below the "
-                                    f"physical floor of {floor * 1e6:.2f} us: the kernel cannot have done the work")
+                with self._phase("timing"):
+                    timed[w.name] = time_workload(worker, self.task, w, self._plan(w), deadline, check=True)
                 # Correctness again on inputs made after timing: a candidate that behaves during the trials and
                 # caches or skips work afterwards is caught here.
-                self._correctness(worker, w, wr, seeds[w.name][TRIALS:], deadline)
+                with self._phase("trials"):
+                    self._correctness(worker, w, wr, seeds[w.name][TRIALS:], deadline)
             if worker.forbidden_calls:
-                raise _Fail("forbidden", f"forbidden API called at run time: {worker.forbidden_calls[0]}")
+                raise Fail("forbidden", f"forbidden API called at run time: {worker.forbidden_calls[0]}")
             out = worker.output_tail()
             if out:
                 result.message = out
@@ -328,12 +339,7 @@ class Evaluator:
             # softmax look 8x faster than it is).
             worker.close()
             worker = None
-            for w, wr in zip(workloads, result.workloads, strict=True):
-                base = self.baseline_latency(result.baseline, w, time.monotonic() + 1800)
-                wr.baseline_latency_s = base
-                if base and wr.latency_s:
-                    wr.speedup = base / wr.latency_s
-        except _Fail as fail:
+        except Fail as fail:
             # Whatever the candidate printed is shown with every verdict (never believed): the user sees what ran, and
             # a wrong answer is easier to debug with the candidate's own prints.
             out = worker.output_tail() if worker is not None else ""
@@ -345,43 +351,83 @@ class Evaluator:
             if worker is not None and worker.forbidden_calls:
                 status = "forbidden"
             msg = f"the candidate exceeded the {timeout:.0f}s time limit" if died.kind == "timeout" else str(died)
-            raise _Fail(status, msg + (_tail(worker) if worker else "")) from died
+            raise Fail(status, msg + (_tail(worker) if worker else "")) from died
         finally:
             if worker is not None:
                 worker.close()
+        with self._phase("timed calls judged"):
+            for t in timed.values():
+                for check in t.checks:
+                    self._judge_timed_call(check)
+        with self._phase("baselines"):
+            base = self.baseline_timings(result.baseline, workloads, time.monotonic() + 1800)
+        for w, wr in zip(workloads, result.workloads, strict=True):
+            latency, gap = base[w.name]
+            measured = timing.combine(timed[w.name].rows(), timed[w.name].gaps(), gap,
+                                      timing.GAP_SLACK_S["gpu" if self.backend.is_gpu else "cpu"],
+                                      timed[w.name].leads())
+            if measured.error:
+                raise Fail("runtime_error", f"{w.name}: {measured.error}")
+            wr.latency_s, wr.latency_spread, wr.timing_source = measured.latency_s, measured.spread, measured.source
+            floor = timing.floor_seconds(self.task, w, self.profile)
+            if floor:
+                wr.roofline_fraction = floor / measured.latency_s
+                if self.backend.is_gpu and measured.latency_s < floor:
+                    raise Fail("runtime_error", f"{w.name}: {measured.latency_s * 1e6:.2f} us is below the "
+                               f"physical floor of {floor * 1e6:.2f} us: the kernel cannot have done the work")
+            wr.baseline_latency_s = latency
+            if latency and wr.latency_s:
+                wr.speedup = latency / wr.latency_s
+
+    def _judge_timed_call(self, check: Check) -> None:
+        w = check.workload
+        ref = self.reference_for_call(check)
+        outs = [from_raw_bits(o, d) for o, d in zip(check.outputs, check.dtypes, strict=False)]
+        verdict = judge(self.task, w, outs, check.dtypes, ref)
+        if verdict.status != "passed":
+            raise Fail(verdict.status, f"{w.name}: a timed call (not a correctness trial) returned a wrong result, "
+                       f"so the candidate behaves differently when timed: {verdict.message}")
 
     def _correctness(self, worker: WorkerProcess, w: Workload, wr: WorkloadResult, seeds: list[int],
                      deadline: float) -> None:
         seen: dict[str, int] = {}
-        max_bytes = 2 * self.task.output_bytes(w) * 2 + (1 << 20)  # bf16 widens to fp32 on the wire
+        max_bytes = 2 * self.task.output_bytes(w) + (1 << 20)
         for seed in seeds:
             digests, ref = self.reference(w, seed)
+            # The first call of a candidate includes its JIT compiles: a phase of its own.
+            first = "first trial" not in self.phases
+            t0 = time.perf_counter()
             reply, arrays = worker.request({"op": "trial", "workload": w.name, "seed": seed}, deadline, max_bytes)
+            if first:
+                self.phases["first trial"] = time.perf_counter() - t0
+                self.phases["trials"] = self.phases.get("trials", 0.0) - self.phases["first trial"]
             if worker.forbidden_calls:
-                raise _Fail("forbidden", f"forbidden API called at run time: {worker.forbidden_calls[0]}")
+                raise Fail("forbidden", f"forbidden API called at run time: {worker.forbidden_calls[0]}")
             if not reply.get("ok"):
                 err = str(reply.get("error", ""))
-                raise _Fail(_classify_exception(err, worker.forbidden_calls),
-                            f"{w.name}: run() raised:\n{err[-2000:]}{_tail(worker)}")
+                raise Fail(classify_exception(err, worker.forbidden_calls),
+                           f"{w.name}: run() raised:\n{err[-2000:]}{_tail(worker)}")
             if reply.get("bad_type"):
-                raise _Fail("wrong_shape", f"{w.name}: {reply['bad_type']}")
+                raise Fail("wrong_shape", f"{w.name}: {reply['bad_type']}")
             if reply.get("before") != digests:
-                raise _Fail("wrong_answer", f"{w.name}: the inputs the candidate's process saw differ from the trusted "
-                            "generator's (was the generator patched?)")
+                raise Fail("wrong_answer", f"{w.name}: the inputs the candidate's process saw differ from the trusted "
+                           "generator's (was the generator patched?)")
             if reply.get("after") != reply.get("before"):
                 changed = [k for k in digests if (reply.get("after") or {}).get(k) != digests[k]]
-                raise _Fail("wrong_answer", f"{w.name}: run() modified its inputs ({', '.join(changed)}); inputs "
-                            "are read-only")
-            outs = [arrays[f"out{i}"] for i in range(len(arrays)) if f"out{i}" in arrays]
-            verdict = judge(self.task, w, outs, [str(d) for d in reply.get("dtypes", [])], ref)
+                raise Fail("wrong_answer", f"{w.name}: run() modified its inputs ({', '.join(changed)}); inputs "
+                           "are read-only")
+            dtypes = [str(d) for d in reply.get("dtypes", [])]
+            raw = [arrays[f"out{i}"] for i in range(len(arrays)) if f"out{i}" in arrays]
+            outs = [from_raw_bits(o, d) for o, d in zip(raw, dtypes, strict=False)]
+            verdict = judge(self.task, w, outs, dtypes, ref)
             wr.max_abs_err = max(wr.max_abs_err or 0.0, verdict.max_abs)
             wr.max_rel_err = max(wr.max_rel_err or 0.0, verdict.max_rel)
             if verdict.status != "passed":
                 wr.status = verdict.status
-                raise _Fail(verdict.status, f"{w.name} (seed {seed}): {verdict.message}")
-            key = "".join(a.tobytes()[:4096].hex() for a in outs[:1])
+                raise Fail(verdict.status, f"{w.name} (seed {seed}): {verdict.message}")
+            key = "".join(a.tobytes()[:4096].hex() for a in raw[:1])
             if key in seen:
-                raise _Fail("wrong_answer", f"{w.name}: the output did not change when the inputs changed")
+                raise Fail("wrong_answer", f"{w.name}: the output did not change when the inputs changed")
             seen[key] = seed
 
 

@@ -19,6 +19,12 @@ from ksearch.errors import Deadline, ProtocolError
 _LEN = struct.Struct(">Q")
 MAX_HEADER = 8 << 20
 
+#: During a batch of timed calls the worker sends one fixed-size record per call (a commitment: the call's index and
+#: the two lanes of its outputs' fingerprint), then an end record, then the batch's ordinary reply frame.
+COMMIT = struct.Struct(">4sIII")
+COMMIT_MAGIC = b"KSCM"
+END_MAGIC = b"KSEN"
+
 
 def pack_arrays(arrays: dict[str, np.ndarray]) -> tuple[list[dict[str, Any]], list[bytes]]:
     meta, bufs = [], []
@@ -29,16 +35,28 @@ def pack_arrays(arrays: dict[str, np.ndarray]) -> tuple[list[dict[str, Any]], li
     return meta, bufs
 
 
+def pack_arrays_views(arrays: dict[str, np.ndarray]) -> tuple[list[dict[str, Any]], list[memoryview]]:
+    meta, bufs = [], []
+    for name, a in arrays.items():
+        a = np.ascontiguousarray(a)
+        meta.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "nbytes": a.nbytes})
+        bufs.append(memoryview(a.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
+    return meta, bufs
+
+
 def send(sock: socket.socket, header: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> None:
-    meta, bufs = pack_arrays(arrays or {})
+    # Buffers go out without a copy (outputs of tens of MB, several per workload).
+    meta, bufs = pack_arrays_views(arrays or {})
     body = json.dumps({**header, "_arrays": meta}).encode()
     sock.sendall(_LEN.pack(len(body)) + body)
     for b in bufs:
         sock.sendall(b)
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None, poll: Any) -> bytes:
-    chunks, got = [], 0
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None, poll: Any) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
     while got < n:
         if deadline is not None:
             while True:
@@ -50,12 +68,11 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None, poll: Any) 
                     break
                 if poll is not None:
                     poll()
-        chunk = sock.recv(min(n - got, 1 << 22))
-        if not chunk:
+        k = sock.recv_into(view[got:], min(n - got, 1 << 24))
+        if not k:
             raise ProtocolError("worker closed the channel")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+        got += k
+    return buf
 
 
 _ALLOWED_DTYPES = {"<f4", "<f2", "<f8", "<i4", "<i8", "<u4", "|b1", "|u1", "|i1", "<u2", "<i2", "<u8"}

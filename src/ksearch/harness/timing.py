@@ -13,9 +13,11 @@ from ksearch.tasks.base import Task, Workload
 @dataclass
 class TimingPlan:
     pool_sets: int
-    warmup: int
+    warmup: int  # calls at least
+    warmup_s: float  # and seconds at least
     batches: int
     target_batch_s: float
+    checks: int  # batches whose checked call is judged against the reference
 
 
 def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, max_pool_bytes: int = 8 << 30) -> TimingPlan:
@@ -23,7 +25,11 @@ def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, max_pool_byt
     # More distinct input sets than twice the last-level cache holds: every timed call reads from DRAM.
     sets = math.ceil(2 * llc_bytes / per_set) + 1
     sets = max(2, min(sets, 64, max(2, max_pool_bytes // per_set)))
-    return TimingPlan(pool_sets=sets, warmup=3, batches=5 if gpu else 3, target_batch_s=0.1 if gpu else 0.15)
+    if gpu:
+        return TimingPlan(pool_sets=sets, warmup=3, warmup_s=0.1, batches=5, target_batch_s=0.08, checks=2)
+    # CPU timings serve relative comparisons within one run: a pool of at most 8 sets (building 64 took longer than
+    # the rest of the timing of a small workload), and shorter batches.
+    return TimingPlan(pool_sets=min(sets, 8), warmup=3, warmup_s=0.05, batches=4, target_batch_s=0.06, checks=2)
 
 
 def batch_size(estimate_s: float, target_s: float) -> int:
@@ -36,38 +42,44 @@ def batch_size(estimate_s: float, target_s: float) -> int:
 class Measured:
     latency_s: float
     spread: float
-    source: str  # worker | parent
+    source: str  # worker | cycle | parent
     error: str | None = None
 
 
-#: Timed calls read their pool set rotated by a multiple of SHIFT_BYTES (an alignment that vector loads keep), in
-#: SHIFTS different ways: no two calls among pool_sets * SHIFTS see the same contents or addresses.
-SHIFT_BYTES = 256
-#: Warm-up calls a worker may make; timed calls start past them, so no timed call sees a warm-up call's inputs.
-WARMUP_MAX_CALLS = 100
-SHIFTS = 256
-#: The worker keeps the outputs of its last RING timed calls; after SPOT_CHECKS randomly chosen batches of each
-#: candidate timing, the parent judges one of them against the reference for that call's (rotated) inputs. The
-#: parent ends each batch at a moment the worker cannot foresee, so a candidate that skips the work whenever it
-#: recognises a timed call (by its caller's frames, a counter, the pace of calls) is caught.
-RING = 3
-SPOT_CHECKS = 2
+#: The worker keeps the outputs of its last RING timed calls. The parent stops each batch at a uniformly random moment
+#: of its expected length and names one call among the last ones whose commitment had arrived before its stop: every
+#: call of a batch is as likely to be the one checked.
+RING = 6
 
-#: The first timed batch is at most this many calls: the worker's warm-up estimate (which a patched clock can make
-#: absurdly small) must not be able to size a batch of minutes; later batches are sized from the parent's clock.
+#: A timed batch is expected to take at least this many calls, so that its random stop has calls to land between.
+MIN_BATCH_CALLS = 4
+
+#: The first batch is at most this many calls: nothing the worker says sizes a batch of minutes.
 FIRST_BATCH_MAX = 20
 
-#: The worker's summed per-call times must cover at least this share of the parent's wall clock for a batch. Honest
-#: workers measure 0.98-0.995 of it (the rest is messaging); the share bounds what a clock that runs slow can win.
-#: It was 0.35, which let a clock running at 0.4x real speed pass with a 2.5x speedup.
-MIN_COVERAGE = 0.7
+#: Per batch, the worker's clock must account for the parent's: lead + calls + gaps (everything between two calls)
+#: between MIN_COVERAGE and 1.05 of the parent's elapsed time (plus a few milliseconds of messaging). A clock patched
+#: to run slow fails the lower bound; one claiming more time than passed, the upper.
+MIN_COVERAGE = 0.8
+
+#: What happens between two calls (the commitment's fingerprint, the next call's inputs) is the harness's own work;
+#: the trusted baseline worker measures how long it takes on the same workload. A candidate's time between calls may
+#: exceed that by this factor plus GAP_SLACK_S and GAP_CALL_SHARE before the excess is added back to its calls (work
+#: moved out of the clock is still work).
+GAP_FACTOR = 1.25
+#: ... plus this share of the median call (the time between calls of two workers is noisy on a loaded machine).
+GAP_CALL_SHARE = 0.1
+GAP_SLACK_S = {"gpu": 20e-6, "cpu": 100e-6}
 
 
-def batch_error(elapsed: float, n: int, times: list[float]) -> str | None:
+def batch_error(elapsed: float, n: int, times: list[float], gaps: list[float] | None = None,
+                lead: float = 0.0) -> str | None:
     """Why the worker's times for one batch of at most n calls (the parent may stop it early) cannot be believed."""
-    if not 1 <= len(times) <= n or any(not (isinstance(t, (int, float)) and math.isfinite(t) and t >= 0) for t in times):
+    gaps = gaps if gaps is not None else []
+    if not 1 <= len(times) <= n or len(gaps) not in (0, len(times)) or any(
+            not (isinstance(t, (int, float)) and math.isfinite(t) and t >= 0) for t in [*times, *gaps, lead]):
         return "the worker reported malformed timings"
-    total = sum(times)
+    total = sum(times) + sum(gaps) + lead
     if total > elapsed * 1.05 + 2e-3:
         return f"impossible timings: the worker claims {total:.4g}s inside {elapsed:.4g}s of wall clock"
     if total < elapsed * MIN_COVERAGE - 5e-3:
@@ -76,20 +88,32 @@ def batch_error(elapsed: float, n: int, times: list[float]) -> str | None:
     return None
 
 
-def combine(batches: list[tuple[float, int, list[float]]]) -> Measured:
-    """batches: (parent elapsed seconds, calls, worker per-call times). The worker's times are finer but are only
-    believed when they fit inside the parent's clock; a worker that claims more time than passed, or far less, is
-    lying (a patched timer) and the evaluation fails."""
+def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float]] | None = None,
+            trusted_gap: float | None = None, slack: float = 0.0, leads: list[float] | None = None) -> Measured:
+    """batches: (parent elapsed seconds, calls, worker per-call times); gaps: per batch, the worker's time between
+    calls. The worker's times are finer but only believed when they fit inside the parent's clock; a worker that
+    claims more time than passed, or far less, is lying (a patched timer) and the evaluation fails. With a trusted gap
+    (the baseline's time between calls on this workload), a call is as long as its own time, or its time plus its gap
+    less what the harness itself needs there (GAP_FACTOR), whichever is longer."""
     all_worker: list[float] = []
-    for elapsed, _n, times in batches:
+    cycles: list[float] = []
+    for k, (elapsed, _n, times) in enumerate(batches):
         n = len(times) or 1
-        error = batch_error(elapsed, n, times)
+        g = gaps[k] if gaps is not None else []
+        error = batch_error(elapsed, n, times, g, leads[k] if leads else 0.0) if g else batch_error(elapsed, n, times)
         if error:
             return Measured(elapsed / n, 0.0, "parent", error)
         all_worker.extend(times)
+        if g:
+            cycles.extend(t + gg for t, gg in zip(times, g, strict=True))
     med = statistics.median(all_worker)
     q = statistics.quantiles(all_worker, n=4) if len(all_worker) >= 4 else [med, med, med]
-    return Measured(med, (q[2] - q[0]) / med if med > 0 else 0.0, "worker")
+    source = "worker"
+    if trusted_gap is not None and cycles:
+        bound = statistics.median(cycles) - (GAP_FACTOR * trusted_gap + slack + GAP_CALL_SHARE * med)
+        if bound > med:
+            med, source = bound, "cycle"
+    return Measured(med, (q[2] - q[0]) / med if med > 0 else 0.0, source)
 
 
 def floor_seconds(task: Task, workload: Workload, profile: dict[str, Any]) -> float | None:

@@ -28,34 +28,12 @@ from typing import Any
 import numpy as np
 
 from ksearch.harness import protocol
-from ksearch.harness.timing import RING, SHIFT_BYTES, SHIFTS, WARMUP_MAX_CALLS
+from ksearch.harness.timing import RING
 
 # Captured before any candidate code exists in this process.
 _clock = time.perf_counter
 _send = protocol.send
-
-
-# See timing.py: how timed calls' inputs are rotated, and how many of their outputs are kept for spot checks.
-_SHIFT_BYTES = SHIFT_BYTES
-_SHIFTS = SHIFTS
-
-
-def _step(v: Any, rotate: bool) -> int:
-    return max(1, _SHIFT_BYTES // max(1, v.itemsize)) if rotate else 0
-
-
-def rotated(mx: Any, inputs: dict[str, Any], shift: int, rotate: bool) -> dict[str, Any]:
-    """The inputs a timed call with rotation `shift` sees, built directly (the reference worker's way): each tensor,
-    flattened, rolled left by shift * step elements. Equal to the timing pool's view (see Worker._fresh)."""
-    out = {}
-    for name, v in inputs.items():
-        off = shift * _step(v, rotate)
-        if off and v.size:
-            flat = v.reshape(-1)
-            k = off % v.size
-            v = mx.concatenate([flat[k:], flat[:k]]).reshape(v.shape) if k else v
-        out[name] = v
-    return out
+_sendall = socket.socket.sendall
 
 
 def _die_with_parent() -> None:
@@ -120,11 +98,11 @@ class Worker:
         self.task: Any = None
         self.run: Any = None
         self.mx: Any = None
-        self.pool: list[dict[str, tuple[Any, tuple[int, ...], int]]] = []
+        self.pool: Any = None
         self.params: dict[str, Any] = {}
         self._eval: Any = None
-        self.staged: tuple[int, list[dict[str, Any]]] | None = None
-        self.ring: collections.deque[Any] = collections.deque(maxlen=RING)
+        self.ring: collections.deque[tuple[int, tuple[Any, ...]]] = collections.deque(maxlen=RING)
+        self._bases: dict[tuple[str, int], Any] = {}
         self._synchronize: Any = None
 
     # -- setup ---------------------------------------------------------------------------------------------------
@@ -147,6 +125,11 @@ class Worker:
             _no_dumps()
         if self.role == "reference":
             return {"ok": True}
+        # The harness's own work in this process (fingerprints, the timing pool) binds the MLX functions it uses
+        # now, before any candidate code exists.
+        from ksearch.harness import digest, pool  # noqa: F401
+
+        digest.capture_ops()
         if self.role == "candidate":
             from ksearch.harness import guard
 
@@ -195,104 +178,67 @@ class Worker:
     def _as_tuple(self, out: Any) -> tuple[Any, ...]:
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
+    def _ship(self, outs: tuple[Any, ...]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Outputs as their exact bits (bfloat16 as uint16 words), with their dtypes; or why they cannot be."""
+        from ksearch.harness.digest import raw_bits
+
+        mx = self.mx
+        if not all(isinstance(o, mx.array) for o in outs):
+            kinds = ", ".join(type(o).__name__ for o in outs)
+            return {"ok": True, "bad_type": f"run() returned {kinds}, not MLX arrays"}, {}
+        dtypes = [str(o.dtype).replace("mlx.core.", "") for o in outs]
+        return {"ok": True, "dtypes": dtypes}, {f"out{i}": raw_bits(o) for i, o in enumerate(outs)}
+
     # -- operations ----------------------------------------------------------------------------------------------
     def reference(self, msg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        from ksearch.harness.digest import digest_inputs, to_numpy
+        """Reference outputs (float32) for a trial's inputs (seed), or for a timed call's (seed, sets, batch, call)."""
+        from ksearch.harness.digest import digest_inputs_mx, to_numpy
+        from ksearch.harness.pool import call_inputs
 
         mx = self.mx
         w = self._workload(msg)
-        inputs = self._inputs(w, int(msg["seed"]))
-        if int(msg.get("shift", 0)):  # a timed call's input set (spot checks)
-            inputs = rotated(mx, inputs, int(msg["shift"]), self.task.generator is None)
-            self._eval(list(inputs.values()))
-        digests = digest_inputs(inputs)
-        copies = {k: mx.array(v).astype(mx.float32) for k, v in inputs.items()}
+        if msg.get("call") is not None:
+            # The generator's inputs of a timing pool are kept: the calls checked from one pool share them.
+            key = (w.name, int(msg["seed"]))
+            if key not in self._bases:
+                self._bases.clear()
+                self._bases[key] = self._inputs(w, key[1]) if self.task.generator is None else None
+            inputs = call_inputs(self.task, w, key[1], int(msg["sets"]), int(msg["batch"]), int(msg["call"]),
+                                 self._bases[key])
+        else:
+            inputs = self._inputs(w, int(msg["seed"]))
+        digests = digest_inputs_mx(inputs)
+        copies = {k: v.astype(mx.float32) for k, v in inputs.items()}
         outs = self._as_tuple(self.task.reference(copies, **dict(w.params)))
         self._eval(outs)
         arrays = {f"out{i}": to_numpy(o.astype(mx.float32)) for i, o in enumerate(outs)}
         return {"ok": True, "digests": digests}, arrays
 
     def trial(self, msg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        from ksearch.harness.digest import digest_inputs, to_numpy
+        from ksearch.harness.digest import digest_inputs_mx
 
-        mx = self.mx
         w = self._workload(msg)
         self._poison(w)
         inputs = self._inputs(w, int(msg["seed"]))
-        before = digest_inputs(inputs)
+        before = digest_inputs_mx(inputs)
         outs = self._as_tuple(self.run(**inputs, **dict(w.params)))
-        if not all(isinstance(o, mx.array) for o in outs):
-            kinds = ", ".join(type(o).__name__ for o in outs)
-            return {"ok": True, "bad_type": f"run() returned {kinds}, not MLX arrays"}, {}
-        self._eval(outs)
-        self._sync()
-        after = digest_inputs(inputs)
-        dtypes = [str(o.dtype).replace("mlx.core.", "") for o in outs]
-        arrays = {f"out{i}": to_numpy(o) for i, o in enumerate(outs)}
-        return {"ok": True, "before": before, "after": after, "dtypes": dtypes}, arrays
+        if all(isinstance(o, self.mx.array) for o in outs):
+            self._eval(outs)
+            self._sync()
+        after = digest_inputs_mx(inputs)
+        reply, arrays = self._ship(outs)
+        return {**reply, "before": before, "after": after}, arrays
 
     def prepare(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Build the timing pool of one workload (see pool.py): sets of inputs laid out as callers pass them."""
+        from ksearch.harness.pool import TimingPool
+
         w = self._workload(msg)
         self.params = dict(w.params)
-        self.pool = []
-        self._eval([])
-        self.pool = [self._timing_set(w, int(s)) for s in msg["seeds"]]
-        # Warm-up calls are the same calls as timed ones: nothing distinguishes them.
-        # At least `warmup` calls and a quarter second: the first calls of a shape build MLX's graph caches and JIT
-        # kernels, and a cold start measured against a warm baseline showed a 1.2x phantom speedup of a kernel over
-        # itself.
-        t = self._calls(self._views(0, int(msg.get("warmup", 2))))
-        while sum(t) < 0.25 and len(t) < WARMUP_MAX_CALLS // 2:
-            t += self._calls(self._views(len(t), min(max(1, len(t)), WARMUP_MAX_CALLS - len(t))))
-        return {"ok": True, "estimate": float(np.median(t)) if t else 0.0}
-
-    def _timing_set(self, workload: Any, seed: int) -> dict[str, tuple[Any, tuple[int, ...], int]]:
-        """One pool set, each tensor stored flat with a short tail that repeats its start, so that a view at an offset
-        is a rotation of the tensor (see _fresh)."""
-        mx = self.mx
-        # A task's own generator may build inputs with structure (sorted, indices, ...) that a rotation breaks: those
-        # get fresh objects over unrotated buffers only.
-        rotate = self.task.generator is None
-        out = {}
-        for name, v in self._inputs(workload, seed).items():
-            flat = v.reshape(-1)
-            step = _step(v, rotate)
-            extra = step * (_SHIFTS - 1)
-            if not extra or not flat.size:
-                tail = flat[:0]
-            elif flat.size >= extra:
-                tail = flat[:extra]
-            else:  # a tensor shorter than the longest rotation: repeat it
-                tail = mx.concatenate([flat] * -(-extra // flat.size))[:extra]
-            out[name] = (mx.concatenate([flat, tail]), tuple(v.shape), step)
-        self._eval([b for b, _, _ in out.values()])
-        return out
-
-    def _fresh(self, i: int) -> dict[str, Any]:
-        """The inputs of timed call i: pool set i % P, rotated by a multiple of 256 bytes that changes every pass
-        through the pool, as new array objects over the pool's buffers (a slice and a reshape copy nothing).
-        The pool is reused many times per batch. Handing back the same objects let a candidate memoise its output
-        per input object and skip the work in every timed call after the first pass (reproduced: a 500x "speedup");
-        handing back the same contents would let it memoise on a fingerprint or on the buffer's address. Now no two
-        calls among P * 256 see the same contents or addresses. Rotated inputs stay valid inputs: the built-in
-        generators draw every element independently from one distribution."""
-        n_sets = len(self.pool)
-        shift = (i // n_sets) % _SHIFTS
-        views = {}
-        for name, (buf, shape, step) in self.pool[i % n_sets].items():
-            size = 1
-            for d in shape:
-                size *= d
-            off = shift * step
-            views[name] = buf[off : off + size].reshape(shape)
-        return views
-
-    def _call(self, inputs: dict[str, Any]) -> tuple[float, Any]:
-        t0 = _clock()
-        out = self.run(**inputs, **self.params)
-        self._eval(out)
-        self._sync()
-        return _clock() - t0, out
+        self.pool = None
+        self.ring.clear()
+        self.pool = TimingPool(self.task, w, int(msg["seed"]), int(msg["sets"]))
+        return {"ok": True}
 
     def _stop_requested(self) -> bool:
         """Whether the parent has ended the batch. It does so at a moment of its choosing, so a candidate cannot
@@ -303,57 +249,73 @@ class Worker:
         msg, _ = protocol.recv(self.sock)
         return msg.get("op") == "stop"
 
-    def _views(self, start: int, n: int) -> list[dict[str, Any]]:
-        views = [self._fresh(start + i) for i in range(n)]
-        self._eval([v for d in views for v in d.values()])
-        return views
-
-    def _calls(self, views: list[dict[str, Any]], stoppable: bool = False) -> list[float]:
-        times = []
-        self.ring.clear()
-        for i in range(len(views)):
-            inputs = views[i]
-            views[i] = {}  # a call's inputs live no longer than the call
-            t, out = self._call(inputs)
-            times.append(t)
-            self.ring.append(out)
-            del out
-            if stoppable and self._stop_requested():
-                break
-        return times
-
-    def stage(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Build the next batch's input views before the parent starts its clock: a few microseconds per input and
-        call that would otherwise sit inside the parent's window, outside the worker's, and lower the coverage that
-        the parent demands (timing.MIN_COVERAGE) for fast GPU kernels."""
-        self.staged = (int(msg.get("offset", 0)), self._views(int(msg.get("offset", 0)), int(msg["n"])))
-        return {"ok": True}
-
     def go(self, msg: dict[str, Any]) -> dict[str, Any]:
-        start, n = int(msg.get("offset", 0)), int(msg["n"])
-        staged, self.staged = self.staged, None
-        views = staged[1] if staged is not None and staged[0] == start and len(staged[1]) == n else None
-        return {"ok": True, "times": self._calls(views if views is not None else self._views(start, n), True)}
+        """One batch of timed calls, from call `offset` on, until the parent's stop or `n` calls.
+
+        Each call: new inputs (made before its clock starts), then run, evaluate and synchronise inside the clock.
+        After it, outside the clock: a fingerprint of its outputs computed on the device and sent to the parent at
+        once (a commitment: the parent later names one of the last calls before its stop, takes that call's outputs
+        from the ring and checks them against the commitment and the reference), and the next call's inputs. The
+        time outside the clock is reported too (`gaps`), so the parent can bound what happens there."""
+        from ksearch.harness.digest import fingerprint_mx
+
+        assert self.pool is not None, "prepare first"
+        start, n, batch = int(msg["offset"]), int(msg["n"]), int(msg["batch"])
+        times: list[float] = []
+        gaps: list[float] = []
+        self.ring.clear()
+        t_begin = _clock()
+        try:
+            first = self.pool.take(batch, start)
+            self._eval(list(first.values()))
+            nxt: dict[str, Any] | None = first
+            del first
+            lead = _clock() - t_begin
+            for k in range(n):
+                inputs, nxt = nxt, None
+                assert inputs is not None
+                t0 = _clock()
+                out = self.run(**inputs, **self.params)
+                self._eval(out)
+                self._sync()
+                t1 = _clock()
+                del inputs
+                outs = self._as_tuple(out)
+                del out
+                self.ring.append((start + k, outs))
+                pending = [fingerprint_mx(outs)]
+                if k + 1 < n:
+                    nxt = self.pool.take(batch, start + k + 1)
+                    pending.extend(nxt.values())
+                self._eval(pending)
+                lanes = pending[0].tolist()
+                del pending
+                _sendall(self.sock, protocol.COMMIT.pack(protocol.COMMIT_MAGIC, start + k, *lanes))
+                times.append(t1 - t0)
+                stop = self._stop_requested()
+                gaps.append(_clock() - t1)
+                if stop:
+                    break
+        except BaseException as exc:  # noqa: BLE001 - the candidate's failure, reported after the end record
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            _sendall(self.sock, protocol.COMMIT.pack(protocol.END_MAGIC, len(times), 0, 0))
+            return {"ok": False, "kind": "exception", "error": _tb(exc)}
+        _sendall(self.sock, protocol.COMMIT.pack(protocol.END_MAGIC, len(times), 0, 0))
+        return {"ok": True, "times": times, "gaps": gaps, "lead": lead}
 
     def spot(self, msg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """Ship one of the last timed calls' outputs (index counted from the oldest kept) for the parent to judge."""
-        from ksearch.harness.digest import to_numpy
-
-        mx = self.mx
-        ring = list(self.ring)
-        index = int(msg["index"])
-        if not 0 <= index < len(ring):
-            return {"ok": False, "kind": "protocol", "error": f"no timed call {index} kept"}, {}
-        outs = self._as_tuple(ring[index])
-        if not all(isinstance(o, mx.array) for o in outs):
-            kinds = ", ".join(type(o).__name__ for o in outs)
-            return {"ok": True, "bad_type": f"a timed run() returned {kinds}, not MLX arrays"}, {}
-        dtypes = [str(o.dtype).replace("mlx.core.", "") for o in outs]
-        return {"ok": True, "dtypes": dtypes}, {f"out{i}": to_numpy(o) for i, o in enumerate(outs)}
+        """Ship one of the last timed calls' outputs, named by its call index, for the parent to judge."""
+        call = int(msg["call"])
+        for index, outs in self.ring:
+            if index == call:
+                return self._ship(outs)
+        return {"ok": False, "kind": "protocol", "error": f"timed call {call} is not kept"}, {}
 
     def release(self, _msg: dict[str, Any]) -> dict[str, Any]:
-        self.pool = []
-        self.staged = None
+        if self.pool is not None:
+            self.pool.release()
+        self.pool = None
         self.ring.clear()
         return {"ok": True}
 
@@ -380,8 +342,6 @@ class Worker:
                     reply = self.prepare(msg)
                 elif op == "spot":
                     reply, arrays = self.spot(msg)
-                elif op == "stage":
-                    reply = self.stage(msg)
                 elif op == "go":
                     reply = self.go(msg)
                 elif op == "release":

@@ -24,10 +24,10 @@ def tensor_key(seed: int, workload: Workload, spec: TensorSpec) -> Any:
     return mx.random.key((int(seed) * 1_000_003 + salt) % (2**63))
 
 
-def make_tensor(spec: TensorSpec, workload: Workload, seed: int) -> Any:
+def draw(spec: TensorSpec, shape: tuple[int, ...], key: Any, dtype: str) -> Any:
+    """Values of `shape` distributed as `spec.init` says, from an explicit key (counter-based: the same key gives the
+    same values in every process of one backend)."""
     mx = _mx()
-    shape = spec.resolved_shape(workload)
-    key = tensor_key(seed, workload, spec)
     if spec.init == "normal":
         x = mx.random.normal(shape, key=key) * spec.scale
     elif spec.init == "uniform":
@@ -40,7 +40,11 @@ def make_tensor(spec: TensorSpec, workload: Workload, seed: int) -> Any:
         x = mx.zeros(shape)
     else:
         raise ValueError(f"tensor {spec.name!r}: unknown init {spec.init!r} (normal, uniform, positive, negative, zeros)")
-    return x.astype(getattr(mx, spec.resolved_dtype(workload)))
+    return x.astype(getattr(mx, dtype))
+
+
+def make_tensor(spec: TensorSpec, workload: Workload, seed: int) -> Any:
+    return draw(spec, spec.resolved_shape(workload), tensor_key(seed, workload, spec), spec.resolved_dtype(workload))
 
 
 def make_inputs(task: Task, workload: Workload, seed: int) -> dict[str, Any]:

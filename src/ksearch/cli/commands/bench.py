@@ -8,7 +8,8 @@ import importlib.util
 import typer
 
 BENCH_MODULES = ("ksearch.cli.commands.bench_mamba", "ksearch.cli.commands.bench_attention",
-                 "ksearch.cli.commands.bench_naive", "ksearch.cli.commands.bench_search")
+                 "ksearch.cli.commands.bench_naive", "ksearch.cli.commands.bench_search",
+                 "ksearch.cli.commands.bench_harness")
 
 
 def register(app: typer.Typer) -> None:

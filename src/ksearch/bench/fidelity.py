@@ -1,0 +1,191 @@
+"""The suite behind `ksearch bench fidelity`: does the harness time a kernel as a plain loop in one process does?
+
+For every task, on its search workloads of the backend's tier: the library kernel (ksearch.kernels, where the task
+has one and it runs its own kernel here; otherwise the task's starting candidate) and the task's default baseline are
+judged by the harness (isolated workers, the timing pool, commitments, checks), and the same two are timed side by
+side in this process by the one timing helper (bench/timing.py: interleaved rounds of one call each, evaluated and
+synchronised inside the clock, as the harness's timed calls are; medians of calls on both sides), on input sets laid out alike (pool.set_inputs: P standalone sets, rotated
+between calls, P from the same plan). The ratios harness / plain, for the candidate and for the baseline, say how far
+the harness's figures are from what a caller would see; 1.0 is agreement.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ksearch.backends import Backend
+    from ksearch.tasks.base import Task, Workload
+
+#: Library kernels as candidates: `run` calling the library function with the task's inputs.
+LIBRARY = {
+    "attention": ("ksearch.kernels.attention", "from ksearch.kernels import attention\n\n\n"
+                  "def run(q, k, v, causal):\n    return attention(q, k, v, causal)\n"),
+    "gqa_decode": ("ksearch.kernels.decode", "from ksearch.kernels import decode\n\n\n"
+                   "def run(q, k_cache, v_cache, length):\n    return decode(q, k_cache, v_cache, length)\n"),
+    "selective_scan": ("ksearch.kernels.selective_scan",
+                       "from ksearch.kernels import selective_scan\n\n\n"
+                       "def run(u, delta, A, B, C, D, z, delta_bias):\n"
+                       "    return selective_scan(u, delta, A, B, C, D, z, delta_bias)\n"),
+    "selective_state_update": ("ksearch.kernels.selective_state_update",
+                               "from ksearch.kernels import selective_state_update\n\n\n"
+                               "def run(x, z, conv_state, conv_weight, conv_bias, x_proj_weight, dt_proj_weight, "
+                               "dt_bias, A, D, ssm_state):\n"
+                               "    return selective_state_update(x, z, conv_state, conv_weight, conv_bias, "
+                               "x_proj_weight, dt_proj_weight, dt_bias, A, D, ssm_state)\n"),
+}
+
+#: Agreement the GPU test asks for, per ratio.
+TOLERANCE = 0.10
+
+
+def _library_runs_its_own_kernel(task: Task, w: Workload) -> bool:
+    """attention and decode fall back to MLX's own attention (forbidden to candidates) where no kernel of ours fits."""
+    from ksearch.harness.pool import set_inputs
+
+    if task.name not in ("attention", "gqa_decode"):
+        return True
+    x = set_inputs(task, w, 0, 0)
+    if task.name == "attention":
+        from ksearch.kernels.attention import prefill_plan
+
+        return prefill_plan(x["q"], x["k"], x["v"], bool(w.params["causal"]))[0] != "native"
+    from ksearch.kernels.decode import decode_plan
+
+    return decode_plan(x["q"], x["k_cache"], x["v_cache"], int(w.params["length"]))[0] != "native"
+
+
+def candidate_for(task: Task, backend: Backend, workloads: list[Workload]) -> tuple[str, str]:
+    """(name, source): the library kernel where it runs its own kernel on every workload, else the starter."""
+    if task.name in LIBRARY and all(_library_runs_its_own_kernel(task, w) for w in workloads):
+        name, source = LIBRARY[task.name]
+        return name, source
+    return "starter", task.starting_source(backend.family)
+
+
+def _load(source: str, tag: str) -> Any:
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(f"ksearch_fidelity_{tag}", f.name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    Path(f.name).unlink(missing_ok=True)
+    return module
+
+
+def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any]], sets: int,
+                budget_s: float = 1.5) -> dict[str, list[float]]:
+    """Seconds of each contender's calls, one value per call, side by side in this process: interleaved rounds of one
+    call each, evaluated and synchronised inside the clock as the harness's timed calls are, so that medians compare
+    with the harness's median call; every contender cycles through the same `sets` input sets (standalone arrays, as
+    the harness's pool holds them). About `budget_s` seconds, 30 to 300 calls per contender."""
+    import time
+
+    from ksearch.bench.timing import time_rounds
+    from ksearch.harness.pool import set_inputs
+
+    base = set_inputs(task, w, 1, 0)
+    pool = [base] + [set_inputs(task, w, 1, k, base) for k in range(1, sets)]
+    params = dict(w.params)
+    fns = {}
+    for name, fn in contenders.items():
+        cycle = itertools.cycle(pool)
+        fns[name] = (lambda f=fn, c=cycle: f(**next(c), **params))
+    probe = time.perf_counter()
+    time_rounds(fns, 2, warmup=3, sync_each=True)
+    per_round = max(1e-6, (time.perf_counter() - probe) / 5)
+    rounds = max(30, min(300, int(budget_s / per_round)))
+    return time_rounds(fns, rounds, warmup=0, sync_each=True)
+
+
+def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out: str | Path = "benchmarks/results",
+                 workloads_per_task: int | None = None, budget_s: float = 1.5, timeout: float | None = None, on_row: Callable[[dict[str, Any]], None] = lambda _r: None,
+                 stem: str | None = None) -> Path:
+    """Measure every task (or the named ones); writes <stem or fidelity>-<backend>-<device>.json, returns its path."""
+    import mlx.core as mx
+
+    from ksearch.backends import get_backend
+    from ksearch.bench.results import make_result, write_result
+    from ksearch.harness import EvalOptions, Evaluator, timing
+    from ksearch.harness.evaluate import baseline_variants
+    from ksearch.tasks import all_tasks, get_task
+
+    b = get_backend(backend)
+    if b.family == "cpu":
+        mx.set_default_device(mx.cpu)
+    chosen = [get_task(t) for t in tasks] if tasks else all_tasks()
+    figures: list[dict[str, Any]] = []
+    shapes: list[dict[str, Any]] = []
+    dtypes: set[str] = set()
+    llc = int(b.profile().get("llc_bytes") or (32 << 20))
+    for task in chosen:
+        workloads = task.select_workloads(b.tier)[:workloads_per_task]
+        if not workloads:
+            continue
+        base_name = task.default_baseline
+        base_source = task.baseline(base_name).source_for(b.family)
+        cand_name, cand_source = candidate_for(task, b, workloads)
+        with Evaluator(task, b) as ev:
+            result = ev.evaluate(cand_source, EvalOptions(workloads=[w.name for w in workloads], lint=False,
+                                                          timeout_s=timeout))
+        cand = _load(cand_source, f"{task.name}_candidate").run
+        variants = {}
+        if base_source is not None:
+            module = _load(base_source, f"{task.name}_baseline")
+            variants = {f"baseline:{v}": getattr(module, v) for v in baseline_variants(base_source)}
+        for w, wr in zip(workloads, result.workloads, strict=True):
+            sets = timing.plan(task, w, llc, b.is_gpu).pool_sets
+            row: dict[str, Any] = {"task": task.name, "workload": w.name, "candidate": cand_name,
+                                   "baseline": base_name, "status": result.status,
+                                   "message": result.message[:300] if result.status != "passed" else "",
+                                   "harness_candidate_s": wr.latency_s, "harness_baseline_s": wr.baseline_latency_s,
+                                   "harness_timing_source": wr.timing_source, "pool_sets": sets}
+            for attempt in range(2):
+                times = plain_times(task, w, {"candidate": cand, **variants}, sets, budget_s * (attempt + 1))
+                meds = {k: statistics.median(v) for k, v in times.items()}
+                base_key = min((k for k in meds if k != "candidate"), key=lambda k: meds[k], default=None)
+                row.update({"plain_candidate_s": meds["candidate"], "plain_candidate_min_s": min(times["candidate"]),
+                            "plain_candidate_max_s": max(times["candidate"]),
+                            "plain_baseline_s": meds[base_key] if base_key else None,
+                            "plain_baseline_variant": base_key.split(":", 1)[1] if base_key else None,
+                            "plain_attempts": attempt + 1})
+                _ratios(row)
+                if result.status != "passed" or _agrees(row):
+                    break  # a disagreement is measured once more: the plain loop is the cheap side
+            mx.clear_cache()
+            figures.append(row)
+            shapes.append({"task": task.name, "workload": w.name, **dict(w.axes), **dict(w.params)})
+            dtypes.add(w.dtype)
+            on_row(row)
+        mx.clear_cache()
+    passed = [f for f in figures if f["status"] == "passed"]
+    worst = {k: max((abs(f[k] - 1.0) for f in passed if f.get(k)), default=None)
+             for k in ("candidate_ratio", "baseline_ratio")}
+    summary = {"worst_candidate_deviation": worst["candidate_ratio"],
+               "worst_baseline_deviation": worst["baseline_ratio"],
+               "within_tolerance": bool(passed) and all(_agrees(f) for f in passed), "tolerance": TOLERANCE,
+               "failed": sorted({f["task"] for f in figures if f["status"] != "passed"})}
+    data = make_result("fidelity", b, figures, shapes, sorted(dtypes), summary=summary,
+                       notes="harness latency / plain side-by-side loop latency, per task and workload, for the "
+                             "library kernel (or the starter) and the default baseline; 1.0 is agreement")
+    return write_result(data, out, stem)
+
+
+def _ratios(row: dict[str, Any]) -> None:
+    for who in ("candidate", "baseline"):
+        h, p = row.get(f"harness_{who}_s"), row.get(f"plain_{who}_s")
+        row[f"{who}_ratio"] = h / p if h and p else None
+
+
+def _agrees(row: dict[str, Any]) -> bool:
+    ratios = [row.get("candidate_ratio"), row.get("baseline_ratio")]
+    return all(r is not None and abs(r - 1.0) <= TOLERANCE for r in ratios)

@@ -1,0 +1,56 @@
+"""`ksearch bench fidelity` and `ksearch bench eval-phases`: how well, and how fast, the harness measures (the suites:
+ksearch.bench.fidelity, ksearch.bench.phases)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ksearch.cli.console import console
+
+
+def fidelity_cmd(
+    backend: Annotated[str | None, typer.Option(help="Backend (default: the best here).")] = None,
+    tasks: Annotated[str | None, typer.Option(help="Comma-separated task names (default: all built-in).")] = None,
+    workloads: Annotated[int | None, typer.Option(help="At most this many search workloads per task.")] = None,
+    out: Annotated[str, typer.Option(help="Directory for the JSON result.")] = "benchmarks/results",
+) -> None:
+    """Harness latency against a plain side-by-side loop, for each task's library kernel (or starter) and baseline;
+    writes fidelity-BACKEND-DEVICE.json under --out."""
+    from ksearch.bench.fidelity import run_fidelity
+
+    def show(row: dict) -> None:
+        def f(x: float | None) -> str:
+            return f"{x:.3f}" if x is not None else "-"
+
+        console.print(f"{row['task']:24s} {row['workload']:36s} {row['status']:12s} candidate ({row['candidate']}) "
+                      f"{f(row.get('candidate_ratio'))}  baseline ({row['baseline']}) {f(row.get('baseline_ratio'))}")
+
+    names = [t.strip() for t in tasks.split(",")] if tasks else None
+    path = run_fidelity(backend, names, out, workloads, on_row=show)
+    console.print(f"wrote {path}")
+
+
+def phases_cmd(
+    task: Annotated[str, typer.Argument(help="Task name or file.")],
+    candidates: Annotated[list[str] | None, typer.Argument(help="Candidate files (default: the task's starter).")]
+    = None,
+    backend: Annotated[str | None, typer.Option(help="Backend (default: the best here).")] = None,
+    workloads: Annotated[str | None, typer.Option(help="Comma-separated workload names.")] = None,
+    repeat: Annotated[int, typer.Option(help="Evaluations of each candidate, one evaluator for all.")] = 2,
+    out: Annotated[str | None, typer.Option(help="Directory for a JSON result (none: print only).")] = None,
+) -> None:
+    """Seconds per phase of evaluations judged in turn by one evaluator, as a search judges them (the first one
+    starts the reference worker and times the baselines)."""
+    from ksearch.bench.phases import run_phases
+
+    names = [w.strip() for w in workloads.split(",")] if workloads else None
+    path = run_phases(task, backend, candidates or [], names, repeat, out, echo=console.print)
+    if path:
+        console.print(f"wrote {path}")
+
+
+def register(bench_app: typer.Typer) -> None:
+    bench_app.command("fidelity")(fidelity_cmd)
+    bench_app.command("eval-phases")(phases_cmd)

@@ -1,0 +1,178 @@
+"""Timing one workload in one worker (a candidate's or a trusted baseline's): warm-up and timed batches, and, for a
+candidate, the timed calls picked for checking, their outputs taken and held against the worker's commitments.
+
+The worker runs the calls and keeps the clock (see worker.Worker.go); nothing it says is believed unchecked:
+- its per-call times must add up to the parent's clock for each batch (timing.batch_error);
+- it commits to every call's outputs (a fingerprint sent the moment the call ends), and must show, for a call the
+  parent names after stopping the batch at a random moment, outputs that match the commitment; the evaluator then
+  judges those outputs against the reference for that call's inputs. Skipping the work of any call, or returning a
+  stale answer, is caught with the probability that the call is the one checked; every call of a batch is equally
+  likely to be, and the worker learns which one only after it has committed to all of them;
+- the time it spends between calls (the harness's own work there) is bounded by what the trusted baseline worker
+  spends there (timing.combine).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ksearch.harness import timing
+from ksearch.harness.batch import Batch, run_batch
+from ksearch.harness.digest import fingerprint_numpy
+from ksearch.harness.process import WorkerProcess
+from ksearch.tasks.base import Task, Workload
+
+_COMPILE_PATTERNS = re.compile(r"compil|nvrtc|metal library|ptxas|program_source|jit", re.IGNORECASE)
+
+
+class Fail(Exception):
+    """A verdict other than passed, with its message."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def classify_exception(error: str, forbidden_calls: list[str]) -> str:
+    if forbidden_calls or "ForbiddenAPIError" in error:
+        return "forbidden"
+    if _COMPILE_PATTERNS.search(error.splitlines()[-1] if error.strip() else ""):
+        return "compile_error"
+    return "runtime_error"
+
+
+@dataclass
+class Check:
+    """A timed call picked for checking: its outputs (exact bits), to be judged against the reference rebuilt for
+    its inputs (pool.call_inputs)."""
+
+    workload: Workload
+    seed: int
+    sets: int
+    batch_key: int
+    call: int
+    outputs: list[np.ndarray]
+    dtypes: list[str]
+
+
+@dataclass
+class Timed:
+    batches: list[Batch] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    pool_sets: int = 0
+
+    def rows(self) -> list[tuple[float, int, list[float]]]:
+        return [(b.elapsed, len(b.times), b.times) for b in self.batches]
+
+    def gaps(self) -> list[list[float]]:
+        return [b.gaps for b in self.batches]
+
+    def leads(self) -> list[float]:
+        return [float(b.reply.get("lead") or 0.0) for b in self.batches]
+
+    def median_gap(self) -> float | None:
+        gaps = sorted(g for b in self.batches for g in b.gaps)
+        return gaps[len(gaps) // 2] if gaps else None
+
+
+def _failed(worker: WorkerProcess, reply: dict[str, Any]) -> Fail:
+    err = str(reply.get("error", ""))
+    return Fail(classify_exception(err, worker.forbidden_calls), "failed while timing: " + err[-1500:])
+
+
+def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: timing.TimingPlan, deadline: float,
+                  check: bool, rng: random.SystemRandom | None = None) -> Timed:
+    """Warm up, then time plan.batches batches; with `check`, take plan.checks timed calls' outputs for judging.
+    Raises Fail for what the worker did wrong; a batch whose times disagree with the parent's clock is measured again
+    twice (a load spike does not repeat; a patched clock does), then kept so that timing.combine reports it."""
+    rng = rng or random.SystemRandom()
+    seed = rng.getrandbits(62)
+    reply, _ = worker.request({"op": "prepare", "workload": workload.name, "seed": seed,
+                               "sets": plan.pool_sets}, deadline)
+    if not reply.get("ok"):
+        raise _failed(worker, reply)
+    timed = Timed(pool_sets=plan.pool_sets)
+    offset = 0
+
+    def batch(n_max: int, stop_at: float | None) -> Batch:
+        nonlocal offset
+        b = run_batch(worker, offset, n_max, rng.getrandbits(62), deadline, stop_at)
+        if not b.reply.get("ok"):
+            raise _failed(worker, b.reply)
+        m = len(b.times)
+        if check and len(b.commits) != m:
+            raise Fail("runtime_error", f"{workload.name}: the worker reported {m} timed calls but committed to the "
+                       f"outputs of {len(b.commits)}: every timed call's outputs must be committed to as it ends")
+        offset += max(m, 1)
+        return b
+
+    # Warm-up: batches like the timed ones, at least plan.warmup calls and plan.warmup_s seconds. The first calls of
+    # a shape build MLX's graph caches and JIT kernels; a cold start measured against a warm baseline showed a 1.2x
+    # phantom speedup of a kernel over itself.
+    n, calls, spent, per_call = 1, 0, 0.0, 0.0
+    while calls < plan.warmup or spent < plan.warmup_s:
+        b = batch(n, None)
+        calls, spent = calls + len(b.times), spent + b.elapsed
+        per_call = b.elapsed / max(1, len(b.times))
+        n = min(max(1, timing.batch_size(per_call, max(plan.warmup_s - spent, per_call))), 4 * n + 4)
+    n = max(timing.MIN_BATCH_CALLS, min(timing.batch_size(per_call, plan.target_batch_s), timing.FIRST_BATCH_MAX))
+    owed = set(rng.sample(range(plan.batches), min(plan.checks, plan.batches))) if check else set()
+    pending_checks = 0
+    retries, index, extra = 2, 0, 0
+    while index < plan.batches or (pending_checks and extra < 3):
+        if index >= plan.batches:
+            extra += 1
+        # Up to twice the calls the batch should take, stopped at a uniformly random moment of its expected length.
+        n_max = min(2 * n + 2, 4000)
+        expected = n * per_call if per_call > 0 else plan.target_batch_s
+        b = batch(n_max, time.monotonic() + expected * rng.uniform(0.05, 1.0))
+        if index in owed:
+            owed.discard(index)
+            pending_checks += 1
+        if pending_checks and check and _take_check(worker, task, workload, seed, plan.pool_sets, b, rng, timed,
+                                                    deadline):
+            pending_checks -= 1
+        m = max(1, len(b.times))
+        if timing.batch_error(b.elapsed, n_max, b.times, b.gaps, float(b.reply.get("lead") or 0.0)) and retries:
+            retries -= 1
+        else:
+            timed.batches.append(b)
+            index += 1
+        per_call = b.elapsed / m
+        n = max(timing.MIN_BATCH_CALLS, timing.batch_size(per_call, plan.target_batch_s))
+    if pending_checks:
+        raise Fail("runtime_error", f"{workload.name}: no timed call could be checked: the worker's commitments "
+                   "kept arriving after the parent had stopped its batches")
+    worker.request({"op": "release"}, deadline)
+    return timed
+
+
+def _take_check(worker: WorkerProcess, task: Task, w: Workload, seed: int, sets: int, b: Batch,
+                rng: random.SystemRandom, timed: Timed, deadline: float) -> bool:
+    """Name one of the batch's last calls committed to before the stop, take its outputs and hold them against the
+    commitment. False when no call qualifies (the check moves to a later batch)."""
+    m = len(b.times)
+    lo, hi = max(0, m - timing.RING), b.before_stop
+    if hi <= lo:
+        return False
+    call = b.first + rng.randrange(lo, hi)
+    max_bytes = 2 * task.output_bytes(w) + (1 << 20)
+    reply, arrays = worker.request({"op": "spot", "call": call}, deadline, max_bytes)
+    if not reply.get("ok"):
+        raise Fail("runtime_error", f"{w.name}: the worker could not show a timed call's outputs: "
+                   f"{str(reply.get('error', ''))[-500:]}")
+    if reply.get("bad_type"):
+        raise Fail("wrong_shape", f"{w.name}: {reply['bad_type']}")
+    outs = [arrays[f"out{i}"] for i in range(len(arrays)) if f"out{i}" in arrays]
+    if fingerprint_numpy(outs) != b.commits[call - b.first]:
+        raise Fail("wrong_answer", f"{w.name}: the outputs the worker showed for timed call {call} are not the ones "
+                   "it committed to when the call ended, so its timed calls did not compute what it claims")
+    timed.checks.append(Check(w, seed, sets, b.batch_key, call, outs, [str(d) for d in reply.get("dtypes", [])]))
+    return True

@@ -1,0 +1,169 @@
+"""The inputs of timed calls: a pool of input sets laid out as callers lay them out, made new for every call.
+
+Every tensor a timed call receives is a standalone, row-contiguous allocation of its own shape (a KV cache is a whole
+(B, H, capacity, D) buffer, as mlx-lm preallocates it), never a view into a larger buffer: kernels, MLX's own included,
+pick their fast paths by layout, and views of a rotated flat buffer had pushed MLX's attention onto a path that copies
+the cache first (a decode baseline twice as slow as in a real model).
+
+What the defences against memoisation need is kept without changing that layout:
+- set k of the pool is the base inputs rotated by k * 256 bytes, as a copy (P distinct contents for one draw of the
+  generator);
+- before every call, each large tensor of the set gets one fresh value per row (the "stamp": one column per row, the
+  columns fixed per set, the values drawn anew per call from a key that the parent reveals only when the batch starts),
+  and each small tensor is drawn anew whole. Every output row depends on its stamped inputs, so no two calls see the
+  same contents, and a candidate cannot compute a call before its batch starts;
+- every call gets new array objects (the stamp is a scatter into the set's buffer, in place when nothing else holds
+  it).
+The reference worker rebuilds any call's inputs from (seed, set, batch key, call) alone: `call_inputs`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+from ksearch.tasks.base import Task, TensorSpec, Workload
+
+#: Rotation step between pool sets, in bytes: an alignment that vector loads keep.
+SHIFT_BYTES = 256
+#: Tensors of at most this many elements are drawn anew, whole, for every call.
+SMALL = 4096
+_FLOATS = ("float32", "float16", "bfloat16")
+
+
+def key_for(*parts: object) -> int:
+    """A 63-bit key for mx.random.key from any parts (stable across processes, unlike hash())."""
+    h = hashlib.blake2b("/".join(str(p) for p in parts).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") >> 1
+
+
+def _kind(task: Task, spec: TensorSpec | None, workload: Workload) -> str:
+    """stamp | draw | keep (a custom generator's structured inputs are kept as they are: new objects only)."""
+    if task.generator is not None or spec is None or spec.init == "zeros":
+        return "keep"
+    if spec.resolved_dtype(workload) not in _FLOATS:
+        return "keep"
+    return "draw" if math.prod(spec.resolved_shape(workload)) <= SMALL else "stamp"
+
+
+def _specs(task: Task) -> dict[str, TensorSpec]:
+    return {s.name: s for s in task.inputs}
+
+
+def set_inputs(task: Task, workload: Workload, seed: int, k: int,
+               base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Set k of the pool before any stamp: the generator's inputs for `seed` (`base`, when the caller has them),
+    each tensor's flat contents rotated left by k * SHIFT_BYTES, every tensor a fresh contiguous array (a custom
+    generator: its own draw per set)."""
+    import mlx.core as mx
+
+    from ksearch.tasks.inputs import make_inputs
+
+    if task.generator is not None:
+        return make_inputs(task, workload, key_for(seed, "set", k) if k else seed)
+    if base is None:
+        base = make_inputs(task, workload, seed)
+    if k == 0:
+        return base
+    out = {}
+    for name, v in base.items():
+        step = max(1, SHIFT_BYTES // max(1, v.itemsize))
+        off = (k * step) % v.size if v.size else 0
+        out[name] = mx.roll(v.reshape(-1), -off).reshape(v.shape) if off else mx.array(v)
+    mx.eval(list(out.values()))
+    return out
+
+
+def _rows(v: Any) -> tuple[int, int]:
+    cols = v.shape[-1] if v.ndim else 1
+    return v.size // max(1, cols), cols
+
+
+def stamp_columns(task: Task, workload: Workload, seed: int, k: int, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The column each row of each stamped tensor of set k gets its fresh value in (uint32, shape (rows, 1))."""
+    import mlx.core as mx
+
+    specs = _specs(task)
+    cols = {}
+    for name, v in inputs.items():
+        if _kind(task, specs.get(name), workload) == "stamp":
+            rows, width = _rows(v)
+            key = mx.random.key(key_for(seed, "columns", k, name))
+            cols[name] = mx.random.randint(0, width, (rows, 1), key=key).astype(mx.uint32)
+    mx.eval(list(cols.values()))
+    return cols
+
+
+def refresh(task: Task, workload: Workload, inputs: dict[str, Any], cols: dict[str, Any], batch_key: int,
+            call: int) -> dict[str, Any]:
+    """The inputs of timed call `call`: set `inputs` with this call's stamps (lazy; new objects throughout). The caller
+    drops its own references to `inputs` before evaluating, so the scatters reuse the set's buffers."""
+    import mlx.core as mx
+
+    from ksearch.tasks.inputs import draw
+
+    specs = _specs(task)
+    out = {}
+    for name, v in inputs.items():
+        spec = specs.get(name)
+        kind = _kind(task, spec, workload)
+        if kind == "keep" or spec is None:
+            out[name] = v.reshape(v.shape)  # a new object over the same buffer, same layout
+            continue
+        key = mx.random.key(key_for(batch_key, call, name))
+        dtype = spec.resolved_dtype(workload)
+        if kind == "draw":
+            out[name] = draw(spec, tuple(v.shape), key, dtype)
+        else:
+            rows, width = _rows(v)
+            values = draw(spec, (rows, 1), key, dtype)
+            out[name] = mx.put_along_axis(v.reshape(rows, width), cols[name], values, axis=1).reshape(v.shape)
+    return out
+
+
+def call_inputs(task: Task, workload: Workload, seed: int, sets: int, batch_key: int, call: int,
+                base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Timed call `call`'s inputs rebuilt from scratch (the reference worker's way; `base`: the generator's inputs
+    for `seed`, when the caller kept them), evaluated: equal to what the pool handed that call."""
+    import mlx.core as mx
+
+    k = call % sets
+    base = set_inputs(task, workload, seed, k, base)
+    cols = stamp_columns(task, workload, seed, k, base)
+    out = refresh(task, workload, base, cols, batch_key, call)
+    mx.eval(list(out.values()))
+    return out
+
+
+class TimingPool:
+    """The candidate's (or baseline's) pool: `sets` input sets, refreshed in place for each call."""
+
+    def __init__(self, task: Task, workload: Workload, seed: int, sets: int) -> None:
+        import mlx.core as mx
+
+        self.task, self.workload, self.seed = task, workload, seed
+        self.sets: list[dict[str, Any] | None] = []
+        self.cols: list[dict[str, Any]] = []
+        base = set_inputs(task, workload, seed, 0)
+        for k in range(sets):
+            s = set_inputs(task, workload, seed, k, base) if k else base
+            self.cols.append(stamp_columns(task, workload, seed, k, s))
+            self.sets.append(s)
+        mx.eval([v for s in self.sets if s for v in s.values()])
+
+    def take(self, batch_key: int, call: int) -> dict[str, Any]:
+        """Call `call`'s inputs (lazy): the set's previous arrays are handed over to the scatters, so that they update
+        the buffers in place when the previous call's candidate kept no reference to them."""
+        k = call % len(self.sets)
+        current = self.sets[k]
+        assert current is not None
+        self.sets[k] = None
+        fresh = refresh(self.task, self.workload, current, self.cols[k], batch_key, call)
+        del current
+        self.sets[k] = fresh
+        return dict(fresh)
+
+    def release(self) -> None:
+        self.sets = []
+        self.cols = []
