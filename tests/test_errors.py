@@ -57,7 +57,8 @@ def test_errors_are_defined_once() -> None:
                     public.append(f"{path.relative_to(SRC)}:{node.name}")
     # Signals, not errors: the end of the budget, SIGTERM, an expression the static evaluator cannot reduce, and the
     # LLM transport's own signals (a late, malformed or oversized answer), each turned into CallFailed in client.py.
-    assert sorted(public) == ["knowledge/extract.py:Unresolved", "policy/llm/answers.py:Malformed",
+    # A candidate's verdict other than passed travels as harness.measure.Fail from where it is found to the result.
+    assert sorted(public) == ["harness/measure.py:Fail", "knowledge/extract.py:Unresolved", "policy/llm/answers.py:Malformed",
                               "policy/llm/answers.py:TooLarge", "policy/llm/deadline.py:DeadlineExceeded",
                               "search/bookkeeping.py:StopSearch", "search/start.py:Terminated"]
 

@@ -144,7 +144,8 @@ def test_the_harness_scans_a_candidate_once(monkeypatch: pytest.MonkeyPatch, cal
     import ksearch.harness.static
     import ksearch.knowledge.lint
     from ksearch.backends import Backend
-    from ksearch.harness.evaluate import EvalOptions, EvalResult, Evaluator, _Fail
+    from ksearch.harness.evaluate import EvalOptions, EvalResult, Evaluator
+    from ksearch.harness.measure import Fail
     from ksearch.knowledge.forbidden import scan_forbidden
 
     scans = []
@@ -160,7 +161,7 @@ def test_the_harness_scans_a_candidate_once(monkeypatch: pytest.MonkeyPatch, cal
     try:
         evaluator._static(src, EvalOptions(), EvalResult(status="passed"))
         got = None
-    except _Fail as fail:
+    except Fail as fail:
         got = fail.status
         assert fail.message == ("line 5: uses forbidden API mx.fast.scaled_dot_product_attention; write the "
                                 "computation yourself")

@@ -17,7 +17,7 @@ went wrong and what to do next.
 
 Not here, on purpose: signals that steer control flow without being errors (search.bookkeeping.StopSearch,
 search.start.Terminated, which must pass `except Exception` like KeyboardInterrupt) and exceptions private to one
-module (harness.evaluate._Fail carries a candidate's verdict, knowledge.extract.Unresolved marks an expression that
+module (harness.measure.Fail carries a candidate's verdict, knowledge.extract.Unresolved marks an expression that
 is not a constant).
 
 This module imports nothing from ksearch: every room may import it.

@@ -55,7 +55,6 @@ def _seeds(master: int, workloads: list[Workload], count: int) -> dict[str, list
     return {w.name: [rng.getrandbits(62) for _ in range(count)] for w in workloads}
 
 
-_Fail = Fail  # the name earlier callers import
 
 
 def baseline_variants(source: str) -> list[str]:
