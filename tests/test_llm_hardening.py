@@ -23,8 +23,8 @@ from fake_llm_server import (
 )
 
 from ksearch.config import LLMConfig, load_config
-from ksearch.errors import AnswerTooLarge, CallFailed, ContextTooSmall
-from ksearch.policy.base import Attempt, CallRecord, Feedback, ImplementRequest, PolicyContext, PolicyError
+from ksearch.errors import AnswerTooLarge, CallFailed, ContextTooSmall, PolicyError
+from ksearch.policy.base import Attempt, CallRecord, Feedback, ImplementRequest, PolicyContext
 from ksearch.policy.llm import make_policy
 from ksearch.policy.llm.client import Backoff, ChatClient, Sampling
 from ksearch.policy.llm.context import discover_context
