@@ -167,3 +167,29 @@ def test_reevaluate_stops_at_the_first_differing_prompt(recorded):
 
 def test_local_dir_untouched():
     assert not Path("runs").joinpath("llm_e2e").exists()
+
+
+def test_reevaluate_replays_a_run_with_runtime_errors(recorded):
+    """The broken kernel's traceback names the worker's random scratch directory; the next prompt quotes it as
+    `<tmp>`, so measuring every candidate again asks the recording's questions and gets its answers."""
+    run = recorded["run"]
+    old = RunStore(run)
+    try:
+        old_calls, old_evals = old.calls(), old.evaluations()
+        old_sources = [c.source(run) for c in old.candidates()]
+    finally:
+        old.close()
+    assert any(e["status"] == "runtime_error" for e in old_evals)
+    assert any('File "<tmp>/candidate.py"' in c["prompt"] for c in old_calls)
+    out = recorded["tmp"] / "reevaluated"
+    result = invoke("run", "--replay", str(run), "--reevaluate", "--runs-dir", str(out), "--quiet")
+    assert result.exit_code == 0, result.output
+    new = next(d for d in out.iterdir() if (d / "run.db").is_file())
+    store = RunStore(new)
+    try:
+        keys = ("role", "response", "error", "retries")
+        assert [{k: c[k] for k in keys} for c in store.calls()] == [{k: c[k] for k in keys} for c in old_calls]
+        assert [c.source(new) for c in store.candidates()] == old_sources
+        assert [e["status"] for e in store.evaluations()] == [e["status"] for e in old_evals]
+    finally:
+        store.close()

@@ -129,3 +129,37 @@ def test_replay_resumes_from_policy_state(tmp_path):
     resumed = make_policy(cfg, replay=calls, environ={})
     resumed.load_state(first.state())
     assert conversation(resumed, ctx, resumed=True) == results[1:]
+
+
+def test_feedback_is_normalised_before_it_reaches_a_prompt():
+    from ksearch.harness.result import EvalResult
+    from ksearch.policy.stable import stable_text
+
+    raw = ('Traceback (most recent call last):\n  File "/tmp/ksearch-candidate-q1w2e3r4/candidate.py", line 5, in run\n'
+           "NameError: <function run at 0x7f3a9c2b1d30> in worker 48213 (pid=48213); tmp/tmpk3j_2x9a.py\n"
+           "the worker claims 0.1234s inside 1.5e-05s; Current thread 0x00007f0c8b2fd740; took 12.5 seconds\n"
+           "the candidate exceeded the 10s time limit")
+    clean = stable_text(raw)
+    for noise in ("q1w2e3r4", "0x7f3a9c2b1d30", "48213", "tmpk3j_2x9a", "0.1234", "1.5e-05", "12.5"):
+        assert noise not in clean, noise
+    assert 'File "<tmp>/candidate.py", line 5, in run' in clean
+    assert "worker <pid> (pid=<pid>)" in clean and "0x<addr>" in clean and "<t>s" in clean
+    assert "the 10s time limit" in clean  # a limit is not a measurement
+    assert stable_text(raw.replace("q1w2e3r4", "zz99yy88").replace("48213", "51007")) == clean
+    fb = Feedback.from_result(EvalResult(status="runtime_error", message=raw))
+    assert fb.message == clean
+
+
+def test_strict_replay_compares_questions_not_measurements():
+    from ksearch.policy.llm.replay import first_difference, same_question
+
+    recorded = ("# Code: improve\nBest score so far: 1.27.\n| w | 12.3 | 1.3x |\n```python\nK = 0.5\n```\n"
+                '```\nFile "/tmp/ksearch-candidate-abcdefgh/candidate.py", line 5\n```\n')
+    now = recorded.replace("1.27", "1.273").replace("12.3", "11.9").replace("1.3x", "1.25x").replace(
+        "abcdefgh", "hgfedcba")
+    assert same_question(recorded, now)
+    # The code, the words and the statuses must stay the same.
+    assert not same_question(recorded, now.replace("K = 0.5", "K = 0.25"))
+    assert not same_question(recorded, now.replace("improve", "debug"))
+    assert not same_question(recorded + "- c0003 (debug): runtime_error\n", now + "- c0004 (debug): runtime_error\n")
+    assert "K = 0.25" in first_difference(recorded, recorded.replace("K = 0.5", "K = 0.25"))

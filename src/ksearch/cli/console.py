@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ksearch.errors import UsageError
+from ksearch.store.redact import redact
 
 console = Console()
 err = Console(stderr=True)
@@ -24,5 +25,6 @@ def fail(message: str) -> NoReturn:
 
 
 def print_error(message: str) -> None:
-    """`error: <message>` on stderr, the message taken literally (a path with [brackets] is not markup)."""
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    """`error: <message>` on stderr, the message taken literally (a path with [brackets] is not markup) and
+    without any key this process has read."""
+    err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)

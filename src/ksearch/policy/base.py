@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 
 from ksearch.backends import Backend
 from ksearch.harness.result import EvalResult
+from ksearch.policy.stable import stable_text
 from ksearch.tasks.base import Task
 
 Mode = Literal["first", "debug", "improve"]
@@ -41,7 +42,7 @@ class Feedback:
     def from_result(cls, r: EvalResult) -> Feedback:
         return cls(
             status=r.status,
-            message=r.message[-3000:],
+            message=stable_text(r.message)[-3000:],  # the same words for the same failure (stable.py)
             score=r.score,
             speedups={w.name: w.speedup for w in r.workloads if w.speedup is not None},
             latencies_s={w.name: w.latency_s for w in r.workloads if w.latency_s is not None},

@@ -13,8 +13,10 @@ from ksearch.errors import BudgetExhausted, PolicyError
 from ksearch.harness.result import EvalResult
 from ksearch.harness.static import normalise_source
 from ksearch.policy.base import Attempt, CallRecord, Mode, Policy, PolicyContext
+from ksearch.policy.stable import stable_text
 from ksearch.search.state import LoopState, rng_state
 from ksearch.store import RunStore
+from ksearch.store.redact import SECRETS, redact_json
 
 #: A candidate must beat the cycle's best by this fraction to count as an improvement (timing noise is ~1-3%).
 IMPROVEMENT = 0.01
@@ -79,6 +81,7 @@ class StrategyBase:
 
     # -- events and persistence ------------------------------------------------------------------------------------
     def event(self, kind: str, data: dict[str, Any]) -> None:
+        data = redact_json(data)  # what the live view shows, as what the store keeps
         self.store.add_event(self.state.round, kind, data)
         self.s.on_event(kind, data)
 
@@ -105,7 +108,8 @@ class StrategyBase:
                 self.store.add_world_model(self.state.round, world_model, reason)
 
     def _write_meta(self) -> None:
-        self.store.set_meta("loop_state", self._snapshot_state())
+        # By reference: its long texts (analysis, last source, verdict messages) are stored once, not per commit.
+        self.store.set_state("loop_state", self._snapshot_state())
         self.store.set_meta("evaluations_done", self.state.evaluations_done)
         self.store.set_meta("duplicates_skipped", self.state.duplicates_skipped)
         self.store.set_meta("best_candidate", self.state.best_candidate)
@@ -127,7 +131,7 @@ class StrategyBase:
                 self._write_meta()
             self.event("duplicate", {"candidate": row.id, "duplicate_of": dup})
             return Attempt(row.id, node_id, mode, "duplicate", 0.0, f"same as {dup}", params), None
-        result = self.s.evaluate(source)
+        result = _redacted(self.s.evaluate(source))  # a candidate that prints a key gets no further
         self.state.evaluations_done += 1
         improved_global = result.passed and result.score > self.state.best_score
         with self.store.transaction():
@@ -142,7 +146,8 @@ class StrategyBase:
             self._write_meta()
             if world_model is not None:
                 self.store.add_world_model(self.state.round, world_model, f"after {row.id}")
-        attempt = Attempt(row.id, node_id, mode, result.status, result.score, result.message[-500:], params)
+        attempt = Attempt(row.id, node_id, mode, result.status, result.score, stable_text(result.message)[-500:],
+                          params)
         self.event("evaluation", {"candidate": row.id, "status": result.status, "score": result.score,
                                   "mode": mode, "node_id": node_id, "best_score": self.state.best_score,
                                   "evaluations_done": self.state.evaluations_done, "budget": self.s.budget})
@@ -172,3 +177,12 @@ class StrategyBase:
             self.state.policy_errors += 1
             self.event("policy_error", {"message": str(exc)[:2000]})
             return None
+
+
+def _redacted(result: EvalResult) -> EvalResult:
+    """The verdict without any registered secret, before it reaches the store, the live view or a prompt."""
+    if not SECRETS:
+        return result
+    data = result.to_json()
+    clean = redact_json(data)
+    return result if clean is data else EvalResult.from_json(clean)

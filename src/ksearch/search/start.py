@@ -13,7 +13,6 @@ policy, budget, path) once the run exists, then every event the strategy records
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -32,7 +31,7 @@ from ksearch.harness import EvalOptions, EvalResult, Evaluator
 from ksearch.policy.base import Policy, PolicyContext
 from ksearch.search.bookkeeping import SearchSetup
 from ksearch.search.state import LoopState, restore_rng
-from ksearch.store import RunStore, new_run_id, resolve_run, runs_dir
+from ksearch.store import RunReader, RunStore, new_run_id, resolve_run, runs_dir
 from ksearch.tasks import Task, get_task
 
 STRATEGIES = ("ksearch", "evolve", "greedy")
@@ -64,16 +63,16 @@ def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = No
         store = RunStore(resolve_run(resume, cfg.runs_dir))
         run_cfg = _resume_config(store, cfg, {k: v for k, v in (raise_limits or {}).items() if v is not None})
     elif replay is not None:
-        from ksearch.search.replay import RecordedEvaluations
+        from ksearch.search.replay import RecordedEvaluations, used_calls
 
-        old = RunStore(resolve_run(replay, cfg.runs_dir))
-        run_cfg = config_from_store(old)
-        run_cfg.runs_dir = cfg.runs_dir
-        policy = make_policy(run_cfg, replay=old.calls(), strict=reevaluate)
-        if not reevaluate:
-            evaluate = RecordedEvaluations(old)
-        store, _, _ = create_run(run_cfg)
-        store.set_meta("replay_of", str(old.path))
+        with RunReader(resolve_run(replay, cfg.runs_dir)) as old:
+            run_cfg = config_from_json(old.meta().get("config"))
+            run_cfg.runs_dir = cfg.runs_dir
+            policy = make_policy(run_cfg, replay=used_calls(old), strict=reevaluate)
+            if not reevaluate:
+                evaluate = RecordedEvaluations(old)
+            store, _, _ = create_run(run_cfg)
+            store.set_meta("replay_of", str(old.path))
     else:
         run_cfg = cfg
         if run_cfg.policy == "llm":
@@ -94,7 +93,7 @@ def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = No
 
 def _used(store: RunStore) -> tuple[int, float]:
     """(evaluations done, wall-time seconds used) of a stored run."""
-    state = store.get_meta("loop_state") or {}
+    state = store.get_state("loop_state") or {}
     return int(store.get_meta("evaluations_done") or 0), float(state.get("wall_time_used_s") or 0.0)
 
 
@@ -120,7 +119,7 @@ def _resume_config(store: RunStore, cfg: RunConfig, limits: dict[str, float | in
     run_cfg = config_from_store(store)
     run_cfg.runs_dir = cfg.runs_dir
     name = store.path.name
-    if store.get_meta("status") == "finished" and (store.get_meta("loop_state") or {}).get("phase") == "done":
+    if store.get_meta("status") == "finished" and (store.get_state("loop_state") or {}).get("phase") == "done":
         raise RunError(f"run {name} is finished: its proposer had nothing new left to try; start a new run instead")
     done, wall = _used(store)
     used = {"budget": float(done), "wall_time_s": wall}
@@ -143,7 +142,7 @@ def _resume_config(store: RunStore, cfg: RunConfig, limits: dict[str, float | in
         with store.transaction():
             store.set_meta("config", run_cfg.to_json())
             store.set_meta("budget", run_cfg.budget)
-        (store.path / "config.json").write_text(json.dumps(run_cfg.to_json(), indent=2))
+        store.write_json("config.json", run_cfg.to_json())
     return run_cfg
 
 
@@ -237,12 +236,18 @@ def create_run(cfg: RunConfig) -> tuple[RunStore, Task, Backend]:
                      "evaluations_done": 0, "best_candidate": None, "best_score": 0.0, "holdout": None,
                      "llm_usage": {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "calls": 0}}.items():
             store.set_meta(k, v)
-    (path / "config.json").write_text(json.dumps(cfg.to_json(), indent=2))
+    store.write_json("config.json", cfg.to_json())
     return store, task, backend
 
 
 def config_from_store(store: RunStore) -> RunConfig:
-    data = dict(store.get_meta("config"))
+    return config_from_json(store.get_meta("config"))
+
+
+def config_from_json(config: dict[str, Any] | None) -> RunConfig:
+    if not isinstance(config, dict):
+        raise RunError("the run has no stored configuration to start from")
+    data = dict(config)
     weights = SelectionWeights(**data.pop("weights", {}))
     llm = LLMConfig(**data.pop("llm", {}))
     return RunConfig(**data, weights=weights, llm=llm)
@@ -267,14 +272,23 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
             evaluate: Callable[[str], EvalResult] | None = None, policy: Policy | None = None,
             stop_after: int | None = None) -> RunOutcome:
     """Run (or continue) the search in `store` until its budget is spent, then the final holdout evaluation."""
+    # The policy first: an LLM policy takes its key out of the environment, so that nothing this run starts (a
+    # backend probe, the judge's workers) is ever started while the key is still in this process's environment.
+    pol = policy or make_policy(cfg)
     task = get_task(store.get_meta("task"))
     backend = get_backend(store.get_meta("backend"))
-    saved = store.get_meta("loop_state")
+    saved = store.get_state("loop_state")
     state = LoopState.from_json(saved) if saved else LoopState()
     rng = restore_rng(state.rng) if state.rng else random.Random(cfg.seed)
-    pol = policy or make_policy(cfg)
     if state.policy:
         pol.load_state(state.policy)
+    if saved:
+        # Calls recorded after the last commit were lost with the process that made them; the resumed policy
+        # asks them again. A replay skips the lost ones (search.replay.used_calls).
+        recorded = store.call_count()
+        committed = state.policy.get("calls", recorded) if isinstance(state.policy, dict) else recorded
+        store.add_event(state.round, "resume", {"evaluations_done": state.evaluations_done,
+                                                "calls_recorded": recorded, "calls_committed": int(committed)})
     port = _port(cfg.from_cuda, backend)
     ctx = PolicyContext(task=task, backend=backend, rng=rng, spec=_spec(task, backend, port), port_context=port)
     judge = _Judge(task, backend, cfg) if evaluate is None else None

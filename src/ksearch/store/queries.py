@@ -62,10 +62,31 @@ def first_with_normalized_hash(db: sqlite3.Connection, normalized_hash: str) -> 
     return str(row["id"]) if row else None
 
 
+def has_source_hash(db: sqlite3.Connection, source_hash: str) -> bool:
+    return db.execute("SELECT 1 FROM candidates WHERE source_hash = ? LIMIT 1", (source_hash,)).fetchone() is not None
+
+
+def path_of_source_hash(db: sqlite3.Connection, source_hash: str) -> str | None:
+    row = db.execute("SELECT path FROM candidates WHERE source_hash = ? ORDER BY seq LIMIT 1", (source_hash,)).fetchone()
+    return str(row["path"]) if row else None
+
+
+def text(db: sqlite3.Connection, text_hash: str) -> str | None:
+    """A text the loop state refers to (schema 2); None when absent (or the run predates the texts table)."""
+    if "texts" not in table_names(db):
+        return None
+    row = db.execute("SELECT text FROM texts WHERE hash = ?", (text_hash,)).fetchone()
+    return str(row["text"]) if row else None
+
+
 def evaluations(db: sqlite3.Connection, kind: str | None) -> list[EvaluationRow]:
     """In the order written; one kind, or every kind when kind is None."""
     q = "SELECT * FROM evaluations" + (" WHERE kind = ?" if kind else "") + " ORDER BY id"
     return [evaluation_from_row(r) for r in db.execute(q, (kind,) if kind else ())]
+
+
+def call_count(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
 
 
 def calls(db: sqlite3.Connection, texts: bool) -> list[CallRow]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+#: 2: the loop state keeps its long texts by reference (the texts table), see RunStore.set_state.
+SCHEMA_VERSION = 2
 
-#: Every table a run database has; a database without them was not written by ksearch.
+#: Every table a run database has; a database without them was not written by ksearch. (`texts`, added in
+#: schema 2, is not among them: readers do not need it, and a run of schema 1 gets it when it is resumed.)
 TABLES = ("meta", "candidates", "evaluations", "world_models", "calls", "events")
 
 SCHEMA = """
@@ -33,6 +35,8 @@ CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, created_at REAL NOT NULL, round INTEGER NOT NULL, kind TEXT NOT NULL,
   data TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS texts (hash TEXT PRIMARY KEY, text TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS evaluations_candidate ON evaluations(candidate_id);
 CREATE INDEX IF NOT EXISTS candidates_norm ON candidates(normalized_hash);
+CREATE INDEX IF NOT EXISTS candidates_source ON candidates(source_hash);
 """

@@ -28,15 +28,23 @@ def report_cmd(
     tree: Annotated[bool, typer.Option(help="Show the world-model tree in the terminal.")] = True,
     evaluations: Annotated[bool, typer.Option("--evaluations", help="Instead of the summary, list every evaluation: "
                                               "index, kind, candidate, status, score, seconds.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="With --evaluations: print them as JSON.")] = False,
+    calls: Annotated[bool, typer.Option("--calls", help="Instead of the summary, the LLM transcripts: every call's "
+                                        "role, model, tokens, latency, retries, error, prompt and answer in full "
+                                        "(paged on a terminal; keys redacted).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --evaluations or --calls: print them as JSON.")] = False,
     runs_dir: RunsDir = None,
 ) -> None:
     """Summarise a run: best candidate, per-workload speedups, holdout, budget, spend, the path to the best."""
     from ksearch.report.evaluations import evaluations_json, evaluations_table
     from ksearch.report.summary import summary_renderable
 
-    if as_json and not evaluations:
-        fail("--json goes with --evaluations")
+    if as_json and not (evaluations or calls):
+        fail("--json goes with --evaluations or --calls")
+    if calls and (evaluations or html is not None):
+        fail("--calls shows the transcripts alone: leave out --evaluations and --html")
+    if calls:
+        _show_calls(run, runs_dir, as_json)
+        return
     data = _load(run, runs_dir)
     if evaluations and as_json:
         typer.echo(evaluations_json(data))
@@ -49,6 +57,20 @@ def report_cmd(
 
         write_html(data, html)
         (err if as_json else console).print(f"HTML report: {html}")  # stdout stays one JSON document
+
+
+def _show_calls(ref: str, runs_dir: Path | None, as_json: bool) -> None:
+    from ksearch.report.calls import calls_json, calls_renderable, load_transcript
+    from ksearch.store import resolve_run
+
+    transcript = load_transcript(resolve_run(ref, runs_dir))
+    if as_json:
+        typer.echo(calls_json(transcript))
+    elif console.is_terminal and transcript.calls:
+        with console.pager(styles=True):  # $PAGER or less: transcripts run to thousands of lines
+            console.print(calls_renderable(transcript), markup=False, highlight=False, soft_wrap=True)
+    else:
+        console.print(calls_renderable(transcript), markup=False, highlight=False, soft_wrap=True)
 
 
 def compare_cmd(

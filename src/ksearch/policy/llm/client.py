@@ -16,7 +16,6 @@ text for the rest of the run; the Outcome's notes say so.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import threading
 import time
@@ -40,8 +39,10 @@ from ksearch.policy.llm.answers import (
 )
 from ksearch.policy.llm.context import ContextInfo, discover_context, is_context_error
 from ksearch.policy.llm.deadline import DeadlineExceeded, run_with_deadline
+from ksearch.policy.llm.keys import take_key
 from ksearch.policy.llm.presets import Endpoint
 from ksearch.policy.llm.schemas import JSON_OBJECT_SCHEMA, JSON_SCHEMA, response_format
+from ksearch.store.redact import MASK, redact
 
 log = logging.getLogger("ksearch.llm")
 
@@ -106,8 +107,9 @@ class Sampling:
 
 
 class ChatClient:
-    """The live transport. The key's value is read from the named variable when the SDK client is built (first
-    call), held only inside that SDK object, and scrubbed from any error text we pass on.
+    """The live transport. The key's value is taken from the named variable once, when the client is made
+    (keys.take_key: out of the process environment, registered for redaction), held by the client and its SDK
+    object only, and scrubbed from any error text we pass on.
 
     `timeout_s` bounds each attempt from connect to last byte; `deadline` (time.monotonic()), when set, bounds
     the whole logical call, retries and backoff included (`ksearch llm ping --timeout`).
@@ -140,16 +142,13 @@ class ChatClient:
         #: The structured-output dialect in use (schemas.DIALECTS), None: free text.
         self.structured: str | None = endpoint.structured if structured else None
         self.refused = False  # the endpoint refused structured output: free text from then on
-        self._environ = environ
+        self._api_key = take_key(endpoint.api_key_env, environ)
         self._sdk: Any = None
         self._served_model: str | None = None
 
     # -- the SDK client, built on first use ------------------------------------------------------------------
     def _key(self) -> str | None:
-        if self.endpoint.api_key_env is None:
-            return None
-        env = os.environ if self._environ is None else self._environ
-        return env.get(self.endpoint.api_key_env) or None
+        return self._api_key
 
     def _client(self) -> Any:
         if self._sdk is None:
@@ -166,7 +165,7 @@ class ChatClient:
 
     def _scrub(self, text: str) -> str:
         key = self._key()
-        return text.replace(key, "***") if key else text
+        return redact(text.replace(key, MASK) if key else text)
 
     # -- what the endpoint serves ----------------------------------------------------------------------------
     def model_for(self, model: str | None) -> str:

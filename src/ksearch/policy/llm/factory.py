@@ -12,8 +12,9 @@ from typing import Any
 from ksearch.config import LLMConfig
 from ksearch.errors import LLMConfigError
 from ksearch.policy.llm.client import Backoff, ChatClient, Sampling, Transport
+from ksearch.policy.llm.keys import register_present, take_key
 from ksearch.policy.llm.policy import LLMPolicy
-from ksearch.policy.llm.presets import resolve
+from ksearch.policy.llm.presets import PRESETS, resolve
 from ksearch.policy.llm.pricing import Budget, load_prices
 
 #: Base delay (s) of the retry backoff; tests and impatient users shorten it.
@@ -55,7 +56,12 @@ def make_policy(
             f"llm settings: max_answer_kb must be >= 1 and context_tokens >= {MIN_CONTEXT_TOKENS} (or unset: "
             "ask the server)"
         )
-    endpoint = resolve(cfg, env, check_key=replay is None)
+    endpoint = resolve(cfg, environ, check_key=replay is None)
+    # Taken now, before the search starts any worker, in replay too (where it goes unused): from here on the
+    # key is in no environment a candidate could read, and redacted wherever it might turn up. Keys of the
+    # other presets are not taken, but their values are redacted as well.
+    take_key(endpoint.api_key_env, environ)
+    register_present(sorted({p.api_key_env for p in PRESETS.values() if p.api_key_env}), environ)
     budget = Budget(prices=load_prices(prices, env), max_usd=cfg.max_usd, max_tokens=cfg.max_tokens_total,
                     warn_unpriced=endpoint.api_key_env is not None)
     transport: Transport

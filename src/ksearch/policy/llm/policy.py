@@ -45,6 +45,7 @@ from ksearch.policy.llm.pricing import Budget
 from ksearch.policy.llm.prompts import action_view, common, render
 from ksearch.policy.llm.replay import ReplayTransport, render_prompt
 from ksearch.policy.llm.schemas import without_null_patches
+from ksearch.store.redact import redact
 
 log = logging.getLogger("ksearch.llm")
 
@@ -295,6 +296,9 @@ class LLMPolicy:
         schema: str | None = None,
     ) -> Outcome:
         self.budget.check()
+        # Nothing the search read from a candidate or an answer takes a key to the server (the verdicts are
+        # redacted before they get here; this is the last look before the text leaves the process).
+        messages = [{**m, "content": redact(m["content"])} for m in messages]
         prompt = render_prompt(messages)
         max_tokens = self.window().max_tokens_for(messages_tokens(messages))
         try:

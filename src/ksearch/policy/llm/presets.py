@@ -2,20 +2,24 @@
 resolves.
 
 A hosted preset sends a key; a local one sends none. The key is only ever named here (the environment
-variable), never read: reading happens in the client at call time, so no settings object, state or log line
+variable), never read: the client takes it (keys.py) when it is made, so no settings object, state or log line
 can carry it.
 """
 
 from __future__ import annotations
 
-import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ksearch.config import LLMConfig
 from ksearch.errors import LLMConfigError
 from ksearch.policy.llm.context import PROBES
+from ksearch.policy.llm.keys import has_key
 from ksearch.policy.llm.schemas import JSON_SCHEMA
+
+#: What a variable name looks like (POSIX).
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -107,18 +111,23 @@ def resolve(cfg: LLMConfig, environ: Mapping[str, str] | None = None, check_key:
     # A hosted preset's key is never sent to a server of the user's choosing unless they name the variable
     # themselves: `--preset openai --base-url http://my-proxy` must not leak OPENAI_API_KEY to my-proxy.
     key_env = cfg.api_key_env or (None if custom_url else preset.api_key_env)
-    if check_key and key_env is not None:
-        env = os.environ if environ is None else environ
-        if not env.get(key_env):
-            hint = (
-                f"export {key_env}=... (or pass --api-key-env VAR naming the variable that holds the key)"
-                if preset.hosted or cfg.api_key_env
-                else f"export {key_env}=..."
-            )
-            raise LLMConfigError(
-                f"the {preset.name} LLM preset needs an API key in ${key_env}, which is unset: "
-                f"{hint}; for a local server use --preset vllm|ollama|lmstudio|llamacpp"
-            )
+    if cfg.api_key_env is not None and not _VARIABLE.fullmatch(cfg.api_key_env):
+        # Not echoed: a value that is no variable name is most likely the key itself, pasted in the wrong place.
+        raise LLMConfigError(
+            "api_key_env (--api-key-env) names the environment variable that holds the key (letters, digits "
+            "and _, e.g. LLM_API_KEY), never the key itself: export LLM_API_KEY=... and pass --api-key-env "
+            "LLM_API_KEY"
+        )
+    if check_key and key_env is not None and not has_key(key_env, environ):
+        hint = (
+            f"export {key_env}=... (or pass --api-key-env VAR naming the variable that holds the key)"
+            if preset.hosted or cfg.api_key_env
+            else f"export {key_env}=..."
+        )
+        raise LLMConfigError(
+            f"the {preset.name} LLM preset needs an API key in ${key_env}, which is unset: "
+            f"{hint}; for a local server use --preset vllm|ollama|lmstudio|llamacpp"
+        )
     # Another server: ask it which model it serves (GET /models) rather than guess a hosted model's name.
     model = cfg.model or (None if custom_url else preset.model)
     preset_coder = None if (custom_url or cfg.model) else preset.coder_model

@@ -1,18 +1,24 @@
 """Replay: answer each call with the recorded response of the same position, without touching the network.
 
-A recorded run's calls table is the script. The policy asks in the same order as the original run (the prompts
-are functions of the recorded evaluations), so position i answers call i. With `strict`, every prompt must
-match its recording byte for byte; the first that does not stops the replay with the call index, role and
-first differing line.
+A recorded run's calls table is the script (the calls the search used: search.replay.used_calls). The policy
+asks in the same order as the original run (the prompts are functions of the recorded evaluations), so position
+i answers call i. With `strict` (`--replay RUN --reevaluate`, where the candidates are measured again), every
+prompt must ask what its recording asked; the first that does not stops the replay with the call index, role and
+first differing line. "What it asked" is the prompt with what a new measurement changes left out: the noise in a
+verdict's words (scratch paths, PIDs, addresses, durations: policy.stable, which newer runs apply before the text
+reaches a prompt) and the numbers outside ```python blocks (latencies, speedups, scores, rankings). The code,
+the task, the action, the verdicts' statuses and messages must be the same.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ksearch.errors import CallFailed, ReplayMismatch
 from ksearch.policy.llm.client import Messages, Outcome
+from ksearch.policy.stable import stable_text
 
 
 def render_prompt(messages: Messages) -> str:
@@ -20,13 +26,39 @@ def render_prompt(messages: Messages) -> str:
     return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
 
 
+#: A number standing alone (not part of a name such as c0003, n12 or cpu_256x1024_f32), maybe a factor (1.3x).
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?:x(?!\w))?(?!\w|\.\d)")
+
+
+def comparable(prompt: str) -> list[str]:
+    """The prompt's lines as a strict replay compares them (see the module's docstring)."""
+    out: list[str] = []
+    in_code = False
+    for line in stable_text(prompt).splitlines():
+        fence = line.strip()
+        if fence.startswith("```"):
+            in_code = not in_code and fence[3:].strip().lower() in ("python", "py")
+            out.append(line)
+            continue
+        out.append(line if in_code else _NUMBER.sub("#", line))
+    return out
+
+
+def same_question(recorded: str, now: str) -> bool:
+    return recorded == now or comparable(recorded) == comparable(now)
+
+
 def first_difference(recorded: str, now: str) -> str:
+    """Where two prompts differ in what they ask, quoting both lines as they are."""
     old, new = recorded.splitlines(), now.splitlines()
-    for i, (a, b) in enumerate(zip(old, new, strict=False)):
+    old_c, new_c = comparable(recorded), comparable(now)
+    if len(old_c) != len(old) or len(new_c) != len(new):  # normalising changed the line structure: show it
+        old, new = old_c, new_c
+    for i, (a, b) in enumerate(zip(old_c, new_c, strict=False)):
         if a != b:
-            return f"line {i + 1}: recorded {_clip(a)!r}, now {_clip(b)!r}"
-    if len(old) != len(new):
-        i = min(len(old), len(new))
+            return f"line {i + 1}: recorded {_clip(old[i])!r}, now {_clip(new[i])!r}"
+    if len(old_c) != len(new_c):
+        i = min(len(old_c), len(new_c))
         a = old[i] if i < len(old) else "<end>"
         b = new[i] if i < len(new) else "<end>"
         return f"line {i + 1}: recorded {_clip(a)!r}, now {_clip(b)!r}"
@@ -65,7 +97,7 @@ class ReplayTransport:
             raise ReplayMismatch(
                 f"replay diverged at call {i}: recorded role {rec.get('role')!r}, now {role!r}"
             )
-        if self.strict and rec.get("prompt") != prompt:
+        if self.strict and not same_question(rec.get("prompt") or "", prompt):
             raise ReplayMismatch(
                 f"replay diverged at call {i} ({role}): the prompt differs from the recording at "
                 f"{first_difference(rec.get('prompt') or '', prompt)}"
