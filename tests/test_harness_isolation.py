@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -46,20 +47,27 @@ def _honest_speedup(result: EvalResult) -> float:
     return w.speedup
 
 
-def test_child_process_of_the_candidate_is_killed(cpu_backend, tmp_path):
-    pidfile = tmp_path / "pids.txt"
-    result = judge(cpu_backend, "softmax", "spawn_sleeper", extra_env={"KSEARCH_TEST_PIDFILE": str(pidfile)})
+def test_child_process_of_the_candidate_is_killed(cpu_backend):
+    marker = f"ksearch-test-sleeper-{os.getpid()}-{time.monotonic_ns()}"
+    result = judge(cpu_backend, "softmax", "spawn_sleeper", extra_env={"KSEARCH_TEST_MARKER": marker})
     assert result.status == "passed", result.message
-    pids = [int(x) for x in pidfile.read_text().split()]
-    assert pids
+    assert "spawned a sleeper" in result.message
     deadline = time.monotonic() + 5
-    alive = pids
+    alive = _with_marker(marker)
     while alive and time.monotonic() < deadline:
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         time.sleep(0.05)
+        alive = _with_marker(marker)
     for p in alive:
-        psutil.Process(p).kill()
+        p.kill()
     assert not alive, "the candidate's child outlived the evaluation"
+
+
+def _with_marker(marker: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(p)
+    return found
 
 
 def test_timer_patched_everywhere_is_a_runtime_error(cpu_backend):

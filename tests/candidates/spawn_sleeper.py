@@ -1,4 +1,4 @@
-# Bad candidate: leaves a child process sleeping forever (its pid in a file next to the candidate, for the test).
+# Bad candidate: leaves a child process sleeping forever (the test finds it by the marker on its command line).
 # Computes honestly. Expected: the child is gone after the evaluation.
 import os
 import subprocess
@@ -6,9 +6,9 @@ import sys
 
 import mlx.core as mx
 
-_child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
-with open(os.environ["KSEARCH_TEST_PIDFILE"], "a") as f:
-    f.write(f"{_child.pid}\n")
+_child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)",
+                           os.environ["KSEARCH_TEST_MARKER"]])
+print("spawned a sleeper")
 
 
 def run(x):

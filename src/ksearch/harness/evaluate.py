@@ -318,6 +318,7 @@ class Evaluator:
         timed: dict[str, Timed] = {}
         try:
             worker = self._start_candidate(source, opts, workloads, seeds, deadline)
+            result.environment = {**result.environment, "containment": worker.containment}
             with self._phase("trials"):
                 for w, wr in zip(workloads, result.workloads, strict=True):
                     self._correctness(worker, w, wr, seeds[w.name][:TRIALS], deadline)

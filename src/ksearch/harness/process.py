@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -18,18 +19,38 @@ import numpy as np
 import psutil
 
 from ksearch.errors import WorkerDied
-from ksearch.harness import protocol
-
-#: Environment variables never handed to a worker: a candidate must not be able to read credentials.
-_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+from ksearch.harness import protocol, sandbox
 
 
-def _worker_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not any(m in k.upper() for m in _SECRET_MARKERS)}
-    env.pop("KSEARCH_RUNS_DIR", None)  # the worker is never told where runs live
-    src = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+#: What a worker's environment may hold: an allowlist, so that a credential reaches no worker whatever its name.
+_ENV_NAMES = frozenset({
+    "PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME", "LD_LIBRARY_PATH", "PYTHONPATH",
+    "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "CC", "CXX", "CPATH", "LIBRARY_PATH", "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH", "SDKROOT", "DEVELOPER_DIR", "XDG_CACHE_HOME",
+})
+_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "MLX_", "MTL_", "METAL_", "KSEARCH_")
+#: ... and even there, nothing that looks like a credential, and none of the search's own settings.
+_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL", "AUTH", "COOKIE", "PRIVATE")
+_SEARCH_ONLY = ("KSEARCH_RUNS_DIR", "KSEARCH_LLM", "KSEARCH_SANDBOX")
+_SRC = str(Path(__file__).resolve().parents[2])
+
+
+def worker_env(extra: dict[str, str], scratch: Path | None = None, parent: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a worker starts with. With `scratch` (an untrusted candidate's worker), its home, temporary
+    and cache directories all point there: MLX's PTX cache and CUDA's compute cache would otherwise be shared with
+    the trusted workers, and a candidate could plant compiled kernels in them."""
+    source = os.environ if parent is None else parent
+    env = {k: v for k, v in source.items()
+           if (k in _ENV_NAMES or k.startswith(_ENV_PREFIXES))
+           and not any(m in k.upper() for m in _SECRET_MARKERS) and not k.startswith(_SEARCH_ONLY)}
+    env["PYTHONPATH"] = _SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"  # what a candidate printed is in the file when the verdict quotes it
+    if scratch is not None:
+        s = str(scratch)
+        env.update(HOME=s, TMPDIR=s, XDG_CACHE_HOME=f"{s}/.cache", CUDA_CACHE_PATH=f"{s}/.nv/ComputeCache",
+                   MLX_PTX_CACHE_DIR=f"{s}/mlx-ptx")
     env.update(extra)
     return env
 
@@ -60,19 +81,29 @@ def _peak_rss_linux(pid: int) -> int:
     return 0
 
 
-def _tail(path: Path, limit: int = 2000) -> str:
+def _tail(fd: int, limit: int = 2000) -> str:
+    """The end of a worker's stdout or stderr, read through the parent's own descriptor: the file's name is in the
+    candidate's scratch directory, and a symlink put there in its place must not make the parent read another file."""
+    if fd < 0:
+        return ""
     try:
-        data = path.read_bytes()
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, limit, max(0, size - limit))
     except OSError:
         return ""
-    text = data[-limit:].decode(errors="replace")
-    return ("..." if len(data) > limit else "") + text
+    return ("..." if size > limit else "") + data.decode(errors="replace")
+
+
+def _uncontained(why: str) -> dict[str, str]:
+    return {"filesystem": why, "network": why, "other_processes": why,
+            "processes": "process group and polled descendants (a daemon that leaves both may survive)"}
 
 
 class WorkerProcess:
     """One worker. Use as a context manager; `kill()` is always safe."""
 
-    def __init__(self, role: str, memory_limit_bytes: int, env: dict[str, str] | None = None) -> None:
+    def __init__(self, role: str, memory_limit_bytes: int, env: dict[str, str] | None = None,
+                 task_origin: str = "") -> None:
         self.role = role
         self.memory_limit = memory_limit_bytes
         self.scratch = Path(tempfile.mkdtemp(prefix=f"ksearch-{role}-"))
@@ -83,19 +114,36 @@ class WorkerProcess:
         self.stdout_path = self.scratch / "stdout.txt"
         self.stderr_path = self.scratch / "stderr.txt"
         extra = {"KSEARCH_WORKER_FD": str(child_sock.fileno()), **(env or {})}
+        argv = [sys.executable, "-m", "ksearch.harness.worker"]
+        fds = [child_sock.fileno(), guard_w]
+        # Only the untrusted candidate is contained (sandbox.py); the trusted workers get the allowlisted environment.
+        untrusted = role == "candidate"
+        why = sandbox.unavailable() if untrusted else "none: a trusted worker"
+        self.contained = why is None
+        self.containment: dict[str, str] = _uncontained(why) if why else {}
+        self._status_r = -1
+        if self.contained:
+            self._status_r, status_w = os.pipe()
+            fds.append(status_w)
+            spec = sandbox.plan(str(self.scratch), status_w, worker_env({}), _SRC, task_origin)
+            argv = sandbox.command(spec, argv)
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self._out_fd = os.open(self.stdout_path, os.O_RDONLY | os.O_CLOEXEC)
+            self._err_fd = os.open(self.stderr_path, os.O_RDONLY | os.O_CLOEXEC)
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ksearch.harness.worker"],
+                argv,
                 cwd=self.scratch,
-                env=_worker_env(extra),
+                env=worker_env(extra, self.scratch if untrusted else None),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                pass_fds=(child_sock.fileno(), guard_w),
+                pass_fds=fds,
                 start_new_session=True,  # its own process group: a kill takes any children it spawned too
             )
         child_sock.close()
         os.close(guard_w)
+        if self.contained:
+            os.close(fds[-1])
         self.guard_fd_in_child = guard_w
         self.peak_rss = 0
         self.stops_seen = 0
@@ -103,6 +151,24 @@ class WorkerProcess:
         # Every descendant seen while polling. A process group kill misses children that started their own session
         # (setsid); these are killed by pid (psutil checks the creation time, so a reused pid is never hit).
         self._descendants: dict[int, psutil.Process] = {}
+
+    def read_containment(self) -> dict[str, str]:
+        """What the sandbox applied, as it reported before the worker started (so before any candidate code ran)."""
+        if self._status_r >= 0:
+            data = b""
+            with contextlib.suppress(OSError):
+                os.set_blocking(self._status_r, False)
+                while chunk := os.read(self._status_r, 65536):
+                    data += chunk
+            os.close(self._status_r)
+            self._status_r = -1
+            try:
+                self.containment = {str(k): str(v) for k, v in json.loads(data).items()}
+            except (ValueError, AttributeError):
+                self.containment = _uncontained("none: the sandbox did not report (it failed before the worker "
+                                                "started)")
+            self.containment["environment"] = "allowlist"
+        return self.containment
 
     # -- liveness and limits -------------------------------------------------------------------------------------
     def _rss(self) -> int:
@@ -115,8 +181,9 @@ class WorkerProcess:
             for q in [p, *children]:
                 with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                     total += q.memory_info().rss
-            # The worker's own peak since it started, not only what it holds right now (see _peak_rss_linux).
-            return max(total, _peak_rss_linux(self.proc.pid))
+            # Each process's own peak since it started, not only what it holds right now (see _peak_rss_linux); a
+            # contained worker is a grandchild of the process started here.
+            return max(total, *(_peak_rss_linux(q.pid) for q in [p, *children]))
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return 0
 
@@ -166,7 +233,7 @@ class WorkerProcess:
                 how = f"was killed by signal {-code}"
         else:
             how = f"exited with code {code}"
-        err = _tail(self.stderr_path)
+        err = _tail(self._err_fd)
         return f"worker {how}" + (f"; stderr:\n{err}" if err.strip() else "")
 
     # -- messaging -----------------------------------------------------------------------------------------------
@@ -207,7 +274,7 @@ class WorkerProcess:
             self._poll()
 
     def output_tail(self) -> str:
-        out, err = _tail(self.stdout_path, 1000), _tail(self.stderr_path, 1000)
+        out, err = _tail(self._out_fd, 1000), _tail(self._err_fd, 1000)
         parts = []
         if out.strip():
             parts.append("candidate stdout:\n" + out)
@@ -222,6 +289,14 @@ class WorkerProcess:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             for c in psutil.Process(self.proc.pid).children(recursive=True):
                 self._descendants.setdefault(c.pid, c)
+        if self.contained and not self._exited():
+            # The sandbox's launcher kills the worker and everything left below it (in its PID namespace, or as
+            # their subreaper), which a kill from here cannot reach once a daemon has left the process group.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not self._exited():
+                time.sleep(0.01)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         if self.proc.poll() is None:
@@ -245,8 +320,11 @@ class WorkerProcess:
         self._drain_guard()
         with contextlib.suppress(OSError):
             self.sock.close()
-        with contextlib.suppress(OSError):
-            os.close(self.guard_r)
+        for fd in (self.guard_r, self._out_fd, self._err_fd, self._status_r):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.guard_r = self._out_fd = self._err_fd = self._status_r = -1
         import shutil
 
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -273,7 +351,7 @@ def start(role: str, task_origin: str, device: str, memory_limit: int, deadline:
     """Spawn a worker and initialise it; returns the worker and its init reply."""
     if role == "candidate":
         protect_parent()
-    w = WorkerProcess(role, memory_limit, env=env)
+    w = WorkerProcess(role, memory_limit, env=env, task_origin=task_origin)
     msg: dict[str, Any] = {"op": "init", "role": role, "task": task_origin, "device": device,
                            "forbidden": list(forbidden), "guard_fd": w.guard_fd_in_child, "entry": entry}
     if source is not None:
@@ -285,6 +363,7 @@ def start(role: str, task_origin: str, device: str, memory_limit: int, deadline:
     except BaseException:
         w.close()
         raise
+    w.read_containment()
     return w, reply
 
 
