@@ -472,6 +472,11 @@ def main(argv: list[str]) -> None:
             status = st
             break
     _kill_children()
+    if os.getppid() != spec["parent"]:
+        # The judging process is gone (killed mid-evaluation) and will not delete the scratch directory.
+        import shutil
+
+        shutil.rmtree(spec["scratch"], ignore_errors=True)
     if "pid" in ns:
         (status,) = struct.unpack("i", shared[:4])
         if status == -1:
