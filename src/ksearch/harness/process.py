@@ -21,7 +21,6 @@ import psutil
 from ksearch.errors import WorkerDied
 from ksearch.harness import protocol, sandbox
 
-
 #: What a worker's environment may hold: an allowlist, so that a credential reaches no worker whatever its name.
 _ENV_NAMES = frozenset({
     "PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME", "LD_LIBRARY_PATH", "PYTHONPATH",
