@@ -274,7 +274,8 @@ def nobody_python(work: Path) -> tuple[str, dict[str, str]] | None:
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
                     reason="needs root and setpriv to run the search as the unprivileged user nobody")
-def test_as_an_unprivileged_user_a_key_found_in_the_parent_shell_goes_no_further(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", ["on", "off"])
+def test_as_an_unprivileged_user_a_key_found_in_the_parent_shell_goes_no_further(tmp_path: Path, sandbox: str) -> None:
     # Everything the run as `nobody` touches lives under a directory that user can write and traverse.
     work = Path(tempfile.mkdtemp(prefix="ksearch-nobody-", dir="/tmp"))
     try:
@@ -286,6 +287,8 @@ def test_as_an_unprivileged_user_a_key_found_in_the_parent_shell_goes_no_further
         runs = work / "runs"
         with FakeLLMServer(script()) as server:
             env = {**env, "LLM_AUTH": SECRET, "KSEARCH_LLM_BACKOFF_S": "0.01"}
+            if sandbox == "off":
+                env["KSEARCH_SANDBOX"] = "off"
             # `; exit $?` keeps the shell alive as the search's parent: its /proc/<pid>/environ holds the key and
             # is readable by any process of the same user, candidates included.
             shell = f'"$0" -m ksearch.cli {" ".join(run_args(server, runs))}; exit $?'
@@ -298,6 +301,11 @@ def test_as_an_unprivileged_user_a_key_found_in_the_parent_shell_goes_no_further
         hunted = check_run(run, requests, tmp_path)
         assert "'env': None" in hunted
         assert "'parent': 'denied'" in hunted  # the search made itself non-dumpable
-        assert f"LLM_AUTH={MASK}" in hunted  # found in the shell's environment: redacted on the way in
+        if sandbox == "off" or "'proc': []" not in hunted:
+            # Uncontained, the candidate reads the key in the shell's environment: it is redacted on the way in.
+            assert f"LLM_AUTH={MASK}" in hunted
+        else:
+            # Contained, other processes' /proc entries are out of its reach: it finds nothing to redact.
+            assert "LLM_AUTH" not in hunted
     finally:
         shutil.rmtree(work, ignore_errors=True)
