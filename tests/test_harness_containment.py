@@ -168,10 +168,11 @@ def test_uncontained_is_recorded(cpu_backend):
 
 # -- processes -----------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("sandbox", ["auto", "no-namespaces"])
+@pytest.mark.parametrize("sandbox", ["auto", "no-namespaces", "no-pid"])
 def test_a_setsid_daemon_dies_with_the_evaluation(cpu_backend, marker, sandbox):
-    # no-namespaces: the fallback where the launcher, a child subreaper, kills what was reparented to it.
-    if LINUX and sandbox == "no-namespaces" and not LANDLOCK:
+    # no-namespaces: the fallback where the launcher, a child subreaper, kills what was reparented to it; no-pid: what
+    # a GPU worker gets (NVIDIA's unified memory refuses a PID namespace), the other namespaces without the PID one.
+    if LINUX and sandbox in ("no-namespaces", "no-pid") and not LANDLOCK:
         pytest.skip("without Landlock a same-user candidate can kill the subreaper itself")
     if not LINUX:
         pytest.skip("macOS has neither PID namespaces nor a child subreaper")
@@ -180,8 +181,10 @@ def test_a_setsid_daemon_dies_with_the_evaluation(cpu_backend, marker, sandbox):
     assert "daemon started" in result.message
     if sandbox == "auto" and NAMESPACES:
         assert _applied(result)["processes"] == "pid namespace"
-    elif sandbox == "no-namespaces":
+    elif sandbox in ("no-namespaces", "no-pid"):
         assert _applied(result)["processes"].startswith("subreaper")
+    if sandbox == "no-pid" and NAMESPACES:
+        assert _applied(result)["network"].startswith("namespace")
     deadline = time.monotonic() + 5
     while _with_marker(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -361,3 +364,46 @@ def test_no_secret_reaches_the_candidate_as_an_unprivileged_user(cpu_backend):
     _check_no_secret(out["auto"])
     assert out["off"]["status"] == "passed", out["off"]["message"]
     assert "holding the key: 0" not in out["off"]["message"], "uncontained, the candidate should have found the key"
+
+
+@needs_landlock
+def test_a_task_file_in_the_temporary_directory_is_readable_to_the_contained_worker(cpu_backend, tmp_path):
+    # The temporary directory is out of a candidate's reach, except the one task file it is judged against.
+    from ksearch.tasks.registry import load_task_file
+
+    path = tmp_path / "scaled_add.py"
+    shutil.copy(ROOT / "tests" / "data" / "user_task.py", path)
+    (tmp_path / "other.txt").write_text("not for the candidate")
+    task = load_task_file(str(path))
+    source = ("def run(x, y, alpha):\n"
+              "    try:\n"
+              f"        open({str(tmp_path / 'other.txt')!r}).read()\n"
+              "    except PermissionError:\n"
+              "        return x + alpha * y\n"
+              "    raise SystemExit('read a file next to the task file')\n")
+    result = evaluate(task, source, cpu_backend, EvalOptions(workloads=[task.select_workloads("cpu")[0].name],
+                                                             timeout_s=120.0, baseline=None))
+    assert result.status == "passed", result.message
+
+
+def test_a_candidate_gets_a_copy_of_the_trusted_kernel_cache_never_the_cache_itself(tmp_path):
+    # The harness's own device code is compiled once by the trusted workers; a candidate starts from a copy, and what
+    # it writes into its copy never reaches the trusted cache.
+    from ksearch.harness.process import seed_kernel_cache
+
+    trusted = tmp_path / "ptx"
+    trusted.mkdir()
+    (trusted / "kernel_a.ptx").write_bytes(b"a" * 100)
+    (trusted / "kernel_b.cubin").write_bytes(b"b" * 50)
+    (trusted / "nested").mkdir()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert seed_kernel_cache(scratch, trusted) == 150
+    copied = scratch / "mlx-ptx" / "kernel_a.ptx"
+    assert copied.read_bytes() == b"a" * 100 and not copied.is_symlink()
+    copied.write_bytes(b"planted")
+    assert (trusted / "kernel_a.ptx").read_bytes() == b"a" * 100
+    assert not (scratch / "mlx-ptx" / "nested").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert seed_kernel_cache(scratch, empty) == 0

@@ -74,7 +74,7 @@ def _libc() -> Any:
 
 def settings() -> set[str]:
     """KSEARCH_SANDBOX: unset or `auto`; `off` to run candidates uncontained (recorded in every result); or a comma
-    list of mechanisms to leave out: `no-landlock`, `no-namespaces`."""
+    list of mechanisms to leave out: `no-landlock`, `no-namespaces`, `no-pid` (the PID namespace alone)."""
     raw = os.environ.get("KSEARCH_SANDBOX", "auto").strip().lower()
     return {s.strip() for s in raw.split(",") if s.strip() and s.strip() != "auto"}
 
@@ -129,8 +129,6 @@ def read_roots(env: dict[str, str], src_root: str, task_origin: str) -> list[str
     for name in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDNN_PATH", "MLX_CCCL_DIR"):
         if os.path.isabs(env.get(name, "")):
             wanted.append(env[name])
-    if task_origin.endswith(".py") and os.path.isabs(task_origin):
-        wanted.append(task_origin)
     runs = os.path.join(cwd, os.environ.get("KSEARCH_RUNS_DIR") or "runs")
     hidden = [os.path.realpath(runs), runs]
     tmp = os.path.realpath(tempfile.gettempdir())
@@ -141,13 +139,21 @@ def read_roots(env: dict[str, str], src_root: str, task_origin: str) -> list[str
         if real in never or _under(real, tmp) or _under(real, "/tmp") or not os.path.exists(real):
             continue
         roots.extend(_carve(real, hidden))
+    if task_origin.endswith(".py") and os.path.isabs(task_origin):
+        # A task file given by path: that one file, wherever it lies (also under /tmp), never inside the runs.
+        real = os.path.realpath(task_origin)
+        if os.path.isfile(real) and not any(_under(real, h) for h in hidden):
+            roots.append(real)
     # One rule per tree: a root beneath another adds nothing.
     return sorted({r for r in roots if not any(r != o and _under(r, o) for o in roots)})
 
 
-def plan(scratch: str, status_fd: int, env: dict[str, str], src_root: str, task_origin: str) -> dict[str, Any]:
+def plan(scratch: str, status_fd: int, env: dict[str, str], src_root: str, task_origin: str,
+         gpu: bool = False) -> dict[str, Any]:
+    """What the launcher applies. `gpu`: the worker will use an NVIDIA GPU, which rules out a PID namespace."""
+    skip = settings() | ({"no-pid"} if gpu else set())
     return {"scratch": os.path.realpath(scratch), "status_fd": status_fd, "parent": os.getpid(), "src": src_root,
-            "read": read_roots(env, src_root, task_origin), "skip": sorted(settings())}
+            "read": read_roots(env, src_root, task_origin), "skip": sorted(skip)}
 
 
 def command(spec: dict[str, Any], argv: list[str]) -> list[str]:
@@ -213,6 +219,8 @@ def _landlock(libc: Any, spec: dict[str, Any], own_proc: bool) -> str:
         allow(f"/proc/{os.getpid()}", _READ)  # the exec'd worker keeps this pid
         for name in _PROC:
             allow(f"/proc/{name}", _READ)
+    # Its own threads' entries, writable: CUDA's runtime writes there as it starts (without it cudaMallocManaged fails).
+    allow(f"/proc/{os.getpid()}/task", _READ | _FS_WRITE_FILE | _FS_TRUNCATE)
     for dev in _devices():
         allow(dev, _FS_READ_FILE | _FS_WRITE_FILE | _FS_TRUNCATE | _FS_READ_DIR)
     allow(spec["scratch"], handled)
@@ -245,17 +253,20 @@ def _namespaces(libc: Any, skip: set[str]) -> tuple[set[str], str]:
     if "no-namespaces" in skip:
         return set(), "left out (KSEARCH_SANDBOX)"
     uid, gid = os.geteuid(), os.getegid()
-    rest = _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWNS
+    # NVIDIA's unified memory refuses a process in a PID namespace of its own (cudaMallocManaged fails, measured on
+    # an H200 with driver 580): a GPU worker goes without one, and the subreaper ends what it leaves behind.
+    pid = set() if "no-pid" in skip else {"pid"}
+    rest = _CLONE_NEWNET | (_CLONE_NEWPID if pid else 0) | _CLONE_NEWIPC | _CLONE_NEWNS
     if libc.unshare(_CLONE_NEWUSER | rest) == 0:
         # Unmapped, the process would still be in the namespaces, only unable to mount its own /proc (then recorded).
         with contextlib.suppress(OSError):
             _write("/proc/self/setgroups", "deny")
             _write("/proc/self/uid_map", f"{uid} {uid} 1")
             _write("/proc/self/gid_map", f"{gid} {gid} 1")
-        return {"user", "net", "pid", "ipc", "mount"}, ""
+        return {"user", "net", "ipc", "mount"} | pid, ""
     why = os.strerror(ctypes.get_errno())
     if uid == 0 and libc.unshare(rest) == 0:
-        return {"net", "pid", "ipc", "mount"}, ""
+        return {"net", "ipc", "mount"} | pid, ""
     return set(), f"unshare refused ({why})"
 
 
@@ -274,8 +285,8 @@ def _read_only_mounts(libc: Any, scratch: str) -> str:
         points = [line.split()[4].encode().decode("unicode_escape") for line in f]
     failed = 0
     for point in reversed(points):
-        if point == scratch:
-            continue
+        if point == scratch or point == "/proc" or point.startswith("/proc/"):
+            continue  # /proc stays as it is: CUDA's runtime writes its threads' entries there as it starts
         flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY
         for extra in (0, _MS_NOSUID, _MS_NOSUID | _MS_NODEV, _MS_NOSUID | _MS_NODEV | _MS_NOEXEC):
             if libc.mount(None, point.encode(), None, flags | extra, None) == 0:
@@ -447,7 +458,7 @@ def main(argv: list[str]) -> None:
     ns, why = _namespaces(libc, set(spec["skip"]))
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     report: dict[str, str] = {"processes": "subreaper: the launcher kills every process left when the worker ends",
-                              "other_processes": f"none: no pid namespace ({why})"}
+                              "other_processes": f"none: no pid namespace ({why or 'a GPU worker: CUDA refuses one'})"}
     shared = mmap.mmap(-1, 4)
     shared[:4] = struct.pack("i", -1)
     child = os.fork()
