@@ -133,6 +133,10 @@ def _error(f: launch.Failure, entry: Entry, lib: Library, source: str) -> MetalE
     if f.buf >= 0:
         name = next((p.name for p in k.params if p.kind == "buffer" and p.index == f.buf), "?")
         msg = f"buffer {f.buf} (`{name}`): {msg}"
+    if f.pc2:
+        second = next(iter(launch.source_lines(lib.path, f.pc2, FILE_TAG)), 0)
+        if second:
+            msg += f"; the earlier access is at line {second}"
     lines = source.splitlines()
     text = lines[line - 1].strip()[:160] if line and line <= len(lines) else ""
     where = f"line {line}: " if line else ""

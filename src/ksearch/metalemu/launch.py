@@ -51,7 +51,7 @@ class Err(ctypes.Structure):
     _fields_ = [
         ("code", ctypes.c_int32), ("line", ctypes.c_int32), ("pc", ctypes.c_int64), ("group", ctypes.c_int64),
         ("gpos", ctypes.c_uint32 * 3), ("tpos", ctypes.c_uint32 * 3), ("buf", ctypes.c_int32), ("pad", ctypes.c_int32),
-        ("msg", ctypes.c_char * 1024),
+        ("pc2", ctypes.c_int64), ("msg", ctypes.c_char * 1024),
     ]
 
 
@@ -66,6 +66,7 @@ class Failure:
     thread: tuple[int, int, int]
     buf: int
     message: str
+    pc2: int = 0  # the earlier access of a race, when known (0: none)
 
     @property
     def kind(self) -> str:
@@ -139,7 +140,7 @@ def run(lib: ctypes.CDLL, entry: int, bufs: list[tuple[int, int]], grid: tuple[i
         return None
     e = min(failed, key=lambda x: x.group)
     return Failure(e.code, e.line, e.pc, tuple(e.gpos), tuple(e.tpos), e.buf,  # type: ignore[arg-type]
-                   e.msg.decode(errors="replace"))
+                   e.msg.decode(errors="replace"), e.pc2)
 
 
 @cache

@@ -173,22 +173,50 @@ static i64 rel_pc(const void* pc) {
   return 0;
 }
 
-static void set_err(Worker* w, int code, int line, const void* pc, const Fiber* f, const char* fmt, ...) {
-  if (w->failed) return;
+static void vset_err(Worker* w, int code, int line, const void* pc, int tid, const char* fmt, va_list ap) {
   w->failed = 1;
   Err* E = w->E;
   E->code = code;
   E->line = line;
   E->pc = rel_pc(pc);
+  E->pc2 = 0;
   E->group = w->group;
   E->buf = -1;
   for (int d = 0; d < 3; ++d) {
     E->gpos[d] = w->gpos[d];
-    E->tpos[d] = f ? w->attrs[f->tid].thread_position_in_threadgroup[d] : 0;
+    E->tpos[d] = tid >= 0 ? w->attrs[tid].thread_position_in_threadgroup[d] : 0;
+  }
+  vsnprintf(E->msg, sizeof(E->msg), fmt, ap);
+}
+
+static void set_err_tid(Worker* w, int code, int line, const void* pc, int tid, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vset_err(w, code, line, pc, tid, fmt, ap);
+  va_end(ap);
+}
+
+// The first read of unwritten threadgroup memory, once it is known that no other thread wrote it in time.
+static void report_pending(Worker* w) {
+  Meta* m = w->pend_meta;
+  long elem = m->elem ? (long)m->elem : 1, idx = (long)(w->pend_p - m->lo) / elem;
+  w->pend = 0;
+  set_err_tid(w, kErrTgUninit, 0, (const void*)w->pend_pc, w->pend_tid,
+              "read of threadgroup memory `%s[%ld]` by thread %d, which no thread of this threadgroup has written",
+              m->name, idx, w->pend_tid);
+}
+
+// Records the error unless one is recorded already. A pending uninitialised read, the likely cause of what went
+// wrong after it, wins over anything but a race (which explains it better).
+static void set_err(Worker* w, int code, int line, const void* pc, const Fiber* f, const char* fmt, ...) {
+  if (w->failed) return;
+  if (w->pend && code != kErrTgRace) {
+    report_pending(w);
+    return;
   }
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(E->msg, sizeof(E->msg), fmt, ap);
+  vset_err(w, code, line, pc, f ? f->tid : -1, fmt, ap);
   va_end(ap);
 }
 
@@ -229,14 +257,14 @@ extern "C" [[noreturn]] void ks_dev_fail(const char* lo, const char* hi, const c
     set_err(w, kErrMisaligned, 0, pc, w->cur,
             "misaligned %s: a %lu-byte value at byte offset %ld needs %lu-byte alignment", what, size,
             (long)(p - lo), align);
-    w->E->buf = buffer_of(w->L, lo);
+    if (w->E->code != kErrTgUninit) w->E->buf = buffer_of(w->L, lo);
   } else {
     long off = (long)(p - lo), bytes = (long)(hi - lo);
     set_err(w, kErrDeviceOOB, 0, pc, w->cur,
             "out-of-bounds %s: element %ld (bytes %ld..%ld) of a buffer of %ld elements (%ld bytes)", what,
             off >= 0 ? off / (long)size : -((-off + (long)size - 1) / (long)size), off, off + (long)size - 1,
             bytes / (long)size, bytes);
-    w->E->buf = buffer_of(w->L, lo);
+    if (w->E->code != kErrTgUninit) w->E->buf = buffer_of(w->L, lo);
   }
   abandon(w);
 }
@@ -254,6 +282,16 @@ extern "C" [[noreturn]] void ks_tg_fail(Meta* m, int code, const char* p, int ki
     set_err(w, code, 0, pc, w->cur,
             "read of threadgroup memory `%s[%ld]` (thread %d) that no thread of this threadgroup has written", m->name,
             idx, me);
+  } else if (w->pend && kind == 2 && (w->pend_p - w->tgmem) / 2 == (p - w->tgmem) / 2) {
+    int reader = w->pend_tid;
+    const void* rpc = (const void*)w->pend_pc;
+    w->pend = 0;
+    set_err_tid(w, code, 0, pc, me,
+                "threadgroup memory race on `%s[%ld]`: read by thread %d (simdgroup %d) before any thread wrote it, "
+                "then written by thread %d (simdgroup %d) with no threadgroup_barrier(mem_flags::mem_threadgroup) "
+                "between (a missing barrier between the write and the read?)",
+                m->name, idx, reader, reader / kSimd, me, me / kSimd);
+    w->E->pc2 = rel_pc(rpc);
   } else {
     static const char* first[] = {"written", "written", "read"};
     static const char* second[] = {"read", "written", "written"};
@@ -278,6 +316,16 @@ extern "C" [[noreturn]] void ks_fail_msg(int code, const char* msg) {
   Worker* w = tls_w;
   set_err(w, code, 0, pc, w->cur, "%s", msg);
   abandon(w);
+}
+
+extern "C" void ks_tg_uninit(Meta* m, const char* p) {
+  Worker* w = tls_w;
+  if (w->pend) return;
+  w->pend = 1;
+  w->pend_meta = m;
+  w->pend_p = p;
+  w->pend_tid = w->tid;
+  w->pend_pc = (u64)__builtin_return_address(0);
 }
 
 extern "C" Meta* ks_meta(Worker* w, char* lo, char* hi, const char* name, u32 elem) {
@@ -481,6 +529,7 @@ static int run_group(Worker* w, i64 g) {
   fill_attrs(w);
   w->gbase = ++w->gepoch;
   w->nmeta = 0;
+  w->pend = 0;
   int nsg = (n + kSimd - 1) / kSimd;
   for (int s = 0; s < nsg; ++s) w->sgep[s] = 0;
 
@@ -498,6 +547,10 @@ static int run_group(Worker* w, i64 g) {
         set_err(w, kErrInternal, f->line, nullptr, f, "a thread blocked in a kernel compiled without barriers");
         return 1;
       }
+    }
+    if (w->pend) {
+      report_pending(w);
+      return 1;
     }
     return 0;
   }
@@ -534,6 +587,10 @@ static int run_group(Worker* w, i64 g) {
       } else {
         ++nexit;
       }
+    }
+    if (w->pend) {
+      report_pending(w);
+      return 1;
     }
     if (!nwait) return 0;
     unsigned char set[kMaxThreads];

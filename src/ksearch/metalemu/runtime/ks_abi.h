@@ -66,6 +66,7 @@ struct Err {
   u32 tpos[3];
   i32 buf;  // buffer index for device errors, else -1
   i32 pad;
+  i64 pc2;  // the earlier access of a race, when known (0: none)
   char msg[1024];
 };
 
@@ -154,6 +155,13 @@ struct Worker {
   Err* E;
   Meta meta[kMaxMeta];
   i32 nmeta;
+  // the first read of threadgroup memory no thread had written yet (reported at the next barrier, or as a race
+  // when another thread writes the location before it)
+  i32 pend;
+  i32 pend_tid;
+  Meta* pend_meta;
+  const char* pend_p;
+  u64 pend_pc;
   // --- core only
   i32 failed;
   Fiber* fib;
@@ -178,6 +186,8 @@ ks::Meta* ks_meta(ks::Worker* w, char* lo, char* hi, const char* name, ks::u32 e
 [[noreturn]] void ks_dev_fail(const char* lo, const char* hi, const char* p, ks::u64 size, ks::u64 align, int is_const);
 [[noreturn]] void ks_tg_fail(ks::Meta* m, int code, const char* p, int write, int other);
 [[noreturn]] void ks_fail_msg(int code, const char* msg);
+// Records a read of threadgroup memory that no thread has written yet (the first one; execution goes on).
+void ks_tg_uninit(ks::Meta* m, const char* p);
 // Blocking points: the running thread waits at a barrier or a collective (site = caller's address).
 void ks_barrier(int kind, ks::u32 flags, int line, int col);
 void ks_collective(ks::Fiber* f, int (*exec)(ks::Worker*, ks::Fiber* const*, int), int line, int col);

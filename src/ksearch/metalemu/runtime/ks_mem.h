@@ -85,8 +85,11 @@ KS_INLINE void tg_access(Meta* m, const void* vp, u64 n, bool write) {
     Shadow& s = w->shadow[g];
     bool ordered_w = s.wtid == tid || s.wep != ge || ((s.wtid >> 5) == sg && s.wsg != se);
     if (!write) {
-      if (KS_UNLIKELY(s.wep < w->gbase)) ks_tg_fail(m, kErrTgUninit, p, 0, -1);
-      if (KS_UNLIKELY(!ordered_w)) ks_tg_fail(m, kErrTgRace, p, 0, s.wtid);
+      if (KS_UNLIKELY(s.wep < w->gbase)) {
+        if (!w->pend) ks_tg_uninit(m, p);
+      } else if (KS_UNLIKELY(!ordered_w)) {
+        ks_tg_fail(m, kErrTgRace, p, 0, s.wtid);
+      }
       if (s.rep != ge) {
         s.rep = ge;
         s.rtid = (u16)tid;
@@ -118,7 +121,7 @@ KS_INLINE void tg_atomic(Meta* m, const void* vp, u64 n, bool needs_value) {
   u64 off = (u64)(p - w->tgmem);
   for (u64 g = off >> 1; g < (off + n + 1) >> 1; ++g) {
     Shadow& s = w->shadow[g];
-    if (KS_UNLIKELY(needs_value && s.wep < w->gbase)) ks_tg_fail(m, kErrTgUninit, p, 0, -1);
+    if (KS_UNLIKELY(needs_value && s.wep < w->gbase) && !w->pend) ks_tg_uninit(m, p);
     if (KS_UNLIKELY(s.wep == w->gepoch && s.wtid != 0xFFFF && s.wtid != w->tid))
       ks_tg_fail(m, kErrTgRace, p, 1, s.wtid);
     s.wep = w->gepoch;

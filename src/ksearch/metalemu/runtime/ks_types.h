@@ -390,7 +390,7 @@ template <class V, class X> KS_INLINE constexpr V vcast(const X& x) {
 }
 
 // ---- the type of `c ? b : d` under MSL's conversions (half and bfloat included) ----
-template <class A, class B, class = void> struct common { typedef decltype(true ? declval<A>() : declval<B>()) type; };
+template <class A, class B, class = void> struct common { typedef decay_t<decltype(true ? declval<A>() : declval<B>())> type; };
 template <class A, class B> using common_t = typename common<decay_t<A>, decay_t<B>>::type;
 template <class A, class B> struct scalar_common {
   typedef conditional_t<
