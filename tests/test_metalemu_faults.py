@@ -68,7 +68,12 @@ CORRECT = """
     threadgroup_barrier(mem_flags::mem_threadgroup);
     out[t] = buf[63 - t];
 """
-KERNELS = {"missing_barrier": MISSING_BARRIER, "write_past": WRITE_PAST, "shuffle_outside": SHUFFLE_OUTSIDE,
+MISALIGNED = """
+    uint i = thread_position_in_grid.x;
+    const device float4* v = (const device float4*)(x + 1);
+    out[i] = v[0].x;
+"""
+KERNELS = {"misaligned": MISALIGNED, "missing_barrier": MISSING_BARRIER, "write_past": WRITE_PAST, "shuffle_outside": SHUFFLE_OUTSIDE,
            "barrier_in_branch": BARRIER_IN_BRANCH, "return_before_barrier": RETURN_BEFORE_BARRIER,
            "unwritten": UNWRITTEN, "no_memory_order": NO_MEMORY_ORDER, "correct": CORRECT}
 
@@ -132,6 +137,13 @@ def test_write_one_past_the_buffer(faults: dict) -> None:
     assert e.kind == "out_of_bounds"
     assert e.body_line == _body_line(WRITE_PAST, "out[i + 1]")
     assert "`out`" in str(e) and "element 64" in str(e) and "of 64 elements" in str(e)
+
+
+def test_misaligned_vector_read(faults: dict) -> None:
+    e = _fail(faults, "misaligned")
+    assert e.kind == "misaligned"
+    assert e.body_line == _body_line(MISALIGNED, "v[0].x")
+    assert "byte offset 4" in str(e) and "16-byte alignment" in str(e)
 
 
 def test_shuffle_from_outside_the_simdgroup(faults: dict) -> None:

@@ -90,7 +90,22 @@ def _compatible(code: int, dtype: np.dtype) -> bool:
     return dtype.kind == want
 
 
-def _prepare(entry: Entry, lib: Library, buffers: list[Any]) -> tuple[list[tuple[int, int]], list[Any]]:
+ALIGN = 64  # Metal buffers start aligned; vector types need at least 16
+
+
+def _aligned(arr: np.ndarray) -> np.ndarray:
+    """`arr` itself when it starts on a 64-byte boundary, else an aligned C-contiguous copy."""
+    if arr.ctypes.data % ALIGN == 0 and arr.flags.c_contiguous:
+        return arr
+    raw = np.empty(arr.nbytes + ALIGN, np.uint8)
+    off = (-raw.ctypes.data) % ALIGN
+    out = raw[off:off + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    out[...] = arr
+    return out
+
+
+def _prepare(entry: Entry, lib: Library, buffers: list[Any]
+             ) -> tuple[list[tuple[int, int]], list[Any], list[tuple[np.ndarray, np.ndarray]]]:
     params = [p for p in entry.kernel.params if p.kind == "buffer"]
     need = 1 + max((p.index for p in params), default=-1)
     if len(buffers) < need:
@@ -100,6 +115,7 @@ def _prepare(entry: Entry, lib: Library, buffers: list[Any]) -> tuple[list[tuple
     names = {p.index: p.name for p in params}
     keep: list[Any] = []
     bufs: list[tuple[int, int]] = []
+    back: list[tuple[np.ndarray, np.ndarray]] = []  # (caller's output, aligned copy the kernel writes)
     for i, b in enumerate(buffers):
         arr = np.asarray(b)
         if i >= need or desc[i][0] == 0:
@@ -118,11 +134,12 @@ def _prepare(entry: Entry, lib: Library, buffers: list[Any]) -> tuple[list[tuple
             if not arr.flags.c_contiguous or not arr.flags.writeable or arr is not b:
                 raise MetalEmuError(f"{label} is written by the kernel: pass a C-contiguous, writeable numpy array",
                                     kernel=entry.name, kind="arguments")
-        elif not arr.flags.c_contiguous:
-            arr = np.ascontiguousarray(arr)
-        keep.append(arr)
-        bufs.append((arr.ctypes.data if arr.size else 0, arr.nbytes))
-    return bufs, keep
+        work = _aligned(arr) if arr.size else arr
+        if writable and work is not arr:
+            back.append((arr, work))
+        keep.append(work)
+        bufs.append((work.ctypes.data if work.size else 0, work.nbytes))
+    return bufs, keep, back
 
 
 def _error(f: launch.Failure, entry: Entry, lib: Library, source: str) -> MetalEmuError:
@@ -168,10 +185,12 @@ def run_kernel(source: str, kernel_name: str, buffers: list[Any], grid: tuple[in
         return
     tg = (min(tg[0], g[0]), min(tg[1], g[1]), min(tg[2], g[2]))  # MLX dispatches min(threadgroup, grid)
     launch.load_core(core_library())
-    bufs, keep = _prepare(entry, lib, buffers)
+    bufs, keep, back = _prepare(entry, lib, buffers)
     lib_handle = launch.load_kernel_library(lib.path)
     failure = launch.run(lib_handle, entry.index, bufs, g, tg, fibers=lib.translation.fibers, checks=checks,
                          tg_limit=threadgroup_memory_limit, workers=workers or default_workers())
+    for out, work in back:
+        out[...] = work
     del keep
     if failure is not None:
         raise _error(failure, entry, lib, source)

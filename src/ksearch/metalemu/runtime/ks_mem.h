@@ -29,7 +29,8 @@ template <class T> struct dptr {
 
   KS_INLINE T* check(T* q) const {
     u64 off = (u64)((char*)q - lo);
-    if (KS_UNLIKELY(off + sizeof(T) > (u64)(hi - lo) || ((u64)q & (alignof(T) - 1))))
+    // Alignment relative to the buffer: Metal buffers start aligned (the launcher aligns the host arrays to 64).
+    if (KS_UNLIKELY(off + sizeof(T) > (u64)(hi - lo) || (off & (alignof(T) - 1))))
       ks_dev_fail(lo, hi, (const char*)q, sizeof(T), alignof(T), is_const<T>::value);
     return q;
   }
