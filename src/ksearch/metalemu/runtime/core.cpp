@@ -37,14 +37,8 @@ ks_ctx_swap:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -63,18 +57,18 @@ ks_ctx_start:
 .size ks_ctx_start, .-ks_ctx_start
 )");
 
-static void ctx_make(void** slot, char* top, u64 size, void (*fn)(void*), void* arg) {
-  u64* sp = (u64*)((u64)top & ~15UL) - 8;  // 8 words, so that rsp is 16-aligned after `ret` into ks_ctx_start
-  u32 ctl[2] = {0x1F80, 0x037F};           // default MXCSR and x87 control word
-  memcpy(&sp[0], ctl, 8);
-  sp[1] = 0;
-  sp[2] = 0;
+// The floating-point control words are not switched: kernel code never changes them.
+static void ctx_make(void** slot, char* top, u64, void (*fn)(void*), void* arg) {
+  u64* sp = (u64*)((u64)top & ~15UL) - 8;  // 7 words + padding: rsp is 16-aligned after `ret` into ks_ctx_start
+  sp[0] = 0;
+  sp[1] = 0;  // r15
+  sp[2] = 0;  // r14
   sp[3] = (u64)fn;   // r13
   sp[4] = (u64)arg;  // r12
-  sp[5] = 0;
-  sp[6] = 0;
+  sp[5] = 0;  // rbx
+  sp[6] = 0;  // rbp
   sp[7] = (u64)&ks_ctx_start;
-  *slot = sp;
+  *slot = sp + 1;
 }
 static inline void ctx_switch(void** from, void** to) { ks_ctx_swap(from, *to); }
 
@@ -99,13 +93,9 @@ ks_ctx_swap:
     stp d10, d11, [sp, #112]
     stp d12, d13, [sp, #128]
     stp d14, d15, [sp, #144]
-    mrs x9, fpcr
-    str x9, [sp, #160]
     mov x9, sp
     str x9, [x0]
     mov sp, x1
-    ldr x9, [sp, #160]
-    msr fpcr, x9
     ldp x19, x20, [sp, #0]
     ldp x21, x22, [sp, #16]
     ldp x23, x24, [sp, #32]
@@ -129,7 +119,7 @@ ks_ctx_start:
 .size ks_ctx_start, .-ks_ctx_start
 )");
 
-static void ctx_make(void** slot, char* top, u64 size, void (*fn)(void*), void* arg) {
+static void ctx_make(void** slot, char* top, u64, void (*fn)(void*), void* arg) {
   u64* sp = (u64*)(((u64)top & ~15UL) - 176);
   memset(sp, 0, 176);
   sp[0] = (u64)arg;                 // x19
