@@ -126,6 +126,25 @@ def build(source: str, tg_limit: int = 32768) -> Library:
     return lib
 
 
+def check(source: str, tg_limit: int = 32768) -> Translation:
+    """Translates `source` and has clang check the result without generating code (every kernel instantiation is
+    still analysed): the errors build() would raise, in a fraction of its time. Nothing is cached."""
+    tr = translate(source, tg_limit)
+    clang = compiler()
+    with tempfile.TemporaryDirectory(prefix="ksearch_emu_") as tmp:
+        cpp = Path(tmp) / "kernel.cpp"
+        cpp.write_text(tr.cpp)
+        flags = [f for f in KERNEL_FLAGS if f not in ("-shared", "-gline-tables-only", "-O2")]
+        try:
+            proc = subprocess.run([clang, *flags, "-fsyntax-only", f"-I{RUNTIME}", str(cpp)], capture_output=True,
+                                  text=True, timeout=600)
+        except subprocess.TimeoutExpired as e:
+            raise MetalEmuError("clang took more than 600 s to check the kernel", status="compile_error") from e
+    if proc.returncode:
+        raise compile_failure(proc.stderr, tr, source)
+    return tr
+
+
 _DIAG = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): (?P<sev>error|fatal error|note|warning): "
                    r"(?P<msg>.*)$")
 _TG_LIMIT = re.compile(r"requirement '(\d+)UL <= (\d+)UL'")
