@@ -30,6 +30,8 @@ KERNEL_FLAGS = _COMMON + [
     "-fno-color-diagnostics", "-Wno-gnu-anonymous-struct", "-Wno-nested-anon-types", "-Wno-unused-value",
     "-Wno-unknown-pragmas", "-Wno-unused-variable", "-Wno-c++20-extensions", "-Wno-user-defined-literals",
     "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes", "-Wno-pragma-clang-attribute",
+    # thread-private arrays indexed out of bounds: the handler is the runtime core's, no sanitizer runtime is linked
+    "-fsanitize=array-bounds", "-fno-sanitize-recover=array-bounds",
 ]
 CORE_FLAGS = _COMMON + ["-shared", "-pthread"]
 _lock = threading.Lock()

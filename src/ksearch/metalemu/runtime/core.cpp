@@ -308,6 +308,29 @@ extern "C" [[noreturn]] void ks_fail_msg(int code, const char* msg) {
   abandon(w);
 }
 
+// clang's -fsanitize=array-bounds calls these for an index outside a thread-private array of known size (the
+// layout of the data is the sanitizer ABI's: the source location first).
+struct UbsanLocation {
+  const char* file;
+  u32 line;
+  u32 column;
+};
+struct UbsanOutOfBounds {
+  UbsanLocation loc;
+  const void* array_type;
+  const void* index_type;
+};
+extern "C" [[noreturn]] void __ubsan_handle_out_of_bounds_abort(UbsanOutOfBounds* d, u64 index) {
+  Worker* w = tls_w;
+  int line = d && d->loc.file && strstr(d->loc.file, "kernel.metal") ? (int)d->loc.line : 0;
+  set_err(w, kErrPrivateOOB, line, nullptr, w->cur,
+          "out-of-bounds index %ld into a thread-private array (thread %d)", (long)index, w->tid);
+  abandon(w);
+}
+extern "C" void __ubsan_handle_out_of_bounds(UbsanOutOfBounds* d, u64 index) {
+  __ubsan_handle_out_of_bounds_abort(d, index);
+}
+
 extern "C" void ks_tg_uninit(Meta* m, const char* p) {
   Worker* w = tls_w;
   if (w->pend) return;

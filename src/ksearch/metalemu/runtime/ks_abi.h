@@ -29,6 +29,7 @@ enum : int {
   kErrArgs = 9,          // buffer too small for the type the kernel declares
   kErrNull = 10,         // access through a null or unknown device pointer
   kErrInternal = 11,
+  kErrPrivateOOB = 12,   // index outside a thread-private array
 };
 
 // Why a fiber stopped.
