@@ -590,7 +590,7 @@ static int run_group(Worker* w, i64 g) {
       if (f->state == kWaitTg) {
         ++nwait;
         flags |= f->flags;
-        if (!a || a->pc == f->pc) {
+        if (!a || (a->line == f->line && a->col == f->col)) {
           a = a ? a : f;
           ++na;
         } else {
@@ -621,7 +621,7 @@ static int run_group(Worker* w, i64 g) {
       // Name the barrier fewer threads reached: usually the one inside a branch.
       Fiber* odd = nb < na ? b : a;
       Fiber* other = odd == a ? b : a;
-      for (int t = 0; t < n; ++t) set[t] = w->fib[t].pc == odd->pc;
+      for (int t = 0; t < n; ++t) set[t] = w->fib[t].line == odd->line && w->fib[t].col == odd->col;
       ranges(set, n, r1, sizeof r1);
       for (int t = 0; t < n; ++t) set[t] = !set[t];
       ranges(set, n, r2, sizeof r2);
