@@ -77,6 +77,17 @@ DIVERGE = """
 """
 
 
+# Lanes loop 1, 2 or 3 times with a SIMD-group function inside: the lanes still in the loop run it together; the
+# function after the loop runs once all lanes have left the loop (the earliest waiting call site runs first).
+RECONVERGE = """
+    uint gid = thread_position_in_grid.x, lane = thread_index_in_simdgroup;
+    int trips = lane % 3 + 1;
+    float seen = 0.0f;
+    for (int k = 0; k < trips; ++k) seen = seen * 100.0f + simd_sum(1.0f);
+    out[gid * 2] = seen;
+    out[gid * 2 + 1] = simd_sum(1.0f);
+"""
+
 # Threadgroup variables of sibling blocks have their own storage (sm_s must not overwrite sm_m while the second
 # simdgroup still reads it); half elements of threadgroup memory convert to float.
 SCOPES = """
@@ -116,8 +127,9 @@ def sync_source() -> dict[str, str]:
                         {"out": "float32", "iout": "int32"}, SIMD)
     s3, n3 = mlx_source("diverge", {"x": np.zeros(64, np.float32)}, {"out": "float32"}, DIVERGE)
     s4, n4 = mlx_source("scopes", {"x": np.zeros(64, np.float32)}, {"out": "float32"}, SCOPES)
-    parts = {"reduce": n1, "simd": n2, "diverge": n3, "scopes": n4}
-    return {"source": s1 + s2 + s3 + s4, **parts}
+    s5, n5 = mlx_source("reconverge", {"x": np.zeros(32, np.float32)}, {"out": "float32"}, RECONVERGE)
+    parts = {"reduce": n1, "simd": n2, "diverge": n3, "scopes": n4, "reconverge": n5}
+    return {"source": s1 + s2 + s3 + s4 + s5, **parts}
 
 
 def test_threadgroup_reduction_with_barriers(sync_source: dict[str, str]) -> None:
@@ -178,6 +190,16 @@ def test_inactive_lanes(sync_source: dict[str, str]) -> None:
         assert (o[10:, 1] == np.concatenate([[0], np.cumsum(v[10:])[:-1]])).all()
         assert (o[20:, 2] == v[10:22]).all()
         assert np.isnan(o[10:20, 2]).all()
+
+
+def test_simd_function_in_a_divergent_loop(sync_source: dict[str, str]) -> None:
+    out = np.zeros(64, np.float32)
+    run(sync_source["source"], sync_source["reconverge"], [np.zeros(32, np.float32), out], (32, 1, 1), (32, 1, 1))
+    trips = np.arange(32) % 3 + 1
+    active = [32, int((trips >= 2).sum()), int((trips >= 3).sum())]  # lanes still looping at each iteration
+    expect = [sum(active[k] * 100.0 ** (t - 1 - k) for k in range(t)) for t in trips]
+    np.testing.assert_array_equal(out[0::2], expect)
+    assert (out[1::2] == 32).all()
 
 
 def test_threadgroup_variables_of_sibling_blocks(sync_source: dict[str, str]) -> None:
