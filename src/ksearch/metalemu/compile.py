@@ -48,7 +48,15 @@ def cache_dir() -> Path:
     root = os.environ.get("KSEARCH_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "ksearch")
     d = Path(root) / "metalemu"
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        if os.access(d, os.W_OK):
+            return d
+    except OSError:
+        pass
+    # An unwritable home (a sandboxed worker): a per-user directory under the system's temporary one.
+    d = Path(tempfile.gettempdir()) / f"ksearch-metalemu-{os.getuid()}"
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
     return d
 
 
