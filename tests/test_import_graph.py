@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kernels",),
     ("integrations",),
     ("models",),
-    ("knowledge",),
+    ("knowledge", "metalemu"),
     ("harness",),
     ("store",),
     ("worldmodel",),

@@ -1,0 +1,1 @@
+"""MLX-Metal kernels executed off the Mac."""
