@@ -20,6 +20,7 @@ The engine gets NumPy buffers in [[buffer(i)]] order (bfloat16 as its uint16 wor
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -28,11 +29,17 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from ksearch.backends.profiles import emulated_profile
 from ksearch.metalemu.surface_source import TYPE_STRINGS, InputInfo, TemplateArg, generate
 
-#: Apple GPUs: at most 1024 threads per threadgroup (maxTotalThreadsPerThreadgroup) and 32 KB of threadgroup memory.
-MAX_THREADS_PER_THREADGROUP = 1024
-THREADGROUP_MEMORY_BYTES = 32 << 10
+
+@functools.cache
+def limits() -> tuple[int, int]:
+    """(threads per threadgroup, bytes of threadgroup memory) of the emulated device: its hardware profile (every Apple
+    GPU: 1024 and 32 KB)."""
+    prof = emulated_profile("mlx-metal-emu")
+    return int(prof["max_threads_per_group"]), int(prof["shared_memory_kb"]["default"] * 1024)
+
 
 MATH_MODES = ("safe", "relaxed", "fast")
 
@@ -263,15 +270,16 @@ class MetalKernel:
         outs = [_filled(s, d, init_value) if init_value is not None else _uninitialised(s, d)
                 for s, d in zip(shapes, output_dtypes, strict=True)]
         buffers = self._input_buffers(arrays, text) + outs
+        max_threads, memory = limits()
         tg_size = group3[0] * group3[1] * group3[2]
-        if tg_size > MAX_THREADS_PER_THREADGROUP:
+        if tg_size > max_threads:
             raise ValueError(f"Thread group size ({tg_size}) is greater than  the maximum allowed threads per "
-                             f"threadgroup ({MAX_THREADS_PER_THREADGROUP}).")
+                             f"threadgroup ({max_threads}).")
         dims = tuple(min(t, g) for t, g in zip(group3, grid3, strict=True))
         if min(grid3) > 0:
             if min(dims) == 0:
                 raise ValueError(f"[metal_kernel] threadgroup {group3} has a zero dimension: Metal cannot launch it.")
-            ENGINES[self.engine]()(text, func, buffers, grid3, dims, threadgroup_memory_limit=THREADGROUP_MEMORY_BYTES)
+            ENGINES[self.engine]()(text, func, buffers, grid3, dims, threadgroup_memory_limit=memory)
         return [self._result(o, d) for o, d in zip(outs, output_dtypes, strict=True)]
 
     def translation_unit(self, inputs: list[InputInfo], output_dtypes: list[str],
