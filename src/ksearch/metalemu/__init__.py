@@ -1,1 +1,24 @@
-"""MLX-Metal kernels executed off the Mac."""
+"""Metal kernels executed off the Mac.
+
+The CPU engine (`run_kernel`, from ksearch.metalemu.cpu) translates an MSL source as `mx.fast.metal_kernel` builds it
+into C++ over a runtime that emulates Metal's execution model (threadgroups of fibers, SIMD-groups of 32 lanes,
+threadgroup memory, atomics, simdgroup_matrix) and checks what Metal does not: out-of-bounds device accesses,
+races and uninitialised reads on threadgroup memory, barriers some threads miss, shuffles from outside the
+simdgroup, threadgroup memory past the limit. docs/metal-emulation.md describes the engine and its rules.
+
+Modules: lexer/source (tokens), translate (+ translate_tg, rewrite_expr: MSL -> C++), compile (clang, cache),
+launch (ctypes, threads, error decoding), cpu (the entry point); runtime/ holds the C++ headers and the scheduler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    # `ksearch.metalemu.run_kernel` without importing the engine (numpy, ctypes, clang lookup) with the package.
+    if name == "run_kernel":
+        from ksearch.metalemu.cpu import run_kernel
+
+        return run_kernel
+    raise AttributeError(f"module 'ksearch.metalemu' has no attribute {name!r}")
