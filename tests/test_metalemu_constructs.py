@@ -77,6 +77,36 @@ DIVERGE = """
 """
 
 
+# Threadgroup variables of sibling blocks have their own storage (sm_s must not overwrite sm_m while the second
+# simdgroup still reads it); half elements of threadgroup memory convert to float.
+SCOPES = """
+    uint t = thread_position_in_threadgroup.x, sg = simdgroup_index_in_threadgroup, l = thread_index_in_simdgroup;
+    float v = x[t];
+    float m, s;
+    {
+        threadgroup float sm_m[32];
+        float mv = simd_max(v);
+        if (l == 0) sm_m[sg] = mv;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        m = simd_max(l < 2 ? sm_m[l] : -INFINITY);
+    }
+    {
+        threadgroup float sm_s[32];
+        float sv = simd_sum(v);
+        if (l == 0) sm_s[sg] = sv;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        s = simd_sum(l < 2 ? sm_s[l] : 0.0f);
+    }
+    threadgroup half hbuf[64];
+    hbuf[t] = half(v);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float h = float(hbuf[63 - t]) + hbuf[t] * 2.0f;
+    out[t * 3] = m;
+    out[t * 3 + 1] = s;
+    out[t * 3 + 2] = h;
+"""
+
+
 @pytest.fixture(scope="module")
 def sync_source() -> dict[str, str]:
     x = np.zeros((4, 300), np.float32)
@@ -85,8 +115,9 @@ def sync_source() -> dict[str, str]:
     s2, n2 = mlx_source("simd", {"x": np.zeros(96, np.float32), "ix": np.zeros(96, np.int32)},
                         {"out": "float32", "iout": "int32"}, SIMD)
     s3, n3 = mlx_source("diverge", {"x": np.zeros(64, np.float32)}, {"out": "float32"}, DIVERGE)
-    parts = {"reduce": n1, "simd": n2, "diverge": n3}
-    return {"source": s1 + s2 + s3, **parts}
+    s4, n4 = mlx_source("scopes", {"x": np.zeros(64, np.float32)}, {"out": "float32"}, SCOPES)
+    parts = {"reduce": n1, "simd": n2, "diverge": n3, "scopes": n4}
+    return {"source": s1 + s2 + s3 + s4, **parts}
 
 
 def test_threadgroup_reduction_with_barriers(sync_source: dict[str, str]) -> None:
@@ -147,6 +178,17 @@ def test_inactive_lanes(sync_source: dict[str, str]) -> None:
         assert (o[10:, 1] == np.concatenate([[0], np.cumsum(v[10:])[:-1]])).all()
         assert (o[20:, 2] == v[10:22]).all()
         assert np.isnan(o[10:20, 2]).all()
+
+
+def test_threadgroup_variables_of_sibling_blocks(sync_source: dict[str, str]) -> None:
+    x = np.linspace(-3, 3, 64).astype(np.float32)
+    out = np.zeros(64 * 3, np.float32)
+    run(sync_source["source"], sync_source["scopes"], [x, out], (64, 1, 1), (64, 1, 1))
+    o = out.reshape(64, 3)
+    assert (o[:, 0] == x.max()).all()
+    np.testing.assert_allclose(o[:, 1], x.sum(), atol=1e-5)
+    h = x.astype(np.float16)
+    np.testing.assert_allclose(o[:, 2], h[::-1].astype(np.float32) + h.astype(np.float32) * 2, rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -73,7 +73,13 @@ MISALIGNED = """
     const device float4* v = (const device float4*)(x + 1);
     out[i] = v[0].x;
 """
-KERNELS = {"misaligned": MISALIGNED, "missing_barrier": MISSING_BARRIER, "write_past": WRITE_PAST, "shuffle_outside": SHUFFLE_OUTSIDE,
+PRIVATE_OOB = """
+    uint i = thread_position_in_grid.x;
+    float acc[4];
+    for (int k = 0; k <= 4; ++k) acc[k] = x[i] * k;
+    out[i] = acc[0];
+"""
+KERNELS = {"private_oob": PRIVATE_OOB, "misaligned": MISALIGNED, "missing_barrier": MISSING_BARRIER, "write_past": WRITE_PAST, "shuffle_outside": SHUFFLE_OUTSIDE,
            "barrier_in_branch": BARRIER_IN_BRANCH, "return_before_barrier": RETURN_BEFORE_BARRIER,
            "unwritten": UNWRITTEN, "no_memory_order": NO_MEMORY_ORDER, "correct": CORRECT}
 
@@ -144,6 +150,13 @@ def test_misaligned_vector_read(faults: dict) -> None:
     assert e.kind == "misaligned"
     assert e.body_line == _body_line(MISALIGNED, "v[0].x")
     assert "byte offset 4" in str(e) and "16-byte alignment" in str(e)
+
+
+def test_private_array_index_past_its_end(faults: dict) -> None:
+    e = _fail(faults, "private_oob")
+    assert e.kind == "private_out_of_bounds"
+    assert e.body_line == _body_line(PRIVATE_OOB, "acc[k] = x[i] * k")
+    assert "index 4" in str(e)
 
 
 def test_shuffle_from_outside_the_simdgroup(faults: dict) -> None:

@@ -15,10 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def __getattr__(name: str) -> Any:
-    # `ksearch.metalemu.run_kernel` without importing the engine (numpy, ctypes, clang lookup) with the package.
-    if name == "run_kernel":
-        from ksearch.metalemu.cpu import run_kernel
+def run_kernel(*args: Any, **kwargs: Any) -> None:
+    """ksearch.metalemu.cpu.run_kernel (same arguments), imported on first use so that importing the package stays
+    cheap."""
+    from ksearch.metalemu.cpu import run_kernel as run
 
-        return run_kernel
-    raise AttributeError(f"module 'ksearch.metalemu' has no attribute {name!r}")
+    run(*args, **kwargs)

@@ -30,6 +30,8 @@ KERNEL_FLAGS = _COMMON + [
     "-fno-color-diagnostics", "-Wno-gnu-anonymous-struct", "-Wno-nested-anon-types", "-Wno-unused-value",
     "-Wno-unknown-pragmas", "-Wno-unused-variable", "-Wno-c++20-extensions", "-Wno-user-defined-literals",
     "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes", "-Wno-pragma-clang-attribute",
+    # thread-private arrays indexed out of bounds: the handler is the runtime core's, no sanitizer runtime is linked
+    "-fsanitize=array-bounds", "-fno-sanitize-recover=array-bounds",
 ]
 CORE_FLAGS = _COMMON + ["-shared", "-pthread"]
 _lock = threading.Lock()
@@ -124,6 +126,25 @@ def build(source: str, tg_limit: int = 32768) -> Library:
     with _lock:
         _built[mem_key] = lib
     return lib
+
+
+def check(source: str, tg_limit: int = 32768) -> Translation:
+    """Translates `source` and has clang check the result without generating code (every kernel instantiation is
+    still analysed): the errors build() would raise, in a fraction of its time. Nothing is cached."""
+    tr = translate(source, tg_limit)
+    clang = compiler()
+    with tempfile.TemporaryDirectory(prefix="ksearch_emu_") as tmp:
+        cpp = Path(tmp) / "kernel.cpp"
+        cpp.write_text(tr.cpp)
+        flags = [f for f in KERNEL_FLAGS if f not in ("-shared", "-gline-tables-only", "-O2")]
+        try:
+            proc = subprocess.run([clang, *flags, "-fsyntax-only", f"-I{RUNTIME}", str(cpp)], capture_output=True,
+                                  text=True, timeout=600)
+        except subprocess.TimeoutExpired as e:
+            raise MetalEmuError("clang took more than 600 s to check the kernel", status="compile_error") from e
+    if proc.returncode:
+        raise compile_failure(proc.stderr, tr, source)
+    return tr
 
 
 _DIAG = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): (?P<sev>error|fatal error|note|warning): "

@@ -130,10 +130,9 @@ def _prepare(entry: Entry, lib: Library, buffers: list[Any]
         if kind == 2 and arr.nbytes < ((code >> 8) & 0xFF):
             raise MetalEmuError(f"{label} is a reference to one {_type_name(code)} but the array is empty",
                                 kernel=entry.name, kind="arguments")
-        if writable:
-            if not arr.flags.c_contiguous or not arr.flags.writeable or arr is not b:
-                raise MetalEmuError(f"{label} is written by the kernel: pass a C-contiguous, writeable numpy array",
-                                    kernel=entry.name, kind="arguments")
+        if writable and (not arr.flags.c_contiguous or not arr.flags.writeable or arr is not b):
+            raise MetalEmuError(f"{label} is written by the kernel: pass a C-contiguous, writeable numpy array",
+                                kernel=entry.name, kind="arguments")
         work = _aligned(arr) if arr.size else arr
         if writable and work is not arr:
             back.append((arr, work))

@@ -22,12 +22,12 @@ MAX_BUFS = 64
 
 # Error codes (ks_abi.h).
 ERR_DEVICE_OOB, ERR_MISALIGNED, ERR_TG_OOB, ERR_TG_UNINIT, ERR_TG_RACE = 1, 2, 3, 4, 5
-ERR_BARRIER, ERR_SHUFFLE, ERR_MATRIX, ERR_ARGS, ERR_NULL, ERR_INTERNAL = 6, 7, 8, 9, 10, 11
+ERR_BARRIER, ERR_SHUFFLE, ERR_MATRIX, ERR_ARGS, ERR_NULL, ERR_INTERNAL, ERR_PRIVATE_OOB = 6, 7, 8, 9, 10, 11, 12
 ERROR_KIND = {
     ERR_DEVICE_OOB: "out_of_bounds", ERR_MISALIGNED: "misaligned", ERR_TG_OOB: "threadgroup_out_of_bounds",
     ERR_TG_UNINIT: "uninitialized_threadgroup_read", ERR_TG_RACE: "threadgroup_race", ERR_BARRIER: "barrier_divergence",
     ERR_SHUFFLE: "shuffle_lane", ERR_MATRIX: "simdgroup_matrix", ERR_ARGS: "arguments", ERR_NULL: "null_pointer",
-    ERR_INTERNAL: "internal",
+    ERR_INTERNAL: "internal", ERR_PRIVATE_OOB: "private_out_of_bounds",
 }
 
 

@@ -164,6 +164,9 @@ def _rewrite_address_spaces(u: Unit, in_kernel, decls: list[int]) -> None:  # no
         if t.kind != "id" or t.orig not in ADDRESS_SPACES or t.dead or u.s(k - 1) in (".", "->", "::"):
             continue
         space = t.orig
+        if u.s(k - 1) == ")" or (u.s(k - 1) == "const" and u.s(k - 2) == ")"):
+            t.kill()  # the address space of a member function's object (`float get() const device`)
+            continue
         start = k
         cv: list[str] = []
         while u.s(start - 1) in ("const", "volatile") and not u.t(start - 1).dead:

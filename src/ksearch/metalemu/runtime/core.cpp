@@ -37,14 +37,8 @@ ks_ctx_swap:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -63,18 +57,18 @@ ks_ctx_start:
 .size ks_ctx_start, .-ks_ctx_start
 )");
 
-static void ctx_make(void** slot, char* top, u64 size, void (*fn)(void*), void* arg) {
-  u64* sp = (u64*)((u64)top & ~15UL) - 8;  // 8 words, so that rsp is 16-aligned after `ret` into ks_ctx_start
-  u32 ctl[2] = {0x1F80, 0x037F};           // default MXCSR and x87 control word
-  memcpy(&sp[0], ctl, 8);
-  sp[1] = 0;
-  sp[2] = 0;
+// The floating-point control words are not switched: kernel code never changes them.
+static void ctx_make(void** slot, char* top, u64, void (*fn)(void*), void* arg) {
+  u64* sp = (u64*)((u64)top & ~15UL) - 8;  // 7 words + padding: rsp is 16-aligned after `ret` into ks_ctx_start
+  sp[0] = 0;
+  sp[1] = 0;  // r15
+  sp[2] = 0;  // r14
   sp[3] = (u64)fn;   // r13
   sp[4] = (u64)arg;  // r12
-  sp[5] = 0;
-  sp[6] = 0;
+  sp[5] = 0;  // rbx
+  sp[6] = 0;  // rbp
   sp[7] = (u64)&ks_ctx_start;
-  *slot = sp;
+  *slot = sp + 1;
 }
 static inline void ctx_switch(void** from, void** to) { ks_ctx_swap(from, *to); }
 
@@ -99,13 +93,9 @@ ks_ctx_swap:
     stp d10, d11, [sp, #112]
     stp d12, d13, [sp, #128]
     stp d14, d15, [sp, #144]
-    mrs x9, fpcr
-    str x9, [sp, #160]
     mov x9, sp
     str x9, [x0]
     mov sp, x1
-    ldr x9, [sp, #160]
-    msr fpcr, x9
     ldp x19, x20, [sp, #0]
     ldp x21, x22, [sp, #16]
     ldp x23, x24, [sp, #32]
@@ -129,7 +119,7 @@ ks_ctx_start:
 .size ks_ctx_start, .-ks_ctx_start
 )");
 
-static void ctx_make(void** slot, char* top, u64 size, void (*fn)(void*), void* arg) {
+static void ctx_make(void** slot, char* top, u64, void (*fn)(void*), void* arg) {
   u64* sp = (u64*)(((u64)top & ~15UL) - 176);
   memset(sp, 0, 176);
   sp[0] = (u64)arg;                 // x19
@@ -316,6 +306,29 @@ extern "C" [[noreturn]] void ks_fail_msg(int code, const char* msg) {
   Worker* w = tls_w;
   set_err(w, code, 0, pc, w->cur, "%s", msg);
   abandon(w);
+}
+
+// clang's -fsanitize=array-bounds calls these for an index outside a thread-private array of known size (the
+// layout of the data is the sanitizer ABI's: the source location first).
+struct UbsanLocation {
+  const char* file;
+  u32 line;
+  u32 column;
+};
+struct UbsanOutOfBounds {
+  UbsanLocation loc;
+  const void* array_type;
+  const void* index_type;
+};
+extern "C" [[noreturn]] void __ubsan_handle_out_of_bounds_abort(UbsanOutOfBounds* d, u64 index) {
+  Worker* w = tls_w;
+  int line = d && d->loc.file && strstr(d->loc.file, "kernel.metal") ? (int)d->loc.line : 0;
+  set_err(w, kErrPrivateOOB, line, nullptr, w->cur,
+          "out-of-bounds index %ld into a thread-private array (thread %d)", (long)index, w->tid);
+  abandon(w);
+}
+extern "C" void __ubsan_handle_out_of_bounds(UbsanOutOfBounds* d, u64 index) {
+  __ubsan_handle_out_of_bounds_abort(d, index);
 }
 
 extern "C" void ks_tg_uninit(Meta* m, const char* p) {
@@ -577,7 +590,7 @@ static int run_group(Worker* w, i64 g) {
       if (f->state == kWaitTg) {
         ++nwait;
         flags |= f->flags;
-        if (!a || a->pc == f->pc) {
+        if (!a || (a->line == f->line && a->col == f->col)) {
           a = a ? a : f;
           ++na;
         } else {
@@ -608,7 +621,7 @@ static int run_group(Worker* w, i64 g) {
       // Name the barrier fewer threads reached: usually the one inside a branch.
       Fiber* odd = nb < na ? b : a;
       Fiber* other = odd == a ? b : a;
-      for (int t = 0; t < n; ++t) set[t] = w->fib[t].pc == odd->pc;
+      for (int t = 0; t < n; ++t) set[t] = w->fib[t].line == odd->line && w->fib[t].col == odd->col;
       ranges(set, n, r1, sizeof r1);
       for (int t = 0; t < n; ++t) set[t] = !set[t];
       ranges(set, n, r2, sizeof r2);

@@ -29,6 +29,7 @@ enum : int {
   kErrArgs = 9,          // buffer too small for the type the kernel declares
   kErrNull = 10,         // access through a null or unknown device pointer
   kErrInternal = 11,
+  kErrPrivateOOB = 12,   // index outside a thread-private array
 };
 
 // Why a fiber stopped.
@@ -188,9 +189,13 @@ ks::Meta* ks_meta(ks::Worker* w, char* lo, char* hi, const char* name, ks::u32 e
 [[noreturn]] void ks_fail_msg(int code, const char* msg);
 // Records a read of threadgroup memory that no thread has written yet (the first one; execution goes on).
 void ks_tg_uninit(ks::Meta* m, const char* p);
-// Blocking points: the running thread waits at a barrier or a collective (site = caller's address).
-void ks_barrier(int kind, ks::u32 flags, int line, int col);
-void ks_collective(ks::Fiber* f, int (*exec)(ks::Worker*, ks::Fiber* const*, int), int line, int col);
+// Blocking points: the running thread waits at a barrier or a collective (site = caller's address). Like OpenCL's
+// barriers they may not be duplicated or made control-dependent by the optimiser: each call in the source (after
+// inlining) stays one call instruction, so its address identifies the call site.
+__attribute__((noduplicate, convergent)) void ks_barrier(int kind, ks::u32 flags, int line, int col);
+__attribute__((noduplicate, convergent)) void ks_collective(ks::Fiber* f,
+                                                            int (*exec)(ks::Worker*, ks::Fiber* const*, int),
+                                                            int line, int col);
 // Recorded by a collective's exec (runs in the scheduler): returns the error code to hand back.
 int ks_collective_error(ks::Worker* w, ks::Fiber* f, int code, const char* msg);
 int ks_lane_error(ks::Worker* w, ks::Fiber* f, const char* fn, int width, ks::u32 lane);

@@ -140,6 +140,10 @@ template <class T> struct tgref {
     return *p;
   }
   KS_INLINE operator T() const { return get(); }
+  // A half/bfloat element converts to the builtin types directly (MSL's half does; here half is a class).
+  template <class U, enable_if_t<is_f16_v<T> && is_builtin_arith_v<U>, int> = 0> KS_INLINE operator U() const {
+    return U(float(get()));
+  }
   KS_INLINE const tgref& set(const T& v) const {
     tg_access(m, p, sizeof(T), true);
     *p = v;
@@ -170,6 +174,31 @@ template <class T> struct tgref {
   KS_INLINE auto operator[](I i) const { return get()[i]; }
 };
 template <class T> struct proxy_value<tgref<T>> { typedef remove_cv_t<T> type; };
+template <class T> struct is_tgref : false_type {};
+template <class T> struct is_tgref<tgref<T>> : true_type {};
+// Operators on elements work on their values (an exact match, so that no conversion path is ambiguous).
+#define KS_TGREF_BIN(op)                                                                                           \
+  template <class T, class U> KS_INLINE auto operator op(const tgref<T>& a, const U& b)                            \
+      -> decltype(declval<remove_cv_t<T>>() op declval<val_t<U>>()) {                                              \
+    return a.get() op val_t<U>(b);                                                                                 \
+  }                                                                                                                \
+  template <class U, class T, enable_if_t<!is_tgref<U>::value, int> = 0>                                           \
+  KS_INLINE auto operator op(const U& a, const tgref<T>& b) -> decltype(declval<U>() op declval<remove_cv_t<T>>()) { \
+    return a op b.get();                                                                                           \
+  }
+KS_TGREF_BIN(+) KS_TGREF_BIN(-) KS_TGREF_BIN(*) KS_TGREF_BIN(/) KS_TGREF_BIN(%) KS_TGREF_BIN(&) KS_TGREF_BIN(|)
+KS_TGREF_BIN(^) KS_TGREF_BIN(<<) KS_TGREF_BIN(>>) KS_TGREF_BIN(<) KS_TGREF_BIN(>) KS_TGREF_BIN(<=)
+KS_TGREF_BIN(>=) KS_TGREF_BIN(==) KS_TGREF_BIN(!=)
+#undef KS_TGREF_BIN
+template <class T> KS_INLINE auto operator-(const tgref<T>& a) -> decltype(-declval<remove_cv_t<T>>()) {
+  return -a.get();
+}
+template <class T> KS_INLINE auto operator!(const tgref<T>& a) -> decltype(!declval<remove_cv_t<T>>()) {
+  return !a.get();
+}
+template <class T> KS_INLINE auto operator~(const tgref<T>& a) -> decltype(~declval<remove_cv_t<T>>()) {
+  return ~a.get();
+}
 
 template <class T> struct tgptr {
   T* p;
