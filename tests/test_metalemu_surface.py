@@ -44,7 +44,7 @@ class Recorder:
         self.calls: list[dict[str, Any]] = []
 
     def __call__(self, source: str, kernel_name: str, buffers: list[np.ndarray], grid: tuple[int, int, int],
-                 threadgroup: tuple[int, int, int], *, threadgroup_memory_limit: int) -> None:
+                 threadgroup: tuple[int, int, int], *, threadgroup_memory_limit: int, **_options: object) -> None:
         self.calls.append({"source": source, "name": kernel_name, "buffers": [b.copy() for b in buffers],
                            "grid": grid, "threadgroup": threadgroup, "limit": threadgroup_memory_limit})
 
