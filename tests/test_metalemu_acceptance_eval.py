@@ -151,7 +151,8 @@ _SRC = """
     for (int c = 0; c < cols; ++c) m = metal::max(m, (float)x[row * cols + c]);
     float s = 0.0f;
     for (int c = 0; c < cols; ++c) s += metal::exp((float)x[row * cols + c] - m);
-    for (int c = 0; c <= cols; ++c) out[row * cols + c] = (T)(metal::exp((float)x[row * cols + c] - m) / s);
+    FAULT
+    for (int c = 0; c < cols; ++c) out[row * cols + c] = (T)(metal::exp((float)x[row * cols + c] - m) / s);
 """
 
 _k = mx.fast.metal_kernel(name="softmax_faulty", input_names=["x"], output_names=["out"], source=_SRC)
@@ -163,15 +164,17 @@ def run(x):
 '''
 
 
-@pytest.mark.parametrize("pad,status,words", [
-    (64, "runtime_error", ("out-of-bounds", "line 11 of the source= of metal_kernel 'softmax_faulty'")),
-    (12288, "compile_error", ("threadgroup memory", "exceeds the limit of 32768")),
-], ids=["a write past the output", "48 KB of threadgroup memory"])
-def test_engine_errors_are_verdicts_naming_kernel_and_line(pad: int, status: str, words: tuple[str, ...],
-                                                           tmp_path: Path) -> None:
-    result = eval_json("softmax", _FAULTY.replace("PAD = PAD", "").replace('("PAD", PAD)', f'("PAD", {pad})'),
-                       tmp_path, f"faulty_{pad}")
+@pytest.mark.parametrize("pad,fault,status,words", [
+    (64, "if ((int)row == rows - 1) out[rows * cols] = (T)0;", "runtime_error",
+     ("custom_kernel_softmax_faulty", "out-of-bounds", "line 11 of the source= of metal_kernel 'softmax_faulty'")),
+    (64, "s = undeclared_function(s);", "compile_error",
+     ("custom_kernel_softmax_faulty", "undeclared_function", "line 11 of the source= of metal_kernel 'softmax_faulty'")),
+    pytest.param(12288, "", "compile_error", ("softmax_faulty", "49152 bytes", "32768"), marks=full_only),
+], ids=["a write past the output", "an undeclared function", "48 KB of threadgroup memory"])
+def test_faults_are_verdicts_naming_kernel_and_line(pad: int, fault: str, status: str, words: tuple[str, ...],
+                                                    tmp_path: Path) -> None:
+    result = eval_json("softmax", _FAULTY.replace("PAD)]", f"{pad})]").replace("FAULT", fault), tmp_path,
+                       f"faulty_{pad}_{len(fault)}")
     assert result["status"] == status, result["message"][-2000:]
-    assert "custom_kernel_softmax_faulty" in result["message"]
     for w in words:
         assert w in result["message"], (w, result["message"][-2000:])
