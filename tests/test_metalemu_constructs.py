@@ -77,6 +77,17 @@ DIVERGE = """
 """
 
 
+# Lanes loop 1, 2 or 3 times with a SIMD-group function inside: the lanes still in the loop run it together; the
+# function after the loop runs once all lanes have left the loop (the earliest waiting call site runs first).
+RECONVERGE = """
+    uint gid = thread_position_in_grid.x, lane = thread_index_in_simdgroup;
+    int trips = lane % 3 + 1;
+    float seen = 0.0f;
+    for (int k = 0; k < trips; ++k) seen = seen * 100.0f + simd_sum(1.0f);
+    out[gid * 2] = seen;
+    out[gid * 2 + 1] = simd_sum(1.0f);
+"""
+
 # Threadgroup variables of sibling blocks have their own storage (sm_s must not overwrite sm_m while the second
 # simdgroup still reads it); half elements of threadgroup memory convert to float.
 SCOPES = """
@@ -116,8 +127,9 @@ def sync_source() -> dict[str, str]:
                         {"out": "float32", "iout": "int32"}, SIMD)
     s3, n3 = mlx_source("diverge", {"x": np.zeros(64, np.float32)}, {"out": "float32"}, DIVERGE)
     s4, n4 = mlx_source("scopes", {"x": np.zeros(64, np.float32)}, {"out": "float32"}, SCOPES)
-    parts = {"reduce": n1, "simd": n2, "diverge": n3, "scopes": n4}
-    return {"source": s1 + s2 + s3 + s4, **parts}
+    s5, n5 = mlx_source("reconverge", {"x": np.zeros(32, np.float32)}, {"out": "float32"}, RECONVERGE)
+    parts = {"reduce": n1, "simd": n2, "diverge": n3, "scopes": n4, "reconverge": n5}
+    return {"source": s1 + s2 + s3 + s4 + s5, **parts}
 
 
 def test_threadgroup_reduction_with_barriers(sync_source: dict[str, str]) -> None:
@@ -180,6 +192,16 @@ def test_inactive_lanes(sync_source: dict[str, str]) -> None:
         assert np.isnan(o[10:20, 2]).all()
 
 
+def test_simd_function_in_a_divergent_loop(sync_source: dict[str, str]) -> None:
+    out = np.zeros(64, np.float32)
+    run(sync_source["source"], sync_source["reconverge"], [np.zeros(32, np.float32), out], (32, 1, 1), (32, 1, 1))
+    trips = np.arange(32) % 3 + 1
+    active = [32, int((trips >= 2).sum()), int((trips >= 3).sum())]  # lanes still looping at each iteration
+    expect = [sum(active[k] * 100.0 ** (t - 1 - k) for k in range(t)) for t in trips]
+    np.testing.assert_array_equal(out[0::2], expect)
+    assert (out[1::2] == 32).all()
+
+
 def test_threadgroup_variables_of_sibling_blocks(sync_source: dict[str, str]) -> None:
     x = np.linspace(-3, 3, 64).astype(np.float32)
     out = np.zeros(64 * 3, np.float32)
@@ -214,8 +236,11 @@ VECTORS = """
     float bf = float(bv * bfloat(3.0f));
     half hv = a.x;
     float mixed = (i % 2 == 0) ? hv : 0.5f;
+    auto lo = a.yx;
+    a.x = 0.0h;
+    hv = hv + lo.y - simd_broadcast(a.yx, 0).x;
     ob[i * 2] = bf;
-    ob[i * 2 + 1] = mixed;
+    ob[i * 2 + 1] = mixed + float(hv) - float(a.x);
 """
 
 MATH = """
@@ -270,7 +295,8 @@ def test_vectors_half_bfloat(type_source: dict[str, str]) -> None:
     prod = bval * np.float32(3)
     rounded = ((prod.view(np.uint32) + 0x7FFF + ((prod.view(np.uint32) >> 16) & 1)) >> 16 << 16).view(np.float32)
     np.testing.assert_array_equal(ob[0::2], rounded)
-    np.testing.assert_array_equal(ob[1::2], np.where(np.arange(8) % 2 == 0, f[:, 0], 0.5))
+    hv = (a[:, 0] + a[:, 0]) - a[0, 1]  # float16 arithmetic, each operation rounded
+    np.testing.assert_array_equal(ob[1::2], np.where(np.arange(8) % 2 == 0, f[:, 0], 0.5) + hv.astype(np.float32))
 
 
 def test_math_functions(type_source: dict[str, str]) -> None:
@@ -394,3 +420,62 @@ def test_template_arguments(misc_source: dict[str, str]) -> None:
     for k in range(4):
         acc = acc + x.reshape(10, 4)[:, k]
     np.testing.assert_array_equal(out, acc * acc)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Idioms of hand-written Metal code: program-scope constants, structs with constructors, thread references, lambdas,
+# vector device and threadgroup arrays, raw pointer casts to atomics, combined mem_flags, bfloat vectors.
+
+IDIOMS_HEADER = """
+constant float kScale = 0.5f;
+struct Pair { float a; float b; Pair(float x, float y) : a(x), b(y) {} float sum() const { return a + b; } };
+inline void acc(thread float& a, float b) { a += b; }
+template <typename U> inline U twice(U x) { return x * U(2); }
+"""
+IDIOMS = """
+    uint2 gid = thread_position_in_grid.xy;
+    uint i = gid.x, tid = thread_position_in_threadgroup.x;
+    const device half4* x4 = (const device half4*)x;
+    device half4* o4 = (device half4*)out;
+    half4 v = x4[i];
+    float4 f = float4(v);
+    float4 s = simd_sum(f);
+    threadgroup float4 tile[64];
+    tile[tid] = f;
+    threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+    float4 nb = tile[(tid + 1) % threads_per_threadgroup.x];
+    float r = 0.0f;
+    for (ushort off = 16; off > 0; off /= 2) r += simd_shuffle_down(f.x, off);
+    acc(r, kScale);
+    Pair p(f.y, f.z);
+    auto dbl = [&](float z) { return z * 2.0f; };
+    float q = dbl(p.sum()) + twice(1.5f);
+    bool bad = any(isnan(f)) || metal::isinf(q);
+    ushort hb = as_type<ushort>(v.x);
+    bfloat4 bv = bfloat4(f);
+    o4[i] = half4(s.x, nb.x, r, bad ? 1.0h : 0.0h);
+    atomic_fetch_max_explicit((device atomic_uint*)&cnt[0], hb, memory_order_relaxed);
+    fo[i] = q + metal::precise::divide(1.0f, 4.0f) + float(bv.x + bv.y);
+"""
+
+
+def test_common_idioms() -> None:
+    n = 64
+    x = (np.arange(n * 4) / 7).astype(np.float16)
+    src, host = mlx_source("idioms", {"x": x}, {"out": "float16", "cnt": "uint32", "fo": "float32"}, IDIOMS,
+                           header=IDIOMS_HEADER)
+    out, cnt, fo = np.zeros(n * 4, np.float16), np.zeros(1, np.uint32), np.zeros(n, np.float32)
+    run(src, host, [x, out, cnt, fo], (n, 1, 1), (64, 1, 1))
+    f = x.reshape(n, 4).astype(np.float32)
+    o = out.reshape(n, 4).astype(np.float32)
+    for g in range(2):
+        rows = slice(32 * g, 32 * g + 32)
+        np.testing.assert_array_equal(o[rows, 0], np.float16(f[rows, 0].sum()).astype(np.float32))
+    np.testing.assert_array_equal(o[:, 1], f[(np.arange(n) + 1) % n, 0].astype(np.float16).astype(np.float32))
+    lane = np.arange(n) % 32
+    shuffled = sum(np.where(lane + d < 32, f[np.minimum(np.arange(n) + d, n - 1), 0], f[:, 0]) for d in (16, 8, 4, 2, 1))
+    np.testing.assert_allclose(o[:, 2], shuffled + 0.5, rtol=1e-3)
+    assert (o[:, 3] == 0).all()
+    assert cnt[0] == x.view(np.uint16)[::4].max()
+    # bv.x + bv.y is a bfloat sum (8 significant bits): within 1% of the float one
+    np.testing.assert_allclose(fo, (f[:, 1] + f[:, 2]) * 2 + 3 + 0.25 + f[:, 0] + f[:, 1], rtol=1e-2)

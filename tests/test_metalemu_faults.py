@@ -193,18 +193,20 @@ def test_threadgroup_memory_past_the_limit() -> None:
     body = """
     uint t = thread_position_in_threadgroup.x;
     threadgroup float big[8192];
-    threadgroup float more[4096];
+    threadgroup float more[2048];
+    threadgroup float last[2048];
     big[t] = x[t];
     more[t] = x[t];
+    last[t] = x[t];
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    out[t] = big[t] + more[t];
+    out[t] = big[t] + more[t] + last[t];
 """
     src, host = mlx_source("big_tg", {"x": np.zeros(64, np.float32)}, {"out": "float32"}, body)
     with pytest.raises(MetalEmuError) as e:
         run_kernel(src, host, [np.zeros(64, np.float32), np.zeros(64, np.float32)], (64, 1, 1), (64, 1, 1))
     assert e.value.status == "compile_error" and e.value.kind == "threadgroup_memory_limit"
     assert e.value.body_line == _body_line(body, "threadgroup float more")
-    assert "49152 bytes" in str(e.value) and "32768" in str(e.value)
+    assert "49152 bytes" in str(e.value) and "32768" in str(e.value) and "more error" not in str(e.value)
 
 
 @pytest.mark.parametrize("header, body, construct", [

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -75,6 +76,10 @@ class Failure:
 
 _core_lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
+# The OS threads that run threadgroups. They live as long as the process: each keeps its emulation state (fiber
+# stacks, threadgroup and shadow memory) between launches, so a thread per launch would leak that state.
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
 
 
 def load_core(path: Path) -> None:
@@ -101,6 +106,15 @@ def describe(lib: ctypes.CDLL, entry: int, nbufs: int) -> list[tuple[int, int, i
     return [(out[3 * i], out[3 * i + 1], out[3 * i + 2]) for i in range(nbufs)]
 
 
+def _workers(n: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _core_lock:
+        if _pool is None or _pool_size < n:
+            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ksearch-metalemu")  # the old one's idle
+            _pool_size = n  # threads stay (a few, at most one pool per size ever asked for)
+        return _pool
+
+
 def run(lib: ctypes.CDLL, entry: int, bufs: list[tuple[int, int]], grid: tuple[int, int, int],
         tg: tuple[int, int, int], *, fibers: bool, checks: bool, tg_limit: int, workers: int) -> Failure | None:
     core = _loaded["core"]
@@ -124,17 +138,12 @@ def run(lib: ctypes.CDLL, entry: int, bufs: list[tuple[int, int]], grid: tuple[i
     n = max(1, min(workers, launch.ngroups))
     errs = [Err() for _ in range(n)]
     codes = [0] * n
-    if n == 1:
-        codes[0] = ks_run(ctypes.byref(launch), ctypes.byref(errs[0]))
-    else:
-        def work(i: int) -> None:
-            codes[i] = ks_run(ctypes.byref(launch), ctypes.byref(errs[i]))
 
-        threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    def work(i: int) -> None:
+        codes[i] = ks_run(ctypes.byref(launch), ctypes.byref(errs[i]))
+
+    for f in [_workers(n).submit(work, i) for i in range(n)]:
+        f.result()
     failed = [errs[i] for i in range(n) if codes[i]]
     if not failed:
         return None

@@ -22,6 +22,9 @@ template <class T> struct dptr {
   KS_INLINE dptr(T* q) : p(q), lo(nullptr), hi(nullptr) {
     if (q && !ks_find_buffer((const void*)q, &lo, &hi)) lo = hi = nullptr;
   }
+  // `(device atomic_uint*)&out[i]`: a raw pointer of another type, reinterpreted.
+  template <class U, enable_if_t<!__is_convertible_to(U*, T*), int> = 0>
+  KS_INLINE explicit dptr(U* q) : dptr((T*)(void*)q) {}
   template <class U, enable_if_t<__is_convertible_to(U*, T*), int> = 0>
   KS_INLINE dptr(const dptr<U>& o) : p(o.p), lo(o.lo), hi(o.hi) {}
   template <class U, enable_if_t<!__is_convertible_to(U*, T*), int> = 0>

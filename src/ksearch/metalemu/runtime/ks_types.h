@@ -349,6 +349,7 @@ template <class E, int N> KS_INLINE hvec<E, N> operator+(const hvec<E, N>& a) { 
 
 // ---- components of MSL values (for constructors and conversions) ----
 template <class X> struct proxy_value { typedef X type; };  // specialised for threadgroup references (ks_mem.h)
+template <class E, int S, int... I> struct proxy_value<swz<E, S, I...>> { typedef hvec<E, sizeof...(I)> type; };
 template <class X> using val_t = typename proxy_value<decay_t<X>>::type;
 template <class X> KS_INLINE constexpr int ncomp() { return vinfo<val_t<X>>::n; }
 template <class T, class X> KS_INLINE constexpr T comp(const X& x, int i) {
