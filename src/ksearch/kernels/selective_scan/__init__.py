@@ -2,7 +2,8 @@
 
 - MLX-CUDA (a GPU default device with mx.cuda available): the kernels of cuda.py.
 - MLX-Metal: the kernels of metal.py, only when asked (KSEARCH_METAL_KERNELS=1 or use_metal=True):
-  they were never run on Apple hardware; otherwise the ops path.
+  they are not yet measured on Apple hardware (they run on the Metal emulation, mlx-metal-emu); otherwise the ops
+  path.
 - Anything else (mlx-cpu): MLX ops (ops.py).
 KSEARCH_SCAN_BACKEND=ops|cuda|metal forces a path (tests compare paths this way).
 

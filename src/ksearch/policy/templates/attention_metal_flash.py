@@ -5,8 +5,9 @@ row kernel of ksearch.kernels.attention.metal_rows for inputs that are not float
 The parameters are the key rows staged per block at each head dim (BK): threadgroup memory holds Q (32 x D), K and V
 (BK x D each), S (32 x BK, fp32) and P (32 x BK), and must stay within 32 KB, so D=128 takes 16 or 8, D=64 32, 16 or 8.
 A larger block halves the barriers per key and the softmax passes; a smaller one may let two threadgroups share a
-core. NEVER RUN: no Apple hardware was available; every rendering passes clang with the project's MSL shim, nothing
-more (tests/test_attention_templates.py).
+core. Not yet measured on Apple hardware: every rendering passes clang with the project's MSL shim
+(tests/test_attention_templates.py), and two of them run correctly on the Metal emulation (backend mlx-metal-emu,
+tests/test_metalemu_acceptance_eval.py).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def render_flash_simdgroup(p: dict[str, Any]) -> str:
 # FlashAttention-2 on simdgroup_matrix (8x8 matrix units): 4 simdgroups x 8 query rows a threadgroup, K / V blocks of
 # {p["bk128"]} (D=128) or {p["bk64"]} (D=64) rows in threadgroup memory, S = Q K^T with K loaded transposed, online softmax in
 # exp2, rows rescaled by a diagonal product, O += P V, causal block skipping, GQA. float16 only; the row kernel
-# otherwise. Not yet run on Apple hardware.
+# otherwise. Not yet measured on Apple hardware.
 import mlx.core as mx
 
 MMA_SOURCE = {metal_simdgroup.SOURCE!r}
@@ -72,4 +73,4 @@ FLASH_SIMDGROUP = TemplateFamily(
     params={"bk128": (16, 8), "bk64": (32, 16, 8)},
     render=render_flash_simdgroup,
     valid=lambda p: tg_bytes(128, p["bk128"]) <= METAL_TG_BYTES and tg_bytes(64, p["bk64"]) <= METAL_TG_BYTES,
-    description="FlashAttention-2 on simdgroup_matrix (opt-in; not yet run on Apple hardware)")
+    description="FlashAttention-2 on simdgroup_matrix (opt-in; not yet measured on Apple hardware)")

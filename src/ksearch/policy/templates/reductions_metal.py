@@ -1,6 +1,6 @@
 """Metal (MSL) row-reduction families for softmax and rmsnorm: the same algorithms as the CUDA ones, in SIMD-group
-functions (simd_max / simd_sum / simd_shuffle_xor) and threadgroup memory. Linted and syntax-checked on Linux only;
-no Apple GPU was available to measure them."""
+functions (simd_max / simd_sum / simd_shuffle_xor) and threadgroup memory. Run and judged on the Metal emulation
+(backend mlx-metal-emu, tests/test_metalemu_acceptance_eval.py); not yet measured on Apple hardware."""
 
 from __future__ import annotations
 
