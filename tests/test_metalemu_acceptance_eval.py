@@ -136,6 +136,15 @@ def test_offline_search_runs_to_the_end(tmp_path: Path) -> None:
     assert report.returncode == 0, report.stderr
     assert "finished" in report.stdout and "not a Metal speed" in report.stdout
     assert EMU in report.stdout
+    # What leaves the run says it too: the exported module's header; a FlashInfer trace claims no performance.
+    module = tmp_path / "best_kernel.py"
+    assert ksearch("export", str(run), "--out", str(module)).returncode == 0
+    assert "not a Metal speed" in module.read_text()
+    trace = tmp_path / "trace"
+    assert ksearch("export", str(run), "--format", "flashinfer-trace", "--out", str(trace)).returncode == 0
+    rows = [json.loads(line) for f in (trace / "traces").rglob("*.jsonl") for line in f.read_text().splitlines()]
+    assert rows and all(r["evaluation"]["performance"] is None for r in rows)
+    assert all(r["evaluation"]["status"] == "PASSED" for r in rows if r["evaluation"])
 
 
 # -- the engine's errors are the harness's verdicts -----------------------------------------------------------------

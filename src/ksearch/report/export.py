@@ -82,6 +82,7 @@ def module_text(run: RunData, out_name: str = "kernel.py") -> str:
         f"vs baseline {result.baseline!r}",
         f"#   holdout:   {hold_txt}",
         f"#   measured:  mlx {env.get('mlx', '?')} on {env.get('device', '?')}",
+        *([f"#   timing:    {result.timing}"] if result.timing else []),
         f"#   exported:  {_now()} by ksearch {__version__}",
         f"#   re-check:  ksearch eval {run.task} {out_name} --backend {run.backend}",
         "",
