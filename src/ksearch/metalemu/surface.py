@@ -282,7 +282,7 @@ class MetalKernel:
         # eval_gpu: outputs, input copies, the threadgroup check, the launch.
         outs = [_filled(s, d, init_value) if init_value is not None else _uninitialised(s, d)
                 for s, d in zip(shapes, output_dtypes, strict=True)]
-        buffers = self._input_buffers(arrays, text) + outs
+        buffers = self._input_buffers(arrays) + outs
         max_threads, memory = limits()
         tg_size = group3[0] * group3[1] * group3[2]
         if tg_size > max_threads:
@@ -308,7 +308,7 @@ class MetalKernel:
                                           inputs, output_dtypes, template, self.atomic_outputs)
         return self._sources[key]
 
-    def _input_buffers(self, arrays: list[mx.array], text: str) -> list[np.ndarray]:
+    def _input_buffers(self, arrays: list[mx.array]) -> list[np.ndarray]:
         """Each input's buffer, then its shape / strides / ndim where the signature has them ([[buffer(i)]] order)."""
         out: list[np.ndarray] = []
         for name, a in zip(self.input_names, arrays, strict=True):
@@ -337,9 +337,8 @@ class MetalKernel:
         body = getattr(exc, "body_line", None)
         if not body:
             return exc
-        out = MetalEmuError(f"{exc} (line {body} of the source= of metal_kernel {self.name!r})", status=exc.status,
-                            kernel=exc.kernel, line=exc.line, body_line=body, kind=exc.kind)
-        return out
+        return MetalEmuError(f"{exc} (line {body} of the source= of metal_kernel {self.name!r})", status=exc.status,
+                             kernel=exc.kernel, line=exc.line, body_line=body, kind=exc.kind)
 
     @staticmethod
     def _result(buf: np.ndarray, dtype: mx.Dtype) -> mx.array:
