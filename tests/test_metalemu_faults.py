@@ -79,7 +79,17 @@ PRIVATE_OOB = """
     for (int k = 0; k <= 4; ++k) acc[k] = x[i] * k;
     out[i] = acc[0];
 """
-KERNELS = {"private_oob": PRIVATE_OOB, "misaligned": MISALIGNED, "missing_barrier": MISSING_BARRIER, "write_past": WRITE_PAST, "shuffle_outside": SHUFFLE_OUTSIDE,
+# Many accesses, one out of bounds (the last row reads x[64]): the error keeps the line of the one that failed.
+READ_PAST_IN_LOOP = """
+    uint row = thread_position_in_grid.x;
+    if (row >= 8) return;
+    float m = -INFINITY;
+    for (int c = 0; c < 8; ++c) m = metal::max(m, x[row * 8 + c]);
+    float s = 0.0f;
+    for (int c = 0; c < 8; ++c) s += metal::exp(x[row * 8 + c] - m);
+    for (int c = 0; c <= 8; ++c) out[row * 8 + c] = metal::exp(x[row * 8 + c] - m) / s;
+"""
+KERNELS = {"read_past_in_loop": READ_PAST_IN_LOOP, "private_oob": PRIVATE_OOB, "misaligned": MISALIGNED, "missing_barrier": MISSING_BARRIER, "write_past": WRITE_PAST, "shuffle_outside": SHUFFLE_OUTSIDE,
            "barrier_in_branch": BARRIER_IN_BRANCH, "return_before_barrier": RETURN_BEFORE_BARRIER,
            "unwritten": UNWRITTEN, "no_memory_order": NO_MEMORY_ORDER, "correct": CORRECT}
 
@@ -143,6 +153,12 @@ def test_write_one_past_the_buffer(faults: dict) -> None:
     assert e.kind == "out_of_bounds"
     assert e.body_line == _body_line(WRITE_PAST, "out[i + 1]")
     assert "`out`" in str(e) and "element 64" in str(e) and "of 64 elements" in str(e)
+
+
+def test_read_past_the_buffer_among_many_accesses(faults: dict) -> None:
+    e = _fail(faults, "read_past_in_loop")
+    assert e.kind == "out_of_bounds" and "`x`" in str(e) and "read" in str(e) and "element 64" in str(e)
+    assert e.body_line == _body_line(READ_PAST_IN_LOOP, "c <= 8")
 
 
 def test_misaligned_vector_read(faults: dict) -> None:

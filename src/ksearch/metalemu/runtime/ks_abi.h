@@ -184,11 +184,14 @@ ks::Worker* ks_worker();
 ks::Fiber* ks_fiber();
 ks::Meta* ks_meta(ks::Worker* w, char* lo, char* hi, const char* name, ks::u32 elem);
 // Failures: each records the error with its caller's address and abandons the running thread (never returns).
-[[noreturn]] void ks_dev_fail(const char* lo, const char* hi, const char* p, ks::u64 size, ks::u64 align, int is_const);
-[[noreturn]] void ks_tg_fail(ks::Meta* m, int code, const char* p, int write, int other);
-[[noreturn]] void ks_fail_msg(int code, const char* msg);
+// `nomerge`: the optimiser may not fold the failure calls of several accesses into one, which would lose the line
+// each access comes from.
+[[noreturn]] __attribute__((nomerge, cold)) void ks_dev_fail(const char* lo, const char* hi, const char* p,
+                                                             ks::u64 size, ks::u64 align, int is_const);
+[[noreturn]] __attribute__((nomerge, cold)) void ks_tg_fail(ks::Meta* m, int code, const char* p, int write, int other);
+[[noreturn]] __attribute__((nomerge, cold)) void ks_fail_msg(int code, const char* msg);
 // Records a read of threadgroup memory that no thread has written yet (the first one; execution goes on).
-void ks_tg_uninit(ks::Meta* m, const char* p);
+__attribute__((nomerge, cold)) void ks_tg_uninit(ks::Meta* m, const char* p);
 // Blocking points: the running thread waits at a barrier or a collective (site = caller's address). Like OpenCL's
 // barriers they may not be duplicated or made control-dependent by the optimiser: each call in the source (after
 // inlining) stays one call instruction, so its address identifies the call site.
