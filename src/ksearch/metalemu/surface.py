@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import math
 import operator
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -210,17 +209,6 @@ def cpu_engine() -> Engine:
 ENGINES: dict[str, Callable[[], Engine]] = {"cpu": cpu_engine}
 
 
-def engine_options(engine: str) -> dict[str, Any]:
-    """Keyword arguments for the engine's run_kernel. The CPU engine runs threadgroups on KSEARCH_EMU_THREADS OS
-    threads (default here: 1). More threads start new OS threads for every launch, and each keeps its fiber stacks
-    mapped after it ends: a process then reaches the kernel's limit on memory maps after about 64 launches of a
-    kernel of several threadgroups (a harness evaluation makes hundreds)."""
-    if engine != "cpu":
-        return {}
-    value = os.environ.get("KSEARCH_EMU_THREADS", "")
-    return {"workers": int(value) if value.isdigit() and int(value) > 0 else 1}
-
-
 class MetalKernel:
     """What `metal_kernel` returns: call it with MLX's keywords; it returns the list of output arrays."""
 
@@ -293,8 +281,7 @@ class MetalKernel:
             if min(dims) == 0:
                 raise ValueError(f"[metal_kernel] threadgroup {group3} has a zero dimension: Metal cannot launch it.")
             try:
-                ENGINES[self.engine]()(text, func, buffers, grid3, dims, threadgroup_memory_limit=memory,
-                                       **engine_options(self.engine))
+                ENGINES[self.engine]()(text, func, buffers, grid3, dims, threadgroup_memory_limit=memory)
             except MetalEmuError as exc:
                 raise self._located(exc) from None
         return [self._result(o, d) for o, d in zip(outs, output_dtypes, strict=True)]
