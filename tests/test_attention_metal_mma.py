@@ -1,4 +1,4 @@
-"""The Metal kernels of ksearch.kernels (never run here: no Apple hardware) pass clang with the project's MSL shim,
+"""The Metal kernels of ksearch.kernels (run on the Metal emulation in test_metalemu_acceptance_kernels.py) pass clang with the project's MSL shim,
 at every template configuration the dispatch code uses; and the dispatch picks them only when opted in."""
 
 from __future__ import annotations

@@ -17,7 +17,10 @@ def test_backends_json_lists_cpu_with_a_profile() -> None:
     assert cpu["profile"]["llc_bytes"] > 0
     assert cpu["profile"]["memory_gb"] > 0
     assert cpu["environment"]["mlx"]
-    assert rows[-1]["backend"] == "mlx-cpu"  # GPU backends, when present, come first (the default)
+    real = [r["backend"] for r in rows if not r["environment"].get("emulation")]
+    assert real[-1] == "mlx-cpu"  # GPU backends, when present, come first (the default)
+    # Emulations come after every real backend: never the default.
+    assert [r["backend"] for r in rows][:len(real)] == real
 
 
 def test_tasks_json_lists_every_builtin_task() -> None:

@@ -289,6 +289,19 @@ _k = mx.fast.metal_kernel(name="m", input_names=["x"], output_names=["out"], sou
     assert lint_source(src, "mlx-metal") == []  # the fast path cannot see type errors: that is what deep is for
 
 
+def test_deep_metal_declares_atomic_outputs_as_mlx_does() -> None:
+    """atomic_outputs=True makes MLX declare `device atomic<T>* out`: atomics on it check, plain stores do not."""
+    body = "uint i = thread_position_in_grid.x; atomic_fetch_add_explicit(&out[0], x[i], memory_order_relaxed);"
+    src = ("import mlx.core as mx\n\n"
+           f"_k = mx.fast.metal_kernel(name='a', input_names=['x'], output_names=['out'], source={body!r}, "
+           "atomic_outputs=True)\n")
+    if clang_path() is None:
+        pytest.skip("clang not installed")
+    assert check_metal_candidate(src, None, "float32") == []
+    plain = src.replace("atomic_outputs=True", "atomic_outputs=False")
+    assert any(d.code == "msl-compile" for d in check_metal_candidate(plain, None, "float32"))
+
+
 LAZY = '''import functools
 
 import mlx.core as mx

@@ -6,6 +6,8 @@ from ksearch.backends.detect import (
     BackendUnavailable,
     available_backends,
     best_backend,
+    code_backend,
+    emulation_note,
     environment,
     get_backend,
 )
@@ -16,6 +18,8 @@ __all__ = [
     "BackendUnavailable",
     "available_backends",
     "best_backend",
+    "code_backend",
+    "emulation_note",
     "environment",
     "get_backend",
 ]

@@ -5,26 +5,59 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ksearch.backends.profiles import profile_for
+from ksearch.backends.profiles import emulated_profile, profile_for
 from ksearch.errors import BackendUnavailable
 
-BACKEND_NAMES = ("mlx-metal", "mlx-cuda", "mlx-cpu")
+BACKEND_NAMES = ("mlx-metal", "mlx-cuda", "mlx-cpu", "mlx-metal-emu")
 Family = Literal["cpu", "cuda", "metal"]
+
+#: A backend that runs the kernels of another one (an emulation) -> that backend: its candidates are written in that
+#: backend's dialect, from its starters, templates, spec and linter rules.
+RUNS_CODE_OF = {"mlx-metal-emu": "mlx-metal"}
+
+#: What `ksearch backends` says of an emulation.
+EMULATION_NOTES = {
+    "mlx-metal-emu": "Metal kernels (mx.fast.metal_kernel) run by an emulation on this machine's CPU: a correctness "
+                     "verdict counts; a time is the emulator's, not a Metal speed",
+}
+
+
+def emulation_note(name: str | None) -> str | None:
+    """What an emulated backend's times are (None for a real device): every figure of one carries it."""
+    return EMULATION_NOTES.get(name or "")
+
+
+def code_backend(name: str) -> str:
+    """The backend whose kernels `name` runs: itself, or for an emulation the backend it emulates."""
+    return RUNS_CODE_OF.get(name, name)
 
 
 @dataclass(frozen=True)
 class Backend:
     name: str
     family: Family
+    #: Where an emulated dialect runs: "cpu" (the Metal emulation's C++ engine), or None for the real device.
+    emulation: str | None = None
 
     @property
     def is_gpu(self) -> bool:
-        return self.family != "cpu"
+        """Whether candidates run on a GPU (an emulation on the CPU does not: CPU tiers, timeouts, no floors)."""
+        return self.family != "cpu" and self.emulation != "cpu"
+
+    @property
+    def emulated(self) -> bool:
+        """Times measured here are the emulator's, never the emulated device's."""
+        return self.emulation is not None
+
+    @property
+    def code_backend(self) -> str:
+        return code_backend(self.name)
 
     @property
     def tier(self) -> Literal["cpu", "gpu"]:
@@ -36,10 +69,21 @@ class Backend:
         return None if self.family == "cpu" else self.family
 
     def profile(self) -> dict[str, Any]:
+        if self.emulated:
+            return emulated_profile(self.name)
         return profile_for(self.family, device_name(self))
 
 
-FAMILY = {"mlx-metal": "metal", "mlx-cuda": "cuda", "mlx-cpu": "cpu"}
+FAMILY = {"mlx-metal": "metal", "mlx-cuda": "cuda", "mlx-cpu": "cpu", "mlx-metal-emu": "metal"}
+
+
+def clang_path() -> str | None:
+    """The C++ compiler the Metal emulation builds kernels with (KSEARCH_CLANG, else clang++ on PATH)."""
+    for name in (os.environ.get("KSEARCH_CLANG"), "clang++", "clang++-18", "clang++-17", "clang++-16", "clang++-15",
+                 "clang++-14"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
 
 
 @functools.cache
@@ -47,10 +91,10 @@ def _probe() -> dict[str, bool]:
     try:
         import mlx.core as mx
     except ImportError:
-        return {"mlx": False, "metal": False, "cuda": False}
+        return {"mlx": False, "metal": False, "cuda": False, "clang": False}
     metal = bool(getattr(mx, "metal", None) and mx.metal.is_available())
     cuda = bool(getattr(mx, "cuda", None) and mx.cuda.is_available())
-    return {"mlx": True, "metal": metal, "cuda": cuda}
+    return {"mlx": True, "metal": metal, "cuda": cuda, "clang": clang_path() is not None}
 
 
 def available_backends() -> list[Backend]:
@@ -63,11 +107,14 @@ def available_backends() -> list[Backend]:
     if p["cuda"]:
         found.append(Backend("mlx-cuda", "cuda"))
     found.append(Backend("mlx-cpu", "cpu"))
+    if p["clang"]:
+        # Last: an emulation is never the default; it is asked for by name.
+        found.append(Backend("mlx-metal-emu", "metal", emulation="cpu"))
     return found
 
 
 def best_backend() -> Backend:
-    found = available_backends()
+    found = [b for b in available_backends() if not b.emulated]
     if not found:
         raise BackendUnavailable(
             "MLX is not installed: pip install 'kernelsearch[cpu]' (Linux CPU), 'kernelsearch[cuda]' (NVIDIA) "
@@ -86,7 +133,10 @@ def get_backend(name: str | None) -> Backend:
         if b.name == name:
             return b
     here = ", ".join(b.name for b in available_backends()) or "none (MLX missing)"
-    raise BackendUnavailable(f"backend {name} is not available on this machine; available: {here}")
+    why = ""
+    if name == "mlx-metal-emu" and _probe()["mlx"]:
+        why = " (it needs clang++ on PATH or KSEARCH_CLANG: apt-get install clang)"
+    raise BackendUnavailable(f"backend {name} is not available on this machine{why}; available: {here}")
 
 
 @functools.cache
@@ -102,6 +152,8 @@ def _nvidia_driver() -> str | None:
 
 
 def device_name(backend: Backend) -> str:
+    if backend.emulated:
+        return f"Apple GPU emulated on the CPU ({platform.processor() or platform.machine()})"
     try:
         import mlx.core as mx
 
@@ -139,4 +191,8 @@ def environment(backend: Backend) -> dict[str, Any]:
     if backend.family == "cuda":
         drv = _nvidia_driver()
         env["driver"] = drv.split(",", 1)[0].strip() if drv else None
+    if backend.emulated:
+        env["emulation"] = backend.emulation
+        env["timing"] = emulation_note(backend.name) or "times are the emulator's, not the device's"
+        env["compiler"] = clang_path()
     return env

@@ -16,9 +16,25 @@ PROFILES_SCHEMA = DATA / "hardware.schema.json"
 
 
 @functools.cache
+def _data() -> dict[str, Any]:
+    return dict(yaml.safe_load(PROFILES_FILE.read_text()))
+
+
 def load_profiles() -> list[dict[str, Any]]:
-    data = yaml.safe_load(PROFILES_FILE.read_text())
-    return list(data["profiles"])
+    return list(_data()["profiles"])
+
+
+def emulated_profile(backend: str) -> dict[str, Any]:
+    """The profile of an emulated device (data/hardware.yaml, `emulators`): its limits, and this CPU's cache for the
+    timing pools. No bandwidth and no peak: an emulator's time is no measure of the emulated device, so no physical
+    floor applies and no roofline fraction is reported."""
+    for row in _data().get("emulators", []):
+        if row.get("backend") == backend:
+            out = dict(row)
+            out.update({"llc_bytes": cpu_llc_bytes(), "bandwidth_gbs": None, "peak_tflops": {}, "matched": True,
+                        "emulated": True})
+            return out
+    raise KeyError(f"no emulator profile for backend {backend!r} in {PROFILES_FILE.name}")
 
 
 def cpu_llc_bytes() -> int:

@@ -120,8 +120,13 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
     from ksearch.tasks import all_tasks, get_task
 
     b = get_backend(backend)
-    if b.family == "cpu":
+    if not b.is_gpu:
         mx.set_default_device(mx.cpu)
+    if b.emulated:
+        # The side-by-side loop in this process runs Metal kernels as the harness's workers do.
+        from ksearch.metalemu.surface import install
+
+        install(str(b.emulation))
     chosen = [get_task(t) for t in tasks] if tasks else all_tasks()
     figures: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []

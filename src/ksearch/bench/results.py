@@ -46,7 +46,7 @@ def make_result(name: str, backend: Backend, figures: list[dict[str, Any]], shap
         "figures": figures,
         "summary": summary or {},
         "notes": notes,
-    }
+    } | ({"timing": env["timing"], "notes": f"{env['timing']}. {notes}".strip()} if env.get("timing") else {})
 
 
 def validate(data: dict[str, Any]) -> None:

@@ -78,7 +78,7 @@ def backends_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
 def eval_cmd(
     task: Annotated[str, typer.Argument(help="Built-in task name or a task file (.py exporting TASK).")],
     candidate: Annotated[Path, typer.Argument(help="Candidate source file defining run(**inputs).")],
-    backend: Annotated[str | None, typer.Option(help="mlx-metal, mlx-cuda, mlx-cpu or auto.")] = None,
+    backend: Annotated[str | None, typer.Option(help="mlx-metal, mlx-cuda, mlx-cpu, mlx-metal-emu or auto.")] = None,
     baseline: Annotated[str | None, typer.Option(help="Baseline to score against (naive, native, community).")] = None,
     workloads: Annotated[str | None, typer.Option(help="Comma-separated workload names.")] = None,
     holdout: Annotated[bool, typer.Option(help="Also evaluate the holdout workloads.")] = False,

@@ -92,5 +92,7 @@ def final_table(o: RunOutcome) -> Table:
             t.add_row(f"  {w['name']}", "-" if sp is None else f"{sp:.3f}x vs {o.best_result.get('baseline')}")
     if o.holdout is not None:
         t.add_row("holdout score", f"{o.holdout.holdout_score or 0:.3f}x ({o.holdout.status})")
+    if o.best_result and o.best_result.get("timing"):
+        t.add_row("timing", str(o.best_result["timing"]))
     t.add_row("run directory", str(o.path))
     return t

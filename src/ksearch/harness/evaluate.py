@@ -97,7 +97,8 @@ class Evaluator:
 
     @property
     def device(self) -> str:
-        return "cpu" if self.backend.family == "cpu" else "gpu"
+        """Where the workers' MLX runs: the CPU for mlx-cpu and for an emulation on the CPU."""
+        return "gpu" if self.backend.is_gpu else "cpu"
 
     def env(self) -> dict[str, Any]:
         if self._env is None:
@@ -216,7 +217,7 @@ class Evaluator:
                 for _attempt in range(3):
                     if worker is None or worker.proc.poll() is not None:
                         worker, reply = start("baseline", self.task.origin, self.device, 1 << 40, deadline,
-                                              source=source, entry=entry)
+                                              source=source, entry=entry, emulation=self.backend.emulation)
                         if not reply.get("ok"):
                             raise RuntimeError(f"baseline ({entry}) failed to load: {reply.get('error')}")
                     stops = worker.stops_seen
@@ -249,7 +250,7 @@ class Evaluator:
         seeds = {w.name: trials[w.name] + post[w.name] for w in workloads}
         result = EvalResult(status="passed", task=self.task.name, backend=self.backend.name, baseline=baseline_name,
                             seeds={"master": [master], "trial_master": [trial_master], **seeds},
-                            environment=self.env())
+                            environment=self.env(), timing=self.env().get("timing") or "")
         result.workloads = [WorkloadResult(name=w.name, split=w.split) for w in workloads]
         try:
             with self._phase("static"):
@@ -292,7 +293,8 @@ class Evaluator:
         try:
             with self._phase("start candidate"):
                 worker, reply = start("candidate", self.task.origin, self.device, opts.memory_limit_bytes, deadline,
-                                      source=source, forbidden=self.task.forbidden, env=opts.extra_env)
+                                      source=source, forbidden=self.task.forbidden, env=opts.extra_env,
+                                      emulation=self.backend.emulation)
         except BaseException:
             refs.result()
             raise
@@ -405,7 +407,7 @@ class Evaluator:
                 raise Fail("forbidden", f"forbidden API called at run time: {worker.forbidden_calls[0]}")
             if not reply.get("ok"):
                 err = str(reply.get("error", ""))
-                raise Fail(classify_exception(err, worker.forbidden_calls),
+                raise Fail(classify_exception(err, worker.forbidden_calls, reply.get("status")),
                            f"{w.name}: run() raised:\n{err[-2000:]}{_tail(worker)}")
             if reply.get("bad_type"):
                 raise Fail("wrong_shape", f"{w.name}: {reply['bad_type']}")

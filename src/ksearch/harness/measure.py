@@ -40,9 +40,13 @@ class Fail(Exception):
         self.message = message
 
 
-def classify_exception(error: str, forbidden_calls: list[str]) -> str:
+def classify_exception(error: str, forbidden_calls: list[str], status: Any = None) -> str:
+    """The verdict of a failure in the candidate's worker. `status`: what the exception itself said it was (the Metal
+    emulation's errors carry compile_error or runtime_error); only those two are taken from the worker."""
     if forbidden_calls or "ForbiddenAPIError" in error:
         return "forbidden"
+    if status in ("compile_error", "runtime_error"):
+        return str(status)
     if _COMPILE_PATTERNS.search(error.splitlines()[-1] if error.strip() else ""):
         return "compile_error"
     return "runtime_error"
@@ -84,7 +88,8 @@ class Timed:
 
 def _failed(worker: WorkerProcess, reply: dict[str, Any]) -> Fail:
     err = str(reply.get("error", ""))
-    return Fail(classify_exception(err, worker.forbidden_calls), "failed while timing: " + err[-1500:])
+    return Fail(classify_exception(err, worker.forbidden_calls, reply.get("status")),
+                "failed while timing: " + err[-1500:])
 
 
 def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: timing.TimingPlan, deadline: float,

@@ -390,13 +390,15 @@ class WorkerProcess:
 
 def start(role: str, task_origin: str, device: str, memory_limit: int, deadline: float,
           source: str | None = None, forbidden: tuple[str, ...] = (), entry: str | None = None,
-          env: dict[str, str] | None = None) -> tuple[WorkerProcess, dict[str, Any]]:
-    """Spawn a worker and initialise it; returns the worker and its init reply."""
+          env: dict[str, str] | None = None, emulation: str | None = None) -> tuple[WorkerProcess, dict[str, Any]]:
+    """Spawn a worker and initialise it; returns the worker and its init reply. `emulation` ("cpu"): the worker runs
+    Metal kernels through the Metal emulation (ksearch.metalemu.surface.install) before any code under test loads."""
     if role == "candidate":
         protect_parent()
     w = WorkerProcess(role, memory_limit, env=env, task_origin=task_origin, gpu=device == "gpu")
     msg: dict[str, Any] = {"op": "init", "role": role, "task": task_origin, "device": device,
-                           "forbidden": list(forbidden), "guard_fd": w.guard_fd_in_child, "entry": entry}
+                           "forbidden": list(forbidden), "guard_fd": w.guard_fd_in_child, "entry": entry,
+                           "emulation": emulation}
     if source is not None:
         path = w.scratch / "candidate.py"
         path.write_text(source)

@@ -44,6 +44,9 @@ class EvalResult:
     seeds: dict[str, list[int]] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
+    #: Empty on a real device; on an emulated one (mlx-metal-emu) what its times are: the emulator's, so that no
+    #: latency or speedup of this result is read as the emulated device's.
+    timing: str = ""
 
     @property
     def passed(self) -> bool:

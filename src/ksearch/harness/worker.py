@@ -120,6 +120,12 @@ class Worker:
         self.role = msg["role"]
         if msg.get("device") == "cpu":
             mx.set_default_device(mx.cpu)
+        if msg.get("emulation") and self.role != "reference":
+            # Metal kernels run through the emulation: in place before the candidate, a baseline or a library
+            # module of ksearch.kernels is imported, so that each builds its kernels with it, unchanged.
+            from ksearch.metalemu.surface import install
+
+            install(str(msg["emulation"]))
         self.task = get_task(msg["task"])
         if self.role != "candidate":
             _no_dumps()
@@ -300,7 +306,7 @@ class Worker:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             _sendall(self.sock, protocol.COMMIT.pack(protocol.END_MAGIC, len(times), 0, 0))
-            return {"ok": False, "kind": "exception", "error": _tb(exc)}
+            return _failure(exc)
         _sendall(self.sock, protocol.COMMIT.pack(protocol.END_MAGIC, len(times), 0, 0))
         return {"ok": True, "times": times, "gaps": gaps, "lead": lead}
 
@@ -351,9 +357,19 @@ class Worker:
             except BaseException as exc:  # noqa: BLE001 - report every failure of the code under test
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                reply = {"ok": False, "kind": "exception", "error": _tb(exc)}
+                reply = _failure(exc)
                 arrays = {}
             _send(self.sock, reply, arrays)
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    """The reply for an exception in the code under test; an error that says whether it is a compile or a run-time
+    failure (the Metal emulation's, `.status`) passes that on."""
+    reply: dict[str, Any] = {"ok": False, "kind": "exception", "error": _tb(exc)}
+    status = getattr(exc, "status", None)
+    if status in ("compile_error", "runtime_error"):
+        reply["status"] = status
+    return reply
 
 
 def _tb(exc: BaseException) -> str:

@@ -6,10 +6,20 @@ import os
 from functools import cache
 
 
-def backend() -> str:
-    """'cuda', 'metal' or 'cpu': where the default stream runs."""
+def metal_emulated() -> bool:
+    """Whether `mx.fast.metal_kernel` is the Metal emulation (the workers of the mlx-metal-emu backend put it in
+    place): Metal kernels run here although MLX itself runs on the CPU."""
     import mlx.core as mx
 
+    return getattr(mx.fast.metal_kernel, "metal_emulation", None) is not None
+
+
+def backend() -> str:
+    """'cuda', 'metal' or 'cpu': where the default stream runs ('metal' under the Metal emulation)."""
+    import mlx.core as mx
+
+    if metal_emulated():
+        return "metal"
     if mx.default_device().type != mx.gpu:
         return "cpu"
     if getattr(mx, "cuda", None) is not None and mx.cuda.is_available():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ksearch.backends import code_backend
 from ksearch.knowledge import by_id, load_concepts, load_patterns
 from ksearch.knowledge.lint import BACKENDS
 from ksearch.knowledge.lint_rules import line_of, strip_comments
@@ -89,6 +90,7 @@ def analyze_cuda(text: str, backend: str = "mlx-cuda") -> dict[str, Any]:
     """Port context for a CUDA source on `backend`: findings, concepts, patterns (a list of ids), warnings."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    backend = code_backend(backend)
     code = _expand_constants(strip_comments(text))
     concepts = by_id(load_concepts())
     pattern_ids = {p["id"] for p in load_patterns() if backend in p["backends"]}

@@ -43,6 +43,7 @@ class KernelUse:
     source_line: int | None = None  # Python line where the body's first line sits (string constants only)
     header: str = ""
     shared_memory: int | None = None
+    atomic_outputs: bool = False  # metal_kernel(..., atomic_outputs=True): outputs are `device atomic<T>*`
     unresolved: str = ""  # why source could not be resolved
     # From the call site (may stay empty when the object is never called in this file).
     input_dtypes: dict[str, str] = field(default_factory=dict)  # kernel input name -> dtype or "T" (workload)
@@ -222,6 +223,12 @@ def find_kernels(source: str, tensor_dtypes: dict[str, str] | None = None) -> li
             target = {**env.globals, **scope}.get(src.id) if isinstance(src, ast.Name) else src
             if isinstance(target, ast.Constant) and isinstance(target.value, str):
                 use.source_line = target.lineno
+        atomic = _arg(node, "atomic_outputs", 6) if use.dialect == "metal" else None
+        if atomic is not None:
+            try:
+                use.atomic_outputs = bool(env.eval(atomic, scope))
+            except Unresolved:
+                use.atomic_outputs = False
         smem = _arg(node, "shared_memory", 99)
         if smem is not None:
             try:

@@ -13,6 +13,7 @@ import math
 import re
 from typing import TYPE_CHECKING
 
+from ksearch.backends import code_backend
 from ksearch.knowledge.diagnostic import Diagnostic, py_line
 from ksearch.knowledge.extract import KernelUse, find_kernels
 from ksearch.knowledge.forbidden import ForbiddenUse, scan_forbidden
@@ -39,7 +40,7 @@ _SIZES = {"float": 4, "half": 2, "float16_t": 2, "bfloat16_t": 2, "bfloat": 2, "
           "uchar": 1, "int8_t": 1, "uint8_t": 1, "int64_t": 8, "uint64_t": 8, "long": 8, "ulong": 8, "double": 8,
           "float2": 8, "float4": 16, "half2": 4, "half4": 8, "__half2": 4, "int2": 8, "int4": 16, "bool": 1,
           "size_t": 8}
-BACKENDS = ("mlx-cuda", "mlx-metal", "mlx-cpu")
+BACKENDS = ("mlx-cuda", "mlx-metal", "mlx-cpu", "mlx-metal-emu")  # an emulation is linted as the backend it emulates
 
 
 def _tensor_dtypes(task: Task | None) -> dict[str, str]:
@@ -264,6 +265,7 @@ def lint_source(source: str, backend: str, task: Task | None = None, deep: bool 
     candidate is scanned once; without it the linter scans against the task's forbidden list."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    backend = code_backend(backend)
     kernels, diags = _kernels(source, task)
     if diags:
         return diags

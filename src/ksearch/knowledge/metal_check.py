@@ -83,7 +83,8 @@ def wrap_kernel(k: KernelUse, index: int, header_ns: str, dtype: str = "float16"
                 slot += 1
     for i, name in enumerate(k.output_names):
         od = k.output_dtypes[i] if i < len(k.output_dtypes) else "T"
-        params.append(f"device {_mtype(od, dtype)}* {name} [[buffer({slot})]]")
+        out_type = f"atomic<{_mtype(od, dtype)}>" if k.atomic_outputs else _mtype(od, dtype)
+        params.append(f"device {out_type}* {name} [[buffer({slot})]]")
         slot += 1
     for attr in UINT3_ATTRS:
         if attr in body:

@@ -11,6 +11,7 @@ import inspect
 import textwrap
 from typing import TYPE_CHECKING, Any
 
+from ksearch.backends import code_backend
 from ksearch.knowledge import assertions_for, by_id, hardware_profile, load_concepts, patterns_for
 from ksearch.knowledge.lint import BACKENDS
 from ksearch.knowledge.spec_text import API, CORE_CONCEPTS, PITFALLS, REPRESENTATIVE
@@ -30,8 +31,8 @@ def _signature(task: Task) -> str:
     return f"run({args}) -> {outs if len(task.outputs) == 1 else '(' + outs + ')'}"
 
 
-def _task_section(task: Task, backend: str) -> list[str]:
-    tier = "cpu" if backend == "mlx-cpu" else "gpu"
+def _task_section(task: Task, backend: str, tier: str | None = None) -> list[str]:
+    tier = tier or ("cpu" if backend == "mlx-cpu" else "gpu")
     lines = [f"## Task: {task.name} ({task.kind})", "", task.description, "",
              f"Contract: a Python module defining `{_signature(task)}`; outputs in the order listed, in the "
              "workload's dtype unless stated.", "", "| tensor | role | shape | dtype |", "|---|---|---|---|"]
@@ -156,11 +157,17 @@ def render_spec(task: Task, backend: str, port_context: dict[str, Any] | None = 
     """The full spec for `task` on `backend` (mlx-cuda, mlx-metal or mlx-cpu)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    asked, backend = backend, code_backend(backend)
     boosted = set((port_context or {}).get("patterns", []))
     pattern_rows = patterns_for(task.kind, backend)
     pattern_rows.sort(key=lambda p: (p["id"] not in boosted, -p["prior"]["rating_0_to_10"]))
-    parts: list[str] = [f"# Kernel spec: {task.name} on {backend}", ""]
-    parts += _task_section(task, backend) + [""]
+    parts: list[str] = [f"# Kernel spec: {task.name} on {asked}", ""]
+    if asked != backend:
+        # An emulation: the code is the emulated backend's, the workloads are the CPU tier's, times are not Apple's.
+        parts += [f"Candidates are {backend} code, judged on {asked}: an emulation of the device on this machine's "
+                  "CPU at the cpu-tier shapes. A correctness verdict counts; a time is the emulator's, not the "
+                  "device's, so write for the real hardware described below.", ""]
+    parts += _task_section(task, backend, "cpu" if asked != backend else None) + [""]
     parts += [f"## Dialect: {backend}", "", API[backend].rstrip(), ""]
     parts += _hardware_section(backend) + [""]
     if backend != "mlx-cpu":

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch import __version__
+from ksearch.backends import code_backend
 from ksearch.errors import ExportError
 from ksearch.harness.result import EvalResult, WorkloadResult
 from ksearch.report.rundata import RunData
@@ -81,6 +82,7 @@ def module_text(run: RunData, out_name: str = "kernel.py") -> str:
         f"vs baseline {result.baseline!r}",
         f"#   holdout:   {hold_txt}",
         f"#   measured:  mlx {env.get('mlx', '?')} on {env.get('device', '?')}",
+        *([f"#   timing:    {result.timing}"] if result.timing else []),
         f"#   exported:  {_now()} by ksearch {__version__}",
         f"#   re-check:  ksearch eval {run.task} {out_name} --backend {run.backend}",
         "",
@@ -204,7 +206,8 @@ def _evaluation(wr: WorkloadResult, result: EvalResult, when: str) -> dict[str, 
     if status in ("PASSED", "INCORRECT_NUMERICAL") and wr.max_abs_err is not None:
         correct = {"max_relative_error": wr.max_rel_err or 0.0, "max_absolute_error": wr.max_abs_err}
     perf = None
-    if status == "PASSED" and wr.latency_s and wr.baseline_latency_s:
+    # An emulated device's times are the emulator's: no performance is claimed for it.
+    if status == "PASSED" and wr.latency_s and wr.baseline_latency_s and not result.timing:
         perf = {"latency_ms": wr.latency_s * 1e3, "reference_latency_ms": wr.baseline_latency_s * 1e3,
                 "speedup_factor": wr.speedup if wr.speedup is not None else wr.baseline_latency_s / wr.latency_s}
     env = result.environment or {}
@@ -225,7 +228,7 @@ def flashinfer_trace(run: RunData) -> dict[str, Any]:
         raise ExportError(f"cannot load task {run.task!r} of run {run.run_id}: {exc}") from exc
     defs = definitions(task)
     env = result.environment or {}
-    family = run.backend.removeprefix("mlx-")
+    family = code_backend(run.backend).removeprefix("mlx-")
     module = module_text(run, "main.py")
     sol_names = {d: f"{d}_ksearch_{run.run_id}_{cid}" for d in defs}
     solutions = [{

@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ksearch.backends import emulation_note
 from ksearch.harness.result import EvalResult
 from ksearch.report.rundata import RunData
 from ksearch.report.tables import STATUS_STYLE, fmt_time, fmt_x
@@ -68,7 +69,7 @@ def headline(run: RunData) -> list[tuple[str, str]]:
         ("LLM spend", spend_text(run)),
         ("loop events", events_text(run)),
         ("seed", str(m.get("seed", "-"))),
-    ]
+    ] + ([("timing", note)] if (note := emulation_note(run.backend)) else [])
 
 
 def _holdout(hold: EvalResult | None) -> str:
@@ -103,7 +104,9 @@ def workload_table(run: RunData) -> Table:
     if all(r["status"] == "passed" for r in rows):
         cols.remove("status")  # the usual case for a best candidate; the room goes to the numbers
     # Tight padding and short headers: the table fits an 80-column terminal without truncating numbers.
-    t = Table(title="best candidate per workload", title_justify="left", box=None, padding=(0, 1), header_style="bold underline",
+    title = "best candidate per workload" + (" (emulator times, not the device's)" if emulation_note(run.backend)
+                                             else "")
+    t = Table(title=title, title_justify="left", box=None, padding=(0, 1), header_style="bold underline",
               pad_edge=False)
     for c in cols:
         t.add_column({"max abs err": "max err"}.get(c, c), no_wrap=True, justify="left" if c in ("workload", "split", "status") else "right")

@@ -39,7 +39,7 @@ def tasks_table(tasks: list[Task]) -> Table:
 
 
 def backends_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="backends (first = default)")
+    t = Table(title="backends (first = default; an emulation only when asked for by name)")
     for col in ("backend", "device", "MLX", "memory", "bandwidth", "peak fp16 / fp32", "shared/threadgroup mem", "SIMD"):
         t.add_column(col)
     for r in rows:
@@ -54,6 +54,10 @@ def backends_table(rows: list[dict[str, Any]]) -> Table:
             f"{smem.get('default', '-')} KB (max {smem.get('max_opt_in', '-')})" if smem else "-",
             str(p.get("simd_width", "-")),
         )
+    notes = [f"{r['backend']}: {r['environment']['timing']}" for r in rows if r["environment"].get("timing")]
+    if notes:
+        t.caption = "\n".join(notes)
+        t.caption_justify = "left"
     return t
 
 
@@ -63,8 +67,15 @@ def eval_table(r: EvalResult) -> Table:
              f"(geomean speedup vs {r.baseline})")
     if r.holdout_score is not None:
         title += f"  holdout {r.holdout_score:.3f}"
-    t = Table(title=title, caption=(r.message[:1500] if r.message else None), caption_justify="left")
-    for col in ("workload", "split", "latency", "spread", "baseline", "speedup", "roofline", "max abs err"):
+    caption = r.message[:1500] if r.message else ""
+    cols = ["workload", "split", "latency", "spread", "baseline", "speedup", "roofline", "max abs err"]
+    if r.timing:
+        # An emulated device: the verdict counts, the times are the emulator's (never shown as the device's).
+        t_note = f"timing: {r.timing}"
+        caption = t_note + ("\n" + caption if caption else "")
+        cols = [{"latency": "emulator latency", "speedup": "emulator speedup"}.get(c, c) for c in cols]
+    t = Table(title=title, caption=caption or None, caption_justify="left")
+    for col in cols:
         t.add_column(col)
     for w in r.workloads:
         t.add_row(

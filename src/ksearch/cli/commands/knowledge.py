@@ -11,7 +11,8 @@ import typer
 
 from ksearch.cli.console import fail
 
-BACKEND_HELP = "mlx-cuda, mlx-metal or mlx-cpu (need not be present here); default: the best one here."
+BACKEND_HELP = ("mlx-cuda, mlx-metal, mlx-cpu or mlx-metal-emu (need not be present here); default: the best one "
+                "here.")
 
 
 def _check_backend(backend: str | None) -> str:

@@ -12,7 +12,7 @@ from ksearch.cli.console import console, fail
 
 def run_cmd(
     task: Annotated[str | None, typer.Argument(help="Built-in task name or task file (not with --resume).")] = None,
-    backend: Annotated[str | None, typer.Option(help="mlx-metal, mlx-cuda, mlx-cpu or auto.")] = None,
+    backend: Annotated[str | None, typer.Option(help="mlx-metal, mlx-cuda, mlx-cpu, mlx-metal-emu or auto.")] = None,
     policy: Annotated[str | None, typer.Option(help="offline (default, no network) or llm.")] = None,
     strategy: Annotated[str | None, typer.Option(help="ksearch (default), evolve or greedy.")] = None,
     budget: Annotated[int | None, typer.Option(help="Evaluations (default 120).")] = None,

@@ -1,7 +1,7 @@
 """FlashAttention-2 style prefill on Apple's `simdgroup_matrix` (8x8 matrix units) for mx.fast.metal_kernel.
 
-OPT-IN and NEVER RUN: no Apple hardware was available; the body passes clang with the project's MSL shim
-(tests/test_attention_metal_mma.py) and nothing more. Enable with KSEARCH_METAL_KERNELS=1; `ksearch.kernels.attention`
+OPT-IN until measured on Apple hardware: it passes clang with the project's MSL shim (tests/test_attention_metal_mma.py)
+and runs correctly on the Metal emulation against MLX's attention (tests/test_metalemu_acceptance_kernels.py). Enable with KSEARCH_METAL_KERNELS=1; `ksearch.kernels.attention`
 then takes this kernel for float16 inputs with D 64 or 128 (the row kernel of metal_rows.py otherwise).
 
 Layout: a threadgroup of 4 simdgroups owns BQ = 32 query rows of one (batch, head); simdgroup s owns rows 8s..8s+7.

@@ -2,7 +2,8 @@
 
 - MLX-CUDA (a GPU default device with mx.cuda available): the kernels of cuda.py.
 - MLX-Metal: the kernels of metal.py, only when asked (KSEARCH_METAL_KERNELS=1 or use_metal=True):
-  they were never run on Apple hardware; otherwise the ops path.
+  they are not yet measured on Apple hardware (they run on the Metal emulation, mlx-metal-emu); otherwise the ops
+  path.
 - Anything else (mlx-cpu): MLX ops (ops.py).
 KSEARCH_SCAN_BACKEND=ops|cuda|metal forces a path (tests compare paths this way).
 
@@ -24,6 +25,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from ksearch.kernels import device
 from ksearch.kernels.selective_scan import ops as ops_path
 
 MAX_KERNEL_STATE = 16  # the kernels keep N states in registers / 32 KB of shared memory
@@ -36,13 +38,14 @@ def kernel_backend(use_metal: bool | None = None) -> str:
     forced = os.environ.get("KSEARCH_SCAN_BACKEND", "").strip().lower()
     if forced in ("ops", "cuda", "metal"):
         return forced
-    if mx.default_device() != mx.gpu:
+    emulated = device.metal_emulated()
+    if mx.default_device() != mx.gpu and not emulated:
         return "ops"
-    if getattr(mx, "cuda", None) is not None and mx.cuda.is_available():
+    if not emulated and getattr(mx, "cuda", None) is not None and mx.cuda.is_available():
         return "cuda"
     if use_metal is None:
         use_metal = os.environ.get("KSEARCH_METAL_KERNELS", "") not in ("", "0")
-    if use_metal and getattr(mx, "metal", None) is not None and mx.metal.is_available():
+    if use_metal and (emulated or (getattr(mx, "metal", None) is not None and mx.metal.is_available())):
         return "metal"
     return "ops"
 

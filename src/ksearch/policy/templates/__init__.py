@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 from typing import Any
 
+from ksearch.backends import code_backend
 from ksearch.policy.templates.base import TemplateFamily
 
 MODULES = (
@@ -26,6 +27,8 @@ def all_families() -> list[TemplateFamily]:
 
 
 def families_for(task: str, backend: str) -> list[TemplateFamily]:
+    """The families for `task` on `backend` (an emulation takes the families of the backend it emulates)."""
+    backend = code_backend(backend)
     return [f for f in all_families() if task in f.tasks and backend in f.backends]
 
 

@@ -5,8 +5,9 @@ row kernel of ksearch.kernels.attention.metal_rows for inputs that are not float
 The parameters are the key rows staged per block at each head dim (BK): threadgroup memory holds Q (32 x D), K and V
 (BK x D each), S (32 x BK, fp32) and P (32 x BK), and must stay within 32 KB, so D=128 takes 16 or 8, D=64 32, 16 or 8.
 A larger block halves the barriers per key and the softmax passes; a smaller one may let two threadgroups share a
-core. NEVER RUN: no Apple hardware was available; every rendering passes clang with the project's MSL shim, nothing
-more (tests/test_attention_templates.py).
+core. Not yet measured on Apple hardware: every rendering passes clang with the project's MSL shim
+(tests/test_attention_templates.py), and two of them run correctly on the Metal emulation (backend mlx-metal-emu,
+tests/test_metalemu_acceptance_eval.py).
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ def tg_bytes(d: int, bk: int) -> int:
 
 
 def render_flash_simdgroup(p: dict[str, Any]) -> str:
+    # The float16 branch names its dtype (T = f16, inputs as f16: no-ops there) rather than q.dtype: the linter sizes
+    # threadgroup memory from the template's dtype and takes an unknown one as float32, which put D=64, BK=32 at 35 KB
+    # and failed the default rendering on every evaluation; the deep check compiles the inputs at that dtype too.
     bq, nt = metal_simdgroup.BQ, metal_simdgroup.NT
     calls = "\n".join(f'''        if d == {d}:
-            return _mma(inputs=[q, k, v], template=[("T", q.dtype), ("D", {d}), ("BK", {p[f"bk{d}"]}), ("CAUSAL", bool(causal))],
+            return _mma(inputs=[q.astype(f16), k.astype(f16), v.astype(f16)],
+                        template=[("T", f16), ("D", {d}), ("BK", {p[f"bk{d}"]}), ("CAUSAL", bool(causal))],
                         grid=((length + {bq - 1}) // {bq} * {nt}, b * hq, 1), threadgroup=({nt}, 1, 1),
                         output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
     rnt, rbn = metal_rows.PREFILL_NT, metal_rows.PREFILL_BN
@@ -38,7 +43,7 @@ def render_flash_simdgroup(p: dict[str, Any]) -> str:
 # FlashAttention-2 on simdgroup_matrix (8x8 matrix units): 4 simdgroups x 8 query rows a threadgroup, K / V blocks of
 # {p["bk128"]} (D=128) or {p["bk64"]} (D=64) rows in threadgroup memory, S = Q K^T with K loaded transposed, online softmax in
 # exp2, rows rescaled by a diagonal product, O += P V, causal block skipping, GQA. float16 only; the row kernel
-# otherwise. Not yet run on Apple hardware.
+# otherwise. Not yet measured on Apple hardware.
 import mlx.core as mx
 
 MMA_SOURCE = {metal_simdgroup.SOURCE!r}
@@ -50,7 +55,8 @@ _rows = mx.fast.metal_kernel(name="attention_rows", input_names=["q", "k", "v"],
 
 def run(q, k, v, causal):
     b, hq, length, d = q.shape
-    if q.dtype == mx.float16 and hq % k.shape[1] == 0 and (not causal or length <= k.shape[2]):
+    f16 = mx.float16
+    if q.dtype == f16 and hq % k.shape[1] == 0 and (not causal or length <= k.shape[2]):
 {calls}
     nblk = (length + {rnt - 1}) // {rnt}
     return _rows(inputs=[q, k, v], template=[("T", q.dtype), ("D", d), ("NT", {rnt}), ("BN", {rbn}), ("CAUSAL", bool(causal))],
@@ -67,4 +73,4 @@ FLASH_SIMDGROUP = TemplateFamily(
     params={"bk128": (16, 8), "bk64": (32, 16, 8)},
     render=render_flash_simdgroup,
     valid=lambda p: tg_bytes(128, p["bk128"]) <= METAL_TG_BYTES and tg_bytes(64, p["bk64"]) <= METAL_TG_BYTES,
-    description="FlashAttention-2 on simdgroup_matrix (opt-in; not yet run on Apple hardware)")
+    description="FlashAttention-2 on simdgroup_matrix (opt-in; not yet measured on Apple hardware)")

@@ -1,6 +1,6 @@
 """Metal (MSL) row-reduction families for softmax and rmsnorm: the same algorithms as the CUDA ones, in SIMD-group
-functions (simd_max / simd_sum / simd_shuffle_xor) and threadgroup memory. Linted and syntax-checked on Linux only;
-no Apple GPU was available to measure them."""
+functions (simd_max / simd_sum / simd_shuffle_xor) and threadgroup memory. Run and judged on the Metal emulation
+(backend mlx-metal-emu, tests/test_metalemu_acceptance_eval.py); not yet measured on Apple hardware."""
 
 from __future__ import annotations
 
@@ -32,11 +32,14 @@ def _prologue(p: dict[str, Any]) -> str:
 def _block(kind: str, layout: str) -> str:
     if layout != "block_per_row":
         return ""
+    # The threadgroup arrays are declared at the kernel's scope, not in the block: arrays of sibling blocks may share
+    # storage (their lifetimes do not overlap), and then a fast SIMD-group's write in the next block would race with
+    # a slow one's read in this block.
     if kind == "online":
         return """
+    threadgroup float sm_m[32];
+    threadgroup float sm_s[32];
     {
-        threadgroup float sm_m[32];
-        threadgroup float sm_s[32];
         uint sg = simdgroup_index_in_threadgroup;
         if (thread_index_in_simdgroup == 0) { sm_m[sg] = m; sm_s[sg] = s; }
         threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -54,8 +57,8 @@ def _block(kind: str, layout: str) -> str:
     }"""
     fn, ident, var = ("simd_max", "-INFINITY", "m") if kind == "max" else ("simd_sum", "0.0f", "s")
     return f"""
+    threadgroup float sm_{var}[32];
     {{
-        threadgroup float sm_{var}[32];
         uint sg = simdgroup_index_in_threadgroup;
         if (thread_index_in_simdgroup == 0) sm_{var}[sg] = {var};
         threadgroup_barrier(mem_flags::mem_threadgroup);

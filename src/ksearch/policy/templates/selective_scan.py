@@ -269,7 +269,7 @@ METAL_FAMILY = TemplateFamily(
     render=_render_metal,
     # Apple GPUs: 32 KB of threadgroup memory, 1024 threads.
     valid=lambda p: 64 <= p["channels"] * p["chunks"] <= 1024 and p["channels"] * p["chunks"] * 17 * 4 <= 32 * 1024,
-    description="the shared-memory chunked scan in MSL (not measured: no Apple hardware here)",
+    description="the shared-memory chunked scan in MSL (not yet measured on Apple hardware)",
 )
 
 FAMILIES: list[TemplateFamily] = [CPU_FAMILY, CUDA_FAMILY, METAL_FAMILY]

@@ -1,6 +1,8 @@
 // GQA decode: one threadgroup per (batch, KV head), one SIMD-group per query head of the group; K/V tiles are
 // loaded into threadgroup memory once and reused by all G heads. Needs HEAD_DIM % 32 == 0, G <= 32.
-constexpr int BK = 32;
+// Tiles of BK keys, one key a lane: 32, or 16 above HEAD_DIM 64, so that the two float tiles fit Apple's 32 KB of
+// threadgroup memory (2 x 32 x 129 x 4 bytes is 33 KB at HEAD_DIM 128).
+constexpr int BK = HEAD_DIM > 64 ? 16 : 32;
 constexpr int DPL = HEAD_DIM / 32;
 int Hq = q_shape[1], Hkv = k_shape[1], S = k_shape[2];
 int G = Hq / Hkv;
@@ -26,7 +28,7 @@ for (int j0 = 0; j0 < S; j0 += BK) {
     Vs[r][d] = j < S ? (float)v[kvbase + (size_t)j * HEAD_DIM + d] : 0.0f;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  bool valid = j0 + (int)lane < S;
+  bool valid = (int)lane < BK && j0 + (int)lane < S;
   float s = -INFINITY;
   if (valid) {
     s = 0.0f;

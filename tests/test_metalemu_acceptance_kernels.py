@@ -1,0 +1,134 @@
+"""Every Metal kernel of ksearch.kernels, run (on the Metal emulation's CPU engine) and held against MLX's own ops.
+
+The library runs unchanged: the emulation is put in place of `mx.fast.metal_kernel` and the public dispatch
+(`attention`, `decode`, the selective-scan functions) is called with the Metal kernels opted in, as on a Mac. Shapes
+are small and deliberately not multiples of the kernels' tiles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from ksearch.backends.detect import clang_path
+from ksearch.metalemu import surface
+
+pytestmark = pytest.mark.skipif(clang_path() is None, reason="clang++ not installed: the Metal emulation needs it")
+
+
+def _kernel_caches() -> list[object]:
+    from ksearch.kernels.attention import metal_rows, metal_simdgroup
+    from ksearch.kernels.decode import metal_split_k
+    from ksearch.kernels.selective_scan import metal
+
+    return [metal_rows._prefill_kernel, metal_simdgroup._kernel, metal_split_k._decode_kernels, metal.scan_kernel,
+            metal.conv_kernel, metal.step_kernel]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def emulated() -> Iterator[None]:
+    """The emulation in place for this module; kernel objects built before (MLX's own) are dropped."""
+    mx.set_default_device(mx.cpu)
+    restore = surface.install("cpu")
+    for c in _kernel_caches():
+        c.cache_clear()  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        restore()
+        for c in _kernel_caches():
+            c.cache_clear()  # type: ignore[attr-defined]
+
+
+def _rand(shape: tuple[int, ...], dtype: mx.Dtype, seed: int, scale: float = 1.0) -> mx.array:
+    return (mx.random.normal(shape, key=mx.random.key(seed)) * scale).astype(dtype)
+
+
+def _close(got: mx.array, want: mx.array, atol: float, rtol: float) -> None:
+    g, w = np.array(got.astype(mx.float32)), np.array(want.astype(mx.float32))
+    assert g.shape == w.shape
+    assert np.isfinite(g).all()
+    np.testing.assert_allclose(g, w, atol=atol, rtol=rtol)
+
+
+def _sdpa(q: mx.array, k: mx.array, v: mx.array, causal: bool) -> mx.array:
+    f = mx.float32
+    return mx.fast.scaled_dot_product_attention(q.astype(f), k.astype(f), v.astype(f), scale=1 / math.sqrt(q.shape[-1]),
+                                                mask="causal" if causal else None)
+
+
+@pytest.mark.parametrize("dtype,d,causal,kernel", [
+    (mx.float16, 64, True, "metal_simdgroup"),
+    (mx.float16, 128, False, "metal_simdgroup"),
+    (mx.float32, 64, True, "metal_rows"),
+    (mx.float32, 128, False, "metal_rows"),
+], ids=["simdgroup-d64-causal", "simdgroup-d128", "rows-d64-causal", "rows-d128"])
+def test_prefill_attention(dtype: mx.Dtype, d: int, causal: bool, kernel: str) -> None:
+    from ksearch.kernels.attention import attention, prefill_plan
+
+    # GQA (4 query heads on 2 KV heads), a query block and key blocks that do not divide the lengths.
+    q, k, v = _rand((1, 4, 37, d), dtype, 1), _rand((1, 2, 45, d), dtype, 2), _rand((1, 2, 45, d), dtype, 3)
+    assert prefill_plan(q, k, v, causal, use_metal=True)[0] == kernel
+    out = attention(q, k, v, causal, use_metal=True)
+    assert out.dtype == dtype and out.shape == q.shape
+    _close(out, _sdpa(q, k, v, causal), 2e-2 if dtype == mx.float16 else 2e-4, 2e-2 if dtype == mx.float16 else 2e-4)
+
+
+@pytest.mark.parametrize("dtype,d,length", [(mx.float16, 128, 300), (mx.float32, 64, 1000)])
+def test_split_k_decode(dtype: mx.Dtype, d: int, length: int) -> None:
+    from ksearch.kernels.decode import decode, decode_plan
+
+    cap = length + 24  # positions past `length` hold data the kernel must ignore
+    q, kc, vc = _rand((2, 8, 1, d), dtype, 4), _rand((2, 2, cap, d), dtype, 5), _rand((2, 2, cap, d), dtype, 6)
+    assert decode_plan(q, kc, vc, length, use_metal=True)[0] == "metal_split_k"
+    out = decode(q, kc, vc, length, use_metal=True)
+    want = _sdpa(q, kc[:, :, :length], vc[:, :, :length], False)
+    _close(out, want, 1e-2 if dtype == mx.float16 else 1e-4, 1e-2 if dtype == mx.float16 else 1e-4)
+
+
+@pytest.mark.parametrize("length,h0", [(50, False), (300, True)])
+def test_selective_scan_on_strided_views(length: int, h0: bool) -> None:
+    """The model's layout: u, delta, z, B, C are transposed slices of (batch, L, features) buffers, read in place
+    (ensure_row_contiguous=False), y written as (batch, L, dim)."""
+    from ksearch.kernels.selective_scan import ops, scan_views
+
+    batch, dim, n = 2, 20, 16
+    xz = _rand((batch, length, 3 * dim), mx.float32, 7, 0.5)
+    bc = _rand((batch, length, 2 * n + 3), mx.float32, 8, 0.5)
+    t = (0, 2, 1)
+    u, delta, z = xz[..., :dim].transpose(t), xz[..., dim:2 * dim].transpose(t), xz[..., 2 * dim:].transpose(t)
+    B, C = bc[..., 3:3 + n].transpose(t), bc[..., 3 + n:].transpose(t)
+    A = -mx.exp(_rand((dim, n), mx.float32, 9, 0.5))
+    D, bias = _rand((dim,), mx.float32, 10), _rand((dim,), mx.float32, 11, 0.1)
+    state = _rand((batch, dim, n), mx.float32, 12) if h0 else None
+    y, last = scan_views(u, delta, A, B, C, D, z, bias, h0=state, y_bld=True, backend="metal")
+    y_ref, last_ref = ops.scan(u, delta, A, B, C, D, z, bias, h0=state, y_bld=True)
+    _close(y, y_ref, 1e-4, 1e-3)
+    _close(last, last_ref, 1e-4, 1e-3)
+
+
+def test_causal_conv_and_decode_step() -> None:
+    from ksearch.kernels.selective_scan import causal_conv_silu, ops, selective_state_update
+
+    batch, length, dim, k, n, r = 2, 9, 40, 4, 16, 8
+    x = _rand((batch, length, dim), mx.float16, 13)
+    w, b = _rand((dim, k), mx.float16, 14, 0.5), _rand((dim,), mx.float16, 15, 0.1)
+    state = _rand((batch, k - 1, dim), mx.float16, 16)
+    for bias, st in ((b, state), (None, None)):
+        got = causal_conv_silu(x, w, bias, st, backend="metal")
+        want = ops.conv_silu(x, w, bias, st)
+        for g, e in zip(got, want, strict=True):
+            _close(g, e, 1e-2, 1e-2)
+    f32 = mx.float32
+    xs, zs = _rand((batch, dim), mx.float16, 17), _rand((batch, dim), mx.float16, 18)
+    args = (xs, zs, state, w, b, _rand((r + 2 * n, dim), mx.float16, 19, 0.2), _rand((dim, r), mx.float16, 20, 0.3),
+            _rand((dim,), f32, 21, 0.1), -mx.exp(_rand((dim, n), f32, 22, 0.5)), _rand((dim,), f32, 23),
+            _rand((batch, dim, n), f32, 24))
+    got = selective_state_update(*args, backend="metal")
+    want = ops.mixer_step(*args)
+    for g, e in zip(got, want, strict=True):
+        _close(g, e, 2e-2, 2e-2)
