@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("integrations",),
     ("models",),
     ("knowledge",),
+    ("metalemu",),
     ("harness",),
     ("store",),
     ("worldmodel",),

@@ -9,7 +9,8 @@
     │   └── CallFailed
     ├── BudgetExhausted      the proposer's spending cap: the search stops cleanly
     ├── WorldModelError, EditRejected
-    └── ProtocolError, Deadline, WorkerDied, ForbiddenAPIError   (the harness and its workers)
+    ├── ProtocolError, Deadline, WorkerDied, ForbiddenAPIError   (the harness and its workers)
+    └── MetalCompileError    an MSL construct the Metal emulation cannot compile (the harness: compile_error)
 
 Several classes also derive from the builtin they were before (ValueError, LookupError, RuntimeError), so that an
 `except ValueError` written against them keeps working. The messages are written for the reader of one line: what
@@ -147,3 +148,19 @@ class WorkerDied(KSearchError, RuntimeError):
 
 class ForbiddenAPIError(KSearchError, RuntimeError):
     """Raised inside a candidate's worker when the candidate calls an API its task forbids."""
+
+
+# -- the Metal emulation -----------------------------------------------------------------------------------------------
+
+
+class MetalCompileError(KSearchError, ValueError):
+    """A Metal kernel the emulation cannot compile: an MSL construct it does not support, or source it cannot parse.
+
+    The message names the kernel, the construct and the line (of the body, or of the header); the harness reports
+    it as compile_error, never as a wrong result."""
+
+    def __init__(self, message: str, construct: str = "", line: int | None = None, kernel: str = "") -> None:
+        super().__init__(message)
+        self.construct = construct
+        self.line = line
+        self.kernel = kernel

@@ -264,6 +264,27 @@ KS_F16_OPS(half)
 KS_F16_OPS(bfloat)
 #undef KS_F16_OPS
 
+namespace detail {
+// The conditional operator's common type where MSL's arithmetic conversions differ from what C++ can see through the
+// library's classes: half or bfloat with float is float, with an integer half or bfloat. void: leave as it is.
+template <class T> struct bare { typedef typename remove_cv<T>::type type; };
+template <class T> struct bare<T&> { typedef typename remove_cv<T>::type type; };
+template <class T> struct bare<T&&> { typedef typename remove_cv<T>::type type; };
+template <class A, class B, bool AI = is_int<A>::value, bool BI = is_int<B>::value> struct tern_to { typedef void type; };
+template <> struct tern_to<half, float, false, false> { typedef float type; };
+template <> struct tern_to<float, half, false, false> { typedef float type; };
+template <> struct tern_to<bfloat, float, false, false> { typedef float type; };
+template <> struct tern_to<float, bfloat, false, false> { typedef float type; };
+template <class I> struct tern_to<half, I, false, true> { typedef half type; };
+template <class I> struct tern_to<I, half, true, false> { typedef half type; };
+template <class I> struct tern_to<bfloat, I, false, true> { typedef bfloat type; };
+template <class I> struct tern_to<I, bfloat, true, false> { typedef bfloat type; };
+template <class A, class B, class X> KS_HD constexpr decltype(auto) tern(X&& x) {
+  typedef typename tern_to<typename bare<A>::type, typename bare<B>::type>::type R;
+  if constexpr (same<R, void>::value) { return static_cast<X&&>(x); } else { return R(x); }
+}
+}  // namespace detail
+
 // metal::numeric_limits for the scalar types MSL has.
 template <class T> struct numeric_limits;
 #define KS_LIMITS(T, LO, HI, LOWEST, EPS, INF, QNAN)                                                           \
