@@ -39,7 +39,8 @@ TemplateValue = str | int | bool
 def library() -> str:
     """The MSL library in CUDA C++ that every translated kernel is compiled with."""
     here = Path(__file__).resolve().parent
-    return "\n".join((here / part).read_text() for part in LIBRARY_PARTS)
+    parts = "\n".join((here / part).read_text() for part in LIBRARY_PARTS)
+    return f"#ifndef KSEARCH_MSL_CUDA\n#define KSEARCH_MSL_CUDA\n{parts}\n#endif  // KSEARCH_MSL_CUDA\n"
 
 
 def metal_type(dtype: str, kernel: str = "") -> str:
@@ -108,8 +109,8 @@ class MetalKernelTranslation:
             raise ValueError("[metal_kernel] Must specify at least one output.")
         self.name, self.input_names, self.output_names = name, list(input_names), list(output_names)
         self.metal_source, self.atomic_outputs = source, atomic_outputs
-        self.body: Translation = translate(source, kernel=name, where="body")
         self.header: Translation | None = translate(header, kernel=name, where="header") if header.strip() else None
+        self.body: Translation = translate(source, kernel=name, where="body", context=self.header)
 
     def cuda_source(self, inputs: Sequence[Arg], output_dtypes: Sequence[str],
                     template: Sequence[tuple[str, TemplateValue]] = ()) -> CudaSource:

@@ -159,7 +159,7 @@ template <class X, detail::if_int<X> = 0> KS_D X absdiff(const X& a, const X& b)
     }                                                                                                            \
   }
 KS_TEST(isnan, v != v) KS_TEST(isinf, fabsf(v) == __builtin_huge_valf()) KS_TEST(isfinite, fabsf(v) < __builtin_huge_valf())
-KS_TEST(isnormal, fabsf(v) >= 1.175494351e-38f && fabsf(v) < __builtin_huge_valf()) KS_TEST(signbit, signbit(v))
+KS_TEST(isnormal, fabsf(v) >= 1.175494351e-38f && fabsf(v) < __builtin_huge_valf()) KS_TEST(signbit, (detail::f2u(v) >> 31) != 0u)
 #undef KS_TEST
 
 // select(a, b, c): c ? b : a, per component for vectors.

@@ -32,11 +32,21 @@ class Translation:
     text: str
     top_names: list[str] = field(default_factory=list)  # names a header declares at namespace scope
     macros: set[str] = field(default_factory=set)
+    functions: set[str] = field(default_factory=set)  # functions and classes it declares at namespace scope
+    members: set[str] = field(default_factory=set)  # names declared inside its structs
 
 
-def translate(text: str, *, kernel: str = "", where: str = "body", rules: Rules | None = None) -> Translation:
-    """Translate a body (`where="body"`: the inside of the kernel function) or a header (`where="header"`)."""
-    return _Translator(text, rules or load_rules(), kernel, where).run()
+def translate(text: str, *, kernel: str = "", where: str = "body", rules: Rules | None = None,
+              context: Translation | None = None) -> Translation:
+    """Translate a body (`where="body"`: the inside of the kernel function) or a header (`where="header"`).
+
+    `context`: the header's translation, whose macros, functions and struct members the body sees."""
+    tr = _Translator(text, rules or load_rules(), kernel, where)
+    if context is not None:
+        tr.macros |= context.macros
+        tr.functions |= context.functions
+        tr.members |= context.members
+    return tr.run()
 
 
 def _fragment(text: str, rules: Rules, kernel: str, where: str, line: int) -> str:
@@ -199,7 +209,8 @@ class _Translator:
                 if self.depth == 0:
                     self.top.append(fname)
             return
-        if kind == "namespace" and self.depth == 0 and first not in ("static_assert", "namespace", "template"):
+        if kind == "namespace" and self.depth == 0 and first not in ("static_assert", "namespace", "template") \
+                and not (first == "using" and self.t(head + 1) == "namespace"):
             name = self.declared_name(head, end)
             if name:
                 self.top.append(name)
@@ -313,7 +324,8 @@ class _Translator:
             elif tok.kind == "number":
                 self.number(tok)
         self.ternaries()
-        return Translation(render(self.toks), list(dict.fromkeys(self.top)), self.macros)
+        return Translation(render(self.toks), list(dict.fromkeys(self.top)), self.macros, self.functions,
+                           self.members)
 
     def ternaries(self) -> None:
         """`c ? a : b` with a half (or bfloat) and a float operand is a float in MSL (half and float convert both ways
