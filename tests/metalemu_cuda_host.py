@@ -69,7 +69,8 @@ def _library(text: str, kernel: str) -> ctypes.CDLL:
 def run_metal(name: str, input_names: Sequence[str], output_names: Sequence[str], source: str, header: str = "", *,
               inputs: Sequence[Any], output_shapes: Sequence[Sequence[int]], output_dtypes: Sequence[str],
               grid: Sequence[int], threadgroup: Sequence[int], template: Sequence[tuple[str, Any]] = (),
-              init_value: float | None = None, atomic_outputs: bool = False) -> list[np.ndarray]:
+              init_value: float | None = None, atomic_outputs: bool = False,
+              ensure_row_contiguous: bool = True) -> list[np.ndarray]:
     """Run a Metal kernel (mx.fast.metal_kernel's arguments, NumPy arrays) through the CUDA translation on the host.
 
     An input given as ("bfloat16", uint16 array) is a bfloat16 array; bfloat16 outputs come back as uint16 bits."""
@@ -79,7 +80,9 @@ def run_metal(name: str, input_names: Sequence[str], output_names: Sequence[str]
         if isinstance(x, tuple):
             dtype, a = x[0], np.ascontiguousarray(x[1])
         else:
-            a = np.ascontiguousarray(np.asarray(x))
+            a = np.asarray(x)
+            if ensure_row_contiguous or not (a.flags.c_contiguous or (a.ndim and min(a.strides) > 0)):
+                a = np.ascontiguousarray(a)  # a view with positive strides is passed as it is (its strides too)
             dtype = _dtype_name(a)
         arrays.append(a)
         args.append(Arg(n, dtype, a.ndim))
@@ -164,7 +167,8 @@ def host_metal_kernel(name: str, input_names: Sequence[str], output_names: Seque
         tmpl = [(n, v if isinstance(v, bool | int) else str(v).rsplit(".", 1)[-1]) for n, v in (template or [])]
         outs = run_metal(name, input_names, output_names, source, header, inputs=[_to_numpy(x) for x in inputs],
                          output_shapes=output_shapes, output_dtypes=names, grid=grid, threadgroup=threadgroup,
-                         template=tmpl, init_value=init_value, atomic_outputs=atomic_outputs)
+                         template=tmpl, init_value=init_value, atomic_outputs=atomic_outputs,
+                         ensure_row_contiguous=ensure_row_contiguous)
         return [mx.array(o).view(mx.bfloat16) if d == "bfloat16" else mx.array(o) for o, d in zip(outs, names, strict=True)]
 
     return call
