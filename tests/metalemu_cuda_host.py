@@ -105,7 +105,7 @@ def run_metal(name: str, input_names: Sequence[str], output_names: Sequence[str]
         from ksearch.backends.nvcc import ctype
 
         calls.append(f"({ctype(d, 'float32')}*)bufs[{k + j}]")
-    text = "struct __half { unsigned short x; };\nstruct __nv_bfloat16 { unsigned short x; };\n" + text + f"""
+    text = text + f"""
 extern "C" void ks_run(void** bufs, const int* shapes, const long long* strides, const int* ndims, unsigned gx,
                        unsigned gy, unsigned threads) {{
   using namespace mlx::core::cu;

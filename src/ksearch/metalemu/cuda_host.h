@@ -23,6 +23,8 @@
 #define MAX_NDIM 10
 #define WARP_SIZE 32
 
+struct __half { unsigned short x; };  // the storage MLX's kernel signature names; the emulation reads it as metal::half
+struct __nv_bfloat16 { unsigned short x; };
 struct ks_dim3 { unsigned x = 1, y = 1, z = 1; };
 inline thread_local ks_dim3 threadIdx, blockIdx;
 inline ks_dim3 blockDim, gridDim;
