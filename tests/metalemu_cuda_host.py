@@ -11,15 +11,21 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ksearch.metalemu.cuda_check import HOST_HEADER, host_compiler, wrapped
+from ksearch.backends.nvcc import ctype, wrap
+from ksearch.metalemu.cuda_check import HOST_HEADER, host_compiler
 from ksearch.metalemu.cuda_kernel import Arg, MetalKernelTranslation, plan_launch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from metalemu_cuda_cases import bf16  # noqa: E402
 
 NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "uint32": np.uint32, "int64": np.int64,
       "uint64": np.uint64, "int16": np.int16, "uint16": np.uint16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_,
@@ -27,16 +33,6 @@ NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "uint32":
 CACHE = Path(tempfile.gettempdir()) / "ksearch_metalemu_host"
 GUARD = 64  # elements after each output that the kernel must not touch
 _LOADED: dict[str, ctypes.CDLL] = {}
-
-
-def bf16(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bit patterns (round to nearest even), as uint16."""
-    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def from_bf16(b: np.ndarray) -> np.ndarray:
-    return (b.astype(np.uint32) << 16).view(np.float32)
 
 
 def _dtype_name(a: np.ndarray) -> str:
@@ -66,14 +62,57 @@ def _library(text: str, kernel: str) -> ctypes.CDLL:
     return _LOADED[key]
 
 
-def run_metal(name: str, input_names: Sequence[str], output_names: Sequence[str], source: str, header: str = "", *,
-              inputs: Sequence[Any], output_shapes: Sequence[Sequence[int]], output_dtypes: Sequence[str],
-              grid: Sequence[int], threadgroup: Sequence[int], template: Sequence[tuple[str, Any]] = (),
-              init_value: float | None = None, atomic_outputs: bool = False,
-              ensure_row_contiguous: bool = True) -> list[np.ndarray]:
-    """Run a Metal kernel (mx.fast.metal_kernel's arguments, NumPy arrays) through the CUDA translation on the host.
+@dataclass
+class Prepared:
+    """One CUDA kernel call ready to compile and run: its C++ text (kernel + an extern "C" launcher) and buffers."""
 
-    An input given as ("bfloat16", uint16 array) is a bfloat16 array; bfloat16 outputs come back as uint16 bits."""
+    name: str
+    output_names: list[str]
+    text: str
+    arrays: list[np.ndarray]
+    output_shapes: list[tuple[int, ...]]
+    output_dtypes: list[str]
+    blocks: tuple[int, int, int]
+    block: tuple[int, int, int]
+    init_value: float | None
+
+
+def prepare_cuda(name: str, source: str, header: str, inputs: Sequence[tuple[str, np.ndarray, str]],
+                 outputs: Sequence[tuple[str, Sequence[int], str]], grid: Sequence[int], threadgroup: Sequence[int],
+                 init_value: float | None = None) -> Prepared:
+    """An mx.fast.cuda_kernel call: the kernel MLX generates (backends.nvcc.wrap) and MLX's launch (grid counts
+    threads; blocks of min(tg, grid), ceil(grid / tg) of them)."""
+    text = wrap(name, source, header, [(n, d) for n, _, d in inputs], [(n, d) for n, _, d in outputs])
+    calls = []
+    for i, (n, a, d) in enumerate(inputs):
+        calls.append(f"(const {ctype(d, 'float32')}*)bufs[{i}]")
+        for suffix, maker in (("_shape", "sh"), ("_strides", "st"), ("_ndim", "nd")):
+            if a.ndim and f"{n}{suffix}" in source:
+                calls.append(f"{maker}({i})")
+    calls += [f"({ctype(d, 'float32')}*)bufs[{len(inputs) + j}]" for j, (_, _, d) in enumerate(outputs)]
+    text += f"""
+extern "C" void ks_run_{name}(void** bufs, const int* shapes, const long long* strides, const int* ndims,
+                              unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz) {{
+  using namespace mlx::core::cu;
+  auto sh = [&](int i) {{ Shape s{{}}; for (int d = 0; d < MAX_NDIM; ++d) s[d] = shapes[MAX_NDIM * i + d]; return s; }};
+  auto st = [&](int i) {{ Strides s{{}}; for (int d = 0; d < MAX_NDIM; ++d) s[d] = strides[MAX_NDIM * i + d]; return s; }};
+  auto nd = [&](int i) {{ return ndims[i]; }};
+  ks_host::launch(ks_dim3{{gx, gy, gz}}, ks_dim3{{bx, by, bz}}, [&] {{ custom_kernel_{name}({", ".join(calls)}); }});
+}}
+"""
+    block = tuple(min(int(t), int(g)) for t, g in zip(threadgroup, grid, strict=True))
+    blocks = tuple(-(-int(g) // int(t)) for t, g in zip(threadgroup, grid, strict=True))
+    return Prepared(name, [n for n, _, _ in outputs], text, [a for _, a, _ in inputs],
+                    [tuple(s) for _, s, _ in outputs], [d for _, _, d in outputs], blocks, block, init_value)  # type: ignore[arg-type]
+
+
+def prepare(name: str, input_names: Sequence[str], output_names: Sequence[str], source: str, header: str = "", *,
+            inputs: Sequence[Any], output_shapes: Sequence[Sequence[int]], output_dtypes: Sequence[str],
+            grid: Sequence[int], threadgroup: Sequence[int], template: Sequence[tuple[str, Any]] = (),
+            init_value: float | None = None, atomic_outputs: bool = False,
+            ensure_row_contiguous: bool = True) -> Prepared:
+    """mx.fast.metal_kernel's arguments (NumPy arrays; ("bfloat16", uint16 array) for bfloat16), translated by the
+    CUDA engine and launched as it launches them."""
     tr = MetalKernelTranslation(name, input_names, output_names, source, header, atomic_outputs)
     arrays, args = [], []
     for n, x in zip(input_names, inputs, strict=True):
@@ -87,61 +126,52 @@ def run_metal(name: str, input_names: Sequence[str], output_names: Sequence[str]
         arrays.append(a)
         args.append(Arg(n, dtype, a.ndim))
     src = tr.cuda_source(args, list(output_dtypes), list(template))
-    text = wrapped(src, [a.dtype for a in args], list(output_dtypes))
     launch = plan_launch(grid, threadgroup)
-    calls, k = [], 0
-    for i, a in enumerate(args):
-        from ksearch.backends.nvcc import ctype
+    meta = np.array([*launch.grid, *launch.threadgroup], dtype=np.int32)
+    ins = [(n, a, arg.dtype) for n, a, arg in zip(src.input_names, [*arrays, meta], [*args, Arg("", "int32", 1)],
+                                                   strict=True)]
+    outs = [(n, s, d) for n, s, d in zip(src.output_names, output_shapes, output_dtypes, strict=True)]
+    return prepare_cuda(src.name, src.source, src.header, ins, outs, launch.cuda_grid, launch.cuda_threadgroup,
+                        init_value)
 
-        calls.append(f"(const {ctype(a.dtype, 'float32')}*)bufs[{k}]")
-        k += 1
-        cname = src.input_names[i]
-        for suffix, maker in (("_shape", "sh"), ("_strides", "st"), ("_ndim", "nd")):
-            if f"{cname}{suffix}" in src.source:
-                calls.append(f"{maker}({i})")
-    calls.append(f"(const int32_t*)bufs[{k}]")
-    k += 1
-    for j, d in enumerate(output_dtypes):
-        from ksearch.backends.nvcc import ctype
 
-        calls.append(f"({ctype(d, 'float32')}*)bufs[{k + j}]")
-    text = text + f"""
-extern "C" void ks_run(void** bufs, const int* shapes, const long long* strides, const int* ndims, unsigned gx,
-                       unsigned gy, unsigned threads) {{
-  using namespace mlx::core::cu;
-  auto sh = [&](int i) {{ Shape s{{}}; for (int d = 0; d < MAX_NDIM; ++d) s[d] = shapes[MAX_NDIM * i + d]; return s; }};
-  auto st = [&](int i) {{ Strides s{{}}; for (int d = 0; d < MAX_NDIM; ++d) s[d] = strides[MAX_NDIM * i + d]; return s; }};
-  auto nd = [&](int i) {{ return ndims[i]; }};
-  ks_host::launch(ks_dim3{{gx, gy, 1}}, ks_dim3{{threads, 1, 1}}, [&] {{ custom_kernel_{src.name}({", ".join(calls)}); }});
-}}
-"""
-    lib = _library(text, name)
+def execute(lib: ctypes.CDLL, p: Prepared) -> list[np.ndarray]:
+    """Run a prepared call from a compiled library; a write past the end of an output is an AssertionError."""
     outs, backing = [], []
-    for shape, d in zip(output_shapes, output_dtypes, strict=True):
+    for shape, d in zip(p.output_shapes, p.output_dtypes, strict=True):
         n = int(np.prod(shape))
         b = np.empty(n + GUARD, dtype=NP[d])  # a guard zone after each output catches writes past its end
         b.view(np.uint8)[...] = 0xA5  # outputs start as garbage, as in MLX
-        if init_value is not None:
-            b[:n] = bf16(np.float32(init_value)) if d == "bfloat16" else init_value
+        if p.init_value is not None:
+            b[:n] = bf16(np.float32(p.init_value)) if d == "bfloat16" else p.init_value
         backing.append(b)
-        outs.append(b[:n].reshape(tuple(shape)))
-    meta = np.array([*launch.grid, *launch.threadgroup], dtype=np.int32)
-    bufs = [*arrays, meta, *backing]
+        outs.append(b[:n].reshape(shape))
+    bufs = [*p.arrays, *backing]
     ptrs = (ctypes.c_void_p * len(bufs))(*[b.ctypes.data for b in bufs])
-    shapes = np.zeros((len(arrays), 10), dtype=np.int32)
-    strides = np.zeros((len(arrays), 10), dtype=np.int64)
-    for i, a in enumerate(arrays):
+    shapes = np.zeros((max(1, len(p.arrays)), 10), dtype=np.int32)
+    strides = np.zeros((max(1, len(p.arrays)), 10), dtype=np.int64)
+    for i, a in enumerate(p.arrays):
         shapes[i, :a.ndim] = a.shape
         strides[i, :a.ndim] = [s // a.itemsize for s in a.strides]
-    ndims = np.array([a.ndim for a in arrays] or [0], dtype=np.int32)
-    threads = launch.cuda_threadgroup[0]
-    lib.ks_run(ptrs, shapes.ctypes.data_as(ctypes.c_void_p), strides.ctypes.data_as(ctypes.c_void_p),
-               ndims.ctypes.data_as(ctypes.c_void_p), ctypes.c_uint(launch.cuda_grid[0] // threads),
-               ctypes.c_uint(launch.cuda_grid[1]), ctypes.c_uint(threads))
-    for name, o, b in zip(output_names, outs, backing, strict=True):
+    ndims = np.array([a.ndim for a in p.arrays] or [0], dtype=np.int32)
+    getattr(lib, f"ks_run_{p.name}")(ptrs, shapes.ctypes.data_as(ctypes.c_void_p),
+                                     strides.ctypes.data_as(ctypes.c_void_p), ndims.ctypes.data_as(ctypes.c_void_p),
+                                     *(ctypes.c_uint(v) for v in (*p.blocks, *p.block)))
+    for name, o, b in zip(p.output_names, outs, backing, strict=True):
         if not (b[o.size:].view(np.uint8) == 0xA5).all():
-            raise AssertionError(f"kernel {name!r} wrote past the end of output {name!r}")
+            raise AssertionError(f"kernel {p.name!r} wrote past the end of output {name!r}")
     return [o.copy() for o in outs]
+
+
+def run_many(calls: Sequence[Prepared]) -> list[list[np.ndarray]]:
+    """Several prepared calls compiled as one library (one compiler start), then run one after another."""
+    lib = _library("\n".join(c.text for c in calls), "_".join(sorted({c.name for c in calls}))[:60])
+    return [execute(lib, c) for c in calls]
+
+
+def run_metal(*args: Any, **kwargs: Any) -> list[np.ndarray]:
+    """Run one Metal kernel call through the CUDA translation on the host (prepare's arguments)."""
+    return run_many([prepare(*args, **kwargs)])[0]
 
 
 def _to_numpy(x: Any) -> Any:
@@ -169,6 +199,30 @@ def host_metal_kernel(name: str, input_names: Sequence[str], output_names: Seque
                          output_shapes=output_shapes, output_dtypes=names, grid=grid, threadgroup=threadgroup,
                          template=tmpl, init_value=init_value, atomic_outputs=atomic_outputs,
                          ensure_row_contiguous=ensure_row_contiguous)
+        return [mx.array(o).view(mx.bfloat16) if d == "bfloat16" else mx.array(o) for o, d in zip(outs, names, strict=True)]
+
+    return call
+
+
+def host_cuda_kernel(name: str, input_names: Sequence[str], output_names: Sequence[str], source: str,
+                     header: str = "", ensure_row_contiguous: bool = True, shared_memory: int = 0) -> Any:
+    """An `mx.fast.cuda_kernel` stand-in that runs the kernel on the host: what metal_kernel_via_cuda hands to
+    MLX is executed as MLX would generate and launch it."""
+    import mlx.core as mx
+
+    def call(*, inputs: Sequence[Any], output_shapes: Sequence[Sequence[int]], output_dtypes: Sequence[Any],
+             grid: Sequence[int], threadgroup: Sequence[int], template: Sequence[tuple[str, Any]] | None = None,
+             init_value: float | None = None, verbose: bool = False, stream: Any = None) -> list[Any]:
+        assert not template, "the CUDA engine passes its template arguments in the source"
+        ins = []
+        for n, x in zip(input_names, inputs, strict=True):
+            a = _to_numpy(x)
+            dtype, arr = (a[0], a[1]) if isinstance(a, tuple) else (_dtype_name(a), np.ascontiguousarray(a))
+            ins.append((n, arr, dtype))
+        names = [str(d).rsplit(".", 1)[-1] for d in output_dtypes]
+        p = prepare_cuda(name, source, header, ins, list(zip(output_names, output_shapes, names, strict=True)), grid,
+                         threadgroup, init_value)
+        outs = run_many([p])[0]
         return [mx.array(o).view(mx.bfloat16) if d == "bfloat16" else mx.array(o) for o, d in zip(outs, names, strict=True)]
 
     return call
