@@ -263,31 +263,35 @@ typedef atomic<bool> atomic_bool;
 typedef atomic<ulong> atomic_ulong;
 typedef atomic<long> atomic_long;
 namespace detail {
+// The type CUDA's atomics take for T: 64-bit adds exist only unsigned (two's complement makes them right for
+// signed values too); min and max need the signedness kept.
 template <class T> struct cuda_atom { typedef T type; };
 template <> struct cuda_atom<ulong> { typedef unsigned long long type; };
 template <> struct cuda_atom<long> { typedef unsigned long long type; };
+template <class T> struct cuda_order { typedef typename cuda_atom<T>::type type; };
+template <> struct cuda_order<long> { typedef long long type; };
 template <int S> struct bits_of {};
 template <> struct bits_of<4> { typedef unsigned type; };
 template <> struct bits_of<8> { typedef unsigned long long type; };
-template <class T> KS_D typename cuda_atom<T>::type* ptr(volatile atomic<T>* o) {
-  return reinterpret_cast<typename cuda_atom<T>::type*>(const_cast<T*>(&o->value));
+template <class T, class C = typename cuda_atom<T>::type> KS_D C* ptr(volatile atomic<T>* o) {
+  return reinterpret_cast<C*>(const_cast<T*>(&o->value));
 }
 template <class T> KS_D typename bits_of<sizeof(T)>::type* bits(volatile atomic<T>* o) {
   return reinterpret_cast<typename bits_of<sizeof(T)>::type*>(const_cast<T*>(&o->value));
 }
 }  // namespace detail
-#define KS_ATOMIC_RMW(NAME, CALL)                                                                                \
+#define KS_ATOMIC_RMW(NAME, CALL, MAP)                                                                           \
   template <class T, class U> KS_D T NAME(volatile atomic<T>* o, U v, memory_order order = memory_order_relaxed) { \
     (void)order;                                                                                                 \
-    typedef typename detail::cuda_atom<T>::type C;                                                               \
-    return (T)CALL(detail::ptr(o), (C)(T)v);                                                                     \
+    typedef typename detail::MAP<T>::type C;                                                                     \
+    return (T)CALL(detail::ptr<T, C>(o), (C)(T)v);                                                               \
   }
-KS_ATOMIC_RMW(atomic_fetch_add_explicit, atomicAdd)
-KS_ATOMIC_RMW(atomic_fetch_max_explicit, atomicMax)
-KS_ATOMIC_RMW(atomic_fetch_min_explicit, atomicMin)
-KS_ATOMIC_RMW(atomic_fetch_and_explicit, atomicAnd)
-KS_ATOMIC_RMW(atomic_fetch_or_explicit, atomicOr)
-KS_ATOMIC_RMW(atomic_fetch_xor_explicit, atomicXor)
+KS_ATOMIC_RMW(atomic_fetch_add_explicit, atomicAdd, cuda_atom)
+KS_ATOMIC_RMW(atomic_fetch_max_explicit, atomicMax, cuda_order)
+KS_ATOMIC_RMW(atomic_fetch_min_explicit, atomicMin, cuda_order)
+KS_ATOMIC_RMW(atomic_fetch_and_explicit, atomicAnd, cuda_atom)
+KS_ATOMIC_RMW(atomic_fetch_or_explicit, atomicOr, cuda_atom)
+KS_ATOMIC_RMW(atomic_fetch_xor_explicit, atomicXor, cuda_atom)
 #undef KS_ATOMIC_RMW
 template <class T, class U> KS_D T atomic_fetch_sub_explicit(volatile atomic<T>* o, U v, memory_order = memory_order_relaxed) {
   typedef typename detail::cuda_atom<T>::type C;
