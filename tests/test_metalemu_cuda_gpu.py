@@ -2,10 +2,11 @@
 
 Metal kernels run through `metal_kernel_via_cuda` (mx.fast.cuda_kernel underneath): every construct family against
 NumPy (tests/metalemu_cuda_cases.py: SIMD-group and quad functions, partial last threadgroups, 2-D geometry, types and
-math, atomics, simdgroup_matrix products, header and MLX helpers), then every Metal kernel of ksearch.kernels and every
-task's Metal starter at the gpu-tier shapes against the tasks' MLX references, judged by the harness's judge. The
-library and the starters call `mx.fast.metal_kernel`, which is replaced by `metal_kernel_via_cuda` here (as the
-mlx-metal-emu backend does in its workers). Runs in about two minutes on an H200, most of it NVRTC compiling.
+math, atomics, simdgroup_matrix products, header and MLX helpers), then every Metal kernel of ksearch.kernels, every
+task's Metal starter and two renderings of each Metal template family at the gpu-tier shapes against the tasks' MLX
+references, judged by the harness's judge. These call `mx.fast.metal_kernel`, which is replaced by
+`metal_kernel_via_cuda` here (as the mlx-metal-emu backend does in its workers). About 50 kernels are compiled by
+NVRTC (a few seconds each): the file runs in two to three minutes on an H200.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -99,3 +101,22 @@ def test_library_mamba_kernels(via_cuda) -> None:
                                        "selective_state_update"])
 def test_task_metal_starter(via_cuda, task_name) -> None:
     judge_task(task_name, load_starter(STARTERS / f"{task_name}_metal.py")["run"])
+
+
+def _renderings() -> list[tuple[Any, int]]:
+    from ksearch.policy.templates import all_families
+
+    out = []
+    for fam in all_families():
+        if "mlx-metal" in fam.backends:
+            params = [p for p in fam.all_params() if fam.valid(p)]
+            out += [(fam, i) for i in sorted({0, len(params) - 1})]
+    return out
+
+
+@pytest.mark.parametrize(("fam", "index"), _renderings(), ids=lambda x: getattr(x, "id", str(x)))
+def test_metal_template_family_renderings(via_cuda, fam, index) -> None:
+    params = [p for p in fam.all_params() if fam.valid(p)][index]
+    namespace: dict[str, Any] = {}
+    exec(compile(fam.source(params), fam.id, "exec"), namespace)
+    judge_task(fam.tasks[0], namespace["run"], workloads=1)
