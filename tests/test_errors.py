@@ -22,7 +22,7 @@ USAGE = {"ConfigError": ValueError, "TaskNotFound": LookupError, "BackendUnavail
 OTHER = {"PolicyError": RuntimeError, "CallFailed": RuntimeError, "BudgetExhausted": RuntimeError,
          "WorldModelError": ValueError, "EditRejected": ValueError, "ProtocolError": RuntimeError,
          "Deadline": RuntimeError, "WorkerDied": RuntimeError, "ForbiddenAPIError": RuntimeError,
-         "AnswerTooLarge": RuntimeError, "ContextTooSmall": RuntimeError, "MetalCompileError": ValueError}
+         "AnswerTooLarge": RuntimeError, "ContextTooSmall": RuntimeError, "MetalEmuError": RuntimeError}
 
 
 def _classes() -> dict[str, type[BaseException]]:

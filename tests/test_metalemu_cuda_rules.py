@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ksearch.errors import MetalCompileError
+from ksearch.errors import MetalEmuError
 from ksearch.knowledge import load_concepts
 from ksearch.knowledge.analyzer import analyze_cuda
 from ksearch.metalemu.cuda_kernel import LIBRARY_PARTS, MetalKernelTranslation
@@ -68,7 +68,7 @@ def test_every_rule_drives_the_translation(row, entry, name) -> None:
     kind = entry["kind"]
     src = _use(name, kind)
     if kind == "unsupported":
-        with pytest.raises(MetalCompileError, match=re.escape(name)):
+        with pytest.raises(MetalEmuError, match=re.escape(name)):
             translate(src, kernel="k")
         return
     out = translate(src, kernel="k").text

@@ -10,7 +10,7 @@
     ├── BudgetExhausted      the proposer's spending cap: the search stops cleanly
     ├── WorldModelError, EditRejected
     ├── ProtocolError, Deadline, WorkerDied, ForbiddenAPIError   (the harness and its workers)
-    └── MetalCompileError    an MSL construct the Metal emulation cannot compile (the harness: compile_error)
+    └── MetalEmuError        a Metal kernel the emulation rejects or catches failing (compile_error / runtime_error)
 
 Several classes also derive from the builtin they were before (ValueError, LookupError, RuntimeError), so that an
 `except ValueError` written against them keeps working. The messages are written for the reader of one line: what
@@ -153,14 +153,22 @@ class ForbiddenAPIError(KSearchError, RuntimeError):
 # -- the Metal emulation -----------------------------------------------------------------------------------------------
 
 
-class MetalCompileError(KSearchError, ValueError):
-    """A Metal kernel the emulation cannot compile: an MSL construct it does not support, or source it cannot parse.
+class MetalEmuError(KSearchError, RuntimeError):
+    """A Metal kernel the emulation (ksearch.metalemu) cannot compile, or caught failing while it ran: an MSL
+    construct it does not support, threadgroup memory past the limit, an out-of-bounds access, a race on
+    threadgroup memory, a barrier not every thread reaches, a shuffle from outside the simdgroup.
 
-    The message names the kernel, the construct and the line (of the body, or of the header); the harness reports
-    it as compile_error, never as a wrong result."""
+    `status` is the harness status it maps to ('compile_error' or 'runtime_error'); `kernel` names the kernel (its
+    host name when known); `line` is the 1-based line in the MSL source handed to the emulation (None when unknown);
+    `body_line` the same line counted from the first line of the kernel's body (None outside a body); `kind` a short
+    machine-readable name of the check ('out_of_bounds', 'threadgroup_race', 'barrier_divergence', ...).
+    """
 
-    def __init__(self, message: str, construct: str = "", line: int | None = None, kernel: str = "") -> None:
+    def __init__(self, message: str, status: str = "runtime_error", kernel: str = "", line: int | None = None,
+                 body_line: int | None = None, kind: str = "") -> None:
         super().__init__(message)
-        self.construct = construct
-        self.line = line
+        self.status = status
         self.kernel = kernel
+        self.line = line
+        self.body_line = body_line
+        self.kind = kind

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ksearch.errors import MetalCompileError
+from ksearch.metalemu.cuda_lex import compile_error
 from ksearch.metalemu.cuda_rules import load_rules
 from ksearch.metalemu.cuda_translate import Translation, translate
 
@@ -45,8 +45,8 @@ def library() -> str:
 
 def metal_type(dtype: str, kernel: str = "") -> str:
     if dtype not in METAL_TYPES:
-        raise MetalCompileError(f"compile error in Metal kernel {kernel!r}: arrays of {dtype} are not supported by "
-                                f"the emulation (supported: {', '.join(METAL_TYPES)})", construct=dtype, kernel=kernel)
+        raise compile_error(f"arrays of {dtype} are not supported by the emulation (supported: "
+                            f"{', '.join(METAL_TYPES)})", kernel, "signature", None, "dtype")
     return METAL_TYPES[dtype]
 
 
@@ -207,6 +207,7 @@ def metal_kernel_via_cuda(name: str, input_names: Sequence[str], output_names: S
                           atomic_outputs: bool = False) -> MetalKernelViaCuda:
     """`mx.fast.metal_kernel` with the same arguments, run on an NVIDIA GPU through `mx.fast.cuda_kernel`.
 
-    An MSL construct the emulation does not support raises MetalCompileError here, naming the construct and line."""
+    An MSL construct the emulation does not support raises MetalEmuError (status compile_error) here, naming the
+    construct and the line."""
     translation = MetalKernelTranslation(name, input_names, output_names, source, header, atomic_outputs)
     return MetalKernelViaCuda(translation, ensure_row_contiguous)

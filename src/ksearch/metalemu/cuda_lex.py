@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ksearch.errors import MetalCompileError
+from ksearch.errors import MetalEmuError
 
 _TOKEN = re.compile(
     r"""
@@ -24,6 +24,14 @@ _TOKEN = re.compile(
     re.S | re.X,
 )
 TRIVIA = ("ws", "nl", "comment")
+
+
+def compile_error(what: str, kernel: str, where: str, line: int | None, kind: str) -> MetalEmuError:
+    """The error for what the CUDA engine cannot compile: status compile_error, the kernel and the line named (of
+    the body, or of the header)."""
+    at = f" ({where} line {line})" if line else ""
+    return MetalEmuError(f"compile error in Metal kernel {kernel!r}{at}: {what}", status="compile_error", kernel=kernel,
+                         line=line, body_line=line if where == "body" else None, kind=kind)
 
 
 @dataclass
@@ -50,8 +58,7 @@ def tokenize(text: str, kernel: str = "", where: str = "body") -> list[Tok]:
             ch = text[pos]
             what = "an unterminated comment" if text.startswith("/*", pos) else (
                 "an unterminated literal" if ch in "\"'" else f"the character {ch!r}")
-            raise MetalCompileError(f"compile error in Metal kernel {kernel!r} ({where} line {line}): {what} is not "
-                                    "valid MSL", construct=ch, line=line, kernel=kernel)
+            raise compile_error(f"{what} is not valid MSL", kernel, where, line, "syntax")
         kind = m.lastgroup or "punct"
         tok = Tok(kind, m.group(0), line)
         if kind == "punct" and tok.text == "#" and at_line_start:

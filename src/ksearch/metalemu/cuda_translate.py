@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ksearch.errors import MetalCompileError
+from ksearch.errors import MetalEmuError
 from ksearch.knowledge.lint_rules import CUDA_IN_METAL
-from ksearch.metalemu.cuda_lex import TRIVIA, Tok, render, strip_code, tokenize
+from ksearch.metalemu.cuda_lex import TRIVIA, Tok, compile_error, render, strip_code, tokenize
 from ksearch.metalemu.cuda_rules import STORAGE_KEYWORDS, Rule, Rules, load_rules
 
 KEEP_ATTRIBUTES = {"maybe_unused", "likely", "unlikely", "fallthrough", "nodiscard", "noreturn", "deprecated"}
@@ -75,9 +75,9 @@ class _Translator:
         self.depth = 0  # namespaces entered: top_names are those of the outermost level
 
     # ---- helpers ----
-    def fail(self, construct: str, line: int, what: str) -> MetalCompileError:
-        return MetalCompileError(f"compile error in Metal kernel {self.kernel!r} ({self.where} line {line}): {what}",
-                                 construct=construct, line=line, kernel=self.kernel)
+    def fail(self, line: int, what: str, kind: str = "unsupported") -> MetalEmuError:
+        """A compile error at `line`; `what` names the construct."""
+        return compile_error(what, self.kernel, self.where, line, kind)
 
     def t(self, p: int) -> str:
         return self.toks[self.code[p]].text if 0 <= p < len(self.code) else ""
@@ -98,7 +98,7 @@ class _Translator:
                 if level == 0:
                     return p + 1
             p += 1
-        raise self.fail(opener, self.tok(len(self.code) - 1).line, f"`{opener}` is never closed")
+        raise self.fail(self.tok(len(self.code) - 1).line, f"`{opener}` is never closed", "syntax")
 
     def close_angle(self, p: int) -> int | None:
         """Position after the `>` matching the `<` at p, when it reads as a template argument list."""
@@ -301,7 +301,7 @@ class _Translator:
             self.reject_cuda()
             end = self.walk(0, "namespace" if self.where == "header" else "function")
             if end < len(self.code):
-                raise self.fail("}", self.tok(end).line, "`}` without a matching `{`")
+                raise self.fail(self.tok(end).line, "`}` without a matching `{`", "syntax")
         self.attributes()
         depth = 0
         for p, ti in enumerate(self.code):
@@ -389,8 +389,8 @@ class _Translator:
                     for k in range(i, j):
                         self.toks[k].out = ""
                 else:
-                    raise self.fail(target, self.toks[i].line, f"#include {target}: MLX compiles a Metal kernel "
-                                    "without an include path; put what it needs into header=")
+                    raise self.fail(self.toks[i].line, f"#include {target}: MLX compiles a Metal kernel "
+                                    "without an include path; put what it needs into header=", "include")
             elif name == "pragma" and words[2:3] == ["clang"]:
                 for k in range(i, j):
                     self.toks[k].out = ""
@@ -422,8 +422,8 @@ class _Translator:
             m = rx.search(code)
             if m:
                 line = code.count("\n", 0, m.start()) + 1
-                raise self.fail(m.group(0).strip(), line, f"`{m.group(0).strip()}` is CUDA, not MSL: {message} "
-                                f"(concept {concept})")
+                raise self.fail(line, f"`{m.group(0).strip()}` is CUDA, not MSL: {message} "
+                                f"(concept {concept})", "cuda_in_metal")
 
     def attributes(self) -> None:
         """Attribute specifiers `[[...]]`: standard ones stay, Metal's (buffer, kernel, thread_... ) go."""
@@ -454,7 +454,7 @@ class _Translator:
             return
         rule = self.rules.get(name)
         if name.startswith("__") and name not in RESERVED_OK and rule is None:
-            raise self.fail(name, tok.line, f"`{name}` is not MSL (a reserved or CUDA name)")
+            raise self.fail(tok.line, f"`{name}` is not MSL (a reserved or CUDA name)", "reserved_name")
         if rule is None or prev == "::":
             return
         if rule.kind == "unsupported":
@@ -477,9 +477,9 @@ class _Translator:
             tok.out = f"::metal::{name}"
             self.value_members(p, rule)
 
-    def unsupported(self, rule: Rule, tok: Tok) -> MetalCompileError:
+    def unsupported(self, rule: Rule, tok: Tok) -> MetalEmuError:
         hint = rule.alternative or rule.metal
-        return self.fail(rule.name, tok.line, f"unsupported MSL construct `{rule.name}` ({rule.title}): {hint}")
+        return self.fail(tok.line, f"unsupported MSL construct `{rule.name}` ({rule.title}): {hint}", "unsupported")
 
     def qualified(self, p: int, line: int, head: str) -> None:
         """`metal::a::b`: every name after the head must be one the library has."""
@@ -490,8 +490,8 @@ class _Translator:
             self.skip.add(self.code[p])
             rule = self.rules.get(name)
             if rule is None:
-                raise self.fail("::".join(chain), line, f"`{'::'.join(chain)}` is not an MSL name the emulation "
-                                "supports")
+                raise self.fail(line, f"`{'::'.join(chain)}` is not an MSL name the emulation "
+                                "supports", "unknown_name")
             if rule.kind == "unsupported":
                 raise self.unsupported(rule, self.tok(p))
             self.value_members(p, rule)
@@ -516,8 +516,8 @@ class _Translator:
                 self.tok(q).out = ""
                 self.skip.add(self.code[q])
         elif self.t(p + 2) in ("metal", "fast", "precise"):
-            raise self.fail("using namespace " + self.t(p + 2), self.tok(p).line,
-                            f"`using namespace {self.t(p + 2)}...` is not supported: qualify the names instead")
+            raise self.fail(self.tok(p).line,
+                            f"`using namespace {self.t(p + 2)}...` is not supported: qualify the names instead", "unsupported")
 
     def qualifier(self, p: int, tok: Tok, rule: Rule) -> None:
         """An address-space qualifier: a memory space on a variable declaration, erased everywhere else."""
@@ -579,7 +579,7 @@ class _Translator:
         m = re.fullmatch(r"((?:\d[\d']*\.?[\d']*|\.\d[\d']*)(?:[eE][+-]?\d+)?|0[xX][\w.]*[pP][+-]?\d+)([A-Za-z]*)",
                          text)
         if m is None:
-            raise self.fail(text, tok.line, f"the number {text!r} is not valid MSL")
+            raise self.fail(tok.line, f"the number {text!r} is not valid MSL", "syntax")
         digits, suffix = m.group(1), m.group(2)
         floating = bool(re.search(r"[.eEpP]", digits)) and not digits.lower().startswith("0x") or "p" in digits.lower()
         rule = self.rules.suffixes.get(suffix)
@@ -589,4 +589,4 @@ class _Translator:
         elif floating and suffix == "" and self.rules.float_literal is not None:
             tok.out = digits + "f"
         elif floating and suffix not in ("f", "F"):
-            raise self.fail(text, tok.line, f"the literal suffix {suffix!r} is not MSL")
+            raise self.fail(tok.line, f"the literal suffix {suffix!r} is not MSL", "syntax")

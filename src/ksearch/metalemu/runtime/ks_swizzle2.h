@@ -1,0 +1,30 @@
+// Multi-letter swizzles of a 2-component half/bfloat vector (union members of ks::hvec).
+// Generated: every combination of 2 to 4 of the letters xy (itertools.product).
+swz<E, 2, 0, 0> xx;
+swz<E, 2, 0, 1> xy;
+swz<E, 2, 1, 0> yx;
+swz<E, 2, 1, 1> yy;
+swz<E, 2, 0, 0, 0> xxx;
+swz<E, 2, 0, 0, 1> xxy;
+swz<E, 2, 0, 1, 0> xyx;
+swz<E, 2, 0, 1, 1> xyy;
+swz<E, 2, 1, 0, 0> yxx;
+swz<E, 2, 1, 0, 1> yxy;
+swz<E, 2, 1, 1, 0> yyx;
+swz<E, 2, 1, 1, 1> yyy;
+swz<E, 2, 0, 0, 0, 0> xxxx;
+swz<E, 2, 0, 0, 0, 1> xxxy;
+swz<E, 2, 0, 0, 1, 0> xxyx;
+swz<E, 2, 0, 0, 1, 1> xxyy;
+swz<E, 2, 0, 1, 0, 0> xyxx;
+swz<E, 2, 0, 1, 0, 1> xyxy;
+swz<E, 2, 0, 1, 1, 0> xyyx;
+swz<E, 2, 0, 1, 1, 1> xyyy;
+swz<E, 2, 1, 0, 0, 0> yxxx;
+swz<E, 2, 1, 0, 0, 1> yxxy;
+swz<E, 2, 1, 0, 1, 0> yxyx;
+swz<E, 2, 1, 0, 1, 1> yxyy;
+swz<E, 2, 1, 1, 0, 0> yyxx;
+swz<E, 2, 1, 1, 0, 1> yyxy;
+swz<E, 2, 1, 1, 1, 0> yyyx;
+swz<E, 2, 1, 1, 1, 1> yyyy;
