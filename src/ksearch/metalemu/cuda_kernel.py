@@ -203,11 +203,16 @@ class MetalKernelViaCuda:
 
 
 def metal_kernel_via_cuda(name: str, input_names: Sequence[str], output_names: Sequence[str], source: str,
-                          header: str = "", ensure_row_contiguous: bool = True,
-                          atomic_outputs: bool = False) -> MetalKernelViaCuda:
+                          header: str = "", ensure_row_contiguous: bool = True, atomic_outputs: bool = False,
+                          compile_options: dict[str, str] | None = None) -> MetalKernelViaCuda:
     """`mx.fast.metal_kernel` with the same arguments, run on an NVIDIA GPU through `mx.fast.cuda_kernel`.
+
+    compile_options (MLX 0.32's math_mode) is accepted and has no effect: metal:: and metal::precise:: functions are
+    CUDA's accurate ones in every mode, metal::fast:: ones its intrinsics.
 
     An MSL construct the emulation does not support raises MetalEmuError (status compile_error) here, naming the
     construct and the line."""
+    if compile_options is not None and not isinstance(compile_options, dict):
+        raise TypeError("metal_kernel: compile_options must be a dict such as {'math_mode': 'safe'}")
     translation = MetalKernelTranslation(name, input_names, output_names, source, header, atomic_outputs)
     return MetalKernelViaCuda(translation, ensure_row_contiguous)
