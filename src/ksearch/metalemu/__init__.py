@@ -8,6 +8,12 @@ simdgroup, threadgroup memory past the limit. docs/metal-emulation.md describes 
 
 Modules: lexer/source (tokens), translate (+ translate_tg, rewrite_expr: MSL -> C++), compile (clang, cache),
 launch (ctypes, threads, error decoding), cpu (the entry point); runtime/ holds the C++ headers and the scheduler.
+
+The CUDA engine (`cuda_kernel.metal_kernel_via_cuda`, `mx.fast.metal_kernel`'s signature) translates the body to CUDA
+by the concept rows of the knowledge base and runs it through `mx.fast.cuda_kernel` on NVIDIA GPUs: cuda_lex,
+cuda_structure, cuda_rules, cuda_translate, cuda_kernel, cuda_check, the device library cuda_msl_*.cuh and
+cuda_host.h;
+docs/metal-emulation-cuda.md describes it.
 """
 
 from __future__ import annotations
