@@ -32,7 +32,7 @@ from ksearch.policy.llm.fitting import TRIMMED, Window, messages_tokens
 from ksearch.policy.llm.parsing import MAX_DEPTH, extract_code, extract_json
 from ksearch.policy.llm.policy import LLMPolicy
 from ksearch.policy.llm.presets import PRESETS, Endpoint, resolve
-from ksearch.policy.llm.schemas import WORLD_MODEL, WORLD_MODEL_EDIT
+from ksearch.policy.llm.schemas import WORLD_MODEL, WORLD_MODEL_EDIT, bounded
 
 pytest.importorskip("openai")  # imported up front: a cold import takes seconds on a busy machine, within timings
 
@@ -446,10 +446,36 @@ def test_llama_cpp_python_gets_its_schema_form():
         pol.update(ctx, initial_world_model(), [], None)
         fmts = [r["body"].get("response_format") for r in server.chat_requests()]
         answers = list(server.structured_answers)
-    assert fmts[0]["type"] == "json_schema" and fmts[1] == {"type": "json_object", "schema": WORLD_MODEL}
-    assert fmts[2] == {"type": "json_object", "schema": WORLD_MODEL_EDIT}
+    # Its form, with the lengths bounded (its grammar enforces them; a small model needs them to finish).
+    assert fmts[0]["type"] == "json_schema" and fmts[1] == {"type": "json_object", "schema": bounded(WORLD_MODEL)}
+    assert fmts[2] == {"type": "json_object", "schema": bounded(WORLD_MODEL_EDIT)}
+    nodes = fmts[1]["schema"]["properties"]["decision_tree"]["properties"]["nodes"]
+    assert nodes["maxItems"] == 5 and nodes["items"]["properties"]["notes"]["maxLength"] == 200
+    assert "maxLength" not in json.dumps(WORLD_MODEL)  # the strict dialect's schema has none
     assert [a["valid"] for a in answers] == [True, True]
     assert pol.state()["structured_output"] == "json_object_schema"
+
+
+def test_llama_cpp_python_s_500_naming_the_response_format_is_a_refusal_too():
+    # What llama-cpp-python 0.3's server answers to a json_schema response format (not a 422).
+    detail = ("1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+              "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}")
+    with FakeLLMServer() as server:
+        from fake_llm_server import Fail
+
+        server.push(Fail(500, detail), Reply(json.dumps(initial_world_model())))
+        c = client(server, retries=2)
+        out = c.complete("init", "m", MSG, json_mode=True, schema="world_model")
+        fmts = [r["body"].get("response_format") for r in server.chat_requests()]
+    assert json.loads(out.text) == initial_world_model() and out.retries == 0
+    assert c.structured == "json_object_schema" and fmts[1]["type"] == "json_object" and "schema" in fmts[1]
+    with FakeLLMServer() as server:  # a 500 that does not name it is the server's trouble: retried as before
+        from fake_llm_server import Fail
+
+        server.push(Fail(500, "out of memory"), Reply("{}"))
+        c = client(server, retries=2)
+        assert c.complete("init", "m", MSG, json_mode=True, schema="world_model").retries == 1
+        assert c.structured == "json_schema"
 
 
 def test_a_refusal_that_is_not_about_the_format_restores_structured_output():

@@ -132,6 +132,32 @@ WORLD_MODEL_EDIT = _object(
 #: name -> schema, for the calls that ask for one.
 SCHEMAS: dict[str, dict[str, Any]] = {"world_model": WORLD_MODEL, "world_model_edit": WORLD_MODEL_EDIT}
 
+#: Bounds for servers that turn the schema into a grammar and enforce all of it (llama-cpp-python's form): a small
+#: model writes strings and nodes until its answer is cut, and a cut answer is no JSON at all. Not sent elsewhere:
+#: OpenAI's strict mode refuses maxLength.
+MAX_STRING_CHARS = 200
+MAX_TREE_NODES = 5  # the root and four first actions
+MAX_EDIT_OPS = 4
+
+
+def bounded(schema: Any, key: str = "") -> Any:
+    """A copy of `schema` whose strings (other than enums) take at most MAX_STRING_CHARS characters and whose tree
+    and edit lists at most MAX_TREE_NODES nodes and MAX_EDIT_OPS ops."""
+    if isinstance(schema, list):
+        return [bounded(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: bounded(v, k) for k, v in schema.items()}
+    if out.get("type") == "string" and "enum" not in out:
+        out["maxLength"] = MAX_STRING_CHARS
+    if out.get("type") == "array" and key in ("nodes", "ops", "open_questions"):
+        cap = {"nodes": MAX_TREE_NODES, "ops": MAX_EDIT_OPS, "open_questions": 3}[key]
+        out["maxItems"] = min(cap, out.get("maxItems", cap))
+    return out
+
+
+BOUNDED_SCHEMAS: dict[str, dict[str, Any]] = {name: bounded(s) for name, s in SCHEMAS.items()}
+
 #: Response-format dialects: OpenAI's (vLLM, llama.cpp's llama-server, Ollama, Gemini and others take it too),
 #: and llama-cpp-python's server, which takes only {"type": "json_object", "schema": ...}.
 JSON_SCHEMA = "json_schema"
@@ -142,7 +168,7 @@ DIALECTS = (JSON_SCHEMA, JSON_OBJECT_SCHEMA)
 def response_format(name: str, dialect: str) -> dict[str, Any]:
     schema = SCHEMAS[name]
     if dialect == JSON_OBJECT_SCHEMA:
-        return {"type": "json_object", "schema": schema}
+        return {"type": "json_object", "schema": BOUNDED_SCHEMAS[name]}
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
 
 
