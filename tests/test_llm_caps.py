@@ -242,6 +242,7 @@ def test_a_call_lost_to_sigkill_counts_at_its_bound_when_the_run_resumes(tmp_pat
         listed = subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", "--runs-dir", str(runs)],
                                 capture_output=True, text=True, env={**env, "COLUMNS": "250"}, timeout=120)
         assert "interrupted" in listed.stdout, listed.stdout + listed.stderr
+        assert dict(headline(load_run(run)))["status"].startswith(f"interrupted: its search process (pid {proc.pid})")
         assert in_flight["role"] == "code" and in_flight["tokens_out"] > 0
         resumed = invoke("run", "--resume", run.name, "--runs-dir", str(runs), "--quiet")
     assert resumed.exit_code == 0, resumed.output
