@@ -32,7 +32,7 @@ from ksearch.policy.llm.fitting import TRIMMED, Window, messages_tokens
 from ksearch.policy.llm.parsing import MAX_DEPTH, extract_code, extract_json
 from ksearch.policy.llm.policy import LLMPolicy
 from ksearch.policy.llm.presets import PRESETS, Endpoint, resolve
-from ksearch.policy.llm.schemas import WORLD_MODEL, WORLD_MODEL_EDIT, bounded
+from ksearch.policy.llm.schemas import WORLD_MODEL, WORLD_MODEL_EDIT, bounded, longest_answer
 
 pytest.importorskip("openai")  # imported up front: a cold import takes seconds on a busy machine, within timings
 
@@ -385,6 +385,18 @@ def test_the_schemas_are_valid_strict_and_use_the_published_names(schema):
                                                                  ["delete_node"]]
 
 
+@pytest.mark.parametrize("schema", [WORLD_MODEL, bounded(WORLD_MODEL)])
+def test_the_initial_tree_has_actions_below_its_root(schema):
+    import jsonschema
+
+    wm = initial_world_model()
+    jsonschema.validate(wm, schema, cls=jsonschema.Draft202012Validator)
+    for n in wm["decision_tree"]["nodes"][1:]:  # what SmolLM2-135M writes when the action may be null
+        n["action"] = None
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(wm, schema, cls=jsonschema.Draft202012Validator)
+
+
 def test_world_model_calls_send_the_schema_and_a_conforming_answer_flows_through():
     calls: list[CallRecord] = []
     ctx = softmax_ctx(calls)
@@ -450,7 +462,13 @@ def test_llama_cpp_python_gets_its_schema_form():
     assert fmts[0]["type"] == "json_schema" and fmts[1] == {"type": "json_object", "schema": bounded(WORLD_MODEL)}
     assert fmts[2] == {"type": "json_object", "schema": bounded(WORLD_MODEL_EDIT)}
     nodes = fmts[1]["schema"]["properties"]["decision_tree"]["properties"]["nodes"]
-    assert nodes["maxItems"] == 5 and nodes["items"]["properties"]["notes"]["maxLength"] == 200
+    action_node = nodes["items"]["anyOf"][1]["properties"]
+    assert nodes["maxItems"] == 4 and action_node["notes"]["maxLength"] == 80
+    assert action_node["impacts"]["properties"]["memory_bandwidth"]["properties"]["notes"]["maxLength"] == 40
+    assert action_node["action"]["properties"]["description"]["maxLength"] == 120
+    # The longest answer the grammar allows fits in a 2,048-token answer (3.5 characters a token).
+    assert [longest_answer(bounded(s)) for s in (WORLD_MODEL, WORLD_MODEL_EDIT)] == [5767, 5439]
+    assert max(longest_answer(bounded(s)) for s in (WORLD_MODEL, WORLD_MODEL_EDIT)) / 3.5 < 1700
     assert "maxLength" not in json.dumps(WORLD_MODEL)  # the strict dialect's schema has none
     assert [a["valid"] for a in answers] == [True, True]
     assert pol.state()["structured_output"] == "json_object_schema"
