@@ -32,7 +32,7 @@ from ksearch.policy.llm.fitting import TRIMMED, Window, messages_tokens
 from ksearch.policy.llm.parsing import MAX_DEPTH, extract_code, extract_json
 from ksearch.policy.llm.policy import LLMPolicy
 from ksearch.policy.llm.presets import PRESETS, Endpoint, resolve
-from ksearch.policy.llm.schemas import WORLD_MODEL, WORLD_MODEL_EDIT
+from ksearch.policy.llm.schemas import WORLD_MODEL, WORLD_MODEL_EDIT, bounded, longest_answer
 
 pytest.importorskip("openai")  # imported up front: a cold import takes seconds on a busy machine, within timings
 
@@ -385,6 +385,18 @@ def test_the_schemas_are_valid_strict_and_use_the_published_names(schema):
                                                                  ["delete_node"]]
 
 
+@pytest.mark.parametrize("schema", [WORLD_MODEL, bounded(WORLD_MODEL)])
+def test_the_initial_tree_has_actions_below_its_root(schema):
+    import jsonschema
+
+    wm = initial_world_model()
+    jsonschema.validate(wm, schema, cls=jsonschema.Draft202012Validator)
+    for n in wm["decision_tree"]["nodes"][1:]:  # what SmolLM2-135M writes when the action may be null
+        n["action"] = None
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(wm, schema, cls=jsonschema.Draft202012Validator)
+
+
 def test_world_model_calls_send_the_schema_and_a_conforming_answer_flows_through():
     calls: list[CallRecord] = []
     ctx = softmax_ctx(calls)
@@ -446,10 +458,42 @@ def test_llama_cpp_python_gets_its_schema_form():
         pol.update(ctx, initial_world_model(), [], None)
         fmts = [r["body"].get("response_format") for r in server.chat_requests()]
         answers = list(server.structured_answers)
-    assert fmts[0]["type"] == "json_schema" and fmts[1] == {"type": "json_object", "schema": WORLD_MODEL}
-    assert fmts[2] == {"type": "json_object", "schema": WORLD_MODEL_EDIT}
+    # Its form, with the lengths bounded (its grammar enforces them; a small model needs them to finish).
+    assert fmts[0]["type"] == "json_schema" and fmts[1] == {"type": "json_object", "schema": bounded(WORLD_MODEL)}
+    assert fmts[2] == {"type": "json_object", "schema": bounded(WORLD_MODEL_EDIT)}
+    nodes = fmts[1]["schema"]["properties"]["decision_tree"]["properties"]["nodes"]
+    action_node = nodes["items"]["anyOf"][1]["properties"]
+    assert nodes["maxItems"] == 4 and action_node["notes"]["maxLength"] == 80
+    assert action_node["impacts"]["properties"]["memory_bandwidth"]["properties"]["notes"]["maxLength"] == 40
+    assert action_node["action"]["properties"]["description"]["maxLength"] == 120
+    # The longest answer the grammar allows fits in a 2,048-token answer (3.5 characters a token).
+    assert [longest_answer(bounded(s)) for s in (WORLD_MODEL, WORLD_MODEL_EDIT)] == [5767, 5439]
+    assert max(longest_answer(bounded(s)) for s in (WORLD_MODEL, WORLD_MODEL_EDIT)) / 3.5 < 1700
+    assert "maxLength" not in json.dumps(WORLD_MODEL)  # the strict dialect's schema has none
     assert [a["valid"] for a in answers] == [True, True]
     assert pol.state()["structured_output"] == "json_object_schema"
+
+
+def test_llama_cpp_python_s_500_naming_the_response_format_is_a_refusal_too():
+    # What llama-cpp-python 0.3's server answers to a json_schema response format (not a 422).
+    detail = ("1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+              "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}")
+    with FakeLLMServer() as server:
+        from fake_llm_server import Fail
+
+        server.push(Fail(500, detail), Reply(json.dumps(initial_world_model())))
+        c = client(server, retries=2)
+        out = c.complete("init", "m", MSG, json_mode=True, schema="world_model")
+        fmts = [r["body"].get("response_format") for r in server.chat_requests()]
+    assert json.loads(out.text) == initial_world_model() and out.retries == 0
+    assert c.structured == "json_object_schema" and fmts[1]["type"] == "json_object" and "schema" in fmts[1]
+    with FakeLLMServer() as server:  # a 500 that does not name it is the server's trouble: retried as before
+        from fake_llm_server import Fail
+
+        server.push(Fail(500, "out of memory"), Reply("{}"))
+        c = client(server, retries=2)
+        assert c.complete("init", "m", MSG, json_mode=True, schema="world_model").retries == 1
+        assert c.structured == "json_schema"
 
 
 def test_a_refusal_that_is_not_about_the_format_restores_structured_output():

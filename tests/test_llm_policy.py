@@ -142,8 +142,10 @@ def test_exhausted_retries_are_a_policy_error_and_recorded(server, tmp_path):
 def test_token_cap_stops_before_the_next_call(server, tmp_path):
     calls: list[CallRecord] = []
     ctx = softmax_ctx(calls)
-    pol = policy_for(server, tmp_path, max_tokens_total=50)
-    pol.analyse(ctx)  # spends more than 50 tokens: allowed to finish
+    # Room for the analysis prompt and a short answer, not for a second question (tests/test_llm_caps.py has the
+    # boundary itself).
+    pol = policy_for(server, tmp_path, max_tokens_total=1200)
+    pol.analyse(ctx)
     before = len(server.chat_requests())
     with pytest.raises(BudgetExhausted, match="token cap"):
         pol.implement(ctx, request(ctx))
@@ -152,7 +154,7 @@ def test_token_cap_stops_before_the_next_call(server, tmp_path):
 
 def test_usd_cap(server, tmp_path):
     ctx = softmax_ctx()
-    pol = policy_for(server, tmp_path, max_usd=1e-4)
+    pol = policy_for(server, tmp_path, max_usd=2e-3)  # $1 / $4 per M tokens: one analysis fits, not two
     pol.analyse(ctx)
     with pytest.raises(BudgetExhausted, match="spending cap"):
         pol.analyse(ctx)

@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ksearch.report.rundata import load_run
+from ksearch.report.summary import headline
 from ksearch.store import RunNotFound, RunReader, RunUnreadable, read_run
 
 KS = [sys.executable, "-m", "ksearch.cli"]
@@ -47,6 +49,13 @@ def test_sigkill_then_resume(tmp_path: Path) -> None:
     done_at_kill = _evals(run)
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"workers outlived the killed search: {[p.pid for p in alive]}"
+    # Its status still says running; every reader shows it as interrupted, with the reason.
+    assert read_run(run).meta.status == "running"
+    listed = subprocess.run([*KS, "runs", "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "COLUMNS": "250"})
+    row = next(line for line in listed.stdout.splitlines() if run.name in line)
+    assert "interrupted" in row and "running" not in row, listed.stdout
+    assert dict(headline(load_run(run)))["status"].startswith(f"interrupted: its search process (pid {proc.pid})")
     res = subprocess.run([*KS, "run", "--resume", run.name, "--runs-dir", str(tmp_path), "--quiet"],
                          capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stderr
@@ -77,6 +86,13 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
     recs = read_run(run)
     assert recs.meta.status == "finished" and (recs.meta.holdout or {}).get("status") == "passed"
     assert [e.kind for e in recs.evaluations] == ["search", "holdout"]
+    # The end's reason: the last line of `ksearch run`, the reason column of `ksearch runs`, the report's status.
+    assert f"run {run.name} finished: the wall time of 1 s is spent" in " ".join(proc.stdout.split())
+    assert recs.meta.stop_kind == "wall_time"
+    listed = subprocess.run([*KS, "runs", "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "COLUMNS": "250"})
+    assert "wall time" in next(line for line in listed.stdout.splitlines() if run.name in line), listed.stdout
+    assert dict(headline(load_run(run)))["status"].startswith("finished: the wall time of 1 s is spent")
 
     def resume(*extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*KS, "run", "--resume", run.name, "--runs-dir", str(tmp_path), "--quiet", *extra],

@@ -56,6 +56,9 @@ class RunConfig:
     memory_limit_gb: float = 16.0
     runs_dir: str = "runs"
     from_cuda: str | None = None
+    #: This many proposer errors in a row (an endpoint refusing every prompt, a model whose every answer is
+    #: unusable) end the run as failed.
+    max_consecutive_errors: int = 5
     weights: SelectionWeights = field(default_factory=SelectionWeights)
     llm: LLMConfig = field(default_factory=LLMConfig)
 
@@ -120,4 +123,6 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     _apply(cfg, {k: v for k, v in (overrides or {}).items() if v is not None}, "flags")
     if cfg.budget < 1:
         raise ConfigError("budget must be at least 1 evaluation")
+    if cfg.max_consecutive_errors < 1:
+        raise ConfigError("max_consecutive_errors must be at least 1")
     return cfg

@@ -110,7 +110,12 @@ class ContextTooSmall(CallFailed):
 
 
 class BudgetExhausted(KSearchError, RuntimeError):
-    """The proposer's own spending cap (tokens / USD) is reached: the run stops cleanly."""
+    """The proposer's own spending cap (tokens / USD) is reached: the run stops cleanly. `cap` names which one
+    ("tokens" or "usd")."""
+
+    def __init__(self, message: str, cap: str = "usd") -> None:
+        super().__init__(message)
+        self.cap = cap
 
 
 # -- the world model ---------------------------------------------------------------------------------------------------

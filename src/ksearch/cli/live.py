@@ -4,6 +4,7 @@ frontier top) and the summary table at the end."""
 from __future__ import annotations
 
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group
@@ -12,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from ksearch.report.summary import usage_line
 from ksearch.search.start import RunOutcome
 
 
@@ -31,6 +33,7 @@ class LiveView:
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"))
         self.bar = self.progress.add_task("evaluations", total=None)
         self.live: Live | None = None
+        self.path: Path | None = None  # the run's directory, once it exists
 
     def __enter__(self) -> LiveView:
         return self
@@ -42,6 +45,7 @@ class LiveView:
             self.live.console.print()
 
     def _start(self, data: dict[str, Any]) -> None:
+        self.path = Path(data["path"])
         self.title = (f"ksearch {data['strategy']} on {data['task']} ({data['backend']}, {data['policy']} policy) "
                       f"-> {data['path']}")
         self.progress.update(self.bar, total=data["budget"])
@@ -72,7 +76,8 @@ class LiveView:
         elif kind == "select":
             self.action = f"{data.get('title')} ({data.get('node_id')}, V={data.get('priority', 0):.2f})"
             self.frontier = [f"V={f['priority']:.2f}  {f['title']} ({f['node_id']})" for f in data.get("frontier", [])]
-        elif kind in ("backtrack", "too_hard", "policy_error", "edit_rejected"):
+        elif kind in ("backtrack", "too_hard", "policy_error", "edit_rejected", "world_model_fallback",
+                      "call_lost", "llm_budget", "proposer_failed"):
             self.notes.append(f"{kind}: {str(data)[:100]}")
         if self.live:
             self.live.update(self._render())
@@ -84,6 +89,10 @@ def final_table(o: RunOutcome) -> Table:
                     f"({s.duplicates_skipped} duplicates skipped, {s.policy_errors} proposer errors)")
     t.add_column("")
     t.add_column("")
+    t.add_row("status", Text(f"{o.status}: {o.stop_reason}" if o.stop_reason else o.status))
+    u = o.llm_usage or {}
+    if u.get("calls") or u.get("lost_calls"):
+        t.add_row("LLM spend", Text(usage_line(u)))
     t.add_row("best candidate", f"{s.best_candidate} ({o.path / 'best.py'})" if s.best_candidate else "none passed")
     t.add_row("best score", f"{s.best_score:.3f}x (start {s.start_score:.3f}x)")
     if o.best_result:

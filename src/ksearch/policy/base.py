@@ -98,6 +98,26 @@ class CallRecord:
     cost_usd: float = 0.0
     retries: int = 0
     error: str | None = None
+    #: What the call counts against the run's token and USD caps, where that differs from what the endpoint
+    #: claimed (tokens_in, tokens_out, cost_usd above): a claim past the call's bound that would break a cap
+    #: counts at the bound. None: as claimed.
+    counted: tuple[int, int, float] | None = None
+    note: str | None = None  # e.g. the claimed usage was over the call's bound
+
+
+@dataclass(frozen=True)
+class CallBound:
+    """The most one call may cost: its prompt (estimated tokens) and the answer's max_tokens, priced. Recorded
+    in the run before the request goes out, so that a call lost to a kill still counts, at this bound."""
+
+    role: str
+    model: str
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -108,6 +128,8 @@ class PolicyContext:
     spec: str = ""  # the rendered spec document (ksearch.knowledge.spec), "" without the knowledge layer
     port_context: dict[str, Any] | None = None  # from `--from-cuda FILE.cu` (ksearch.knowledge.analyzer)
     record_call: Callable[[CallRecord], None] = lambda _c: None
+    #: Called before each proposer request with its bound; record_call then replaces it by the outcome.
+    begin_call: Callable[[CallBound], None] = lambda _b: None
     round: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 

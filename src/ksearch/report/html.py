@@ -14,7 +14,7 @@ from pathlib import Path
 from ksearch import __version__
 from ksearch.report.plots import STATUS_COLORS, trajectory_svg
 from ksearch.report.rundata import RunData, wm_nodes
-from ksearch.report.summary import budget_text, headline, workload_rows
+from ksearch.report.summary import budget_text, headline, spend_text, status_text, workload_rows
 from ksearch.report.tree import tree_html
 
 CSS = """
@@ -123,15 +123,21 @@ def _legend() -> str:
 
 def _spend(run: RunData) -> str:
     u = run.llm_usage()
-    rows = [{"role": r["role"], "calls": str(r["calls"]), "tokens in": f"{r['tokens_in']:,}",
-             "tokens out": f"{r['tokens_out']:,}", "cost (USD)": f"{r['cost_usd']:.4f}", "errors": str(r["errors"])}
+    rows = [{"role": r["role"], "calls": str(r["calls"]), "retries": str(r["retries"]),
+             "tokens in": f"{r['tokens_in']:,}", "tokens out": f"{r['tokens_out']:,}",
+             "cost (USD)": f"{r['cost_usd']:.4f}", "errors": str(r["errors"])}
             for r in run.spend_by_role()]
-    rows.append({"role": "total", "calls": str(int(u["calls"])), "tokens in": f"{int(u['tokens_in']):,}",
+    rows.append({"role": "total", "calls": str(int(u["calls"])),
+                 "retries": str(sum(r["retries"] for r in run.spend_by_role())), "tokens in": f"{int(u['tokens_in']):,}",
                  "tokens out": f"{int(u['tokens_out']):,}", "cost (USD)": f"{u['cost_usd']:.4f}",
                  "errors": str(sum(r["errors"] for r in run.spend_by_role()))})
-    cols = ["role", "calls", "tokens in", "tokens out", "cost (USD)", "errors"]
-    note = "" if run.calls or u["calls"] else '<p class="muted">No LLM calls (offline proposer).</p>'
-    return note + _table(rows, cols, set(cols) - {"role"})
+    cols = ["role", "calls", "retries", "tokens in", "tokens out", "cost (USD)", "errors"]
+    if not run.calls and not u["calls"]:
+        return '<p class="muted">No LLM calls (offline proposer).</p>' + _table(rows, cols, set(cols) - {"role"})
+    # As claimed by the endpoint, call by call; what the caps counted (a claim past a call's bound at the bound,
+    # a call lost to a kill at its bound) is the ledger's line.
+    return (_table(rows, cols, set(cols) - {"role"})
+            + f'<p class="muted">Counted against the caps: {escape(spend_text(run))}.</p>')
 
 
 def _events(run: RunData) -> str:
@@ -183,7 +189,7 @@ def render_html(run: RunData) -> str:
 <style>{CSS}{src_css}</style></head>
 <body><main>
 <h1>{escape(title)}</h1>
-<div class="muted">run <code>{escape(run.run_id)}</code> · {escape(run.status)}</div>
+<div class="muted">run <code>{escape(run.run_id)}</code> · {escape(status_text(run))}</div>
 <div class="cards">{"".join(cards)}</div>
 {path_html}
 <h2 id="trajectory">Score trajectory</h2>

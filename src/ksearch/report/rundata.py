@@ -13,7 +13,8 @@ from typing import Any
 from ksearch.harness.result import EvalResult
 from ksearch.store import CallRow, CandidateRow, EvaluationRow, EventRow, RunMeta, RunRecords, WorldModelRow, read_run
 
-NOTABLE_EVENTS = ("backtrack", "too_hard", "edit_rejected", "policy_error")
+NOTABLE_EVENTS = ("backtrack", "too_hard", "edit_rejected", "policy_error", "world_model_fallback", "edit_fallback",
+                  "world_model_tidied", "call_lost", "llm_budget", "proposer_failed")
 
 
 @dataclass
@@ -91,7 +92,13 @@ class RunData:
 
     @property
     def status(self) -> str:
-        return self.meta.status or "unknown"
+        """As shown: `interrupted` for a run whose search process is gone without a word (store.owner)."""
+        return self.meta.shown_status
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the run ended, in one line (None while it runs)."""
+        return self.meta.stop_reason
 
     @property
     def budget(self) -> int | None:
@@ -200,12 +207,39 @@ class RunData:
         u = self.meta.llm_usage
         return {k: float(u.get(k) or 0) for k in ("calls", "tokens_in", "tokens_out", "cost_usd")}
 
+    def llm_ledger(self) -> dict[str, Any]:
+        """What the calls counted against the run's caps (search.ledger: counted tokens and cost, calls, retries,
+        failed and lost calls, a claim past a call's bound). Runs written before the ledger kept retries: the
+        calls table's figures."""
+        u = self.meta.llm_usage
+        if "retries" in u:
+            return dict(u)
+        out: dict[str, Any] = dict(self.llm_usage())
+        out["retries"] = sum(int(c.retries or 0) for c in self.calls)
+        out["failed_calls"] = sum(1 for c in self.calls if c.error)
+        return out
+
+    def world_model_origin(self) -> str:
+        """Who wrote the initial world model: the proposer, or the offline one standing in for it (and why)."""
+        fallback = next((e for e in self.events if e.kind == "world_model_fallback"), None)
+        if fallback is not None:
+            return str(fallback.data.get("message") or "the offline world model stands in for the proposer's")
+        if self.meta.policy == "offline":
+            return "the offline policy's (knowledge-driven)"
+        inits = [c for c in self.calls if c.role == "init"]
+        if not self.world_models and not inits:
+            return "-"
+        tidied = next((e for e in self.events if e.kind == "world_model_tidied"), None)
+        mended = f"; {tidied.data.get('count')} of its links mended" if tidied is not None else ""
+        return "written by the proposer" + (f" ({len(inits)} init calls)" if len(inits) > 1 else "") + mended
+
     def spend_by_role(self) -> list[dict[str, Any]]:
         roles: dict[str, dict[str, Any]] = {}
         for c in self.calls:
             r = roles.setdefault(str(c.role), {"role": str(c.role), "calls": 0, "tokens_in": 0, "tokens_out": 0,
-                                               "cost_usd": 0.0, "errors": 0})
+                                               "cost_usd": 0.0, "errors": 0, "retries": 0})
             r["calls"] += 1
+            r["retries"] += int(c.retries or 0)
             r["tokens_in"] += int(c.tokens_in or 0)
             r["tokens_out"] += int(c.tokens_out or 0)
             r["cost_usd"] += float(c.cost_usd or 0.0)

@@ -33,12 +33,33 @@ def budget_text(run: RunData) -> str:
     return text
 
 
+def usage_line(u: dict[str, Any]) -> str:
+    """An LLM ledger (search.ledger) in one line: calls with their retries, failures and losses, then what they
+    counted against the caps, and any claim past a call's bound."""
+    calls = int(u.get("calls") or 0)
+    extra = [f"{int(u.get('retries') or 0)} retries"]
+    if u.get("failed_calls"):
+        extra.append(f"{int(u['failed_calls'])} failed")
+    if u.get("lost_calls"):
+        extra.append(f"{int(u['lost_calls'])} lost to a kill, counted at their bound")
+    text = (f"{calls} calls ({', '.join(extra)}), {int(u.get('tokens_in') or 0):,} tokens in / "
+            f"{int(u.get('tokens_out') or 0):,} out, ${float(u.get('cost_usd') or 0):.4f}")
+    if u.get("claimed_tokens") is not None:
+        text += (f"; the endpoint claimed {int(u['claimed_tokens']):,} tokens / ${float(u['claimed_cost_usd']):.4f} "
+                 "past a call's bound, counted at the bound")
+    return text
+
+
 def spend_text(run: RunData) -> str:
-    u = run.llm_usage()
-    if not u["calls"]:
+    u = run.llm_ledger()
+    if not u.get("calls") and not u.get("lost_calls"):
         return "no LLM calls"
-    return (f"{int(u['calls'])} calls, {int(u['tokens_in']):,} tokens in / {int(u['tokens_out']):,} out, "
-            f"${u['cost_usd']:.4f}")
+    return usage_line(u)
+
+
+def status_text(run: RunData) -> str:
+    reason = run.stop_reason
+    return f"{run.status}: {reason}" if reason else run.status
 
 
 def events_text(run: RunData) -> str:
@@ -59,7 +80,7 @@ def headline(run: RunData) -> list[tuple[str, str]]:
         ("run", run.run_id),
         ("task / backend", f"{run.task} on {run.backend}"),
         ("policy / strategy", f"{m.get('policy', '-')} / {m.get('strategy', '-')}"),
-        ("status", run.status),
+        ("status", status_text(run)),
         ("started / finished", f"{when(m.get('created_at'))} / {when(m.get('finished_at'))}"),
         ("best candidate", f"{best} (score {run.best_score:.3f}, vs baseline {best_res.baseline if best_res else '?'})"
          if best else "none passed"),
@@ -67,6 +88,8 @@ def headline(run: RunData) -> list[tuple[str, str]]:
         ("budget used", budget_text(run)),
         ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "-"),
         ("LLM spend", spend_text(run)),
+        ("world model", run.world_model_origin()),
+        ("proposer errors", str(sum(1 for e in run.events if e.kind == "policy_error"))),
         ("loop events", events_text(run)),
         ("seed", str(m.get("seed", "-"))),
     ] + ([("timing", note)] if (note := emulation_note(run.backend)) else [])

@@ -22,7 +22,7 @@ from ksearch.store import RunUnreadable
 
 LAST = 8
 #: The loop's final states; any other ("running", "holdout" while the best is re-measured) is still going.
-DONE = {"finished", "stopped", "failed"}
+DONE = {"finished", "stopped", "failed", "interrupted"}
 #: After this long without a new evaluation a "running" run is flagged: its process may have died without a word.
 STALE_S = 600.0
 
@@ -33,8 +33,10 @@ def frame(run: RunData, now: float | None = None) -> RenderableType:
     head.append(f"{run.run_id}", style="bold")
     head.append(f"  {run.task} on {run.backend}  ")
     style = {"running": "cyan", "holdout": "cyan", "finished": "green", "stopped": "yellow",
-             "failed": "red"}.get(run.status, "dim")
+             "failed": "red", "interrupted": "red"}.get(run.status, "dim")
     head.append(run.status, style=f"bold {style}")
+    if run.stop_reason:
+        head.append(f"  ({run.stop_reason})", style="dim")
     if run.status == "holdout":
         head.append("  (re-measuring the best on unseen workloads)", style="dim")
 

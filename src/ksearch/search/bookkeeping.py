@@ -9,11 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ksearch.errors import BudgetExhausted, PolicyError
+from ksearch.errors import BudgetExhausted, CallFailed, PolicyError
 from ksearch.harness.result import EvalResult
 from ksearch.harness.static import normalise_source
-from ksearch.policy.base import Attempt, CallRecord, Mode, Policy, PolicyContext
+from ksearch.policy.base import Attempt, CallBound, CallRecord, Mode, Policy, PolicyContext
 from ksearch.policy.stable import stable_text
+from ksearch.search import ledger
 from ksearch.search.state import LoopState, rng_state
 from ksearch.store import RunStore
 from ksearch.store.redact import SECRETS, redact_json
@@ -36,10 +37,16 @@ class SearchSetup:
     #: unlike `budget`, reaching it does not end the search: `--resume` continues it.
     stop_after: int | None = None
     on_event: Callable[[str, dict[str, Any]], None] = field(default=lambda _k, _d: None)
+    #: This many proposer errors in a row end the run as failed (an endpoint that refuses every prompt).
+    max_consecutive_errors: int = 5
 
 
 class StopSearch(Exception):
     """The budget (evaluations, wall time or LLM spend) is spent. A signal that ends the loop, not an error."""
+
+
+class ProposerFailed(StopSearch):
+    """max_consecutive_errors proposer errors in a row: the run ends as failed."""
 
 
 class StrategyBase:
@@ -52,7 +59,11 @@ class StrategyBase:
         self._t0 = time.monotonic()
         self._wall_base = state.wall_time_used_s
         self.llm_spent = False
+        self.llm_cap = ("", "")  # (token_cap | usd_cap, the cap's message), when one ended the run
+        self.failure: tuple[str, str] | None = None  # (kind, reason) when proposer errors ended the run
+        self.error_streak: list[tuple[bool, str]] = []  # (an endpoint failure?, message) of the errors in a row
         setup.ctx.record_call = self._record_call
+        setup.ctx.begin_call = self._begin_call
 
     # -- budget ----------------------------------------------------------------------------------------------------
     def wall_used(self) -> float:
@@ -85,14 +96,11 @@ class StrategyBase:
         self.store.add_event(self.state.round, kind, data)
         self.s.on_event(kind, data)
 
+    def _begin_call(self, bound: CallBound) -> None:
+        ledger.begin_call(self.store, bound)
+
     def _record_call(self, call: CallRecord) -> None:
-        self.store.add_call(self.state.round, call)
-        usage = self.store.get_meta("llm_usage", {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "calls": 0})
-        usage["tokens_in"] += call.tokens_in
-        usage["tokens_out"] += call.tokens_out
-        usage["cost_usd"] += call.cost_usd
-        usage["calls"] += 1
-        self.store.set_meta("llm_usage", usage)
+        ledger.record_call(self.store, self.state.round, call)
 
     def _snapshot_state(self) -> dict[str, Any]:
         self.state.rng = rng_state(self.s.ctx.rng)
@@ -166,17 +174,53 @@ class StrategyBase:
         self.write_state()
 
     def call_policy(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Policy failures are counted and survived; a spending cap ends the search cleanly."""
+        """Policy failures are counted and survived, up to max_consecutive_errors in a row, which fail the run; a
+        spending cap ends the search cleanly. Once either has ended it, the policy is not asked again (None)."""
+        if self.llm_spent or self.failure is not None:
+            return None
         try:
-            return fn(*args)
+            out = fn(*args)
         except BudgetExhausted as exc:
             self.llm_spent = True
+            self.llm_cap = ("token_cap" if exc.cap == "tokens" else "usd_cap", str(exc))
             self.event("llm_budget", {"message": str(exc)})
             raise StopSearch(str(exc)) from exc
         except PolicyError as exc:
             self.state.policy_errors += 1
             self.event("policy_error", {"message": str(exc)[:2000]})
+            self.error_streak.append((isinstance(exc, CallFailed), str(exc).splitlines()[0][:300] if str(exc) else ""))
+            if len(self.error_streak) >= self.s.max_consecutive_errors:
+                self.failure = self._failure()
+                self.event("proposer_failed", {"kind": self.failure[0], "message": self.failure[1]})
+                raise ProposerFailed(self.failure[1]) from exc
             return None
+        self.error_streak = []
+        return out
+
+    def _failure(self) -> tuple[str, str]:
+        n, last = len(self.error_streak), self.error_streak[-1][1]
+        if all(endpoint for endpoint, _ in self.error_streak):
+            return "endpoint_failure", f"endpoint failure: {n} proposer calls in a row failed (last: {last})"
+        return "proposer_failure", f"proposer failure: {n} proposer errors in a row (last: {last})"
+
+    # -- how the run ended -----------------------------------------------------------------------------------------
+    def end_reason(self) -> tuple[str, str]:
+        """Why run() returned, as (kind, one line): the kinds are proposer_failure / endpoint_failure (the run
+        failed), usd_cap / token_cap, budget, wall_time, exhausted (nothing new to try), paused (stop_after)."""
+        if self.failure is not None:
+            return self.failure
+        if self.llm_spent:
+            return self.llm_cap
+        if self.finished():
+            return "budget", f"the budget of {self.s.budget} evaluations is spent"
+        if self.s.wall_time_s is not None and self.wall_used() >= self.s.wall_time_s:
+            return "wall_time", f"the wall time of {self.s.wall_time_s:g} s is spent ({self.wall_used():.0f} s used)"
+        if self.state.phase == "done":
+            return "exhausted", "the proposer had nothing new left to try"
+        if self.s.stop_after is not None and self.state.evaluations_done >= self.s.stop_after:
+            n = self.state.evaluations_done
+            return "paused", f"paused after {n} evaluation{'s' if n != 1 else ''} (--stop-after); --resume continues it"
+        return "paused", "stopped before its limits; --resume continues it"
 
 
 def _redacted(result: EvalResult) -> EvalResult:

@@ -6,6 +6,7 @@ commit; a kill loses at most the evaluation in flight, and `resume` continues fr
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from ksearch.config import SelectionWeights
@@ -13,6 +14,7 @@ from ksearch.policy.base import Attempt, Feedback, ImplementRequest, Mode
 from ksearch.search.bookkeeping import IMPROVEMENT, SearchSetup, StopSearch, StrategyBase
 from ksearch.search.state import Cycle, LoopState
 from ksearch.worldmodel import EditRejected, WorldModel, WorldModelError
+from ksearch.worldmodel.tidy import tidy_tree
 
 EDIT_RETRIES = 2
 MAX_SKIPS = 12  # proposals in a row that produce nothing new end a cycle (duplicates cost no budget)
@@ -30,16 +32,27 @@ class KSearch(StrategyBase):
         if not self.state.analysis:
             self.state.analysis = self.call_policy(self.s.policy.analyse, ctx) or ""
         if self.wm is None:
+            errors = self.state.policy_errors
             data = self.call_policy(self.s.policy.init_world_model, ctx, self.state.analysis)
+            why = "the proposer's call failed" if self.state.policy_errors > errors else "the proposer gave none"
+            if data:
+                # A small model's tree may repeat ids or lose parents: mend the links (said), keep its content.
+                data, mended = tidy_tree(data)
+                if mended:
+                    self.event("world_model_tidied", {"changes": mended[:20], "count": len(mended)})
             try:
                 self.wm = WorldModel.from_json(data) if data else None
             except WorldModelError as exc:
                 self.event("policy_error", {"message": f"initial world model rejected: {exc}"})
+                why = f"the proposer's world model was rejected: {str(exc)[:300]}"
                 self.wm = None
             if self.wm is None:
-                # Deterministic fallback: the offline policy's knowledge-driven actions.
+                # Deterministic fallback: the offline policy's knowledge-driven actions; said, not silent, since a
+                # weak model's unusable tree would otherwise pass for the search's own.
                 from ksearch.policy.offline import OfflinePolicy
 
+                if self.s.policy.name != "offline":
+                    self.event("world_model_fallback", {"message": f"the offline world model stands in: {why}"})
                 self.wm = WorldModel.from_json(OfflinePolicy().init_world_model(ctx, self.state.analysis))
             self.state.phase = "search"
             self.write_state(self.wm.to_json(), "initial")
@@ -58,7 +71,10 @@ class KSearch(StrategyBase):
         except StopSearch:
             pass
         if self.state.cycle is not None and self.state.cycle.attempts and self.finished():
-            self._end_cycle()  # attach what the interrupted cycle found, so the tree shows it
+            # Attach what the interrupted cycle found, so the tree shows it (its edit's call may hit a cap or fail
+            # the run: the cycle's solution is attached all the same).
+            with contextlib.suppress(StopSearch):
+                self._end_cycle()
         self.write_state(self.wm.to_json() if self.wm else None, "final")
         return self.state
 
@@ -217,6 +233,9 @@ class KSearch(StrategyBase):
             from ksearch.policy.offline import OfflinePolicy
 
             fallback = OfflinePolicy().update(self.s.ctx, self.wm.to_json(), cycle, rejection)
+            if self.s.policy.name != "offline":
+                self.event("edit_fallback", {"node_id": require_child_of, "message": "the offline policy's edit "
+                                             "stands in for the proposer's: " + (rejection or "none was given")})
             try:
                 self.wm.apply_edits(fallback, self.state.round, require_child_of=require_child_of)
             except EditRejected as exc:

@@ -13,6 +13,7 @@ policy, budget, path) once the run exists, then every event the strategy records
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -29,9 +30,11 @@ from ksearch.config import LLMConfig, RunConfig, SelectionWeights
 from ksearch.errors import RunError
 from ksearch.harness import EvalOptions, EvalResult, Evaluator
 from ksearch.policy.base import Policy, PolicyContext
+from ksearch.search import ledger
 from ksearch.search.bookkeeping import SearchSetup
 from ksearch.search.state import LoopState, restore_rng
 from ksearch.store import RunReader, RunStore, new_run_id, resolve_run, runs_dir
+from ksearch.store.owner import ACTIVE, current_owner, effective_status, owner_liveness
 from ksearch.tasks import Task, get_task
 
 STRATEGIES = ("ksearch", "evolve", "greedy")
@@ -48,6 +51,10 @@ class RunOutcome:
     state: LoopState
     holdout: EvalResult | None
     best_result: dict[str, Any] | None
+    status: str = "finished"  # finished | stopped | failed
+    stop_kind: str = "budget"  # see StrategyBase.end_reason
+    stop_reason: str = ""  # one line
+    llm_usage: dict[str, Any] | None = None  # the run's LLM ledger (search.ledger)
 
 
 def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = None, reevaluate: bool = False,
@@ -101,6 +108,8 @@ def _room(store: RunStore, run_cfg: RunConfig) -> str | None:
     """Which of a run's limits leaves it no room to go on (None if none does): a resume would stop at once."""
     done, used = _used(store)
     usage = store.get_meta("llm_usage") or {}
+    if run_cfg.policy == "llm" and usage.get("stop_note"):
+        return f"its endpoint claimed more than a call's bound and broke a cap ({usage['stop_note']})"
     if done >= run_cfg.budget:
         return f"its {done} evaluations reached the budget of {run_cfg.budget}"
     if run_cfg.wall_time_s is not None and used >= run_cfg.wall_time_s:
@@ -119,6 +128,12 @@ def _resume_config(store: RunStore, cfg: RunConfig, limits: dict[str, float | in
     run_cfg = config_from_store(store)
     run_cfg.runs_dir = cfg.runs_dir
     name = store.path.name
+    owner = store.get_meta("owner") or {}
+    if (effective_status(store.meta()) in ACTIVE and owner.get("pid") != os.getpid()
+            and owner_liveness(owner, store.get_meta("pid"), store.get_meta("host")) != "gone"):
+        where = f"pid {owner.get('pid', store.get_meta('pid'))} on {owner.get('host', store.get_meta('host'))}"
+        raise RunError(f"run {name} is still running ({where}); stop it (Ctrl-C, or kill -TERM its pid) before "
+                       "resuming it")
     if store.get_meta("status") == "finished" and (store.get_state("loop_state") or {}).get("phase") == "done":
         raise RunError(f"run {name} is finished: its proposer had nothing new left to try; start a new run instead")
     done, wall = _used(store)
@@ -131,7 +146,7 @@ def _resume_config(store: RunStore, cfg: RunConfig, limits: dict[str, float | in
         setattr(run_cfg, key, value)
     after = _room(store, run_cfg)
     if store.get_meta("status") == "finished" and after is not None:
-        if after.startswith("its LLM"):
+        if after.startswith(("its LLM", "its endpoint")):
             hint = "the LLM caps cannot change on resume; start a new run"
         elif not limits:
             hint = "pass a larger --budget or --wall-time with --resume to continue it, or start a new run"
@@ -295,17 +310,33 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
     setup = SearchSetup(store=store, policy=pol, ctx=ctx, evaluate=evaluate or judge,  # type: ignore[arg-type]
                         budget=cfg.budget, stop_after=stop_after, stagnation_window=cfg.stagnation_window,
                         wall_time_s=cfg.wall_time_s, weights=cfg.weights,
-                        on_event=on_event or (lambda _k, _d: None))
-    store.set_meta("status", "running")
-    store.set_meta("pid", os.getpid())
-    store.set_meta("host", socket.gethostname())
-    store.set_meta("environment", (judge.ev.env() if judge else {}))
+                        on_event=on_event or (lambda _k, _d: None),
+                        max_consecutive_errors=cfg.max_consecutive_errors)
+    # This process owns the run from here (readers tell a run whose owner is gone as interrupted); a previous end's
+    # reason no longer holds.
+    environment = judge.ev.env() if judge else {}
+    with store.transaction():
+        store.set_meta("status", "running")
+        store.set_meta("owner", current_owner())
+        store.set_meta("pid", os.getpid())
+        store.set_meta("host", socket.gethostname())
+        store.set_meta("environment", environment)
+        for key in ("stop_kind", "stop_reason"):
+            store.delete_meta(key)
+    lost = ledger.recover_lost_call(store, state.round)
+    if lost is not None and on_event is not None:
+        on_event("call_lost", lost)
+    if hasattr(pol, "load_usage"):
+        # The ledger is written with every call (lost ones at their bound); a loop-state snapshot may lag it.
+        pol.load_usage(ledger.usage(store))
     _stop_on_sigterm()
     holdout = None
     try:
         strategy = _strategy(cfg.strategy, setup, state, store.latest_world_model() if saved else None)
         final = strategy.run()
-        done = strategy.spent() or final.phase == "done"
+        kind, reason = strategy.end_reason()
+        failed = kind in FAILURES
+        done = not failed and (strategy.spent() or final.phase == "done")
         if done and final.best_candidate and judge is not None and task.holdout_workloads(backend.tier):
             store.set_meta("status", "holdout")
             source = store.candidate(final.best_candidate).source(store.path)
@@ -314,11 +345,11 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
                 store.add_evaluation(final.best_candidate, final.evaluations_done, final.round, "holdout",
                                      holdout.to_json())
                 store.set_meta("holdout", holdout.to_json())
-        status = "finished" if done else "stopped"
-        store.set_meta("status", status)
-        store.set_meta("finished_at", time.time())
-    except BaseException:
-        store.set_meta("status", "stopped")
+        status = "failed" if failed else "finished" if done else "stopped"
+        _end(store, status, kind, reason, state.round, on_event)
+    except BaseException as exc:
+        with contextlib.suppress(Exception):  # the error that brought us here is the one to report
+            _end(store, "stopped", *_interruption(exc), state.round, on_event)
         raise
     finally:
         if judge is not None:
@@ -327,4 +358,30 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
     if final.best_candidate:
         rows = [e for e in store.evaluations("search") if e["candidate_id"] == final.best_candidate]
         best = rows[-1]["result"] if rows else None
-    return RunOutcome(store.path, final, holdout, best)
+    return RunOutcome(store.path, final, holdout, best, status, kind, reason, ledger.usage(store))
+
+
+#: The end kinds that fail a run (exit code 1): its proposer could not work.
+FAILURES = ("endpoint_failure", "proposer_failure")
+
+
+def _end(store: RunStore, status: str, kind: str, reason: str, round_: int, on_event: EventSink | None) -> None:
+    """The run's end, with its reason, in one commit (and as the last event)."""
+    data = {"status": status, "kind": kind, "reason": reason}
+    with store.transaction():
+        store.set_meta("status", status)
+        store.set_meta("stop_kind", kind)
+        store.set_meta("stop_reason", reason)
+        store.set_meta("finished_at", time.time())
+        store.add_event(round_, "run_end", data)
+    if on_event is not None:
+        on_event("run_end", data)
+
+
+def _interruption(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", "interrupted (Ctrl-C); --resume continues it"
+    if isinstance(exc, Terminated):
+        return "interrupted", "interrupted (SIGTERM); --resume continues it"
+    first = (str(exc).splitlines() or [""])[0][:300]
+    return "error", f"stopped by an error: {type(exc).__name__}: {first}"

@@ -55,6 +55,9 @@ class _ActionStrategy(StrategyBase):
                 nodes = list(nodes.values())
             self.actions = [n for n in nodes if n.get("action")]
             if not self.actions:
+                if self.s.policy.name != "offline":
+                    self.event("world_model_fallback", {"message": "the proposer gave no actions: one generic "
+                                                        "action (improve the kernel) stands in"})
                 self.actions = [{"node_id": "any", "action": {"title": "improve the kernel"}}]
             self.state.strategy["actions"] = self.actions
         self.state.phase = "search"

@@ -87,6 +87,9 @@ class RunStore:
         self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
                         (key, self._clean(json.dumps(value, default=str))))
 
+    def delete_meta(self, key: str) -> None:
+        self.db.execute("DELETE FROM meta WHERE key = ?", (key,))
+
     def get_meta(self, key: str, default: Any = None) -> Any:
         return queries.meta_value(self.db, key, default)
 

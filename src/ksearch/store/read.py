@@ -152,8 +152,9 @@ def read_run(run_dir: str | Path, retries: int = 3) -> RunRecords:
         return reader.records()
 
 
-#: What `ksearch runs` shows of each run (meta keys).
-LISTED = ("task", "backend", "policy", "strategy", "budget", "evaluations_done", "best_score", "status", "created_at")
+#: What `ksearch runs` shows of each run (meta keys; `status` as shown: `interrupted` for a run whose process is gone).
+LISTED = ("task", "backend", "policy", "strategy", "budget", "evaluations_done", "best_score", "status", "created_at",
+          "stop_kind", "stop_reason", "llm_usage")
 
 
 def list_runs(base: str | Path | None = None) -> list[dict[str, Any]]:
@@ -170,5 +171,7 @@ def list_runs(base: str | Path | None = None) -> list[dict[str, Any]]:
                 m = reader.meta()
         except (RunNotFound, RunUnreadable):
             continue
-        out.append({"id": d.name, "path": str(d), **{k: m.get(k) for k in LISTED}})
+        shown = {"status": m.shown_status, "stop_kind": m.stop_kind, "stop_reason": m.stop_reason,
+                 "llm_usage": m.llm_usage}
+        out.append({"id": d.name, "path": str(d), **{k: shown[k] if k in shown else m.get(k) for k in LISTED}})
     return out

@@ -126,6 +126,30 @@ class RunMeta:
         return self._str("status")
 
     @property
+    def shown_status(self) -> str:
+        """The status to show: the stored one, or `interrupted` for a run whose search process is gone (owner.py)."""
+        from ksearch.store.owner import effective_status
+
+        return effective_status(self.values)
+
+    @property
+    def stop_kind(self) -> str | None:
+        """Why the run ended, in one word (budget, wall_time, usd_cap, token_cap, endpoint_failure, proposer_failure,
+        exhausted, paused, interrupted, error); None while it runs."""
+        if self.shown_status == "interrupted":
+            return "interrupted"
+        return self._str("stop_kind")
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the run ended, in one line; None while it runs."""
+        if self.shown_status == "interrupted":
+            from ksearch.store.owner import interrupted_reason
+
+            return interrupted_reason(self.values)
+        return self._str("stop_reason")
+
+    @property
     def budget(self) -> int | None:
         return self._int("budget")
 

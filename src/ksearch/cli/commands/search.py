@@ -6,8 +6,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from ksearch.cli.console import console, fail
+from ksearch.cli.console import console, err, fail
+
+#: `ksearch run` exit codes besides 0 (the run finished, or paused by --stop-after) and 2 (bad input, one line).
+EXIT_FAILED = 1  # the run failed: its proposer errored max_consecutive_errors times in a row
+EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_TERMINATED = 143  # SIGTERM
 
 
 def run_cmd(
@@ -37,7 +43,7 @@ def run_cmd(
     """Run K-Search (or a comparison strategy) on a task."""
     from ksearch.cli.live import LiveView, final_table
     from ksearch.config import load_config
-    from ksearch.search.start import RAISABLE, start_run
+    from ksearch.search.start import RAISABLE, Terminated, start_run
 
     flags = {"task": task, "backend": backend, "policy": policy, "strategy": strategy, "budget": budget, "seed": seed,
              "runs_dir": runs_dir, "baseline": baseline, "timeout_s": timeout, "wall_time_s": wall_time,
@@ -60,28 +66,50 @@ def run_cmd(
     cfg = load_config(config, {**flags, "llm": {k: v for k, v in llm.items() if v is not None}})
     # Configuration, resume and replay errors are UsageErrors: the app prints them as one line (exit 2).
     with LiveView(enabled=not quiet) as view:
-        outcome = start_run(cfg, resume=resume, replay=replay, reevaluate=reevaluate, stop_after=stop_after,
-                            raise_limits=raise_limits, on_event=view)
+        try:
+            outcome = start_run(cfg, resume=resume, replay=replay, reevaluate=reevaluate, stop_after=stop_after,
+                                raise_limits=raise_limits, on_event=view)
+        except (KeyboardInterrupt, Terminated) as exc:
+            if view.path is not None:
+                how = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+                err.print(f"run {view.path.name} stopped: interrupted ({how}); `ksearch run --resume "
+                          f"{view.path.name}` continues it", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_TERMINATED) from None
     console.print(final_table(outcome))
+    line = f"run {outcome.path.name} {outcome.status}: {outcome.stop_reason}"
+    if outcome.status == "failed":
+        err.print(f"[red]{escape(line)}[/red]", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED)
+    console.print(escape(line), highlight=False, soft_wrap=True)
 
 
 def runs_cmd(
     runs_dir: Annotated[str | None, typer.Option(help="Where runs live (default runs/ or $KSEARCH_RUNS_DIR).")] = None,
 ) -> None:
-    """List runs: task, backend, policy, budget used, best score."""
+    """List runs: task, backend, policy, budget used, best score, status and why it ended, LLM retries."""
     from rich.table import Table
 
     from ksearch.store import list_runs
 
     rows = list_runs(runs_dir)
     t = Table(title=f"runs ({len(rows)})")
-    for col in ("run", "task", "backend", "policy", "strategy", "budget used", "best score", "status"):
+    for col in ("run", "task", "backend", "policy", "strategy", "budget used", "best score", "status", "reason",
+                "retries"):
         t.add_column(col)
     for r in rows:
+        usage = r.get("llm_usage") or {}
+        retries = str(usage.get("retries", "?")) if r.get("policy") == "llm" else "-"
         t.add_row(r["id"], str(r.get("task")), str(r.get("backend")), str(r.get("policy")), str(r.get("strategy")),
                   f"{r.get('evaluations_done') or 0}/{r.get('budget')}", f"{(r.get('best_score') or 0):.3f}",
-                  str(r.get("status")))
+                  str(r.get("status")), REASONS.get(str(r.get("stop_kind")), str(r.get("stop_kind") or "-")),
+                  retries)
     console.print(t)
+
+
+#: `ksearch runs`' reason column: the end's kind in a few words (the report gives the whole line).
+REASONS = {"budget": "budget", "wall_time": "wall time", "usd_cap": "USD cap", "token_cap": "token cap",
+           "endpoint_failure": "endpoint failure", "proposer_failure": "proposer errors",
+           "exhausted": "nothing new", "paused": "paused", "interrupted": "interrupted", "error": "error"}
 
 
 def register(app: typer.Typer) -> None:

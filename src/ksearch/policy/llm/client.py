@@ -343,7 +343,8 @@ class ChatClient:
                         attempt,
                         time.monotonic() - start,
                     ) from None
-                if dialect is not None and status in (400, 422):
+                # llama-cpp-python's server (0.3.x) answers an unknown response format with a 500 that names it.
+                if dialect is not None and (status in (400, 422) or (status == 500 and "response_format" in full)):
                     raise _Refused(cause, full, attempt) from None
                 if status < 500 and status not in RETRY_STATUS:
                     raise CallFailed(

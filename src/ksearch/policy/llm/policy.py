@@ -1,9 +1,10 @@
 """The LLM policy: K-Search's five questions answered by a reasoning model and a coding model.
 
 Each question is one call (plus at most one repair call when the answer cannot be used), and every call,
-successful or not, is handed to ctx.record_call. Failures the loop should survive become PolicyError; the
-spending caps become BudgetExhausted, checked before each call; a diverged replay becomes ReplayMismatch,
-which stops the run.
+successful or not, is handed to ctx.record_call (and announced before the request, with its bound, to
+ctx.begin_call). Failures the loop should survive become PolicyError; the spending caps become BudgetExhausted,
+checked before each call, whose max_tokens is what the token and USD caps leave (pricing.Budget); a diverged
+replay becomes ReplayMismatch, which stops the run.
 
 Prompts are fitted to the model's context (fitting.py) when it is known; a server refusing a prompt as too
 long for its context teaches the policy that context (the question is then asked once more, fitted). The
@@ -22,6 +23,7 @@ from typing import Any
 from ksearch.errors import CallFailed, PolicyError
 from ksearch.policy.base import (
     Attempt,
+    CallBound,
     CallRecord,
     Feedback,
     ImplementRequest,
@@ -81,6 +83,7 @@ class LLMPolicy:
         # The last source handed to the loop: the fallback for a debug / improve request that carries no code.
         self.last_source: str | None = None
         self.notes: list[str] = []  # what the endpoint made us change (structured output refused, ...)
+        self.served_model: str | None = None  # the model that answered (where none was named)
 
     # -- the protocol ----------------------------------------------------------------------------------------
     def analyse(self, ctx: PolicyContext) -> str:
@@ -199,6 +202,7 @@ class LLMPolicy:
             "structured_output": getattr(self.transport, "structured", None),
             "structured_refused": bool(getattr(self.transport, "refused", False)),
             "notes": list(self.notes),
+            "served_model": self.served_model,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -210,6 +214,7 @@ class LLMPolicy:
         if state.get("context_tokens"):
             self.context_tokens = int(state["context_tokens"])
         self.notes = [str(n) for n in state.get("notes") or []]
+        self.served_model = state.get("served_model") or None
         if "structured_output" in state and hasattr(self.transport, "structured"):
             # A refusal of structured output holds for the whole run, resumed or not.
             setattr(self.transport, "structured", state["structured_output"])  # noqa: B010 (not in the protocol)
@@ -300,7 +305,14 @@ class LLMPolicy:
         # redacted before they get here; this is the last look before the text leaves the process).
         messages = [{**m, "content": redact(m["content"])} for m in messages]
         prompt = render_prompt(messages)
-        max_tokens = self.window().max_tokens_for(messages_tokens(messages))
+        prompt_tokens = messages_tokens(messages)
+        wanted = self.window().max_tokens_for(prompt_tokens) or self.max_output_tokens
+        name = self._model_name(model)
+        # Bounded by what the caps leave (BudgetExhausted, before anything is sent, when that is too little).
+        max_tokens = self.budget.answer_room(name, prompt_tokens, wanted)
+        ctx.begin_call(
+            CallBound(role, name, prompt_tokens, max_tokens, self.budget.bound_cost(name, prompt_tokens, max_tokens))
+        )
         try:
             out = self.transport.complete(
                 role, model, messages, json_mode=json_mode, schema=schema, max_tokens=max_tokens
@@ -321,6 +333,8 @@ class LLMPolicy:
             )
             raise
         self.calls += 1
+        if model is None and out.model:
+            self.served_model = out.model
         for note in out.notes:
             if note not in self.notes:
                 self.notes.append(note)
@@ -329,7 +343,11 @@ class LLMPolicy:
             if out.cost_usd is not None
             else self.budget.cost(out.model, out.tokens_in, out.tokens_out)
         )
-        self.budget.add(out.tokens_in, out.tokens_out, cost)
+        bound = (prompt_tokens, max_tokens, self.budget.bound_cost(out.model, prompt_tokens, max_tokens))
+        counted, over = self.budget.count((out.tokens_in, out.tokens_out, cost), bound)
+        if over:
+            log.warning("%s: %s", role, over)
+        self.budget.add(*counted)
         ctx.record_call(
             CallRecord(
                 role=role,
@@ -341,9 +359,29 @@ class LLMPolicy:
                 latency_s=out.latency_s,
                 cost_usd=cost,
                 retries=out.retries,
+                counted=counted if over else None,
+                note=over,
             )
         )
         return out
+
+    def _model_name(self, model: str | None) -> str:
+        """The model a call goes to, for pricing its bound: the one named, else the one the server serves (asked
+        only where a USD cap needs its price)."""
+        if model or self.served_model or self.budget.max_usd is None:
+            return model or self.served_model or ""
+        resolve = getattr(self.transport, "model_for", None)
+        if resolve is None:
+            return ""
+        try:
+            self.served_model = str(resolve(None))
+        except CallFailed:
+            return ""  # the call itself will fail the same way, and be recorded
+        return self.served_model
+
+    def load_usage(self, usage: dict[str, Any]) -> None:
+        """The spending counters from the run's ledger (exact, lost calls at their bound); see Budget.load_usage."""
+        self.budget.load_usage(usage)
 
 
 def _nonempty(text: str) -> Parsed:

@@ -20,6 +20,7 @@ IMPACT_KEYS = ("memory_bandwidth", "register_pressure", "compute_intensity_and_h
 _STR: dict[str, Any] = {"type": "string"}
 _NUM: dict[str, Any] = {"type": "number"}
 _INT: dict[str, Any] = {"type": "integer"}
+_NULL: dict[str, Any] = {"type": "null"}
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -61,23 +62,31 @@ IMPACTS = _object({k: _object({"rating_0_to_10": _NUM, "risk": _STR, "notes": _S
 
 
 def node_schema(new: bool) -> dict[str, Any]:
-    """A world-model node. `new`: one an edit inserts (it must carry an action); otherwise a node of the
-    initial tree, whose root has neither action nor impacts."""
-    return _object(
-        {
-            "node_id": _STR,
-            "parent_id": _nullable(_STR),
-            "node_type": _STR,
-            "decision": _STR,
-            "choice": _STR,
-            "notes": _STR,
-            "last_updated_round": _INT,
-            "action": ACTION if new else _nullable(ACTION),
-            "impacts": IMPACTS if new else _nullable(IMPACTS),
-            "overall_rating_0_to_10": _NUM,
-            "confidence_0_to_1": _NUM,
-        }
-    )
+    """A world-model node. `new`: one an edit inserts, which must carry an action. Otherwise a node of the
+    initial tree: the root (node_type "root", neither action nor impacts) or an action node (both), so that a
+    model cannot leave its first tree without an action to try (a small one, left the choice, writes none)."""
+
+    def node(node_type: dict[str, Any], action: dict[str, Any], impacts: dict[str, Any]) -> dict[str, Any]:
+        return _object(
+            {
+                "node_id": _STR,
+                "parent_id": _nullable(_STR),
+                "node_type": node_type,
+                "decision": _STR,
+                "choice": _STR,
+                "notes": _STR,
+                "last_updated_round": _INT,
+                "action": action,
+                "impacts": impacts,
+                "overall_rating_0_to_10": _NUM,
+                "confidence_0_to_1": _NUM,
+            }
+        )
+
+    action_node = node(_STR, ACTION, IMPACTS)
+    if new:
+        return action_node
+    return {"anyOf": [node(_op("root"), _NULL, _NULL), action_node]}
 
 
 #: The initial world model (the loader adds computed_signals and our own bookkeeping).
@@ -132,6 +141,68 @@ WORLD_MODEL_EDIT = _object(
 #: name -> schema, for the calls that ask for one.
 SCHEMAS: dict[str, dict[str, Any]] = {"world_model": WORLD_MODEL, "world_model_edit": WORLD_MODEL_EDIT}
 
+#: Bounds for servers that turn the schema into a grammar and enforce all of it (llama-cpp-python's form): a small
+#: model writes strings and nodes until its answer is cut, and a cut answer is no JSON at all. They are chosen so
+#: that the longest answer the grammar allows (`longest_answer`: 5,767 characters for a tree, 5,439 for an edit,
+#: some 1,650 tokens at 3.5 characters a token) fits in a 2,048-token answer (docs/llm.md, small local models).
+#: Not sent elsewhere: OpenAI's strict mode refuses maxLength.
+MAX_STRING_CHARS = 100
+#: Strings that name, label or grade: short. Free text: a sentence or two.
+STRING_CHARS = {"node_id": 16, "parent_id": 16, "root_id": 16, "active_leaf_id": 16, "parent_solution_id": 16,
+                "node_type": 16, "risk": 8, "title": 48, "decision": 48, "choice": 48, "notes": 80,
+                "description": 120, "rationale": 80, "kernel_summary": 160}
+IMPACT_NOTES_CHARS = 40  # an impact's notes (a node's own notes say CURRENT / FOLLOW_THROUGH / UPDATE_BELIEF)
+MAX_TREE_NODES = 4  # the root and three first actions
+MAX_EDIT_OPS = 2
+ARRAY_ITEMS = {"nodes": MAX_TREE_NODES, "ops": MAX_EDIT_OPS, "open_questions": 2, "children": 2}
+
+
+def bounded(schema: Any, key: str = "", parent: str = "") -> Any:
+    """A copy of `schema` whose strings (other than enums) take at most STRING_CHARS[their key] characters
+    (MAX_STRING_CHARS where none is named) and whose lists at most ARRAY_ITEMS[their key] items."""
+    if isinstance(schema, list):
+        return [bounded(v, key, parent) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    # A property's schema is bounded by its own name (and its object's); a union's and a list's members by the name
+    # they stand for.
+    out = {k: bounded(v, key, parent) for k, v in schema.items() if k != "properties"}
+    if isinstance(schema.get("properties"), dict):
+        out["properties"] = {name: bounded(v, name, key) for name, v in schema["properties"].items()}
+    if out.get("type") == "string" and "enum" not in out:
+        impact = key == "notes" and parent in IMPACT_KEYS
+        out["maxLength"] = IMPACT_NOTES_CHARS if impact else STRING_CHARS.get(key, MAX_STRING_CHARS)
+    if out.get("type") == "array" and key in ARRAY_ITEMS:
+        cap = ARRAY_ITEMS[key]
+        out["maxItems"] = min(cap, out.get("maxItems", cap))
+        if out.get("minItems", 0) > out["maxItems"]:
+            out["minItems"] = out["maxItems"]
+    return out
+
+
+def longest_answer(schema: Any, key: str = "") -> int:
+    """The most characters a compact JSON value of a bounded `schema` can take (numbers at 24 characters): what a
+    grammar built from it lets a model write, whitespace aside."""
+    if "anyOf" in schema:
+        return max(longest_answer(s, key) for s in schema["anyOf"])
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema["properties"]
+        return 2 + sum(len(k) + 4 + longest_answer(v, k) for k, v in props.items())
+    if kind == "array":
+        return 2 + schema["maxItems"] * (longest_answer(schema["items"], key) + 1)
+    if kind == "string":
+        if "enum" in schema:
+            return 2 + max(len(v) for v in schema["enum"])
+        # A character that JSON escapes takes two; a model writes few of them.
+        return 2 + int(schema["maxLength"])
+    if kind == "null":
+        return 4
+    return 24  # number, integer
+
+
+BOUNDED_SCHEMAS: dict[str, dict[str, Any]] = {name: bounded(s) for name, s in SCHEMAS.items()}
+
 #: Response-format dialects: OpenAI's (vLLM, llama.cpp's llama-server, Ollama, Gemini and others take it too),
 #: and llama-cpp-python's server, which takes only {"type": "json_object", "schema": ...}.
 JSON_SCHEMA = "json_schema"
@@ -142,7 +213,7 @@ DIALECTS = (JSON_SCHEMA, JSON_OBJECT_SCHEMA)
 def response_format(name: str, dialect: str) -> dict[str, Any]:
     schema = SCHEMAS[name]
     if dialect == JSON_OBJECT_SCHEMA:
-        return {"type": "json_object", "schema": schema}
+        return {"type": "json_object", "schema": BOUNDED_SCHEMAS[name]}
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
 
 
