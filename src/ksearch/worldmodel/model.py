@@ -41,9 +41,11 @@ from ksearch.worldmodel.schema import (
 if TYPE_CHECKING:
     from ksearch.config import SelectionWeights
 
-__all__ = ["EditRejected", "WorldModel", "WorldModelError"]
+__all__ = ["ANALYSIS_HEADING", "EditRejected", "WorldModel", "WorldModelError"]
 
 _TIE_EPS = 1e-9
+#: The root's notes keep the run's analysis under this heading (as published), for every later world-model prompt.
+ANALYSIS_HEADING = "ANALYSIS"
 
 
 @dataclass
@@ -340,24 +342,25 @@ class WorldModel:
         self.data = new_data
         return changes
 
-    def fallback_edit(self, node_id: str | None) -> dict[str, Any]:
-        """The deterministic edit to use when the proposer's edits keep being rejected: for a solved node
-        without an open child, one follow-up child "Refine: <title>" (same action, score lowered by 10%,
-        confidence halved); otherwise no ops. Always accepted by `apply_edits`."""
+    def fallback_edit(
+        self, node_id: str | None, why: str = "the proposer's edits were refused"
+    ) -> dict[str, Any]:
+        """The deterministic edit for when the proposer gives no follow-up: for a solved node without an open
+        child, one minimal child "Refine: <title>" (same action, score lowered by 10%, confidence halved, marked
+        `auto_follow_up`); otherwise no ops. Always accepted by `apply_edits`."""
         if node_id is None or not self.has_node(node_id):
             return {"active_leaf_id": None, "ops": []}
         n = self._node(node_id)
         if solution_id(n) is None or not self.require_follow_up(node_id) or n["action"] is None:
             return {"active_leaf_id": node_id, "ops": []}
         act = copy.deepcopy(n["action"])
-        act["title"] = f"Refine: {act['title']}"
+        title = str(act["title"])
+        act["title"] = title if title.startswith("Refine: ") else f"Refine: {title}"
         act["score_0_to_1"] = round(0.9 * float(act["score_0_to_1"]), 4)
-        act["rationale"] = (
-            "automatic follow-up: tune the solved step further (the proposer's edits were refused)"
-        )
+        act["rationale"] = f"automatic follow-up: tune the solved step further ({why})"
         child = {
             "decision": n["decision"],
-            "choice": f"refine {n['choice']}".strip(),
+            "choice": n["choice"] if n["choice"].startswith("refine ") else f"refine {n['choice']}".strip(),
             "action": act,
             "impacts": copy.deepcopy(n["impacts"]),
             "overall_rating_0_to_10": n["overall_rating_0_to_10"],
@@ -367,8 +370,19 @@ class WorldModel:
         extras = {k: copy.deepcopy(v) for k, v in n.items() if k not in child and k not in NODE_KEYS}
         extras.pop("ksearch", None)
         child.update(extras)
+        child["auto_follow_up"] = True
         op = {"op": "insert_node", "parent_id": node_id, "parent_solution_id": solution_id(n), "node": child}
         return {"active_leaf_id": node_id, "ops": [op]}
+
+    def annotate_root(self, heading: str, body: str) -> None:
+        """Keep a text in the root's notes under `heading` (replacing an earlier one under it), as the published
+        implementation keeps the analysis there for every later world-model prompt."""
+        root = self._node(self.root_id)
+        marker = f"{heading}:"
+        notes = str(root["notes"] or "")
+        if marker in notes:
+            notes = notes[: notes.index(marker)].rstrip()
+        root["notes"] = (notes + "\n\n" if notes else "") + f"{marker}\n{body.strip()}"
 
     def require_follow_up(self, solved_node_id: str) -> bool:
         """True if the node has no open child yet: the next edit must insert one
