@@ -132,6 +132,8 @@ class KSearch(StrategyBase):
                 self.event("edit_rejected", {"reason": rejection, "purpose": "refresh"})
                 continue
             self.event("edit", {"changes": applied, "purpose": "refresh"})
+            if not applied:
+                break  # the proposer has nothing to add: asking again would only cost calls
             changes += applied
             score_need = frontier.score_missing(self.wm)
             wanted = frontier.missing(self.wm) + ([score_need] if score_need else [])
