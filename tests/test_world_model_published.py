@@ -140,3 +140,37 @@ def test_a_split_under_a_node_judged_too_hard_is_refused() -> None:
     with pytest.raises(EditRejected, match="could never be selected"):
         m.apply_edits({"ops": [{"op": "split_node", "node_id": "fam_split",
                                 "children": [{"action": {"title": "a"}}, {"action": {"title": "b"}}]}]}, 6)
+
+
+def _tree(*actions: tuple[str, float, int, float]) -> WorldModel:
+    return WorldModel.new("k", [{"title": t, "score_0_to_1": s, "difficulty_1_to_5": d, "overall_rating_0_to_10": r}
+                                for t, s, d, r in actions])
+
+
+def test_the_published_selection_rule_orders_by_score_then_difficulty_then_rating() -> None:
+    import random
+
+    published_rule = SelectionWeights(rule="published")
+    m = _tree(("hard but promising", 0.95, 5, 9.0), ("b", 0.7, 3, 5.0), ("c", 0.7, 2, 4.0), ("d", 0.7, 2, 6.0),
+              ("e", 0.2, 1, 10.0))
+    order = [n["action"]["title"] for n in m.ranked(published_rule, {})]
+    # Difficulty 5 is above the cut-off (4) while easier actions exist; then score, difficulty, rating.
+    assert order == ["d", "c", "b", "e", "hard but promising"]
+    assert m.select(published_rule, {"n4": 50}, random.Random(0))["action"]["title"] == "d"  # type: ignore[index]
+    # Visits do not move it (no exploration term); the weighted rule here picks the hard action first.
+    assert m.select(SelectionWeights(), {}, random.Random(0))["action"]["title"] == "hard but promising"  # type: ignore[index]
+    only_hard = _tree(("x", 0.3, 5, 1.0), ("y", 0.6, 5, 1.0))
+    assert only_hard.select(published_rule, {}, random.Random(0))["action"]["title"] == "y"  # type: ignore[index]
+
+
+def test_an_unknown_selection_rule_is_a_config_error(tmp_path: Path) -> None:
+    from ksearch.config import load_config
+    from ksearch.errors import ConfigError
+
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[weights]\nrule = "greedy"\n')
+    with pytest.raises(ConfigError, match="weighted, published"):
+        load_config(cfg)
+    cfg.write_text('[weights]\nrule = "published"\nexploration = 0.2\n')
+    loaded = load_config(cfg)
+    assert loaded.weights.rule == "published" and loaded.weights.exploration == 0.2

@@ -96,8 +96,9 @@ class KSearch(StrategyBase):
         parent_score = self._parent_score(node)
         self.state.cycle = Cycle(node_id=node["node_id"], best_at_start=self.state.best_score,
                                  parent_score=parent_score)
-        top = [{"node_id": n["node_id"], "title": (n.get("action") or {}).get("title"), "priority": v}
-               for v, n in self.wm.ranked_frontier(self.weights, self.state.visits)[:3]]
+        top = [{"node_id": n["node_id"], "title": (n.get("action") or {}).get("title"),
+                "priority": self.wm.priority(n["node_id"], self.weights, self.state.visits)}
+               for n in self.wm.ranked(self.weights, self.state.visits)[:3]]
         self.event("select", {"node_id": node["node_id"], "title": (node.get("action") or {}).get("title"),
                               "priority": self.wm.priority(node["node_id"], self.weights, self.state.visits),
                               "parent_score": parent_score, "frontier": top})

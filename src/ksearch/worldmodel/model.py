@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["ANALYSIS_HEADING", "EditRejected", "WorldModel", "WorldModelError"]
 
 _TIE_EPS = 1e-9
+#: The published selection's difficulty cut-off: harder actions wait while easier ones are ready.
+PUBLISHED_MAX_DIFFICULTY = 4
 #: The root's notes keep the run's analysis under this heading (as published), for every later world-model prompt.
 ANALYSIS_HEADING = "ANALYSIS"
 
@@ -254,6 +256,22 @@ class WorldModel:
         ranked = [(self.priority(n["node_id"], weights, visits), n) for n in self.frontier()]
         return sorted(ranked, key=lambda t: -t[0])
 
+    def published_order(self, exclude: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+        """The frontier in the published K-Search's order: the actions of difficulty at most
+        PUBLISHED_MAX_DIFFICULTY first (harder ones only when none is that easy), each group by score_0_to_1
+        descending, then difficulty ascending, then overall_rating_0_to_10 descending, then node_id; no
+        exploration term."""
+        nodes = [n for n in self.frontier() if n["node_id"] not in exclude]
+        return sorted(nodes, key=lambda n: (int(n["action"]["difficulty_1_to_5"]) > PUBLISHED_MAX_DIFFICULTY,
+                                            -float(n["action"]["score_0_to_1"]), int(n["action"]["difficulty_1_to_5"]),
+                                            -float(n["overall_rating_0_to_10"]), str(n["node_id"])))
+
+    def ranked(self, weights: SelectionWeights, visits: dict[str, int]) -> list[dict[str, Any]]:
+        """The frontier in the order `weights.rule` ranks it, best first (for reports and the live view)."""
+        if getattr(weights, "rule", "weighted") == "published":
+            return self.published_order()
+        return [n for _, n in self.ranked_frontier(weights, visits)]
+
     def select(
         self,
         weights: SelectionWeights,
@@ -261,9 +279,12 @@ class WorldModel:
         rng: random.Random,
         exclude: set[str] | frozenset[str] = frozenset(),
     ) -> dict[str, Any] | None:
-        """The frontier node with the highest V (None if the frontier is empty). Ties (within 1e-9) are broken
-        by `rng` over the tied nodes in tree order, so a seeded RNG gives the same choice every time; the RNG
-        is only drawn from when there is a tie."""
+        """The next node to refine (None if the frontier is empty). Rule "weighted": the highest V; ties (within
+        1e-9) are broken by `rng` over the tied nodes in tree order, so a seeded RNG gives the same choice every
+        time; the RNG is only drawn from when there is a tie. Rule "published": the first of published_order."""
+        if getattr(weights, "rule", "weighted") == "published":
+            order = self.published_order(exclude)
+            return order[0] if order else None
         ranked = [(v, n) for v, n in self.ranked_frontier(weights, visits) if n["node_id"] not in exclude]
         if not ranked:
             return None
