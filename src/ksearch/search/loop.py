@@ -279,10 +279,12 @@ class KSearch(StrategyBase):
             self.wm.mark_too_hard(cyc.node_id, f"no attempt passed (last: {last})", self.state.round)
             self.event("too_hard", {"node_id": cyc.node_id})
         why = self._why(reason, cyc)
+        improved = self.state.best_score > best_before * (1 + IMPROVEMENT)
+        # Before the edit, so that a report reads the edits after the cycle's end.
         self.event("cycle_end", {"node_id": cyc.node_id, "title": (node.get("action") or {}).get("title"),
                                  "best_score": cyc.best_score, "attempts": len(cyc.attempts),
                                  "parent_score": cyc.parent_score, "reason": reason, "why": why,
-                                 "solved": bool(cyc.best_candidate)})
+                                 "solved": bool(cyc.best_candidate), "improved_global": improved})
         evaluated = [a for a in cyc.attempts if a.candidate_id and a.status not in ("duplicate", "no_candidate")]
         code_cid = cyc.best_candidate or cyc.last_candidate
         verdict = cyc.best_feedback if cyc.best_candidate else cyc.last_feedback
@@ -293,9 +295,7 @@ class KSearch(StrategyBase):
             expected=float(expected) if isinstance(expected, int | float) else None,
             measured=cyc.best_score if cyc.best_candidate else None, parent_score=cyc.parent_score or None)
         self._edit(evaluated or cyc.attempts, require, evidence)
-        improved = self.state.best_score > best_before * (1 + IMPROVEMENT)
         self.state.cycles_without_improvement = 0 if improved else self.state.cycles_without_improvement + 1
-        self.event("cycle_result", {"node_id": cyc.node_id, "improved_global": improved})
         if self.state.cycles_without_improvement >= self.s.stagnation_window:
             branch = self._branch_root(cyc.node_id)
             if branch and branch not in self.state.excluded:
