@@ -111,29 +111,36 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--runs-dir", default=None, help="keep the runs here (default: a temporary directory)")
     args = ap.parse_args()
-    reduced = len(args.seeds) < len(SEEDS) or args.budget < BUDGET or set(args.tasks) != set(TASKS)
     rows: list[dict[str, Any]] = []
+    planned = [(seed, task, rule) for seed in args.seeds for task in args.tasks for rule in args.rules]
     with tempfile.TemporaryDirectory(prefix="ksearch-selection-") as tmp:
         runs = Path(args.runs_dir or tmp)
-        for task in args.tasks:
-            for seed in args.seeds:
-                for rule in args.rules:
-                    row = one_run(task, seed, rule, args.budget, runs)
-                    rows.append(row)
-                    print(f"{task:15s} seed {seed} {rule:22s} final {row['final_best']:.3f} "
-                          f"to95 {row['evaluations_to_95pct']} evals {row['evaluations']} "
-                          f"cycles {row['cycles']} {row['cycle_end_reasons']} {row['wall_s']} s", flush=True)
-    summary = {"reduced": reduced, "rules": {k: RULES[k].__dict__ for k in args.rules},
-               "tasks": args.tasks, "seeds": args.seeds, "budget": args.budget, **summarise(rows, args.rules)}
-    notes = (f"Offline proposer, mlx-cpu, budget {args.budget}, seeds {args.seeds}, tasks {args.tasks}; one run at a "
-             "time on a shared 2-core CPU. evaluations_to_95pct: the evaluation (1 = the starting kernel) at which "
-             "the run's best first reached 95% of its final best.")
+        # Seeds outermost, and the result written after every run: a comparison cut short still holds whole seeds.
+        for seed, task, rule in planned:
+            row = one_run(task, seed, rule, args.budget, runs)
+            rows.append(row)
+            print(f"{task:15s} seed {seed} {rule:22s} final {row['final_best']:.3f} "
+                  f"to95 {row['evaluations_to_95pct']} evals {row['evaluations']} "
+                  f"cycles {row['cycles']} {row['cycle_end_reasons']} {row['wall_s']} s", flush=True)
+            path = write(rows, args, len(rows) == len(planned))
+    print(path)
+
+
+def write(rows: list[dict[str, Any]], args: argparse.Namespace, complete: bool) -> Path:
+    seeds = sorted({r["seed"] for r in rows})
+    tasks = [t for t in args.tasks if any(r["task"] == t for r in rows)]
+    reduced = len(seeds) < len(SEEDS) or args.budget < BUDGET or set(tasks) != set(TASKS) or not complete
+    summary = {"reduced": reduced, "complete": complete, "rules": {k: RULES[k].__dict__ for k in args.rules},
+               "tasks": tasks, "seeds": seeds, "budget": args.budget, **summarise(rows, args.rules)}
+    notes = (f"Offline proposer, mlx-cpu, budget {args.budget}, seeds {seeds}, tasks {tasks}; one run at a time on a "
+             "shared 2-core CPU. evaluations_to_95pct: the evaluation (1 = the starting kernel) at which the run's "
+             "best first reached 95% of its final best.")
     if reduced:
         notes += (" REDUCED: fewer seeds, tasks or evaluations than the full comparison (selective_scan, softmax, "
                   f"gqa_decode; seeds {list(SEEDS)}; budget {BUDGET}); too little data to choose a default.")
     result = make_result("selection-rules-cpu", get_backend("mlx-cpu"), rows,
-                         [f"{t} cpu search workloads" for t in args.tasks], ["float32", "float16"], summary, notes)
-    print(write_result(result, args.out))
+                         [f"{t} cpu search workloads" for t in tasks], ["float32", "float16"], summary, notes)
+    return write_result(result, args.out)
 
 
 if __name__ == "__main__":
