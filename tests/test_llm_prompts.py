@@ -179,6 +179,16 @@ def test_code_improve_prompt_shows_the_latest_attempt_beside_the_best() -> None:
     best, latest = text.index("The best kernel for this action so far"), text.index("The latest attempt")
     assert best < text.index("score 1.38") < latest < text.index("score 1.36")
     assert LATEST.strip() in text and "cycle ends unless this action beats it" in text
+    # The parent's code is there whatever the scores (a replay measuring again asks the same questions).
+    assert "## The code this action started from (the parent node's kernel, score 1.3)" in text
+
+
+def test_code_improve_prompt_without_a_newer_attempt_shows_one_verdict() -> None:
+    pol, rec = policy()
+    pol.implement(ctx(), request("improve", parent_source=LATEST, history=HISTORY[1:2], base_source=FUSED,
+                                 feedback=feedback("passed", 1.2), best_feedback=feedback("passed", 1.2)))
+    text = last_prompt(rec)
+    assert FUSED.strip() in text and "The latest attempt" not in text and text.count("Harness verdict") == 1
 
 
 def test_world_model_edit_prompt_carries_code_verdict_and_prediction() -> None:
