@@ -78,8 +78,9 @@ def test_an_endpoint_refusing_every_prompt_fails_the_run_with_exit_1(tmp_path, q
     recs = read_run(run)
     assert recs.meta.status == "failed" and recs.meta.stop_kind == "endpoint_failure"
     assert recs.meta.evaluations_done == 1  # the starting kernel; then the code calls failed too
-    # Analysis, init, three code calls: not one more after the fifth error.
-    assert [c.role for c in recs.calls] == ["analysis", "init", "code", "code", "code"]
+    # Analysis, init, the frontier refresh (the offline tree standing in has two actions), two code calls: not one
+    # more after the fifth error.
+    assert [c.role for c in recs.calls] == ["analysis", "init", "edit", "code", "code"]
     assert [e.kind for e in recs.events if e.kind == "proposer_failed"] == ["proposer_failed"]
     end = [e for e in recs.events if e.kind == "run_end"]
     assert len(end) == 1 and end[0].data == {"status": "failed", "kind": "endpoint_failure",

@@ -62,7 +62,8 @@ class ScriptedPolicy:
         return (f"TITLE = {title!r}\nATTEMPT = {i}\nSTATUS = {status!r}\nSCORE = {score}\n\n"
                 "def run(x):\n    return x\n"), {"family": "scripted", "i": i}
 
-    def update(self, ctx: Any, wm: dict[str, Any], cycle: list[Any], rejection: str | None) -> dict[str, Any]:
+    def update(self, ctx: Any, wm: dict[str, Any], cycle: list[Any], rejection: str | None,
+               evidence: Any = None) -> dict[str, Any]:
         self.updates.append(cycle)
         if not cycle:
             return {"active_leaf_id": None, "ops": []}

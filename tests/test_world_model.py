@@ -274,7 +274,7 @@ def test_each_op_applies_and_describes_itself() -> None:
     assert not any(n["node_id"] == "n3" for n in m.nodes())
 
 
-def test_split_replaces_an_open_leaf_by_alternatives() -> None:
+def test_split_keeps_the_node_and_adds_alternatives_under_it() -> None:
     m = WorldModel.new("k", [action("tile", difficulty=4), action("other")])
     changes = m.apply_edits(
         {
@@ -291,10 +291,14 @@ def test_split_replaces_an_open_leaf_by_alternatives() -> None:
         },
         round_=1,
     )
-    assert not m.has_node("n1") and changes[0].startswith("split n1")
-    alts = m.children(m.root_id)[:2]
+    assert m.has_node("n1") and changes[0].startswith("split n1")
+    alts = m.children("n1")
     assert [a["action"]["title"] for a in alts] == ["tile 32", "tile 64"]
     assert [a["action"]["difficulty_1_to_5"] for a in alts] == [4, 2]  # inherited where left out
+    assert [a["action"]["description"] for a in alts] == ["", ""]  # words are never inherited
+    # They refine n1: selectable once n1 has a solution.
+    assert not {a["node_id"] for a in alts} & {n["node_id"] for n in m.frontier()}
+    m.attach_solution("n1", "s1", None, "passed", 1.5)
     assert {a["node_id"] for a in alts} <= {n["node_id"] for n in m.frontier()}
 
 
@@ -305,8 +309,8 @@ def test_split_replaces_an_open_leaf_by_alternatives() -> None:
         ({"ops": [{"op": "delete_node", "node_id": "root"}]}, "root"),
         ({"ops": [{"op": "delete_node", "node_id": "n1x"}]}, "does not exist"),
         (
-            {"ops": [{"op": "split_node", "node_id": "n1", "children": [{"action": {"title": "a"}}] * 2}]},
-            "solution",
+            {"ops": [{"op": "split_node", "node_id": "n1", "children": [{"action": {"title": "a"}}] * 4}]},
+            "at most 3",
         ),
         ({"ops": [{"op": "update_node", "node_id": "n1", "patch": {"solution_ref": None}}]}, "solution_ref"),
         ({"ops": [{"op": "update_node", "node_id": "n2", "patch": {"parent_id": "n1"}}]}, "parent_id"),
@@ -399,9 +403,10 @@ def test_op_aliases_and_proposed_ids_within_one_edit() -> None:
         },
         1,
     )
-    titles = {n["node_id"]: n["action"]["title"] for n in m.frontier()}
-    assert sorted(titles.values()) == ["a", "x1", "x2"] and titles[m.active_leaf_id or ""] == "x1"
-    assert not set(titles) & {"p1", "p2"}
+    p1 = next(n for n in m.nodes() if n["action"] and n["action"]["title"] == "x")
+    kids = {n["node_id"]: n["action"]["title"] for n in m.children(p1["node_id"])}
+    assert sorted(kids.values()) == ["x1", "x2"] and kids[m.active_leaf_id or ""] == "x1"
+    assert not set(kids) & {"p1", "p2"} and p1["node_id"] != "p1"
 
 
 def test_close_takes_a_node_off_the_frontier() -> None:

@@ -10,16 +10,21 @@ from typing import Any
 
 from ksearch.errors import ConfigError
 
+SELECTION_RULES = ("weighted", "published")
+
 
 @dataclass
 class SelectionWeights:
-    """Weights of the frontier priority V (see worldmodel/model.py)."""
+    """How the next action is chosen from the frontier (see worldmodel/model.py): `rule` "weighted", the priority V
+    with these weights, or "published", the published K-Search ordering (a difficulty cut-off, then score,
+    difficulty, rating; the weights unused)."""
 
     score: float = 1.0
     rating: float = 0.6
     confidence: float = 0.3
     difficulty: float = 0.25
     exploration: float = 0.5
+    rule: str = "weighted"
 
 
 @dataclass
@@ -125,4 +130,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         raise ConfigError("budget must be at least 1 evaluation")
     if cfg.max_consecutive_errors < 1:
         raise ConfigError("max_consecutive_errors must be at least 1")
+    if cfg.weights.rule not in SELECTION_RULES:
+        raise ConfigError(f"weights.rule {cfg.weights.rule!r} is not a selection rule; use one of "
+                          f"{', '.join(SELECTION_RULES)}")
     return cfg

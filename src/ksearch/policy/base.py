@@ -1,10 +1,11 @@
 """The policy protocol: who proposes actions and code. The search loop is the only caller.
 
-A policy answers five questions, in the order of K-Search:
+A policy answers these questions, in the order of K-Search:
   analyse(ctx)                      -> the fixed analysis of the task (text), once per run
   init_world_model(ctx, analysis)   -> the initial world model (K-Search JSON: kernel_summary, decision_tree, ...)
   implement(ctx, request)           -> candidate source for one attempt (first / debug / improve), or None
   update(ctx, world_model, cycle)   -> world-model edit ops {"active_leaf_id": ..., "ops": [...]} after a cycle
+  refresh(ctx, world_model, needs)  -> edit ops that keep the frontier supplied, before a cycle
   state() / load_state(state)       -> what the policy needs to resume exactly (JSON-serialisable)
 
 Policies raise PolicyError for failures the loop should count and survive (an LLM that times out, unparseable output);
@@ -76,12 +77,37 @@ class Attempt:
 class ImplementRequest:
     action: dict[str, Any]  # the world-model node being implemented (K-Search node JSON)
     mode: Mode
-    parent_source: str | None  # the parent node's code, or the starting kernel at the root
+    #: The code to work on: first, the parent node's (the starting kernel at the root); debug, the attempt that
+    #: failed; improve, the cycle's best.
+    parent_source: str | None
     parent_params: dict[str, Any] | None  # template parameters of the parent (offline policy)
-    feedback: Feedback | None  # the harness's verdict on the previous attempt (debug / improve)
+    feedback: Feedback | None  # the harness's verdict on the latest attempt (debug / improve)
     history: list[Attempt]  # this cycle so far
-    best_source: str | None
+    best_source: str | None  # the best kernel of the whole search
     best_score: float
+    #: The world model as it stands (K-Search JSON), for the context a prompt shows around the action.
+    world_model: dict[str, Any] | None = None
+    #: improve: the latest attempt's code when it is not the cycle's best (`feedback` is its verdict).
+    latest_source: str | None = None
+    #: improve: the verdict on the cycle's best (`parent_source`).
+    best_feedback: Feedback | None = None
+    #: debug / improve: the code the action started from (the parent node's), and the parent's score.
+    base_source: str | None = None
+    parent_score: float | None = None
+
+
+@dataclass
+class CycleEvidence:
+    """What the world-model edit after a refinement cycle reasons over, beside the cycle's attempts."""
+
+    node_id: str
+    end_reason: str  # why the cycle ended, in words
+    code: str | None  # the code the cycle ended with: its best passing kernel, else its latest attempt
+    code_candidate: str | None
+    verdict: Feedback | None  # the harness's whole verdict on that code
+    expected: float | None  # the node's prediction: action.expected_vs_baseline_factor
+    measured: float | None  # the cycle's best score (None: nothing passed)
+    parent_score: float | None  # the score of the code the action started from
 
 
 @dataclass
@@ -146,9 +172,18 @@ class Policy(Protocol):
         ...
 
     def update(
-        self, ctx: PolicyContext, world_model: dict[str, Any], cycle: list[Attempt], rejection: str | None
+        self, ctx: PolicyContext, world_model: dict[str, Any], cycle: list[Attempt], rejection: str | None,
+        evidence: CycleEvidence | None = None,
     ) -> dict[str, Any]:
-        """Edit ops for the world model. `rejection` is the reason the previous proposal was refused, if any."""
+        """Edit ops for the world model after a cycle. `rejection` is the reason the previous proposal was refused,
+        if any; `evidence` what the cycle ended with (code, verdict, predicted against measured)."""
+        ...
+
+    def refresh(
+        self, ctx: PolicyContext, world_model: dict[str, Any], needs: list[str], rejection: str | None
+    ) -> dict[str, Any]:
+        """Edit ops that supply the frontier before a cycle: `needs` says what is missing (too few actions ready
+        to try, none rated above 0.5, no open child under the best node)."""
         ...
 
     def state(self) -> dict[str, Any]: ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ksearch.policy.base import Attempt, ImplementRequest, PolicyContext
+from ksearch.policy.base import Attempt, CycleEvidence, ImplementRequest, PolicyContext
 from ksearch.policy.templates import TemplateFamily, families_for
 from ksearch.worldmodel import WorldModel
 
@@ -127,7 +127,7 @@ class OfflinePolicy:
         return fam.source(params), {"family": fam.id, **params}
 
     def update(self, ctx: PolicyContext, world_model: dict[str, Any], cycle: list[Attempt],
-               rejection: str | None) -> dict[str, Any]:
+               rejection: str | None, evidence: CycleEvidence | None = None) -> dict[str, Any]:
         nodes = {n["node_id"]: n for n in world_model["decision_tree"]["nodes"]}
         ops: list[dict[str, Any]] = []
         if not cycle:
@@ -149,25 +149,8 @@ class OfflinePolicy:
                 "overall_rating_0_to_10": rating, "confidence_0_to_1": min(1.0, 0.4 + 0.1 * len(passed)),
                 "notes": notes, "action": {**action, "score_0_to_1": min(1.0, best / max(best, expected, 1.0))}}})
             # Follow-up children: the other applicable patterns, highest prior first, not already on this path.
-            on_path = set()
-            cur: dict[str, Any] | None = node
-            while cur:
-                pid = cur.get("pattern_id") or (cur.get("action") or {}).get("pattern_id")
-                if pid:
-                    on_path.add(pid)
-                cur = nodes.get(cur.get("parent_id") or "")
-            cands = [a for a in self._actions(ctx) if a["pattern_id"] not in on_path]
-            ctx.rng.shuffle(cands)
-            cands.sort(key=lambda a: -a["overall_rating_0_to_10"])
-            solution = (node.get("solution_ref") or {}).get("solution_id")
-            for a in cands[:2]:
-                a = {**a, "expected_vs_baseline_factor": max(best, 1e-3) * 1.1}
-                ops.append({"op": "insert_node", "parent_id": node_id, "parent_solution_id": solution, "node": {
-                    "action": {k: a[k] for k in ("title", "description", "difficulty_1_to_5", "score_0_to_1",
-                                                 "expected_vs_baseline_factor", "rationale")},
-                    "overall_rating_0_to_10": a["overall_rating_0_to_10"],
-                    "confidence_0_to_1": a["confidence_0_to_1"], "impacts": a.get("impacts"),
-                    "pattern_id": a["pattern_id"], "notes": f"follow-up of {node_id}"}})
+            for a in self._follow_ups(ctx, nodes, node_id)[:2]:
+                ops.append(_insert(a, node, max(best, 1e-3) * 1.1, f"follow-up of {node_id}"))
         else:
             ops.append({"op": "update_node", "node_id": node_id, "patch": {
                 "overall_rating_0_to_10": max(0.0, float(node.get("overall_rating_0_to_10") or 5) - 3),
@@ -176,11 +159,71 @@ class OfflinePolicy:
                          "UPDATE_BELIEF: too hard with the current templates."}})
         return {"active_leaf_id": node_id, "ops": ops}
 
+    def refresh(self, ctx: PolicyContext, world_model: dict[str, Any], needs: list[str],
+                rejection: str | None) -> dict[str, Any]:
+        """Supply the frontier from the knowledge patterns: follow-ups under the best node when it has no open child,
+        then, while fewer than 3 actions are ready to try, under the next best solved nodes and the root. Scores
+        stay as the patterns' priors give them (none is claimed above 0.5 without a measurement)."""
+        wm = WorldModel.from_json(world_model)
+        nodes = {n["node_id"]: n for n in wm.nodes()}
+        solved = sorted((n for n in nodes.values() if (n.get("solution_ref") or {}).get("solution_id")),
+                        key=lambda n: -float(n["solution_ref"]["eval"]["score"]))
+        ready = len(wm.frontier())
+        ops: list[dict[str, Any]] = []
+        for i, target in enumerate([*solved, nodes[wm.root_id]]):
+            tid = target["node_id"]
+            best_needs = i == 0 and tid != wm.root_id and wm.require_follow_up(tid)
+            added = 0
+            if not _wanted(len(ops), ready, best_needs, added):
+                continue
+            taken = {c.get("pattern_id") for c in wm.children(tid)}
+            ref = target.get("solution_ref") or {}
+            for a in self._follow_ups(ctx, nodes, tid):
+                if not _wanted(len(ops), ready, best_needs, added):
+                    break
+                if a["pattern_id"] in taken:
+                    continue
+                expected = (max(float(ref["eval"]["score"]), 1e-3) * 1.1 if ref.get("solution_id")
+                            else float(a["expected_vs_baseline_factor"]))
+                ops.append(_insert(a, target, expected, f"follow-up of {tid} (frontier refresh)"))
+                added += 1
+        return {"active_leaf_id": None, "ops": ops}
+
+    def _follow_ups(self, ctx: PolicyContext, nodes: dict[str, dict[str, Any]], node_id: str) -> list[dict[str, Any]]:
+        """The applicable patterns not on the path to the node, highest prior first (ties in a seeded order)."""
+        on_path = set()
+        cur: dict[str, Any] | None = nodes.get(node_id)
+        while cur:
+            pid = cur.get("pattern_id") or (cur.get("action") or {}).get("pattern_id")
+            if pid:
+                on_path.add(pid)
+            cur = nodes.get(cur.get("parent_id") or "")
+        cands = [a for a in self._actions(ctx) if a["pattern_id"] not in on_path]
+        ctx.rng.shuffle(cands)
+        cands.sort(key=lambda a: -a["overall_rating_0_to_10"])
+        return cands
+
     def state(self) -> dict[str, Any]:
         return {"tried": sorted(self.tried)}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.tried = set(state.get("tried", []))
+
+
+def _wanted(made: int, ready: int, best_needs: bool, added: int) -> bool:
+    """Whether a refresh adds one more: at most 3 in all, up to 2 under a best node without an open child, and
+    more while fewer than 3 actions are ready to try."""
+    return made < 3 and ((best_needs and added < 2) or ready + made < 3)
+
+
+def _insert(a: dict[str, Any], parent: dict[str, Any], expected: float, notes: str) -> dict[str, Any]:
+    """An insert_node op for pattern action `a` under `parent`."""
+    return {"op": "insert_node", "parent_id": parent["node_id"],
+            "parent_solution_id": (parent.get("solution_ref") or {}).get("solution_id"), "node": {
+                "action": {**{k: a[k] for k in ("title", "description", "difficulty_1_to_5", "score_0_to_1",
+                                                "rationale")}, "expected_vs_baseline_factor": expected},
+                "overall_rating_0_to_10": a["overall_rating_0_to_10"], "confidence_0_to_1": a["confidence_0_to_1"],
+                "impacts": a.get("impacts"), "pattern_id": a["pattern_id"], "notes": notes}}
 
 
 def make_offline_policy() -> OfflinePolicy:

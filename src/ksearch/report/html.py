@@ -69,6 +69,8 @@ table.impacts td, table.impacts th { border: 1px solid var(--line); padding: 2px
 .src { background: #fff; border: 1px solid var(--line); border-radius: 6px; overflow-x: auto; font-size: 12.5px; }
 .src pre { margin: 0; padding: 10px 12px; line-height: 1.4; }
 footer { margin-top: 40px; font-size: 12px; color: var(--muted); }
+table.cycles td { vertical-align: top; } ul.edits { margin: 0; padding-left: 16px; font-size: 12px; }
+li.edit-rejected { color: #c62828; } li.edit-applied { color: #1b5e20; }
 """
 
 # Expanding and collapsing the notes is the only behaviour; `data-ready` tells a headless test that the script ran.
@@ -149,6 +151,26 @@ def _events(run: RunData) -> str:
     return _table(rows, ["round", "event", "details"], {"round"})
 
 
+def _cycles(run: RunData) -> str:
+    cycles = run.cycles()
+    if not cycles:
+        return '<p class="muted">No refinement cycles (a comparison strategy, or none was started).</p>'
+    rows = []
+    for c in cycles:
+        edits = "".join(
+            f'<li class="{"edit-applied" if e.applied else "edit-rejected"}"><b>{"applied" if e.applied else "rejected"}'
+            f"</b> <span class=muted>({escape(e.when)})</span>: {escape(e.text)}</li>" for e in c.edits)
+        ended = f"<b>{escape(c.reason_text)}</b>" + (f": {escape(c.why)}" if c.why else "")
+        best = "-" if c.best_score is None else f"{c.best_score:.3f}"
+        rows.append(f'<tr class="cycle-row"><td class="num">{c.n}</td><td class="num">{c.round}</td>'
+                    f"<td><code>{escape(c.node_id)}</code> {escape(c.title)}</td><td class=\"num\">{c.attempts}</td>"
+                    f'<td class="num">{best}</td><td>{escape(c.outcome)}</td><td>{ended}</td>'
+                    f'<td>{f"<ul class=edits>{edits}</ul>" if edits else "<span class=muted>none</span>"}</td></tr>')
+    head = "".join(f"<th>{h}</th>" for h in ("#", "round", "action", "attempts", "best", "outcome", "ended because",
+                                             "world-model edits"))
+    return f'<table class="data cycles"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
 def _evaluations(run: RunData) -> str:
     msgs = {e.id: (e.message or "").strip().splitlines() for e in run.evaluations}
     rows = []
@@ -201,6 +223,9 @@ def render_html(run: RunData) -> str:
 <div class="toolbar"><button id="expand-all" type="button">expand all notes</button>
 <button id="collapse-all" type="button">collapse all</button></div>
 {tree_html(wm, best_path_ids, run.best_score)}
+<h2 id="cycles">Refinement cycles</h2>
+<p class="muted">Why each cycle ended, and each world-model edit around it: applied, or rejected with the reason.</p>
+{_cycles(run)}
 <h2 id="workloads">Best candidate per workload</h2>
 {_table(wl, wl_cols, {"latency", "baseline", "speedup", "roofline", "max abs err"}) if wl
  else '<p class="muted">No passing candidate.</p>'}

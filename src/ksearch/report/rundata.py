@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.harness.result import EvalResult
+from ksearch.report.cycles import Cycle, read_cycles
 from ksearch.store import CallRow, CandidateRow, EvaluationRow, EventRow, RunMeta, RunRecords, WorldModelRow, read_run
 
 NOTABLE_EVENTS = ("backtrack", "too_hard", "edit_rejected", "policy_error", "world_model_fallback", "edit_fallback",
@@ -245,6 +246,11 @@ class RunData:
             r["cost_usd"] += float(c.cost_usd or 0.0)
             r["errors"] += 1 if c.error else 0
         return list(roles.values())
+
+    def cycles(self) -> list[Cycle]:
+        """The refinement cycles: why each ended and the world-model edits around it (report/cycles.py)."""
+        return read_cycles(self.events, self.meta.get("stop_kind"), self.stop_reason,
+                           self.status not in ("running", "interrupted"))
 
     def notable_events(self) -> list[EventRow]:
         """What the loop did besides evaluating: backtracks, ideas judged too hard, rejected edits, policy errors."""

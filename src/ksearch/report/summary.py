@@ -6,6 +6,7 @@ import datetime as _dt
 from typing import Any
 
 from rich.console import Group, RenderableType
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -139,6 +140,39 @@ def workload_table(run: RunData) -> Table:
     return t
 
 
+#: Edits listed per cycle in the terminal (all of them are on the HTML page), and characters per edit.
+TERMINAL_EDITS, EDIT_CHARS = 6, 220
+
+
+def _short(text: str, limit: int = EDIT_CHARS) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def cycles_table(run: RunData) -> Table | None:
+    """One row per refinement cycle: the action, attempts, best, why it ended, and its world-model edits."""
+    cycles = run.cycles()
+    if not cycles:
+        return None
+    t = Table(title="refinement cycles", title_justify="left", box=None, padding=(0, 1), header_style="bold underline",
+              pad_edge=False)
+    for col in ("#", "round", "action", "tries", "best", "outcome", "ended because", "world-model edits"):
+        t.add_column(col, justify="right" if col in ("#", "round", "tries", "best") else "left",
+                     no_wrap=col in ("#", "round", "tries", "best"))
+    for c in cycles:
+        lines = []
+        for e in c.edits[:TERMINAL_EDITS]:
+            mark = "[green]✓[/green]" if e.applied else "[red]✗ rejected:[/red]"
+            lines.append(f"{mark} [dim]{e.when}:[/dim] {escape(_short(e.text))}")
+        if len(c.edits) > TERMINAL_EDITS:
+            lines.append(f"[dim]… {len(c.edits) - TERMINAL_EDITS} more (see --html)[/dim]")
+        ended = c.reason_text + (f": {c.why}" if c.why else "")
+        t.add_row(str(c.n), str(c.round), escape(f"{c.node_id} {c.title}"), str(c.attempts),
+                  "-" if c.best_score is None else f"{c.best_score:.3f}", c.outcome, escape(ended),
+                  "\n".join(lines) or "[dim]none[/dim]")
+    return t
+
+
 def summary_renderable(run: RunData, show_tree: bool = True) -> RenderableType:
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
@@ -148,6 +182,9 @@ def summary_renderable(run: RunData, show_tree: bool = True) -> RenderableType:
     parts: list[RenderableType] = [Panel(facts, title=f"ksearch run {run.run_id}", title_align="left")]
     if workload_rows(run):
         parts.append(workload_table(run))
+    cycles = cycles_table(run)
+    if cycles is not None:
+        parts.append(cycles)
     actions = run.best_actions()
     if actions:
         path = Text("path to the best: ", style="bold")

@@ -10,10 +10,11 @@ import contextlib
 from typing import Any
 
 from ksearch.config import SelectionWeights
-from ksearch.policy.base import Attempt, Feedback, ImplementRequest, Mode
+from ksearch.policy.base import Attempt, CycleEvidence, Feedback, ImplementRequest, Mode
+from ksearch.search import frontier
 from ksearch.search.bookkeeping import IMPROVEMENT, SearchSetup, StopSearch, StrategyBase
 from ksearch.search.state import Cycle, LoopState
-from ksearch.worldmodel import EditRejected, WorldModel, WorldModelError
+from ksearch.worldmodel import ANALYSIS_HEADING, EditRejected, WorldModel, WorldModelError
 from ksearch.worldmodel.tidy import tidy_tree
 
 EDIT_RETRIES = 2
@@ -54,6 +55,8 @@ class KSearch(StrategyBase):
                 if self.s.policy.name != "offline":
                     self.event("world_model_fallback", {"message": f"the offline world model stands in: {why}"})
                 self.wm = WorldModel.from_json(OfflinePolicy().init_world_model(ctx, self.state.analysis))
+            if self.state.analysis.strip():
+                self.wm.annotate_root(ANALYSIS_HEADING, self.state.analysis)
             self.state.phase = "search"
             self.write_state(self.wm.to_json(), "initial")
 
@@ -74,12 +77,13 @@ class KSearch(StrategyBase):
             # Attach what the interrupted cycle found, so the tree shows it (its edit's call may hit a cap or fail
             # the run: the cycle's solution is attached all the same).
             with contextlib.suppress(StopSearch):
-                self._end_cycle()
+                self._end_cycle("budget")
         self.write_state(self.wm.to_json() if self.wm else None, "final")
         return self.state
 
     def _select(self) -> bool:
         assert self.wm is not None
+        self._refresh_frontier()
         exclude = set()
         for root in self.state.excluded:
             exclude |= self._subtree(root)
@@ -88,19 +92,77 @@ class KSearch(StrategyBase):
             self.state.excluded = []  # every alternative is exhausted: allow the set-aside branches again
             node = self.wm.select(self.weights, self.state.visits, self.s.ctx.rng)
         if node is None:
-            # Ask the policy to grow the tree from what exists (an expansion edit without a cycle).
-            self._edit([], None)
-            node = self.wm.select(self.weights, self.state.visits, self.s.ctx.rng)
-            if node is None:
-                return False
-        self.state.cycle = Cycle(node_id=node["node_id"], best_at_start=self.state.best_score)
-        top = [{"node_id": n["node_id"], "title": (n.get("action") or {}).get("title"), "priority": v}
-               for v, n in self.wm.ranked_frontier(self.weights, self.state.visits)[:3]]
+            return False
+        parent_score = self._parent_score(node)
+        self.state.cycle = Cycle(node_id=node["node_id"], best_at_start=self.state.best_score,
+                                 parent_score=parent_score)
+        top = [{"node_id": n["node_id"], "title": (n.get("action") or {}).get("title"),
+                "priority": self.wm.priority(n["node_id"], self.weights, self.state.visits)}
+               for n in self.wm.ranked(self.weights, self.state.visits)[:3]]
         self.event("select", {"node_id": node["node_id"], "title": (node.get("action") or {}).get("title"),
                               "priority": self.wm.priority(node["node_id"], self.weights, self.state.visits),
-                              "frontier": top})
+                              "parent_score": parent_score, "frontier": top})
         self.write_state()
         return True
+
+    def _refresh_frontier(self) -> None:
+        """Before every cycle, as published: when fewer than 3 actions are ready to try, or the best node has no open
+        child, the proposer is asked for an edit that supplies them (and an action rated above 0.5), up to
+        EDIT_RETRIES more times while something is missing; a deterministic minimal child is the last resort."""
+        assert self.wm is not None
+        needs = frontier.missing(self.wm)
+        if not needs:
+            return
+        score_need = frontier.score_missing(self.wm)
+        asked = needs + ([score_need] if score_need else [])
+        refresh = getattr(self.s.policy, "refresh", None)
+        changes: list[str] = []
+        rejection: str | None = None
+        wanted = asked
+        for _ in range(EDIT_RETRIES + 1):
+            if refresh is not None:
+                edits = self.call_policy(refresh, self.s.ctx, self.wm.to_json(), wanted, rejection)
+            else:  # a policy written before refresh existed: an expansion edit without a cycle
+                edits = self.call_policy(self.s.policy.update, self.s.ctx, self.wm.to_json(), [], rejection)
+            if edits is None:
+                break
+            try:
+                applied = self.wm.apply_edits(edits, self.state.round)
+            except EditRejected as exc:
+                rejection = str(exc)
+                self.event("edit_rejected", {"reason": rejection, "purpose": "refresh"})
+                continue
+            self.event("edit", {"changes": applied, "purpose": "refresh"})
+            if not applied:
+                break  # the proposer has nothing to add: asking again would only cost calls
+            changes += applied
+            score_need = frontier.score_missing(self.wm)
+            wanted = frontier.missing(self.wm) + ([score_need] if score_need else [])
+            if not wanted:
+                break
+            rejection = "after your edit, still missing: " + "; ".join(wanted)
+        by = "proposer" if changes else "none"
+        if frontier.missing(self.wm):
+            fallback = frontier.last_resort(self.wm, "the proposer left the frontier short")
+            if fallback is not None:
+                changes += self.wm.apply_edits(fallback, self.state.round)
+                by = "fallback"
+        score_need = frontier.score_missing(self.wm)
+        left = frontier.missing(self.wm) + ([score_need] if score_need else [])
+        self.event("frontier_refresh", {"needs": asked, "by": by, "changes": changes, "missing": left})
+        if changes:
+            self.write_state(self.wm.to_json(), "frontier refresh")
+
+    def _parent_score(self, node: dict[str, Any]) -> float:
+        """The score an action must beat: its parent's attached solution's, the starting kernel's at the root (0 when
+        that did not pass: the cannot-beat-the-parent rule is then off)."""
+        assert self.wm is not None
+        parent = self.wm.parent(node["node_id"])
+        ref = (parent or {}).get("solution_ref") or {}
+        if ref.get("solution_id"):
+            ev = ref.get("eval") or {}
+            return float(ev.get("score") or 0.0) if ev.get("status") in ("passed", "") else 0.0
+        return float(self.state.start_score or 0.0)
 
     def _subtree(self, node_id: str) -> set[str]:
         assert self.wm is not None
@@ -122,6 +184,9 @@ class KSearch(StrategyBase):
         row = self.store.candidate(cid)
         return cid, row.params
 
+    def _source(self, cid: str | None) -> str | None:
+        return self.store.candidate(cid).source(self.store.path) if cid else None
+
     def _attempt(self) -> None:
         assert self.wm is not None and self.state.cycle is not None
         cyc = self.state.cycle
@@ -131,14 +196,16 @@ class KSearch(StrategyBase):
             mode = "improve" if any(a.status == "passed" for a in cyc.attempts) else "debug"
         parent_cid, parent_params = self._parent_solution(node)
         base_cid = cyc.best_candidate if mode == "improve" else (cyc.last_candidate if mode == "debug" else parent_cid)
-        base_source = self.store.candidate(base_cid).source(self.store.path) if base_cid else None
-        best_source = (self.store.candidate(self.state.best_candidate).source(self.store.path)
-                       if self.state.best_candidate else None)
+        latest = cyc.last_candidate if mode == "improve" and cyc.last_candidate != cyc.best_candidate else None
         request = ImplementRequest(
-            action=node, mode=mode, parent_source=base_source,
+            action=node, mode=mode, parent_source=self._source(base_cid),
             parent_params=(cyc.best_params if mode == "improve" and cyc.best_params else parent_params),
             feedback=Feedback(**cyc.last_feedback) if cyc.last_feedback else None,
-            history=list(cyc.attempts), best_source=best_source, best_score=self.state.best_score)
+            history=list(cyc.attempts), best_source=self._source(self.state.best_candidate),
+            best_score=self.state.best_score, world_model=self.wm.to_json(), latest_source=self._source(latest),
+            best_feedback=(Feedback(**cyc.best_feedback) if mode == "improve" and cyc.best_feedback else None),
+            base_source=self._source(parent_cid) if mode != "first" else None,
+            parent_score=cyc.parent_score or None)
         self.s.ctx.round = self.state.round
         out = self.call_policy(self.s.policy.implement, self.s.ctx, request)
         self.state.visits[cyc.node_id] = self.state.visits.get(cyc.node_id, 0) + 1
@@ -160,40 +227,75 @@ class KSearch(StrategyBase):
                 if result.passed and result.score > cyc.best_score * (1 + IMPROVEMENT):
                     attempt.improved = True
                     cyc.best_candidate, cyc.best_score, cyc.best_params = attempt.candidate_id, result.score, params
+                    cyc.best_feedback = cyc.last_feedback
                     cyc.no_improve = 0
                 else:
                     cyc.no_improve += 1
             cyc.attempts.append(attempt)
-        if cyc.no_improve >= self.s.stagnation_window or cyc.consecutive_skips >= MAX_SKIPS:
-            self._end_cycle()
+        if cyc.best_candidate is not None and cyc.parent_score > 0:
+            # As published: once the cycle has a pass, its best must beat the parent's score within W attempts.
+            beats = cyc.best_score > cyc.parent_score * (1 + IMPROVEMENT)
+            cyc.behind_parent = 0 if beats else cyc.behind_parent + 1
+        window = self.s.stagnation_window
+        if cyc.no_improve >= window:
+            self._end_cycle("stagnation")
+        elif cyc.behind_parent >= window:
+            self._end_cycle("behind_parent")
+        elif cyc.consecutive_skips >= MAX_SKIPS:
+            self._end_cycle("nothing_new")
         else:
             self.write_state()
 
-    def _end_cycle(self) -> None:
+    def _why(self, reason: str, cyc: Cycle) -> str:
+        """A cycle's end in words (the report shows them)."""
+        w = self.s.stagnation_window
+        if reason == "stagnation":
+            return f"{w} attempts in a row did not improve on the cycle's best (stagnation window {w})"
+        if reason == "behind_parent":
+            return (f"{w} attempts in a row after its first pass did not beat the parent's score "
+                    f"{cyc.parent_score:.4g} (the cycle's best: {cyc.best_score:.4g})")
+        if reason == "nothing_new":
+            return f"the proposer produced nothing new {MAX_SKIPS} times in a row"
+        return f"the budget of {self.s.budget} evaluations is spent"
+
+    def _end_cycle(self, reason: str) -> None:
         assert self.wm is not None and self.state.cycle is not None
         cyc = self.state.cycle
         best_before = cyc.best_at_start
+        node = self.wm.node(cyc.node_id)
+        require: str | None = None
         if cyc.best_candidate:
-            parent_cid, _ = self._parent_solution(self.wm.node(cyc.node_id))
+            parent_cid, _ = self._parent_solution(node)
             self.wm.attach_solution(cyc.node_id, cyc.best_candidate, parent_cid, "passed", cyc.best_score,
                                     round_=self.state.round)
-            require = cyc.node_id
+            # A solved node is promised a follow-up: one it already has counts, as in the published validation.
+            require = cyc.node_id if self.wm.require_follow_up(cyc.node_id) else None
         elif not any(a.status not in ("duplicate", "no_candidate") for a in cyc.attempts):
             # Nothing new was tried (only repeats of earlier candidates): the idea is exhausted, not too hard.
             self.wm.close(cyc.node_id, "exhausted: the proposer had nothing new for this action", self.state.round)
             self.event("exhausted", {"node_id": cyc.node_id})
-            require = None
         else:
             last = cyc.attempts[-1].status if cyc.attempts else "none"
             self.wm.mark_too_hard(cyc.node_id, f"no attempt passed (last: {last})", self.state.round)
             self.event("too_hard", {"node_id": cyc.node_id})
-            require = None
-        evaluated = [a for a in cyc.attempts if a.candidate_id and a.status not in ("duplicate", "no_candidate")]
-        self._edit(evaluated or cyc.attempts, require)
+        why = self._why(reason, cyc)
         improved = self.state.best_score > best_before * (1 + IMPROVEMENT)
+        # Before the edit, so that a report reads the edits after the cycle's end.
+        self.event("cycle_end", {"node_id": cyc.node_id, "title": (node.get("action") or {}).get("title"),
+                                 "best_score": cyc.best_score, "attempts": len(cyc.attempts),
+                                 "parent_score": cyc.parent_score, "reason": reason, "why": why,
+                                 "solved": bool(cyc.best_candidate), "improved_global": improved})
+        evaluated = [a for a in cyc.attempts if a.candidate_id and a.status not in ("duplicate", "no_candidate")]
+        code_cid = cyc.best_candidate or cyc.last_candidate
+        verdict = cyc.best_feedback if cyc.best_candidate else cyc.last_feedback
+        expected = (node.get("action") or {}).get("expected_vs_baseline_factor")
+        evidence = CycleEvidence(
+            node_id=cyc.node_id, end_reason=why, code=self._source(code_cid), code_candidate=code_cid,
+            verdict=Feedback(**verdict) if verdict else None,
+            expected=float(expected) if isinstance(expected, int | float) else None,
+            measured=cyc.best_score if cyc.best_candidate else None, parent_score=cyc.parent_score or None)
+        self._edit(evaluated or cyc.attempts, require, evidence)
         self.state.cycles_without_improvement = 0 if improved else self.state.cycles_without_improvement + 1
-        self.event("cycle_end", {"node_id": cyc.node_id, "best_score": cyc.best_score, "attempts": len(cyc.attempts),
-                                 "improved_global": improved})
         if self.state.cycles_without_improvement >= self.s.stagnation_window:
             branch = self._branch_root(cyc.node_id)
             if branch and branch not in self.state.excluded:
@@ -213,30 +315,55 @@ class KSearch(StrategyBase):
             cur = self.wm.node(cur["parent_id"])
         return cur["node_id"] if cur.get("parent_id") == self.wm.root_id else None
 
-    def _edit(self, cycle: list[Attempt], require_child_of: str | None) -> None:
+    def _edit(self, cycle: list[Attempt], require_child_of: str | None, evidence: CycleEvidence) -> None:
+        """The proposer's edit after a cycle, retried with the reason while it is refused; a solved node without a
+        follow-up then gets one all the same (_follow_up)."""
         assert self.wm is not None
         rejection: str | None = None
+        last: Any = None
         for _ in range(EDIT_RETRIES + 1):
-            edits = self.call_policy(self.s.policy.update, self.s.ctx, self.wm.to_json(), cycle, rejection)
+            edits = self.call_policy(self.s.policy.update, self.s.ctx, self.wm.to_json(), cycle, rejection, evidence)
             if edits is None:
                 break
+            last = edits
             try:
                 changes = self.wm.apply_edits(edits, self.state.round, require_child_of=require_child_of)
             except EditRejected as exc:
                 rejection = str(exc)
-                self.event("edit_rejected", {"reason": rejection})
+                self.event("edit_rejected", {"reason": rejection, "purpose": "cycle", "node_id": evidence.node_id})
                 continue
-            self.event("edit", {"changes": changes})
+            self.event("edit", {"changes": changes, "purpose": "cycle", "node_id": evidence.node_id})
             return
         if require_child_of is not None:
-            # Deterministic fallback so a solved node always has a follow-up: the offline policy's edit.
-            from ksearch.policy.offline import OfflinePolicy
+            self._follow_up(require_child_of, last, cycle, rejection)
 
-            fallback = OfflinePolicy().update(self.s.ctx, self.wm.to_json(), cycle, rejection)
-            if self.s.policy.name != "offline":
-                self.event("edit_fallback", {"node_id": require_child_of, "message": "the offline policy's edit "
-                                             "stands in for the proposer's: " + (rejection or "none was given")})
+    def _follow_up(self, node_id: str, last: Any, cycle: list[Attempt], rejection: str | None) -> None:
+        """Every solved node gets a follow-up child, whatever the task: the proposer's last edit with a minimal child
+        added (its rating updates kept), else the offline policy's edit (with the minimal child where its knowledge
+        patterns give none), else the minimal child alone, which is always accepted."""
+        from ksearch.policy.offline import OfflinePolicy
+
+        assert self.wm is not None
+        child = self.wm.fallback_edit(node_id, why="the proposer's edit gave it none")["ops"]
+        tries: list[tuple[str, dict[str, Any]]] = []
+        if isinstance(last, dict) and isinstance(last.get("ops"), list):
+            tries.append(("the proposer's edit with an automatic follow-up child", {**last, "ops": [*last["ops"],
+                                                                                                  *child]}))
+        offline = OfflinePolicy().update(self.s.ctx, self.wm.to_json(), cycle, rejection)
+        if not any(op.get("op") == "insert_node" and op.get("parent_id") == node_id for op in offline["ops"]):
+            tries.append(("the offline policy's edit with an automatic follow-up child",
+                          {**offline, "ops": [*offline["ops"], *child]}))
+        else:
+            tries.append(("the offline policy's edit", offline))
+        tries.append(("an automatic follow-up child", {"active_leaf_id": node_id, "ops": child}))
+        for label, edit in tries:
             try:
-                self.wm.apply_edits(fallback, self.state.round, require_child_of=require_child_of)
+                changes = self.wm.apply_edits(edit, self.state.round, require_child_of=node_id)
             except EditRejected as exc:
-                self.event("edit_rejected", {"reason": f"fallback: {exc}"})
+                self.event("edit_rejected", {"reason": f"fallback ({label}): {exc}", "purpose": "follow_up",
+                                             "node_id": node_id})
+                continue
+            self.event("edit_fallback", {"node_id": node_id, "source": label, "changes": changes,
+                                         "message": f"the follow-up for {node_id}: {label}"
+                                         + (f" (the proposer's edit was refused: {rejection})" if rejection else "")})
+            return

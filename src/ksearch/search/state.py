@@ -22,6 +22,12 @@ class Cycle:
     last_feedback: dict[str, Any] | None = None
     consecutive_skips: int = 0
     best_at_start: float = 0.0
+    #: The score of the code the action starts from (the parent node's solution; the starting kernel at the root);
+    #: 0 when it did not pass, which turns the rule below off.
+    parent_score: float = 0.0
+    #: Attempts in a row, since the cycle's first pass, after which its best still did not beat parent_score.
+    behind_parent: int = 0
+    best_feedback: dict[str, Any] | None = None  # the verdict on best_candidate
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

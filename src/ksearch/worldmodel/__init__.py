@@ -4,6 +4,6 @@ model.py holds the tree and its accessors, edits.py the proposer's edit operatio
 """
 
 from ksearch.errors import EditRejected, WorldModelError
-from ksearch.worldmodel.model import WorldModel
+from ksearch.worldmodel.model import ANALYSIS_HEADING, WorldModel
 
-__all__ = ["EditRejected", "WorldModel", "WorldModelError"]
+__all__ = ["ANALYSIS_HEADING", "EditRejected", "WorldModel", "WorldModelError"]

@@ -7,9 +7,10 @@ Ops (the published names; "op" names the operation, "type" is accepted too):
   insert_node {parent_id, parent_solution_id?, node}
       add a child action under an existing node (or one inserted earlier in the same edit); the node may not
       carry a solution; the parent may not be an unsolved too_hard/closed node (the child could never run)
-  split_node {node_id, children: [node, ...]}
-      replace an open leaf by two or more alternatives: they take its place under its parent, inheriting
-      whatever fields they leave out from it
+  split_node {node_id, children: [node, ...], parent_patch?}
+      as published: the node stays (patched by parent_patch) and the alternatives it is refined into are added
+      as its children; ratings and action figures (difficulty, score, expected factor) they leave out are the
+      node's; not under an unsolved too_hard/closed node
   delete_node {node_id}
       prune an open leaf
 An *open leaf* is a non-root node without solution, without children and not marked too_hard/closed (a
@@ -50,6 +51,9 @@ _ALIASES = {
     "remove_node": "delete_node",
 }
 _IMMUTABLE = ("node_id", "parent_id", "solution_ref", "ksearch")
+# What a split child never takes from the node it refines: its place and words are its own.
+_OWN = ("notes", "last_updated_round", "node_type", "decision", "choice", "action")
+_OWN_ACTION = ("title", "description", "rationale")
 
 
 def has_open_child(data: dict[str, Any], node_id: str) -> bool:
@@ -151,12 +155,13 @@ class _Edit:
         if raw.get("node_type") == "root":
             raise self.reject("there is exactly one root; a new node cannot have node_type 'root'")
         body = {k: copy.deepcopy(v) for k, v in raw.items() if k not in _IMMUTABLE}
-        if inherit is not None:  # a split alternative: what it leaves out comes from the node it replaces
+        if inherit is not None:  # a split alternative: ratings and action figures it leaves out are the node's
             for k, v in inherit.items():
-                if k not in _IMMUTABLE and k not in ("notes", "last_updated_round"):
+                if k not in _IMMUTABLE and k not in _OWN:
                     body.setdefault(k, copy.deepcopy(v))
             if isinstance(raw.get("action"), dict) and isinstance(inherit.get("action"), dict):
-                body["action"] = {**copy.deepcopy(inherit["action"]), **copy.deepcopy(raw["action"])}
+                figures = {k: v for k, v in inherit["action"].items() if k not in _OWN_ACTION}
+                body["action"] = {**copy.deepcopy(figures), **copy.deepcopy(raw["action"])}
         if not isinstance(body.get("action"), dict) or not str(body["action"].get("title") or "").strip():
             raise self.reject('a new node needs an action with a title: {"action": {"title": ..., ...}}')
         if len(self.inserted) >= self.max_inserts:
@@ -255,23 +260,26 @@ class _Edit:
         self.changes.append(f"inserted {node['node_id']} '{_title(node)}' under {parent['node_id']}")
 
     def split(self, op: dict[str, Any]) -> None:
+        """As published: the node stays (patched by `parent_patch` if given) and the alternatives it is refined
+        into become its children; they wait, like any child, until the node has a solution."""
         target = self.resolve(op.get("node_id"), "node_id")
-        problem = self.open_leaf_problem(target)
-        if problem:
-            raise self.reject(f"cannot split {target['node_id']!r}: {problem}")
+        if is_closed(target) and solution_id(target) is None:
+            raise self.reject(
+                f"cannot split {target['node_id']!r}: it is marked {target['ksearch']['status']} and unsolved, "
+                "so children under it could never be selected; insert the alternatives elsewhere"
+            )
         alts = next((op[k] for k in ("children", "nodes", "alternatives") if k in op), None)
-        if not isinstance(alts, list) or len(alts) < 2:
-            raise self.reject('split_node needs "children": a list of at least two alternative nodes')
-        parent = self.find(target["parent_id"])
-        assert parent is not None
-        new_nodes = [self.new_node(raw, parent, inherit=target) for raw in alts]
-        at = self.nodes.index(target)
-        self.nodes[at : at + 1] = new_nodes
-        self.removed.add(target["node_id"])
-        if self.data["decision_tree"]["active_leaf_id"] == target["node_id"]:
-            self.data["decision_tree"]["active_leaf_id"] = new_nodes[0]["node_id"]
+        if not isinstance(alts, list) or not alts:
+            raise self.reject('split_node needs "children": a list of the alternative nodes to add under the node')
+        patch = op.get("parent_patch")
+        if patch not in (None, {}):
+            if not isinstance(patch, dict):
+                raise self.reject('"parent_patch" must be an object of the node\'s fields to change')
+            self.update({"node_id": target["node_id"], "patch": patch})
+        new_nodes = [self.new_node(raw, target, inherit=target) for raw in alts]
+        self.nodes.extend(new_nodes)
         parts = ", ".join(f"{n['node_id']} '{_title(n)}'" for n in new_nodes)
-        self.changes.append(f"split {target['node_id']} '{_title(target)}' into {parts}")
+        self.changes.append(f"split {target['node_id']} '{_title(target)}': {parts} added under it")
 
     def delete(self, op: dict[str, Any]) -> None:
         target = self.resolve(op.get("node_id"), "node_id")

@@ -41,9 +41,13 @@ from ksearch.worldmodel.schema import (
 if TYPE_CHECKING:
     from ksearch.config import SelectionWeights
 
-__all__ = ["EditRejected", "WorldModel", "WorldModelError"]
+__all__ = ["ANALYSIS_HEADING", "EditRejected", "WorldModel", "WorldModelError"]
 
 _TIE_EPS = 1e-9
+#: The published selection's difficulty cut-off: harder actions wait while easier ones are ready.
+PUBLISHED_MAX_DIFFICULTY = 4
+#: The root's notes keep the run's analysis under this heading (as published), for every later world-model prompt.
+ANALYSIS_HEADING = "ANALYSIS"
 
 
 @dataclass
@@ -252,6 +256,22 @@ class WorldModel:
         ranked = [(self.priority(n["node_id"], weights, visits), n) for n in self.frontier()]
         return sorted(ranked, key=lambda t: -t[0])
 
+    def published_order(self, exclude: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+        """The frontier in the published K-Search's order: the actions of difficulty at most
+        PUBLISHED_MAX_DIFFICULTY first (harder ones only when none is that easy), each group by score_0_to_1
+        descending, then difficulty ascending, then overall_rating_0_to_10 descending, then node_id; no
+        exploration term."""
+        nodes = [n for n in self.frontier() if n["node_id"] not in exclude]
+        return sorted(nodes, key=lambda n: (int(n["action"]["difficulty_1_to_5"]) > PUBLISHED_MAX_DIFFICULTY,
+                                            -float(n["action"]["score_0_to_1"]), int(n["action"]["difficulty_1_to_5"]),
+                                            -float(n["overall_rating_0_to_10"]), str(n["node_id"])))
+
+    def ranked(self, weights: SelectionWeights, visits: dict[str, int]) -> list[dict[str, Any]]:
+        """The frontier in the order `weights.rule` ranks it, best first (for reports and the live view)."""
+        if getattr(weights, "rule", "weighted") == "published":
+            return self.published_order()
+        return [n for _, n in self.ranked_frontier(weights, visits)]
+
     def select(
         self,
         weights: SelectionWeights,
@@ -259,9 +279,12 @@ class WorldModel:
         rng: random.Random,
         exclude: set[str] | frozenset[str] = frozenset(),
     ) -> dict[str, Any] | None:
-        """The frontier node with the highest V (None if the frontier is empty). Ties (within 1e-9) are broken
-        by `rng` over the tied nodes in tree order, so a seeded RNG gives the same choice every time; the RNG
-        is only drawn from when there is a tie."""
+        """The next node to refine (None if the frontier is empty). Rule "weighted": the highest V; ties (within
+        1e-9) are broken by `rng` over the tied nodes in tree order, so a seeded RNG gives the same choice every
+        time; the RNG is only drawn from when there is a tie. Rule "published": the first of published_order."""
+        if getattr(weights, "rule", "weighted") == "published":
+            order = self.published_order(exclude)
+            return order[0] if order else None
         ranked = [(v, n) for v, n in self.ranked_frontier(weights, visits) if n["node_id"] not in exclude]
         if not ranked:
             return None
@@ -340,24 +363,25 @@ class WorldModel:
         self.data = new_data
         return changes
 
-    def fallback_edit(self, node_id: str | None) -> dict[str, Any]:
-        """The deterministic edit to use when the proposer's edits keep being rejected: for a solved node
-        without an open child, one follow-up child "Refine: <title>" (same action, score lowered by 10%,
-        confidence halved); otherwise no ops. Always accepted by `apply_edits`."""
+    def fallback_edit(
+        self, node_id: str | None, why: str = "the proposer's edits were refused"
+    ) -> dict[str, Any]:
+        """The deterministic edit for when the proposer gives no follow-up: for a solved node without an open
+        child, one minimal child "Refine: <title>" (same action, score lowered by 10%, confidence halved, marked
+        `auto_follow_up`); otherwise no ops. Always accepted by `apply_edits`."""
         if node_id is None or not self.has_node(node_id):
             return {"active_leaf_id": None, "ops": []}
         n = self._node(node_id)
         if solution_id(n) is None or not self.require_follow_up(node_id) or n["action"] is None:
             return {"active_leaf_id": node_id, "ops": []}
         act = copy.deepcopy(n["action"])
-        act["title"] = f"Refine: {act['title']}"
+        title = str(act["title"])
+        act["title"] = title if title.startswith("Refine: ") else f"Refine: {title}"
         act["score_0_to_1"] = round(0.9 * float(act["score_0_to_1"]), 4)
-        act["rationale"] = (
-            "automatic follow-up: tune the solved step further (the proposer's edits were refused)"
-        )
+        act["rationale"] = f"automatic follow-up: tune the solved step further ({why})"
         child = {
             "decision": n["decision"],
-            "choice": f"refine {n['choice']}".strip(),
+            "choice": n["choice"] if n["choice"].startswith("refine ") else f"refine {n['choice']}".strip(),
             "action": act,
             "impacts": copy.deepcopy(n["impacts"]),
             "overall_rating_0_to_10": n["overall_rating_0_to_10"],
@@ -367,8 +391,19 @@ class WorldModel:
         extras = {k: copy.deepcopy(v) for k, v in n.items() if k not in child and k not in NODE_KEYS}
         extras.pop("ksearch", None)
         child.update(extras)
+        child["auto_follow_up"] = True
         op = {"op": "insert_node", "parent_id": node_id, "parent_solution_id": solution_id(n), "node": child}
         return {"active_leaf_id": node_id, "ops": [op]}
+
+    def annotate_root(self, heading: str, body: str) -> None:
+        """Keep a text in the root's notes under `heading` (replacing an earlier one under it), as the published
+        implementation keeps the analysis there for every later world-model prompt."""
+        root = self._node(self.root_id)
+        marker = f"{heading}:"
+        notes = str(root["notes"] or "")
+        if marker in notes:
+            notes = notes[: notes.index(marker)].rstrip()
+        root["notes"] = (notes + "\n\n" if notes else "") + f"{marker}\n{body.strip()}"
 
     def require_follow_up(self, solved_node_id: str) -> bool:
         """True if the node has no open child yet: the next edit must insert one

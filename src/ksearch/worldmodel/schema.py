@@ -101,6 +101,10 @@ def normalise_action(raw: Any, where: str, fallback_title: str = "") -> dict[str
         return None
     if not isinstance(raw, dict):
         raise WorldModelError(f"{where}: action must be an object with title, description, ...")
+    if not text(raw.get("title")).strip() and not text(raw.get("description")).strip():
+        # The published implementation gives every node an action and leaves it empty where there is none (the
+        # root, a decision-only node): such a node is no action, and is never selected.
+        return None
     out: dict[str, Any] = {
         "title": text(raw.get("title")).strip() or fallback_title or "untitled action",
         "description": text(raw.get("description")),
@@ -161,13 +165,19 @@ def normalise_solution(raw: Any, where: str) -> dict[str, Any] | None:
         ev = {}
     if not isinstance(ev, dict):
         raise WorldModelError(f"{where}.eval: must be an object {{status, score, score_name}}")
-    score = number(ev.get("score"), 0.0, f"{where}.eval.score")
+    metrics = ev.get("metrics")
+    raw_score = ev.get("score")
+    if raw_score is None and isinstance(metrics, dict):
+        raw_score = metrics.get("score")  # where the published implementation keeps it
+    score = number(raw_score, 0.0, f"{where}.eval.score")
     if math.isinf(score):
         raise WorldModelError(f"{where}.eval.score: must be finite")
     ev_out: dict[str, Any] = {
         "status": text(ev.get("status")),
         "score": score,
-        "score_name": text(ev.get("score_name")) or "speedup_geomean",
+        "score_name": text(ev.get("score_name"))
+        or (text(metrics.get("score_name")) if isinstance(metrics, dict) else "")
+        or "speedup_geomean",
     }
     ev_out.update({k: copy.deepcopy(v) for k, v in ev.items() if k not in ev_out})
     out: dict[str, Any] = {

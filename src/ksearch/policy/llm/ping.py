@@ -54,6 +54,9 @@ def smallest_prompt() -> Messages:
         "history": [],
         "best_score": 0.0,
         "analysis": "",
+        "wm": None,  # the smallest prompt: no world model, no parent code
+        "base_source": None,
+        "parent_score": None,
     }
     return [
         {"role": "system", "content": render("system.j2", **variables)},

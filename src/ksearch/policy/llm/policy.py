@@ -15,9 +15,9 @@ replayed run takes the same path.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from ksearch.errors import CallFailed, PolicyError
@@ -25,6 +25,7 @@ from ksearch.policy.base import (
     Attempt,
     CallBound,
     CallRecord,
+    CycleEvidence,
     Feedback,
     ImplementRequest,
     PolicyContext,
@@ -35,7 +36,6 @@ from ksearch.policy.llm.fitting import (
     MESSAGE_OVERHEAD,
     Prompt,
     Window,
-    compact_json,
     estimate_tokens,
     fit,
     messages_tokens,
@@ -44,7 +44,15 @@ from ksearch.policy.llm.fitting import (
 )
 from ksearch.policy.llm.parsing import Parsed, excerpt, extract_code, extract_json, strip_thinking
 from ksearch.policy.llm.pricing import Budget
-from ksearch.policy.llm.prompts import action_view, common, render
+from ksearch.policy.llm.prompts import (
+    action_view,
+    common,
+    edit_json,
+    frontier_view,
+    render,
+    wm_nodes,
+    world_model_view,
+)
 from ksearch.policy.llm.replay import ReplayTransport, render_prompt
 from ksearch.policy.llm.schemas import without_null_patches
 from ksearch.store.redact import redact
@@ -127,61 +135,132 @@ class LLMPolicy:
             except KeyError:
                 source = ""
         fb = (request.feedback or Feedback(status="unknown", message="", score=0.0)).to_json()
+        best_fb = request.best_feedback.to_json() if request.best_feedback else None
         history = [a.to_json() for a in request.history]
         base = common(ctx)
+        wm = world_model_view(request.world_model, str(request.action.get("node_id") or ""))
+        # The search's best is shown when it is none of the code the prompt already quotes.
+        quoted = {source, request.latest_source, request.base_source}
+        best_source = request.best_source if request.best_source and request.best_source not in quoted else None
         variables = {
             **base,
             "action": action_view(request.action),
             "parent_source": source.rstrip("\n"),
             "fb": fb,
+            "best_fb": best_fb,
+            "latest_source": (request.latest_source or "").rstrip("\n") or None,
+            "base_source": (request.base_source or "").rstrip("\n") or None,
+            "parent_score": request.parent_score,
+            "best_source": (best_source or "").rstrip("\n") or None,
+            "wm": wm,
             "history": history,
             "best_score": request.best_score,
             "analysis": self.analysis,
         }
-        # Least important first: the attempt log, the analysis, the porting context, the spec's details, the
-        # verdict's log. The task, the contract, the action and the code stay whole.
+        # Least important first: the attempt log, the search's best kept for reference, the world model's
+        # alternatives, the analysis, the porting context, the spec's details, the code the action started from,
+        # the verdicts' logs, the rest of the world model. The task, the contract, the action, the code to work on
+        # and the latest attempt stay whole.
         trims: list[tuple[str, Any]] = []
         if len(history) > 3:
             trims.append(("history", history[-3:]))
         if history:
             trims.append(("history", []))
+        if best_source:
+            trims.append(("best_source", None))
+        if wm and (wm["siblings"] or wm["open_questions"]):
+            trims.append(("wm", {**wm, "siblings": [], "open_questions": []}))
         if request.mode == "first" and self.analysis:
             trims.append(("analysis", shorter(self.analysis, 0.15)))
         message = str(fb.get("message") or "")
         if len(message) > 2000:
             trims.append(("fb", {**fb, "message": shorter(message, 2000 / len(message))}))
         trims += spec_trims(base["spec"], base["port"])
+        if request.base_source:
+            trims.append(("base_source", None))
         if request.mode == "first" and self.analysis:
             trims.append(("analysis", ""))
         if len(message) > 500:
             trims.append(("fb", {**fb, "message": shorter(message, 500 / len(message))}))
+        best_message = str((best_fb or {}).get("message") or "")
+        if best_fb and len(best_message) > 500:
+            trims.append(("best_fb", {**best_fb, "message": shorter(best_message, 500 / len(best_message))}))
+        if wm:
+            trims.append(("wm", None))
         prompt = Prompt(CODE_TEMPLATES[request.mode], variables, trims)
         code: str = self._ask(ctx, "code", self.coder_model, prompt, extract_code, want="code")
         self.last_source = code
         return code, {}
 
     def update(
-        self, ctx: PolicyContext, world_model: dict[str, Any], cycle: list[Attempt], rejection: str | None
+        self, ctx: PolicyContext, world_model: dict[str, Any], cycle: list[Attempt], rejection: str | None,
+        evidence: CycleEvidence | None = None,
     ) -> dict[str, Any]:
         attempts = [a.to_json() for a in cycle]
+        ev = None
+        fb = None
+        if evidence is not None:
+            node = next((n for n in wm_nodes(world_model) if n.get("node_id") == evidence.node_id), {})
+            ev = {**asdict(evidence), "title": action_view(node)["title"] if node else evidence.node_id,
+                  "code": (evidence.code or "").rstrip("\n") or None}
+            ev.pop("verdict")
+            fb = evidence.verdict.to_json() if evidence.verdict else None
         variables = {
-            **common(ctx),
-            "world_model": json.dumps(world_model, indent=1, sort_keys=True, default=str),
+            **self._edit_head(ctx, world_model),
             "cycle": attempts,
+            "ev": ev,
+            "fb": fb,
             "rejection": rejection,
             "best_score": _best_score(world_model, cycle),
         }
         trims: list[tuple[str, Any]] = []
         if len(attempts) > 6:
             trims.append(("cycle", attempts[-6:]))
-        trims.append(("world_model", compact_json(world_model)))
+        trims += self._edit_trims(variables, world_model)
+        if fb and len(str(fb.get("message") or "")) > 500:
+            message = str(fb["message"])
+            trims.append(("fb", {**fb, "message": shorter(message, 500 / len(message))}))
         if len(attempts) > 2:
             trims.append(("cycle", attempts[-2:]))
+        if ev and ev.get("code"):
+            trims.append(("ev", {**ev, "code": shorter(str(ev["code"]), 0.3)}))
+        return self._edit(ctx, Prompt("world_model_edit.j2", variables, trims))
+
+    def refresh(
+        self, ctx: PolicyContext, world_model: dict[str, Any], needs: list[str], rejection: str | None
+    ) -> dict[str, Any]:
+        variables = {
+            **self._edit_head(ctx, world_model),
+            "needs": list(needs),
+            "rejection": rejection,
+            "best_score": _best_score(world_model, []),
+        }
+        return self._edit(ctx, Prompt("world_model_refresh.j2", variables, self._edit_trims(variables, world_model)))
+
+    def _edit_head(self, ctx: PolicyContext, world_model: dict[str, Any]) -> dict[str, Any]:
+        """What every world-model edit prompt shows: the task, the analysis (kept in the root's notes), the world
+        model, the actions ready to try."""
+        return {**common(ctx), "analysis": self.analysis, "world_model": edit_json(world_model),
+                "frontier": frontier_view(world_model)}
+
+    @staticmethod
+    def _edit_trims(variables: dict[str, Any], world_model: dict[str, Any]) -> list[tuple[str, Any]]:
+        """Least important first: most of the analysis, the world model's layout, then the rest of the analysis."""
+        analysis = str(variables.get("analysis") or "")
+        trims: list[tuple[str, Any]] = []
+        if analysis:
+            trims.append(("analysis", shorter(analysis, 0.35)))
+        trims.append(("world_model", edit_json(world_model, compact=True)))
+        if analysis:
+            trims += [("analysis", shorter(analysis, 0.1)), ("analysis", "")]
+        return trims
+
+    def _edit(self, ctx: PolicyContext, prompt: Prompt) -> dict[str, Any]:
         edit: dict[str, Any] = self._ask(
             ctx,
             "edit",
             self.reasoning_model,
-            Prompt("world_model_edit.j2", variables, trims),
+            prompt,
             lambda t: extract_json(t, ("ops",)),
             want="json",
             keys=("active_leaf_id", "ops"),
