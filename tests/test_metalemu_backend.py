@@ -146,3 +146,41 @@ def test_every_figure_says_it_is_the_emulator_s(tmp_path: Path) -> None:
         assert data["timing"] == note and data["notes"].startswith(note)
     cpu = make_result("naive", get_backend("mlx-cpu"), [], [], [])
     assert "timing" not in cpu
+
+
+def test_the_cuda_engine_is_chosen_by_name_and_refused_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KSEARCH_EMU_ENGINE", "cuda")
+    detect._probe.cache_clear()
+    try:
+        if detect._probe()["cuda"]:
+            backend = get_backend("mlx-metal-emu")
+            assert backend.emulation == "cuda" and backend.is_gpu  # the GPU tier, on the GPU
+        else:
+            with pytest.raises(BackendUnavailable, match="KSEARCH_EMU_ENGINE=cuda needs MLX with CUDA"):
+                get_backend("mlx-metal-emu")
+        monkeypatch.setenv("KSEARCH_EMU_ENGINE", "opencl")
+        with pytest.raises(BackendUnavailable, match="KSEARCH_EMU_ENGINE='opencl' is not an engine"):
+            get_backend("mlx-metal-emu")
+    finally:
+        detect._probe.cache_clear()
+
+
+def test_installing_the_cuda_engine_routes_metal_kernel_through_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ksearch.metalemu import cuda_kernel
+
+    seen: list[tuple[str, tuple[str, ...]]] = []
+
+    def via_cuda(name, input_names, output_names, source, *rest):  # type: ignore[no-untyped-def]
+        seen.append((name, tuple(input_names)))
+        return "translated"
+
+    monkeypatch.setattr(cuda_kernel, "metal_kernel_via_cuda", via_cuda)
+    restore = surface.install("cuda")
+    try:
+        assert mx.fast.metal_kernel.metal_emulation == "cuda"  # type: ignore[attr-defined]
+        made = mx.fast.metal_kernel(name="k", input_names=["a"], output_names=["o"], source="o[0] = a[0];")
+        assert made == "translated" and seen == [("k", ("a",))]
+    finally:
+        restore()
+    with pytest.raises(ValueError, match="unknown Metal emulation engine"):
+        surface.install("opencl")

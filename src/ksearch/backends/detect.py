@@ -23,9 +23,24 @@ RUNS_CODE_OF = {"mlx-metal-emu": "mlx-metal"}
 
 #: What `ksearch backends` says of an emulation.
 EMULATION_NOTES = {
-    "mlx-metal-emu": "Metal kernels (mx.fast.metal_kernel) run by an emulation on this machine's CPU: a correctness "
-                     "verdict counts; a time is the emulator's, not a Metal speed",
+    "mlx-metal-emu": "Metal kernels (mx.fast.metal_kernel) run by an emulation on this machine's CPU (or, with "
+                     "KSEARCH_EMU_ENGINE=cuda, translated to CUDA on its NVIDIA GPU): a correctness verdict counts; a "
+                     "time is the emulator's, not a Metal speed",
 }
+
+
+#: KSEARCH_EMU_ENGINE: which engine runs mlx-metal-emu's kernels: "cpu" (C++ on this machine's CPU, with the checks),
+#: or "cuda" (translated to CUDA and run on an NVIDIA GPU through mx.fast.cuda_kernel, at the GPU tier, without them).
+EMU_ENGINES = ("cpu", "cuda")
+
+
+def emulation_engine() -> str:
+    """The engine KSEARCH_EMU_ENGINE names (default cpu); anything else is a one-line error."""
+    engine = os.environ.get("KSEARCH_EMU_ENGINE", "cpu").strip().lower() or "cpu"
+    if engine not in EMU_ENGINES:
+        raise BackendUnavailable(f"KSEARCH_EMU_ENGINE={engine!r} is not an engine; choose one of "
+                                 f"{', '.join(EMU_ENGINES)}")
+    return engine
 
 
 def emulation_note(name: str | None) -> str | None:
@@ -107,9 +122,10 @@ def available_backends() -> list[Backend]:
     if p["cuda"]:
         found.append(Backend("mlx-cuda", "cuda"))
     found.append(Backend("mlx-cpu", "cpu"))
-    if p["clang"]:
+    engine = emulation_engine()
+    if (engine == "cpu" and p["clang"]) or (engine == "cuda" and p["cuda"]):
         # Last: an emulation is never the default; it is asked for by name.
-        found.append(Backend("mlx-metal-emu", "metal", emulation="cpu"))
+        found.append(Backend("mlx-metal-emu", "metal", emulation=engine))
     return found
 
 
@@ -135,7 +151,8 @@ def get_backend(name: str | None) -> Backend:
     here = ", ".join(b.name for b in available_backends()) or "none (MLX missing)"
     why = ""
     if name == "mlx-metal-emu" and _probe()["mlx"]:
-        why = " (it needs clang++ on PATH or KSEARCH_CLANG: apt-get install clang)"
+        why = (" (KSEARCH_EMU_ENGINE=cuda needs MLX with CUDA and an NVIDIA GPU)" if emulation_engine() == "cuda"
+               else " (it needs clang++ on PATH or KSEARCH_CLANG: apt-get install clang)")
     raise BackendUnavailable(f"backend {name} is not available on this machine{why}; available: {here}")
 
 

@@ -359,13 +359,19 @@ def install(engine: str = "cpu") -> Callable[[], None]:
 
     The factory carries `metal_emulation` (the engine's name): the library's dispatch reads it to take its Metal
     kernels on this emulated device (ksearch.kernels.device.metal_emulated)."""
-    if engine not in ENGINES:
-        raise ValueError(f"unknown Metal emulation engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if engine not in (*ENGINES, "cuda"):
+        raise ValueError(f"unknown Metal emulation engine {engine!r}; choose one of {', '.join(ENGINES)}, cuda")
     original = mx.fast.metal_kernel
 
     def factory(name: str, input_names: Sequence[str], output_names: Sequence[str], source: str, header: str = "",
                 ensure_row_contiguous: bool = True, atomic_outputs: bool = False,
-                compile_options: dict[str, str] | None = None) -> MetalKernel:
+                compile_options: dict[str, str] | None = None) -> Any:
+        if engine == "cuda":
+            # The CUDA engine takes MLX arrays itself: the body translated to CUDA, run by mx.fast.cuda_kernel.
+            from ksearch.metalemu.cuda_kernel import metal_kernel_via_cuda
+
+            return metal_kernel_via_cuda(name, input_names, output_names, source, header, ensure_row_contiguous,
+                                         atomic_outputs, compile_options)
         return metal_kernel(name, input_names, output_names, source, header, ensure_row_contiguous, atomic_outputs,
                             compile_options, engine=engine)
 
