@@ -33,10 +33,10 @@ def ksearch(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def eval_json(task: str, source: str, tmp_path: Path, name: str) -> dict[str, Any]:
+def eval_json(task: str, source: str, tmp_path: Path, name: str, *extra: str) -> dict[str, Any]:
     f = tmp_path / f"{name}.py"
     f.write_text(source)
-    done = ksearch("eval", task, str(f), "--backend", EMU, "--json")
+    done = ksearch("eval", task, str(f), "--backend", EMU, "--json", *extra)
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout)
     assert result["backend"] == EMU
@@ -91,7 +91,11 @@ def test_every_metal_family_has_a_second_rendering() -> None:
 def test_metal_template_rendering_passes_eval(family: str, which: str, tmp_path: Path) -> None:
     fam = next(f for f in all_families() if f.id == family)
     source = render(family, SECOND[family] if which == "second" else None)
-    _passed(eval_json(fam.tasks[0], source, tmp_path, f"{family.replace('.', '_')}_{which}"))
+    # Against the task's Metal starter where it has one: emulator time against emulator time, the baseline's worker
+    # running Metal through the emulation as the candidate's does.
+    result = eval_json(fam.tasks[0], source, tmp_path, f"{family.replace('.', '_')}_{which}", "--baseline", "naive")
+    _passed(result)
+    assert result["baseline"] == "naive" and all(w["baseline_latency_s"] for w in result["workloads"])
 
 
 # -- a CUDA kernel carried over by `ksearch port`, written as Metal ----------------------------------------------------
