@@ -23,10 +23,11 @@ def test_bench_rounds_grow_to_the_target_length_and_every_function_gets_the_same
         return fn
 
     fns = {"fast": make("fast", 0.001), "slow": make("slow", 0.003)}
-    times = time_rounds(fns, rounds=2, n=2, warmup=1, round_s=0.02)
-    # warm-up 1 + probe 1 + 2 rounds of n each; n from the fastest (~1 ms a call -> ~20, capped at 64)
+    times = time_rounds(fns, rounds=2, n=2, warmup=1, round_s=0.05)
+    # warm-up 1 + probe 1 + 2 rounds of n each; n from the fastest probe: a sleep of 1 ms takes at least 1 ms, so n is
+    # at most 50; a loaded machine stretches it (3 ms seen on CI), so only "grew past the given 2" is asserted below
     n = (calls["fast"] - 2) // 2
-    assert 8 <= n <= 21 and calls["slow"] == calls["fast"]
+    assert 2 < n <= 50 and calls["slow"] == calls["fast"]
     assert all(len(t) == 2 for t in times.values())
     calls.update(fast=0, slow=0)
     time_rounds(fns, rounds=2, n=2, warmup=1)  # without a target: n as given
