@@ -6,7 +6,7 @@ and the docstrings and comments of src/ksearch and benchmarks/*.py are read as t
 - repository paths: `src/ksearch/...`, `benchmarks/...`, `tests/...`, `docs/...` (globs `*` and `<placeholder>`
   parts match any name); in the benchmark documents also `results/...` and `logs/...` under benchmarks/results,
   and result files named alone (`decode-mlx-cuda-nvidia-h200.json`) in benchmarks/results/ or its logs/;
-- paths inside the package named from its root: `harness/evaluate.py`, `kernels/attention/`, ...;
+- paths inside the package named from its root: `harness/evaluator.py`, `kernels/attention/`, ...;
 - `path.py: name` pairs: the function, class or method (`Class.method`) is defined in that file;
 - dotted modules `ksearch.a.b`, and `ksearch.a.b.name` where name is bound at the top of module ksearch.a.b.
 
@@ -239,14 +239,14 @@ def test_source_comments_name_only_what_exists() -> None:
 
 def test_the_checker_catches_what_it_should() -> None:
     # A checker that passes everything would let the documents rot unnoticed.
-    assert _check_module("ksearch.harness.evaluate") is None
-    assert _check_module("ksearch.harness.evaluate.Evaluator") is None
+    assert _check_module("ksearch.harness.evaluator") is None
+    assert _check_module("ksearch.harness.evaluator.Evaluator") is None
     assert _check_module("ksearch.harness.nonexistent") is not None
-    assert _check_module("ksearch.harness.evaluate.no_such_name") is not None
+    assert _check_module("ksearch.harness.evaluator.no_such_name") is not None
     assert _exists("benchmarks/results/decode-*-nvidia-h200.json")
     assert _exists("src/ksearch/tasks/starters/")
     assert not _exists("src/ksearch/report/benchjson.py")
-    assert _defined(PKG / "harness" / "evaluate.py", "Evaluator.evaluate")
-    assert not _defined(PKG / "harness" / "evaluate.py", "Evaluator.no_such_method")
-    assert ROOM_PATH.search("see `harness/evaluate.py`") is not None
+    assert _defined(PKG / "harness" / "evaluator.py", "Evaluator.evaluate")
+    assert not _defined(PKG / "harness" / "evaluator.py", "Evaluator.no_such_method")
+    assert ROOM_PATH.search("see `harness/evaluator.py`") is not None
     assert ROOM_PATH.search("api.openai.com/v1") is None

@@ -144,7 +144,7 @@ def test_the_harness_scans_a_candidate_once(monkeypatch: pytest.MonkeyPatch, cal
     import ksearch.harness.static
     import ksearch.knowledge.lint
     from ksearch.backends import Backend
-    from ksearch.harness.evaluate import EvalOptions, EvalResult, Evaluator
+    from ksearch.harness.evaluator import EvalOptions, EvalResult, Evaluator
     from ksearch.harness.measure import Fail
     from ksearch.knowledge.forbidden import scan_forbidden
 

@@ -184,3 +184,15 @@ def test_installing_the_cuda_engine_routes_metal_kernel_through_it(monkeypatch: 
         restore()
     with pytest.raises(ValueError, match="unknown Metal emulation engine"):
         surface.install("opencl")
+
+
+def test_the_cuda_engine_sizes_its_timing_pools_by_the_gpus_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CUDA engine runs on the GPU: its pools must outgrow the GPU's L2, not this CPU's cache; its device is named.
+    monkeypatch.setattr(detect, "_device_name", lambda family: "NVIDIA H200" if family == "cuda" else "CPU")
+    emu = detect.Backend(EMU, "metal", emulation="cuda")
+    h200 = detect.profile_for("cuda", "NVIDIA H200")
+    assert h200["matched"] and emu.is_gpu
+    assert emu.profile()["llc_bytes"] == h200["llc_bytes"] != detect.Backend(EMU, "metal", emulation="cpu").profile()[
+        "llc_bytes"]
+    assert emu.profile()["bandwidth_gbs"] is None  # still no floor: the emulation's time is not a Mac's
+    assert detect.device_name(emu) == "Apple GPU emulated on NVIDIA H200"

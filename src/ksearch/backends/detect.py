@@ -85,7 +85,10 @@ class Backend:
 
     def profile(self) -> dict[str, Any]:
         if self.emulated:
-            return emulated_profile(self.name)
+            # The timing pools must outgrow the cache of the device the emulation runs on: the GPU's L2 for the
+            # CUDA engine, this CPU's last-level cache for the C++ engine.
+            host = profile_for("cuda", _device_name("cuda")) if self.emulation == "cuda" else None
+            return emulated_profile(self.name, host["llc_bytes"] if host else None)
         return profile_for(self.family, device_name(self))
 
 
@@ -170,7 +173,14 @@ def _nvidia_driver() -> str | None:
 
 def device_name(backend: Backend) -> str:
     if backend.emulated:
+        if backend.emulation == "cuda":
+            return f"Apple GPU emulated on {_device_name('cuda')}"
         return f"Apple GPU emulated on the CPU ({platform.processor() or platform.machine()})"
+    return _device_name(backend.family)
+
+
+def _device_name(family: str) -> str:
+    """The name of the device MLX runs on, for a backend of `family`."""
     try:
         import mlx.core as mx
 
@@ -178,10 +188,10 @@ def device_name(backend: Backend) -> str:
     except Exception:  # no MLX device info on some builds; the name is informational only
         info = {}
     name = str(info.get("device_name") or info.get("name") or "")
-    if backend.family == "cuda" and not name:
+    if family == "cuda" and not name:
         drv = _nvidia_driver()
         name = drv.split(",", 1)[1].strip() if drv and "," in drv else "NVIDIA GPU"
-    if backend.family == "cpu" and not name:
+    if family == "cpu" and not name:
         name = platform.processor() or platform.machine()
     return name
 

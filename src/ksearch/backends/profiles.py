@@ -24,14 +24,15 @@ def load_profiles() -> list[dict[str, Any]]:
     return list(_data()["profiles"])
 
 
-def emulated_profile(backend: str) -> dict[str, Any]:
-    """The profile of an emulated device (data/hardware.yaml, `emulators`): its limits, and this CPU's cache for the
-    timing pools. No bandwidth and no peak: an emulator's time is no measure of the emulated device, so no physical
-    floor applies and no roofline fraction is reported."""
+def emulated_profile(backend: str, llc_bytes: int | None = None) -> dict[str, Any]:
+    """The profile of an emulated device (data/hardware.yaml, `emulators`): its limits, and for the timing pools the
+    cache of the device the emulation runs on (`llc_bytes`; default this CPU's). No bandwidth and no peak: an
+    emulator's time is no measure of the emulated device, so no physical floor applies and no roofline fraction is
+    reported."""
     for row in _data().get("emulators", []):
         if row.get("backend") == backend:
             out = dict(row)
-            out.update({"llc_bytes": cpu_llc_bytes(), "bandwidth_gbs": None, "peak_tflops": {}, "matched": True,
+            out.update({"llc_bytes": llc_bytes or cpu_llc_bytes(), "bandwidth_gbs": None, "peak_tflops": {}, "matched": True,
                         "emulated": True})
             return out
     raise KeyError(f"no emulator profile for backend {backend!r} in {PROFILES_FILE.name}")

@@ -42,7 +42,7 @@ def run_phases(task_name: str, backend: str | None, candidates: list[str], workl
     sources = [(Path(c).name, Path(c).read_text()) for c in candidates] or [
         ("starter", task.starting_source(b.family))]
     figures: list[dict[str, Any]] = []
-    with Evaluator(task, b) as ev:
+    with Evaluator(task, b, spare=True) as ev:  # as a search judges them: the next worker spawned ahead
         for name, source in sources:
             for k in range(repeat):
                 t0 = time.perf_counter()

@@ -388,15 +388,20 @@ class WorkerProcess:
         self.close()
 
 
-def start(role: str, task_origin: str, device: str, memory_limit: int, deadline: float,
-          source: str | None = None, forbidden: tuple[str, ...] = (), entry: str | None = None,
-          env: dict[str, str] | None = None, emulation: str | None = None) -> tuple[WorkerProcess, dict[str, Any]]:
-    """Spawn a worker and initialise it; returns the worker and its init reply. `emulation` ("cpu"): the worker runs
-    Metal kernels through the Metal emulation (ksearch.metalemu.surface.install) before any code under test loads."""
+def spawn(role: str, task_origin: str, device: str, memory_limit: int,
+          env: dict[str, str] | None = None) -> WorkerProcess:
+    """A worker process, contained where it will run a candidate, waiting for its init (it imports what every role
+    needs meanwhile, so that a worker spawned ahead of time is ready sooner)."""
     if role == "candidate":
         protect_parent()
-    w = WorkerProcess(role, memory_limit, env=env, task_origin=task_origin, gpu=device == "gpu")
-    msg: dict[str, Any] = {"op": "init", "role": role, "task": task_origin, "device": device,
+    return WorkerProcess(role, memory_limit, env=env, task_origin=task_origin, gpu=device == "gpu")
+
+
+def initialise(w: WorkerProcess, task_origin: str, device: str, deadline: float, source: str | None = None,
+               forbidden: tuple[str, ...] = (), entry: str | None = None,
+               emulation: str | None = None) -> dict[str, Any]:
+    """Send a spawned worker its init (the candidate's or baseline's source, the tripwires); its reply."""
+    msg: dict[str, Any] = {"op": "init", "role": w.role, "task": task_origin, "device": device,
                            "forbidden": list(forbidden), "guard_fd": w.guard_fd_in_child, "entry": entry,
                            "emulation": emulation}
     if source is not None:
@@ -409,7 +414,16 @@ def start(role: str, task_origin: str, device: str, memory_limit: int, deadline:
         w.close()
         raise
     w.read_containment()
-    return w, reply
+    return reply
+
+
+def start(role: str, task_origin: str, device: str, memory_limit: int, deadline: float,
+          source: str | None = None, forbidden: tuple[str, ...] = (), entry: str | None = None,
+          env: dict[str, str] | None = None, emulation: str | None = None) -> tuple[WorkerProcess, dict[str, Any]]:
+    """Spawn a worker and initialise it; returns the worker and its init reply. `emulation` ("cpu"): the worker runs
+    Metal kernels through the Metal emulation (ksearch.metalemu.surface.install) before any code under test loads."""
+    w = spawn(role, task_origin, device, memory_limit, env)
+    return w, initialise(w, task_origin, device, deadline, source, forbidden, entry, emulation)
 
 
 def now() -> float:

@@ -377,10 +377,21 @@ def _tb(exc: BaseException) -> str:
     return text[-4000:]
 
 
+def _preload() -> None:
+    """What every role imports, loaded before the init arrives (trusted code only; no candidate exists yet): a worker
+    spawned ahead of an evaluation spends its import time while the parent is still busy elsewhere."""
+    import mlx.core  # noqa: F401
+
+    import ksearch.harness.digest  # noqa: F401
+    import ksearch.harness.pool  # noqa: F401
+    import ksearch.tasks  # noqa: F401
+
+
 def main() -> None:
     _die_with_parent()
     fd = int(os.environ["KSEARCH_WORKER_FD"])
     sock = socket.socket(fileno=fd)
+    _preload()
     Worker(sock).serve()
     sys.stdout.flush()
     os._exit(0)

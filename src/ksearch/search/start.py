@@ -203,7 +203,7 @@ class _Judge:
     """The search's evaluate function: one persistent Evaluator (trusted reference worker, baseline cache)."""
 
     def __init__(self, task: Task, backend: Backend, cfg: RunConfig) -> None:
-        self.ev = Evaluator(task, backend, int(cfg.memory_limit_gb * (1 << 30)))
+        self.ev = Evaluator(task, backend, int(cfg.memory_limit_gb * (1 << 30)), spare=True)
         self.opts = EvalOptions(baseline=cfg.baseline, timeout_s=cfg.timeout_s,
                                 memory_limit_bytes=int(cfg.memory_limit_gb * (1 << 30)))
 

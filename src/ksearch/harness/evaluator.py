@@ -20,7 +20,7 @@ from ksearch.harness import timing
 from ksearch.harness.digest import from_raw_bits
 from ksearch.harness.judge import judge
 from ksearch.harness.measure import Check, Fail, Timed, classify_exception, time_workload
-from ksearch.harness.process import WorkerDied, WorkerProcess, start
+from ksearch.harness.process import WorkerDied, WorkerProcess, initialise, spawn, start
 from ksearch.harness.result import EvalResult, WorkloadResult, geomean
 from ksearch.harness.static import check_source
 from ksearch.tasks.base import Task, Workload
@@ -78,7 +78,10 @@ class Evaluator:
     """Judges candidates of one task on one backend. Keeps the trusted reference worker, the references of its trial
     seeds and the baseline timings between evaluations (a search evaluates hundreds of candidates)."""
 
-    def __init__(self, task: Task, backend: Backend, memory_limit_bytes: int = 16 << 30) -> None:
+    def __init__(self, task: Task, backend: Backend, memory_limit_bytes: int = 16 << 30, spare: bool = False) -> None:
+        """spare: after each evaluation, spawn the next candidate's worker at once (a search's evaluations follow one
+        another: the worker's start, a second of Python and MLX imports on a 2-core CPU, overlaps the search's own
+        work and the next candidate's static checks instead of adding to its evaluation)."""
         self.task = task
         self.backend = backend
         self.profile = backend.profile()
@@ -91,6 +94,8 @@ class Evaluator:
         # (baseline, workload) -> (latency, the harness's own time between two calls there)
         self._baselines: dict[tuple[str, str], tuple[float | None, float | None]] = {}
         self._env: dict[str, Any] | None = None
+        self._spare_wanted = spare
+        self._spare: tuple[tuple[Any, ...], WorkerProcess] | None = None
         self._trial_master = secrets.randbits(62)  # secret; revealed with each verdict
         #: Seconds per phase of the last evaluation (benchmarks/eval_phases.py prints them).
         self.phases: dict[str, float] = {}
@@ -109,6 +114,7 @@ class Evaluator:
         return self._env
 
     def close(self) -> None:
+        self._drop_spare()
         if self._ref is not None:
             self._ref.close()
             self._ref = None
@@ -135,6 +141,32 @@ class Evaluator:
             yield
         finally:
             self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
+
+    # -- the next candidate's worker, spawned ahead -----------------------------------------------------------------
+    def _spare_key(self, opts: EvalOptions) -> tuple[Any, ...]:
+        return (opts.memory_limit_bytes, tuple(sorted(opts.extra_env.items())))
+
+    def _drop_spare(self) -> None:
+        if self._spare is not None:
+            self._spare[1].close()
+            self._spare = None
+
+    def _spawn_spare(self, opts: EvalOptions) -> None:
+        """Spawned from the evaluator's caller's thread: a worker dies with the thread that started it."""
+        self._drop_spare()
+        with contextlib.suppress(OSError):
+            self._spare = (self._spare_key(opts), spawn("candidate", self.task.origin, self.device,
+                                                        opts.memory_limit_bytes, opts.extra_env))
+
+    def _candidate_process(self, opts: EvalOptions) -> WorkerProcess:
+        """The spare when it was spawned for these options and is alive, else a new worker."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            key, worker = spare
+            if key == self._spare_key(opts) and worker.proc.poll() is None:
+                return worker
+            worker.close()
+        return spawn("candidate", self.task.origin, self.device, opts.memory_limit_bytes, opts.extra_env)
 
     # -- trusted reference ---------------------------------------------------------------------------------------
     def _reference(self, key: tuple[Any, ...], msg: dict[str, Any]) -> tuple[dict[str, str], list[np.ndarray]]:
@@ -259,6 +291,8 @@ class Evaluator:
         except Fail as fail:
             result.status, result.message = fail.status, fail.message
         result.duration_s = time.monotonic() - t_start
+        if self._spare_wanted:
+            self._spawn_spare(opts)
         if result.status == "passed":
             result.score = geomean([w.speedup for w in result.workloads
                                     if w.split == "search" and w.speedup is not None])
@@ -292,9 +326,9 @@ class Evaluator:
         refs = self._thread().submit(self._references, needed)
         try:
             with self._phase("start candidate"):
-                worker, reply = start("candidate", self.task.origin, self.device, opts.memory_limit_bytes, deadline,
-                                      source=source, forbidden=self.task.forbidden, env=opts.extra_env,
-                                      emulation=self.backend.emulation)
+                worker = self._candidate_process(opts)
+                reply = initialise(worker, self.task.origin, self.device, deadline, source=source,
+                                   forbidden=self.task.forbidden, emulation=self.backend.emulation)
         except BaseException:
             refs.result()
             raise
