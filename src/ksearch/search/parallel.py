@@ -54,6 +54,8 @@ class ParallelStrategy(StrategyBase):
     #: Proposals in a row that send nothing (no code, duplicates) before the search counts as exhausted.
     STALL_LIMIT = 500
     workers = 1
+    #: The device kinds the pool's workers have (the driver sets it).
+    live_kinds: set[str] = set()
 
     def next_proposal(self, idle_kinds: list[str]) -> Proposal | None:
         """The next candidate to send to one of the idle workers' kinds (asks the policy); None: nothing now."""
@@ -89,6 +91,7 @@ class Driver:
         s = self.s
         try:
             s._init()  # type: ignore[attr-defined]  # the single-process form's start (analysis, world model)
+            self._kinds()
             # Candidates dispatched before the run's last process ended and never judged: first in line.
             self.requeued.extend(t for t in self.state.in_flight)
             if self.state.in_flight:
@@ -102,6 +105,19 @@ class Driver:
         self._drain()
         s.finish()
         return self.state
+
+    def _kinds(self) -> None:
+        """The device kinds this sitting's workers have. A run continued on other hardware than judged it before
+        compares its best on the new kind (said in an event), and its cycles go to any worker."""
+        live = [w.device_kind for w in self.pool.workers() if w.state != "dead"]
+        self.s.live_kinds = set(live)
+        old = self.state.device_kind
+        if old is not None and old not in live and live:
+            self.state.device_kind = live[0]
+            self.s.event("device_kind", {"from": old, "to": live[0], "message": f"no worker here is a {old}: the "
+                                         f"best is compared on {live[0]} from now on"})
+            for t in self.state.in_flight:
+                t["kind"] = None
 
     # -- dispatching ---------------------------------------------------------------------------------------------
     def _room(self) -> bool:

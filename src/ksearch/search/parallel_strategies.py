@@ -54,6 +54,8 @@ class ParallelKSearch(KSearch, ParallelStrategy):
 
     def _ready(self, idle_kinds: list[str]) -> Cycle | None:
         for cyc in self.state.cycles:
+            if cyc.device_kind is not None and cyc.device_kind not in self.live_kinds:
+                cyc.device_kind = None  # no worker of its kind is left: the next verdict's kind is its kind
             if cyc.in_flight is None and (cyc.device_kind is None or cyc.device_kind in idle_kinds):
                 return cyc
         return None
