@@ -149,3 +149,21 @@ def test_a_run_interrupted_mid_flight_resumes_by_judging_its_candidates_in_fligh
     assert out.state.evaluations_done == 9 == len(evals)
     assert [e.eval_index for e in evals] == list(range(1, 10))
     assert store.events("requeue")
+
+
+def test_bad_placement_is_refused_in_one_line_before_anything_runs(tmp_path: Any, monkeypatch: Any) -> None:
+    from ksearch.config import load_config
+    from ksearch.errors import ConfigError, RunError
+    from ksearch.search import ray_pool
+    from ksearch.search.start import start_run
+
+    with pytest.raises(ConfigError, match="at least 1 evaluator"):
+        load_config(overrides={"workers": 0})
+    for kw, says in (({"workers": 999}, "more than the"), ({"ray_address": "nowhere"}, "not auto or HOST:PORT"),
+                     ({"ray_address": "127.0.0.1:1"}, "cannot reach a Ray cluster")):
+        with pytest.raises(RunError, match=says):
+            start_run(_cfg(tmp_path, **kw))
+    monkeypatch.setattr(ray_pool, "ray", None)
+    with pytest.raises(RunError, match=r"need Ray, which is not installed: pip install 'kernelsearch\[ray\]'"):
+        start_run(_cfg(tmp_path, workers=2))
+    assert not any(tmp_path.iterdir())  # no run was created
