@@ -11,13 +11,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from test_search_loop import ScriptedPolicy, scripted_judge
 
 from ksearch.config import RunConfig
 from ksearch.harness.result import EvalResult, WorkloadResult
 from ksearch.search.pool import Arrival, InlinePool, Job
 from ksearch.search.start import create_run, execute
 from ksearch.store import read_run
-from test_search_loop import ScriptedPolicy, scripted_judge
 
 
 def hashed_judge(source: str) -> EvalResult:
