@@ -64,6 +64,11 @@ class RunConfig:
     #: This many proposer errors in a row (an endpoint refusing every prompt, a model whose every answer is
     #: unusable) end the run as failed.
     max_consecutive_errors: int = 5
+    #: Evaluators judging candidates at once (1: the single-process search, no Ray). More than 1, or ray_address,
+    #: spreads evaluations over Ray actors (search/ray_pool.py), on this machine or on a running cluster.
+    workers: int = 1
+    #: A running Ray cluster to evaluate on: "auto" (the one `ray start` made here) or HOST:PORT.
+    ray_address: str | None = None
     weights: SelectionWeights = field(default_factory=SelectionWeights)
     llm: LLMConfig = field(default_factory=LLMConfig)
 
@@ -128,6 +133,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     _apply(cfg, {k: v for k, v in (overrides or {}).items() if v is not None}, "flags")
     if cfg.budget < 1:
         raise ConfigError("budget must be at least 1 evaluation")
+    if cfg.workers < 1:
+        raise ConfigError(f"--workers {cfg.workers}: a search needs at least 1 evaluator; pass --workers 1 or more")
     if cfg.max_consecutive_errors < 1:
         raise ConfigError("max_consecutive_errors must be at least 1")
     if cfg.weights.rule not in SELECTION_RULES:

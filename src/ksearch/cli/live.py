@@ -34,6 +34,11 @@ class LiveView:
         self.bar = self.progress.add_task("evaluations", total=None)
         self.live: Live | None = None
         self.path: Path | None = None  # the run's directory, once it exists
+        #: With several evaluators: worker id -> [state, candidate, evaluations], and when verdicts came.
+        self.workers: dict[str, list[Any]] = {}
+        self.first_verdict: float | None = None
+        self.last_verdict: float | None = None
+        self.verdicts = 0
 
     def __enter__(self) -> LiveView:
         return self
@@ -60,6 +65,11 @@ class LiveView:
         t.add_row("last statuses", " ".join(self.last) or "-")
         for i, f in enumerate(self.frontier):
             t.add_row("frontier" if i == 0 else "", f)
+        for wid, (state, cand, count) in self.workers.items():
+            t.add_row(f"worker {wid}", f"{state:<10} {cand or '-':<8} {count} judged")
+        if self.workers and self.first_verdict and self.last_verdict and self.last_verdict > self.first_verdict:
+            rate = (self.verdicts - 1) / (self.last_verdict - self.first_verdict) * 3600
+            t.add_row("evaluations/hour", f"{rate:.0f}")
         for n in self.notes:
             t.add_row("", Text(n, style="dim"))
         return Group(Text(self.title, style="bold"), self.progress, t)
@@ -67,7 +77,21 @@ class LiveView:
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "run_start":
             self._start(data)
+        elif kind == "workers":
+            self.workers = {w["id"]: [w["state"], w.get("candidate"), w.get("evaluations", 0)]
+                            for w in data["workers"]}
+        elif kind == "dispatch" and data.get("worker") in self.workers:
+            self.workers[data["worker"]][:2] = ["judging", data.get("candidate")]
+        elif kind == "worker_lost" and data.get("worker") in self.workers:
+            self.workers[data["worker"]][:2] = ["restarting", None]
+            self.notes.append(f"worker {data['worker']} died judging {data.get('candidate')}: judged again")
         elif kind == "evaluation":
+            if data.get("worker") in self.workers:
+                w = self.workers[data["worker"]]
+                w[0], w[1], w[2] = "idle", None, w[2] + 1
+                ended = float(data.get("ended_at") or 0.0)
+                self.first_verdict = self.first_verdict or ended
+                self.last_verdict, self.verdicts = ended, self.verdicts + 1
             self.done = data["evaluations_done"]
             self.best = max(self.best, data.get("best_score") or 0.0)
             style = "green" if data["status"] == "passed" else "red"

@@ -16,6 +16,7 @@ from ksearch.report.plots import STATUS_COLORS, trajectory_svg
 from ksearch.report.rundata import RunData, wm_nodes
 from ksearch.report.summary import budget_text, headline, spend_text, status_text, workload_rows
 from ksearch.report.tree import tree_html
+from ksearch.report.workers import timeline_svg
 
 CSS = """
 :root { --fg: #1f2328; --muted: #656d76; --line: #d0d7de; --accent: #1565c0; --best: #f9a825; }
@@ -216,7 +217,7 @@ def render_html(run: RunData) -> str:
 {path_html}
 <h2 id="trajectory">Score trajectory</h2>
 <div class="chart" id="trajectory-chart">{trajectory_svg(run.attempts)}</div>
-<h2 id="world-model">World model</h2>
+{_timeline(run)}<h2 id="world-model">World model</h2>
 <p class="muted">Latest of {snapshots} snapshot{"s" if snapshots != 1 else ""}, {n_nodes} node{"s" if n_nodes != 1 else ""}.
 </p>
 {_legend()}
@@ -243,6 +244,13 @@ def render_html(run: RunData) -> str:
 <script>{JS}</script>
 </body></html>
 """
+
+
+def _timeline(run: RunData) -> str:
+    """Evaluations per worker over time, for a run judged by several evaluators (nothing otherwise)."""
+    svg = timeline_svg(run)
+    return f'<h2 id="timeline">Evaluations per worker</h2>\n<div class="chart" id="timeline-chart">{svg}</div>\n' \
+        if svg else ""
 
 
 def write_html(run: RunData, out: Path) -> Path:

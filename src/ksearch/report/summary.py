@@ -16,6 +16,7 @@ from ksearch.harness.result import EvalResult
 from ksearch.report.rundata import RunData
 from ksearch.report.tables import STATUS_STYLE, fmt_time, fmt_x
 from ksearch.report.tree import rich_tree
+from ksearch.report.workers import workers_text
 
 
 def when(ts: Any) -> str:
@@ -93,7 +94,8 @@ def headline(run: RunData) -> list[tuple[str, str]]:
         ("proposer errors", str(sum(1 for e in run.events if e.kind == "policy_error"))),
         ("loop events", events_text(run)),
         ("seed", str(m.get("seed", "-"))),
-    ] + ([("timing", note)] if (note := emulation_note(run.backend)) else [])
+    ] + ([("workers", workers)] if (workers := workers_text(run)) else []) + (
+        [("timing", note)] if (note := emulation_note(run.backend)) else [])
 
 
 def _holdout(hold: EvalResult | None) -> str:

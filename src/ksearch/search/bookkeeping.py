@@ -130,28 +130,15 @@ class StrategyBase:
         one commit. Duplicates are recorded, not counted, and not evaluated."""
         self.check_budget()
         normalized = normalise_source(source)
-        dup = self.store.find_normalized(normalized)
+        dup = self.record_duplicate(source, normalized, params, node_id, mode, parent_id, title)
         if dup is not None:
-            self.state.duplicates_skipped += 1
-            with self.store.transaction():
-                row = self.store.add_candidate(source, normalized, self.state.round, node_id, parent_id, title, mode,
-                                               params, duplicate_of=dup)
-                self._write_meta()
-            self.event("duplicate", {"candidate": row.id, "duplicate_of": dup})
-            return Attempt(row.id, node_id, mode, "duplicate", 0.0, f"same as {dup}", params), None
+            return dup, None
         result = _redacted(self.s.evaluate(source))  # a candidate that prints a key gets no further
         self.state.evaluations_done += 1
-        improved_global = result.passed and result.score > self.state.best_score
         with self.store.transaction():
             row = self.store.add_candidate(source, normalized, self.state.round, node_id, parent_id, title, mode,
                                            params)
-            self.store.add_evaluation(row.id, self.state.evaluations_done, self.state.round, "search",
-                                      result.to_json())
-            if improved_global:
-                self.state.best_candidate, self.state.best_score = row.id, result.score
-                self.state.best_params = params
-                self.store.write_best(source)
-            self._write_meta()
+            self.record_result(row.id, source, params, result)
             if world_model is not None:
                 self.store.add_world_model(self.state.round, world_model, f"after {row.id}")
         attempt = Attempt(row.id, node_id, mode, result.status, result.score, stable_text(result.message)[-500:],
@@ -160,6 +147,32 @@ class StrategyBase:
                                   "mode": mode, "node_id": node_id, "best_score": self.state.best_score,
                                   "evaluations_done": self.state.evaluations_done, "budget": self.s.budget})
         return attempt, result
+
+    def record_duplicate(self, source: str, normalized: str, params: dict[str, Any], node_id: str, mode: Mode,
+                         parent_id: str | None, title: str | None) -> Attempt | None:
+        """A candidate whose normalised source was seen (judged, or on its way to an evaluator) is recorded, in one
+        commit, and neither evaluated nor counted; None when it is new."""
+        dup = self.store.find_normalized(normalized)
+        if dup is None:
+            return None
+        self.state.duplicates_skipped += 1
+        with self.store.transaction():
+            row = self.store.add_candidate(source, normalized, self.state.round, node_id, parent_id, title, mode,
+                                           params, duplicate_of=dup)
+            self._write_meta()
+        self.event("duplicate", {"candidate": row.id, "duplicate_of": dup})
+        return Attempt(row.id, node_id, mode, "duplicate", 0.0, f"same as {dup}", params)
+
+    def record_result(self, cid: str, source: str, params: dict[str, Any], result: EvalResult,
+                      counts_for_best: bool = True) -> None:
+        """Inside the caller's transaction: the evaluation (its index: the order verdicts arrived in), the best so
+        far and the loop state. counts_for_best False: a verdict from another device kind than the run's best."""
+        self.store.add_evaluation(cid, self.state.evaluations_done, self.state.round, "search", result.to_json())
+        if counts_for_best and result.passed and result.score > self.state.best_score:
+            self.state.best_candidate, self.state.best_score = cid, result.score
+            self.state.best_params = params
+            self.store.write_best(source)
+        self._write_meta()
 
     def submit_start(self) -> None:
         """The task's starting kernel is the first evaluation: the point every improvement is measured from."""

@@ -10,6 +10,7 @@ import contextlib
 from typing import Any
 
 from ksearch.config import SelectionWeights
+from ksearch.harness.result import EvalResult
 from ksearch.policy.base import Attempt, CycleEvidence, Feedback, ImplementRequest, Mode
 from ksearch.search import frontier
 from ksearch.search.bookkeeping import IMPROVEMENT, SearchSetup, StopSearch, StrategyBase
@@ -81,16 +82,18 @@ class KSearch(StrategyBase):
         self.write_state(self.wm.to_json() if self.wm else None, "final")
         return self.state
 
-    def _select(self) -> bool:
+    def _select(self, busy: frozenset[str] = frozenset()) -> bool:
+        """Open a cycle on the best frontier node; `busy`: nodes whose cycles are open already (several evaluators
+        refine the top N nodes at once)."""
         assert self.wm is not None
         self._refresh_frontier()
-        exclude = set()
+        exclude = set(busy)
         for root in self.state.excluded:
             exclude |= self._subtree(root)
         node = self.wm.select(self.weights, self.state.visits, self.s.ctx.rng, exclude=exclude)
-        if node is None and exclude:
+        if node is None and exclude != busy:
             self.state.excluded = []  # every alternative is exhausted: allow the set-aside branches again
-            node = self.wm.select(self.weights, self.state.visits, self.s.ctx.rng)
+            node = self.wm.select(self.weights, self.state.visits, self.s.ctx.rng, exclude=busy)
         if node is None:
             return False
         parent_score = self._parent_score(node)
@@ -190,6 +193,22 @@ class KSearch(StrategyBase):
     def _attempt(self) -> None:
         assert self.wm is not None and self.state.cycle is not None
         cyc = self.state.cycle
+        request, base_cid = self._request()
+        out = self.call_policy(self.s.policy.implement, self.s.ctx, request)
+        self.state.visits[cyc.node_id] = self.state.visits.get(cyc.node_id, 0) + 1
+        if out is None:
+            self._absorb(request.mode, None, None, None)
+            return
+        source, params = out
+        title = (self.wm.node(cyc.node_id).get("action") or {}).get("title")
+        attempt, result = self.submit(source, params, cyc.node_id, request.mode, base_cid, title)
+        self._absorb(request.mode, attempt, result, params)
+
+    def _request(self) -> tuple[ImplementRequest, str | None]:
+        """The proposer's request for the current cycle's next attempt (a first, debug or improve attempt, by what
+        the cycle's earlier attempts gave) and the candidate it builds on."""
+        assert self.wm is not None and self.state.cycle is not None
+        cyc = self.state.cycle
         node = self.wm.node(cyc.node_id)
         mode: Mode = "first"
         if cyc.attempts:
@@ -207,16 +226,19 @@ class KSearch(StrategyBase):
             base_source=self._source(parent_cid) if mode != "first" else None,
             parent_score=cyc.parent_score or None)
         self.s.ctx.round = self.state.round
-        out = self.call_policy(self.s.policy.implement, self.s.ctx, request)
-        self.state.visits[cyc.node_id] = self.state.visits.get(cyc.node_id, 0) + 1
-        if out is None:
+        return request, base_cid
+
+    def _absorb(self, mode: Mode, attempt: Attempt | None, result: EvalResult | None,
+                params: dict[str, Any] | None) -> None:
+        """What an attempt of the current cycle gave (attempt None: the proposer produced no code; result None: a
+        duplicate) counts towards the cycle's window; the cycle ends, or its state is checkpointed."""
+        assert self.state.cycle is not None
+        cyc = self.state.cycle
+        if attempt is None:
             cyc.consecutive_skips += 1
             cyc.no_improve += 1
             cyc.attempts.append(Attempt("", cyc.node_id, mode, "no_candidate", 0.0, "the policy produced no code"))
         else:
-            source, params = out
-            title = (node.get("action") or {}).get("title")
-            attempt, result = self.submit(source, params, cyc.node_id, mode, base_cid, title)
             if result is None:
                 cyc.consecutive_skips += 1
                 cyc.no_improve += 1

@@ -26,12 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.backends import Backend, get_backend
+from ksearch.backends.detect import FAMILY
 from ksearch.config import LLMConfig, RunConfig, SelectionWeights
-from ksearch.errors import RunError
+from ksearch.errors import BackendUnavailable, RunError
 from ksearch.harness import EvalOptions, EvalResult, Evaluator
 from ksearch.policy.base import Policy, PolicyContext
 from ksearch.search import ledger
 from ksearch.search.bookkeeping import SearchSetup
+from ksearch.search.pool import EvaluatorPool, InlinePool, device_kind
 from ksearch.search.state import LoopState, restore_rng
 from ksearch.store import RunReader, RunStore, new_run_id, resolve_run, runs_dir
 from ksearch.store.owner import ACTIVE, current_owner, effective_status, owner_liveness
@@ -59,22 +61,38 @@ class RunOutcome:
 
 def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = None, reevaluate: bool = False,
               stop_after: int | None = None, raise_limits: dict[str, float | int | None] | None = None,
-              on_event: EventSink | None = None) -> RunOutcome:
+              on_event: EventSink | None = None, placement: dict[str, Any] | None = None) -> RunOutcome:
     """Create (or reopen) the run, then search until a limit or stop_after ends it.
 
     raise_limits (with resume): new values for RAISABLE limits; a run finished because one of them ran out
-    continues under the new ones. Bad input raises a UsageError before anything is written."""
+    continues under the new ones. placement (with resume): `workers` and `ray_address` for this sitting (None:
+    the run's own). Bad input raises a UsageError before anything is written or evaluated; with several workers,
+    they are started (and a bad address, a missing Ray or too few devices refused) before the run exists."""
     evaluate = None
     policy = None
+    pool = None
     if resume is not None:
         store = RunStore(resolve_run(resume, cfg.runs_dir))
-        run_cfg = _resume_config(store, cfg, {k: v for k, v in (raise_limits or {}).items() if v is not None})
+        try:
+            run_cfg = _resume_config(store, cfg, {k: v for k, v in (raise_limits or {}).items() if v is not None})
+            for key, value in (placement or {}).items():
+                if value is not None:
+                    setattr(run_cfg, key, value)
+            if run_cfg.policy == "llm":
+                policy = make_policy(run_cfg)  # before any worker starts: the key leaves the environment first
+            pool = make_pool(run_cfg, store.get_meta("task"), store.get_meta("backend"))
+        except BaseException:
+            store.close()
+            raise
     elif replay is not None:
         from ksearch.search.replay import RecordedEvaluations, used_calls
 
         with RunReader(resolve_run(replay, cfg.runs_dir)) as old:
             run_cfg = config_from_json(old.meta().get("config"))
             run_cfg.runs_dir = cfg.runs_dir
+            if run_cfg.workers > 1 or run_cfg.ray_address:
+                raise RunError(f"run {old.path.name} was judged by {run_cfg.workers} workers, whose verdicts "
+                               "arrived in an order a replay cannot reproduce; replay runs of one worker")
             policy = make_policy(run_cfg, replay=used_calls(old), strict=reevaluate)
             if not reevaluate:
                 evaluate = RecordedEvaluations(old)
@@ -84,15 +102,59 @@ def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = No
         run_cfg = cfg
         if run_cfg.policy == "llm":
             policy = make_policy(run_cfg)  # fail fast on a missing key before creating the run directory
-        store, _, _ = create_run(run_cfg)
+        pool = make_pool(run_cfg, run_cfg.task, run_cfg.backend)
+        try:
+            store, _, _ = create_run(run_cfg)
+        except BaseException:
+            if pool is not None:
+                pool.close()
+            raise
     try:
         if on_event is not None:
             on_event("run_start", {"strategy": run_cfg.strategy, "task": store.get_meta("task_name"),
                                    "backend": store.get_meta("backend"), "policy": run_cfg.policy,
-                                   "budget": run_cfg.budget, "path": str(store.path)})
-        return execute(store, run_cfg, on_event=on_event, evaluate=evaluate, policy=policy, stop_after=stop_after)
+                                   "budget": run_cfg.budget, "path": str(store.path),
+                                   "workers": len(pool.workers()) if pool is not None else 1})
+        return execute(store, run_cfg, on_event=on_event, evaluate=evaluate, policy=policy, stop_after=stop_after,
+                       pool=pool)
     finally:
+        if pool is not None:
+            pool.close()
         store.close()
+
+
+def make_pool(cfg: RunConfig, task: str, backend_name: str) -> EvaluatorPool | None:
+    """The run's evaluators when there are several (or a cluster is named); None for the single-process search.
+    Every refusal is one line, before anything is evaluated."""
+    if cfg.workers <= 1 and not cfg.ray_address:
+        return None
+    from ksearch.search import ray_pool
+
+    if not ray_pool.available():
+        raise RunError(f"--workers {cfg.workers}{' and --ray-address' if cfg.ray_address else ''} need Ray, which is "
+                       f"not installed: {ray_pool.INSTALL_HINT} (or run with --workers 1)")
+    get_task(task)  # an unknown task is refused here, not by every worker
+    backend = _backend(backend_name, cfg)
+    if cfg.ray_address:
+        ray_pool.check_address(cfg.ray_address)
+    else:
+        here = ray_pool.local_devices(backend)
+        if cfg.workers > here:
+            unit = "CPU slots" if not backend.is_gpu or backend.family == "cpu" else "GPUs"
+            raise RunError(f"--workers {cfg.workers} is more than the {here} {unit} this machine has for "
+                           f"{backend.name}; pass --workers {here} or fewer, or --ray-address for a cluster")
+    return ray_pool.RayPool(task, backend, cfg)
+
+
+def _backend(name: str, cfg: RunConfig) -> Backend:
+    """The run's backend. A driver on a cluster may lack it (a Linux driver for Macs' mlx-metal): its evaluators
+    have it, and they say so when they start."""
+    try:
+        return get_backend(name)
+    except BackendUnavailable:
+        if cfg.ray_address and name in FAMILY:
+            return Backend(name, FAMILY[name])  # type: ignore[arg-type]
+        raise
 
 
 # -- resuming ----------------------------------------------------------------------------------------------------------
@@ -219,8 +281,17 @@ class _Judge:
         self.ev.close()
 
 
-def _strategy(strategy: str, setup: SearchSetup, state: LoopState, wm: dict[str, Any] | None) -> Any:
-    """The strategy object whose run() is the loop: K-Search with its world model, or a comparison strategy."""
+def _strategy(strategy: str, setup: SearchSetup, state: LoopState, wm: dict[str, Any] | None,
+              workers: int | None = None) -> Any:
+    """The strategy object whose run() is the loop: K-Search with its world model, or a comparison strategy; with
+    `workers`, its parallel form, whose run_on(pool) is the loop (search/parallel_strategies.py)."""
+    if workers is not None:
+        from ksearch.search import parallel_strategies as par
+        from ksearch.worldmodel import WorldModel
+
+        if strategy == "ksearch":
+            return par.ParallelKSearch(setup, state, WorldModel.from_json(wm) if wm else None, workers)
+        return {"evolve": par.ParallelEvolve, "greedy": par.ParallelGreedy}[strategy](setup, state, workers)
     if strategy == "ksearch":
         from ksearch.search.loop import KSearch
         from ksearch.worldmodel import WorldModel
@@ -237,7 +308,7 @@ def create_run(cfg: RunConfig) -> tuple[RunStore, Task, Backend]:
     if cfg.policy not in POLICIES:
         raise RunError(f"unknown policy {cfg.policy!r}; choose one of {', '.join(POLICIES)}")
     task = get_task(cfg.task)
-    backend = get_backend(cfg.backend)
+    backend = _backend(cfg.backend, cfg)
     if cfg.baseline is not None and cfg.baseline not in task.baselines:
         raise RunError(f"task {task.name} has no baseline {cfg.baseline!r}; choose one of {', '.join(task.baselines)}")
     if cfg.from_cuda and not Path(cfg.from_cuda).is_file():
@@ -285,13 +356,15 @@ def _stop_on_sigterm() -> None:
 
 def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
             evaluate: Callable[[str], EvalResult] | None = None, policy: Policy | None = None,
-            stop_after: int | None = None) -> RunOutcome:
-    """Run (or continue) the search in `store` until its budget is spent, then the final holdout evaluation."""
+            stop_after: int | None = None, pool: EvaluatorPool | None = None) -> RunOutcome:
+    """Run (or continue) the search in `store` until its budget is spent, then the final holdout evaluation.
+    With `pool` (several evaluators) the parallel driver runs the strategy (search/parallel.py); a run left with
+    candidates in flight or several open cycles continues under it with one in-process evaluator."""
     # The policy first: an LLM policy takes its key out of the environment, so that nothing this run starts (a
     # backend probe, the judge's workers) is ever started while the key is still in this process's environment.
     pol = policy or make_policy(cfg)
     task = get_task(store.get_meta("task"))
-    backend = get_backend(store.get_meta("backend"))
+    backend = _backend(store.get_meta("backend"), cfg)
     saved = store.get_state("loop_state")
     state = LoopState.from_json(saved) if saved else LoopState()
     rng = restore_rng(state.rng) if state.rng else random.Random(cfg.seed)
@@ -306,7 +379,11 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
                                                 "calls_recorded": recorded, "calls_committed": int(committed)})
     port = _port(cfg.from_cuda, backend)
     ctx = PolicyContext(task=task, backend=backend, rng=rng, spec=_spec(task, backend, port), port_context=port)
-    judge = _Judge(task, backend, cfg) if evaluate is None else None
+    judge = _Judge(task, backend, cfg) if evaluate is None and pool is None else None
+    if pool is None and (state.in_flight or state.cycles):
+        # A parallel run continued by one evaluator here: its candidates in flight are judged first.
+        kind = device_kind(judge.ev.env()) if judge is not None else "local"
+        pool = InlinePool(evaluate or judge, 1, kind)  # type: ignore[arg-type]
     setup = SearchSetup(store=store, policy=pol, ctx=ctx, evaluate=evaluate or judge,  # type: ignore[arg-type]
                         budget=cfg.budget, stop_after=stop_after, stagnation_window=cfg.stagnation_window,
                         wall_time_s=cfg.wall_time_s, weights=cfg.weights,
@@ -314,7 +391,7 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
                         max_consecutive_errors=cfg.max_consecutive_errors)
     # This process owns the run from here (readers tell a run whose owner is gone as interrupted); a previous end's
     # reason no longer holds.
-    environment = judge.ev.env() if judge else {}
+    environment = judge.ev.env() if judge else (pool_environment(pool) if pool is not None else {})
     with store.transaction():
         store.set_meta("status", "running")
         store.set_meta("owner", current_owner())
@@ -323,6 +400,10 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
         store.set_meta("environment", environment)
         for key in ("stop_kind", "stop_reason"):
             store.delete_meta(key)
+        if pool is not None:
+            store.set_meta("workers", [w.to_json() for w in pool.workers()])
+    if pool is not None:
+        setup.on_event("workers", {"workers": [w.to_json() for w in pool.workers()]})
     lost = ledger.recover_lost_call(store, state.round)
     if lost is not None and on_event is not None:
         on_event("call_lost", lost)
@@ -332,15 +413,19 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
     _stop_on_sigterm()
     holdout = None
     try:
-        strategy = _strategy(cfg.strategy, setup, state, store.latest_world_model() if saved else None)
-        final = strategy.run()
+        strategy = _strategy(cfg.strategy, setup, state, store.latest_world_model() if saved else None,
+                             len(pool.workers()) if pool is not None else None)
+        final = strategy.run_on(pool) if pool is not None else strategy.run()
+        if pool is not None:
+            store.set_meta("workers", [w.to_json() for w in pool.workers()])
         kind, reason = strategy.end_reason()
         failed = kind in FAILURES
         done = not failed and (strategy.spent() or final.phase == "done")
-        if done and final.best_candidate and judge is not None and task.holdout_workloads(backend.tier):
+        holdout_fn = judge.holdout if judge is not None else getattr(pool, "holdout", None)
+        if done and final.best_candidate and holdout_fn is not None and task.holdout_workloads(backend.tier):
             store.set_meta("status", "holdout")
             source = store.candidate(final.best_candidate).source(store.path)
-            holdout = judge.holdout(source)
+            holdout = holdout_fn(source)
             with store.transaction():
                 store.add_evaluation(final.best_candidate, final.evaluations_done, final.round, "holdout",
                                      holdout.to_json())
@@ -359,6 +444,12 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
         rows = [e for e in store.evaluations("search") if e["candidate_id"] == final.best_candidate]
         best = rows[-1]["result"] if rows else None
     return RunOutcome(store.path, final, holdout, best, status, kind, reason, ledger.usage(store))
+
+
+def pool_environment(pool: EvaluatorPool) -> dict[str, Any]:
+    """The hardware and versions of the pool's first evaluator (each verdict carries its own)."""
+    env = getattr(pool, "environment", None)
+    return dict(env()) if callable(env) else {}
 
 
 #: The end kinds that fail a run (exit code 1): its proposer could not work.

@@ -28,6 +28,10 @@ class Cycle:
     #: Attempts in a row, since the cycle's first pass, after which its best still did not beat parent_score.
     behind_parent: int = 0
     best_feedback: dict[str, Any] | None = None  # the verdict on best_candidate
+    #: With several evaluators: the cycle's candidate being judged (one at a time, so that a debug follows the
+    #: failure it debugs) and the device kind its verdicts come from (its candidates are compared on that kind only).
+    in_flight: str | None = None
+    device_kind: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -62,18 +66,29 @@ class LoopState:
     policy: dict[str, Any] = field(default_factory=dict)
     strategy: dict[str, Any] = field(default_factory=dict)  # evolve / greedy archives
     wall_time_used_s: float = 0.0
+    #: With several evaluators (search/parallel.py): the cycles open besides `cycle`, the candidates dispatched and
+    #: not yet judged (resume judges them again), how many were dispatched, and the best per device kind.
+    cycles: list[Cycle] = field(default_factory=list)
+    in_flight: list[dict[str, Any]] = field(default_factory=list)
+    dispatched: int = 0
+    bests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The device kind the run's best is compared on: the one that judged the starting kernel.
+    device_kind: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["cycle"] = self.cycle.to_json() if self.cycle else None
+        d["cycles"] = [c.to_json() for c in self.cycles]
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> LoopState:
         d = dict(d)
         cyc = d.pop("cycle", None)
+        cycles = d.pop("cycles", None) or []
         s = cls(**d)
         s.cycle = Cycle.from_json(cyc) if cyc else None
+        s.cycles = [Cycle.from_json(c) for c in cycles]
         return s
 
 

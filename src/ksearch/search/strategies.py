@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ksearch.policy.base import Feedback, ImplementRequest, Mode
@@ -38,6 +39,14 @@ def descriptor(params: dict[str, Any], source: str) -> str:
     return f"free:{shared},{vec},{mma},t{tb},{fused}"
 
 
+@dataclass
+class _Proposed:
+    source: str
+    params: dict[str, Any]
+    node_id: str
+    title: str | None
+
+
 class _ActionStrategy(StrategyBase):
     """Shared by greedy and evolve: the applicable actions come from the policy's initial world model."""
 
@@ -64,6 +73,16 @@ class _ActionStrategy(StrategyBase):
         self.write_state()
 
     def _propose(self, parent_cid: str | None, mode: Mode, feedback: dict[str, Any] | None) -> None:
+        p = self._proposal(parent_cid, mode, feedback)
+        if p is None:
+            self.state.strategy["skips"] = self.state.strategy.get("skips", 0) + 1
+            self._after(None, None, None)
+            return
+        attempt, result = self.submit(p.source, p.params, p.node_id, mode, parent_cid, p.title)
+        self._after(attempt.candidate_id if result else None, result, p.params)
+
+    def _proposal(self, parent_cid: str | None, mode: Mode, feedback: dict[str, Any] | None) -> _Proposed | None:
+        """A random applicable action implemented on the parent by the policy (None: it gave no code)."""
         action = self.s.ctx.rng.choice(self.actions)
         parent = self.store.candidate(parent_cid) if parent_cid else None
         request = ImplementRequest(
@@ -73,13 +92,9 @@ class _ActionStrategy(StrategyBase):
             best_source=None, best_score=self.state.best_score)
         out = self.call_policy(self.s.policy.implement, self.s.ctx, request)
         if out is None:
-            self.state.strategy["skips"] = self.state.strategy.get("skips", 0) + 1
-            self._after(None, None, None)
-            return
+            return None
         source, params = out
-        attempt, result = self.submit(source, params, str(action.get("node_id")), mode, parent_cid,
-                                      (action.get("action") or {}).get("title"))
-        self._after(attempt.candidate_id if result else None, result, params)
+        return _Proposed(source, params, str(action.get("node_id")), (action.get("action") or {}).get("title"))
 
     def _after(self, cid: str | None, result: Any, params: dict[str, Any] | None) -> None:
         raise NotImplementedError
@@ -137,9 +152,14 @@ class Evolve(_ActionStrategy):
             self._propose(self.state.start_candidate, "first", None)
 
     def _after(self, cid: str | None, result: Any, params: dict[str, Any] | None) -> None:
-        islands = self._islands()
         i = self.state.strategy.get("island", 0)
         self.state.strategy["turn"] = self.state.strategy.get("turn", 0) + 1
+        self.place(i, cid, result, params)
+
+    def place(self, i: int, cid: str | None, result: Any, params: dict[str, Any] | None) -> None:
+        """A verdict for island i: an elite of its cell if it beats the one there; every MIGRATE_EVERY evaluations
+        each island's best moves to the next island."""
+        islands = self._islands()
         if cid and result is not None and result.passed:
             cell = descriptor(params or {}, self.store.candidate(cid).source(self.store.path))
             cur = islands[i].get(cell)

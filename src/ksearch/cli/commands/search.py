@@ -39,6 +39,8 @@ def run_cmd(
     reevaluate: Annotated[bool, typer.Option(help="With --replay: measure again instead of replaying verdicts.")] = False,
     stop_after: Annotated[int | None, typer.Option(help="Pause after this many evaluations in total (resume later).")] = None,
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
+    workers: Annotated[int | None, typer.Option(help="Evaluators judging at once (default 1; more need Ray).")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="Evaluate on a running Ray cluster: auto or HOST:PORT.")] = None,
 ) -> None:
     """Run K-Search (or a comparison strategy) on a task."""
     from ksearch.cli.live import LiveView, final_table
@@ -47,7 +49,7 @@ def run_cmd(
 
     flags = {"task": task, "backend": backend, "policy": policy, "strategy": strategy, "budget": budget, "seed": seed,
              "runs_dir": runs_dir, "baseline": baseline, "timeout_s": timeout, "wall_time_s": wall_time,
-             "from_cuda": from_cuda}
+             "from_cuda": from_cuda, "workers": workers, "ray_address": ray_address}
     llm = {"preset": preset, "model": model, "base_url": base_url, "api_key_env": api_key_env, "max_usd": max_usd}
     if resume is None and replay is None and task is None:
         fail("name a task (see `ksearch tasks`), or pass --resume RUN / --replay RUN")
@@ -56,7 +58,7 @@ def run_cmd(
         # A run keeps the settings it started with; only its limits can be raised (silently ignoring a changed
         # --backend or --policy would run something other than what was asked).
         fixed = ["TASK" if k == "task" else f"--{k.removesuffix('_s').replace('_', '-')}" for k, v in flags.items()
-                 if v is not None and k not in (*RAISABLE, "runs_dir")]
+                 if v is not None and k not in (*RAISABLE, "runs_dir", "workers", "ray_address")]
         fixed += [f"--{k.replace('_', '-')}" for k, v in llm.items() if v is not None]
         fixed += ["--config"] if config is not None else []
         if fixed:
@@ -68,7 +70,8 @@ def run_cmd(
     with LiveView(enabled=not quiet) as view:
         try:
             outcome = start_run(cfg, resume=resume, replay=replay, reevaluate=reevaluate, stop_after=stop_after,
-                                raise_limits=raise_limits, on_event=view)
+                                raise_limits=raise_limits, on_event=view,
+                                placement={"workers": workers, "ray_address": ray_address})
         except (KeyboardInterrupt, Terminated) as exc:
             if view.path is not None:
                 how = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"

@@ -1,0 +1,267 @@
+"""Evaluators on Ray: one actor per worker, each holding its own Evaluator (its trusted reference and baseline
+workers, its baseline timings) on its own device, judging candidates in contained worker processes exactly as the
+single-process search does. On this machine (`--workers N`: a Ray instance of N slots started for the run) or on a
+running cluster (`--ray-address auto|HOST:PORT`).
+
+What an actor needs of its node: ksearch and MLX installed, the run's backend available (a CUDA node for mlx-cuda,
+a Mac for mlx-metal), and the task by name (a task file at the same path). Placement: one CPU slot per worker on the
+CPU backends, one GPU per worker on mlx-cuda, one `mlx-metal` resource per worker on mlx-metal (a Mac joins with
+`ray start --address=HOST:PORT --resources='{"mlx-metal": 1}'`).
+
+An actor that dies (killed, out of memory, its node lost) loses its job: the pool hands it back as lost (the driver
+queues it again) and Ray starts the actor again, up to MAX_RESTARTS times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ksearch.backends import Backend
+from ksearch.config import RunConfig
+from ksearch.errors import RunError
+from ksearch.harness.evaluate import EvalOptions
+from ksearch.harness.result import EvalResult
+from ksearch.search.pool import Arrival, Job, WorkerInfo, device_kind
+
+try:
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError, RayError
+except ImportError:  # the extra is optional; start.py says how to install it before anything runs
+    ray = None  # type: ignore[assignment]
+
+MAX_RESTARTS = 3
+#: How long the actors may take to start (import MLX, probe the backend) before the run refuses to start.
+START_TIMEOUT_S = 300.0
+
+INSTALL_HINT = "pip install 'kernelsearch[ray]'"
+
+
+def available() -> bool:
+    return ray is not None
+
+
+def local_devices(backend: Backend) -> int:
+    """How many evaluators this machine holds for the backend: one per CPU slot, per NVIDIA GPU, one Mac GPU."""
+    if backend.family == "cuda" and not backend.emulated:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            return len([d for d in visible.split(",") if d.strip()])
+        try:
+            import mlx.core as mx
+
+            return int(mx.cuda.device_count()) if hasattr(mx.cuda, "device_count") else 1
+        except (ImportError, AttributeError, RuntimeError):
+            return 1
+    if backend.family == "metal" and not backend.emulated:
+        return 1
+    return os.cpu_count() or 1
+
+
+def _placement(backend: Backend) -> tuple[str, dict[str, Any]]:
+    """(the cluster resource one worker takes, the actor options that ask for it)."""
+    if backend.family == "cuda" and not backend.emulated:
+        return "GPU", {"num_gpus": 1, "num_cpus": 0}
+    if backend.family == "metal" and not backend.emulated:
+        return "mlx-metal", {"resources": {"mlx-metal": 1}, "num_cpus": 0}
+    return "CPU", {"num_cpus": 1}
+
+
+class _Remote:
+    """The actor: one Evaluator for the run's task and backend, on the node Ray placed it on."""
+
+    def __init__(self, task: str, backend: str, cfg: dict[str, Any]) -> None:
+        from ksearch.backends import get_backend
+        from ksearch.harness import Evaluator
+        from ksearch.tasks import get_task
+
+        memory = int(float(cfg["memory_limit_gb"]) * (1 << 30))
+        self.ev = Evaluator(get_task(task), get_backend(backend), memory)
+        self.opts = EvalOptions(baseline=cfg.get("baseline"), timeout_s=cfg.get("timeout_s"),
+                                memory_limit_bytes=memory)
+
+    def info(self) -> dict[str, Any]:
+        env = self.ev.env()
+        return {"pid": os.getpid(), "host": socket.gethostname(), "device_kind": device_kind(env), "env": env}
+
+    def evaluate(self, source: str) -> tuple[dict[str, Any], float, float]:
+        t0 = time.time()
+        result = self.ev.evaluate(source, self.opts)
+        return result.to_json(), t0, time.time()
+
+    def holdout(self, source: str) -> dict[str, Any]:
+        opts = EvalOptions(baseline=self.opts.baseline, timeout_s=self.opts.timeout_s,
+                           memory_limit_bytes=self.opts.memory_limit_bytes, holdout=True)
+        return self.ev.evaluate(source, opts).to_json()
+
+    def close(self) -> None:
+        self.ev.close()
+
+
+@dataclass
+class _Slot:
+    info: WorkerInfo
+    actor: Any
+    ref: Any = None
+    job: Job | None = None
+    started: float = 0.0
+
+
+class RayPool:
+    """`workers` actors; see the module's docstring."""
+
+    def __init__(self, task: str, backend: Backend, cfg: RunConfig) -> None:
+        if ray is None:
+            raise RunError(f"--workers {cfg.workers} and --ray-address need Ray, which is not installed: "
+                           f"{INSTALL_HINT}")
+        self.backend = backend
+        self.started_ray = _connect(cfg, backend)
+        resource, options = _placement(backend)
+        try:
+            have = float(ray.cluster_resources().get(resource, 0))
+            if cfg.workers > have:
+                where = f"the Ray cluster at {cfg.ray_address}" if cfg.ray_address else "this machine"
+                raise RunError(f"--workers {cfg.workers} is more than the {have:g} {resource} slot(s) of {where} for "
+                               f"{backend.name}; pass --workers {max(int(have), 1)} or fewer")
+            remote = ray.remote(max_restarts=MAX_RESTARTS, max_task_retries=0, **options)(_Remote)
+            actors = [remote.remote(task, backend.name, cfg.to_json()) for _ in range(cfg.workers)]
+            infos = self._started(actors)
+        except BaseException:
+            self._shutdown()
+            raise
+        self.slots = [_Slot(WorkerInfo(f"w{i + 1}", d["device_kind"], d["host"], d["pid"]), a)
+                      for i, (a, d) in enumerate(zip(actors, infos, strict=True))]
+        self._env = dict(infos[0]["env"])
+
+    def environment(self) -> dict[str, Any]:
+        return self._env
+
+    def holdout(self, source: str) -> EvalResult:
+        """The final holdout judgement, on the first live worker of the run's device kind."""
+        kind = self.slots[0].info.device_kind
+        for s in self.slots:
+            if s.info.state != "dead" and s.info.device_kind == kind:
+                try:
+                    return EvalResult.from_json(ray.get(s.actor.holdout.remote(source)))
+                except RayActorError:
+                    continue
+        raise RunError("no evaluator was left to judge the best candidate on the holdout workloads; --resume it")
+
+    def _started(self, actors: list[Any]) -> list[dict[str, Any]]:
+        """Each actor's pid, host and device kind, once all have started; a one-line error when one cannot."""
+        try:
+            return list(ray.get([a.info.remote() for a in actors], timeout=START_TIMEOUT_S))
+        except GetTimeoutError as exc:
+            raise RunError(f"the {len(actors)} Ray evaluators did not start within {START_TIMEOUT_S:g} s (is the "
+                           f"cluster short of free {self.backend.name} slots?)") from exc
+        except RayError as exc:
+            first = next((ln for ln in reversed(str(exc).splitlines()) if "Error" in ln), str(exc)[:200])
+            raise RunError(f"a Ray evaluator could not start {self.backend.name} on its node: {first.strip()[:300]}"
+                           ) from exc
+
+    # -- EvaluatorPool -------------------------------------------------------------------------------------------
+    def workers(self) -> list[WorkerInfo]:
+        return [s.info for s in self.slots]
+
+    def idle_kinds(self) -> list[str]:
+        return [s.info.device_kind for s in self.slots if s.job is None and s.info.state != "dead"]
+
+    def submit(self, job: Job) -> WorkerInfo | None:
+        for s in self.slots:
+            if s.job is None and s.info.state != "dead" and job.kind in (None, s.info.device_kind):
+                s.job, s.started, s.ref = job, time.time(), s.actor.evaluate.remote(job.source)
+                s.info.state, s.info.candidate = "busy", job.candidate
+                return s.info
+        return None
+
+    def busy(self) -> int:
+        return sum(1 for s in self.slots if s.job is not None)
+
+    def wait(self) -> Arrival:
+        pending = {s.ref: s for s in self.slots if s.job is not None}
+        if not pending:
+            raise RuntimeError("wait() with nothing in flight")
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        slot = pending[ready[0]]
+        job, started = slot.job, slot.started
+        assert job is not None
+        slot.job, slot.ref, slot.info.candidate = None, None, None
+        try:
+            data, t0, t1 = ray.get(ready[0])
+        except RayActorError as exc:
+            slot.info.lost += 1
+            slot.info.state = self._after_death(slot)
+            reason = (str(exc).strip().splitlines() or ["the actor died"])[0][:300]
+            return Arrival(job, slot.info, None, started, time.time(), reason)
+        slot.info.state = "idle"
+        slot.info.evaluations += 1
+        slot.info.busy_s += t1 - t0
+        return Arrival(job, slot.info, EvalResult.from_json(data), t0, t1)
+
+    def _after_death(self, slot: _Slot) -> str:
+        """Ray restarts a dead actor (up to MAX_RESTARTS); one that is gone for good takes no more jobs."""
+        try:
+            info = ray.get(slot.actor.info.remote(), timeout=START_TIMEOUT_S)
+        except (RayError, GetTimeoutError):
+            return "dead"
+        slot.info.pid, slot.info.host = info["pid"], info["host"]
+        return "idle"
+
+    def close(self) -> None:
+        for s in getattr(self, "slots", []):
+            # Its reference and baseline workers end cleanly; a dead or stuck actor is killed all the same.
+            with contextlib.suppress(Exception):
+                ray.get(s.actor.close.remote(), timeout=30)
+            with contextlib.suppress(Exception):
+                ray.kill(s.actor)
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self.started_ray and ray.is_initialized():
+            ray.shutdown()
+
+
+def check_address(address: str) -> None:
+    """A one-line refusal of an address that is not `auto` or HOST:PORT, or where nothing listens (before Ray's
+    own client would retry it for a minute)."""
+    if address == "auto":
+        return
+    host, sep, port = address.rpartition(":")
+    if address.startswith("ray://"):
+        raise RunError(f"--ray-address {address}: Ray Client addresses are not supported; pass the cluster's "
+                       "HOST:PORT (the GCS address `ray start --head` prints) or auto")
+    if not sep or not host or not port.isdigit():
+        raise RunError(f"--ray-address {address!r} is not auto or HOST:PORT (e.g. 10.0.0.5:6379)")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise RunError(f"cannot reach a Ray cluster at --ray-address {address}: {exc.strerror or exc} (start one "
+                       "with `ray start --head`, or check the address)") from exc
+
+
+def _connect(cfg: RunConfig, backend: Backend) -> bool:
+    """Join the cluster the run names (or the Ray instance this process already has), or start one here; True when
+    this process started it (and so shuts it down)."""
+    if ray.is_initialized():
+        return False
+    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR"}
+    if cfg.ray_address:
+        try:
+            ray.init(address=cfg.ray_address, **quiet)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise RunError(f"cannot reach a Ray cluster at --ray-address {cfg.ray_address}: {first} (start one with "
+                           "`ray start --head`, or pass its HOST:PORT)") from exc
+        return False
+    resource, _ = _placement(backend)
+    counts: dict[str, Any] = {"num_cpus": cfg.workers if resource == "CPU" else 1}
+    if resource == "GPU":
+        counts["num_gpus"] = cfg.workers
+    elif resource == "mlx-metal":
+        counts["resources"] = {"mlx-metal": cfg.workers}
+    ray.init(include_dashboard=False, **counts, **quiet)
+    return True

@@ -1,0 +1,101 @@
+"""A real local Ray cluster on the CPU (2 slots), shared by this module: a 2-worker search whose worker is killed
+mid-run loses nothing and spends its budget exactly (holdout judged on a worker); a parallel search killed mid-flight (SIGKILL) resumes and
+judges its in-flight candidates again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ksearch.config import RunConfig
+from ksearch.search.start import start_run
+from ksearch.store import RunNotFound, RunReader, RunUnreadable, read_run
+
+ray = pytest.importorskip("ray")
+
+KS = [sys.executable, "-m", "ksearch.cli"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+def _cfg(tmp_path: Path, **kw: Any) -> RunConfig:
+    return RunConfig(**{"task": "softmax", "backend": "mlx-cpu", "runs_dir": str(tmp_path), "seed": 1, **kw})
+
+
+def test_a_worker_killed_mid_run_loses_nothing_and_the_budget_is_exact(cluster: str, tmp_path: Path) -> None:
+    killed: list[str] = []
+    pids: dict[str, int] = {}
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "workers":
+            pids.update({w["id"]: w["pid"] for w in data["workers"]})
+        if kind == "dispatch" and data.get("node_id") not in (None, "root") and not killed:
+            killed.append(data["candidate"])
+            os.kill(pids[data["worker"]], signal.SIGKILL)  # the actor judging it dies
+
+    out = start_run(_cfg(tmp_path, budget=3, workers=2), on_event=on_event)
+    assert out.status == "finished" and out.stop_kind == "budget"
+    recs = read_run(out.path)
+    evals = recs.evaluations_of("search")
+    assert [e.eval_index for e in evals] == [1, 2, 3]  # exactly the budget, in arrival order
+    assert Counter(e.candidate_id for e in evals)[killed[0]] == 1  # judged again, recorded once
+    assert max(Counter(e.candidate_id for e in evals).values()) == 1
+    assert [e.data["candidate"] for e in recs.events if e.kind == "worker_lost"] == killed
+    workers = {e.result["environment"]["evaluator"]["worker"] for e in evals}
+    assert workers == {"w1", "w2"}
+    kinds = {e.result["environment"]["evaluator"]["device_kind"] for e in evals}
+    assert len(kinds) == 1 and kinds.pop().startswith("mlx-cpu:")
+    assert recs.evaluations_of("holdout")  # judged on a worker: the driver holds no evaluator
+
+
+def _state(run: Path) -> tuple[int, int]:
+    """(evaluations recorded, candidates in flight) of a run being written elsewhere."""
+    try:
+        with RunReader(run) as reader:
+            n = len(reader.evaluations("search"))
+        return n, len((read_run(run).meta.get("loop_state") or {}).get("in_flight") or [])
+    except (RunNotFound, RunUnreadable, KeyError, AttributeError):
+        return 0, 0
+
+
+def test_a_parallel_run_killed_mid_flight_resumes_and_judges_its_candidates_again(cluster: str,
+                                                                                 tmp_path: Path) -> None:
+    proc = subprocess.Popen([*KS, "run", "softmax", "--backend", "mlx-cpu", "--budget", "9", "--runs-dir",
+                             str(tmp_path), "--quiet", "--seed", "2", "--ray-address", cluster, "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline, run = time.time() + 150, None
+    while time.time() < deadline and proc.poll() is None:
+        runs = [d for d in tmp_path.iterdir() if (d / "run.db").exists()]
+        if runs:
+            done, flying = _state(runs[0])
+            if done >= 1 and flying >= 1:
+                run = runs[0]
+                break
+        time.sleep(0.2)
+    assert run is not None, proc.communicate(timeout=10)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    with RunReader(run) as reader:
+        before = len(reader.evaluations("search"))
+    # Paused at 4 evaluations in all (as exact as the budget; it spares the test the holdout).
+    out = start_run(_cfg(tmp_path), resume=run.name, placement={"ray_address": cluster}, stop_after=4)
+    assert out.status == "stopped" and out.stop_kind == "paused"
+    recs = read_run(run)
+    evals = recs.evaluations_of("search")
+    assert [e.eval_index for e in evals] == list(range(1, 5))
+    assert max(Counter(e.candidate_id for e in evals).values()) == 1
+    requeued = [c for e in recs.events if e.kind == "requeue" for c in e.data["candidates"]]
+    assert requeued and set(requeued) <= {e.candidate_id for e in evals[before:]}
