@@ -23,8 +23,11 @@ install: $(BIN)/ksearch
 demo: $(BIN)/ksearch
 	$(BIN)/ksearch demo --budget $(DEMO_BUDGET)
 
+# Two pytest workers (TEST_WORKERS=0 for one process): most tests wait on worker processes, compilers and servers,
+# so two share two cores well. loadgroup keeps a module's Ray cluster in one worker.
+TEST_WORKERS ?= 2
 test: $(BIN)/ksearch
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Optional, not part of CI: one short run against a real small model (llama.cpp's server + SmolLM2-135M from PyPI,
 # 8192-token context); builds llama.cpp once (5-8 min on 2 cores), then some 45 min on a busy 2-core CPU.

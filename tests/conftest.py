@@ -3,6 +3,9 @@ import os
 import pytest
 
 os.environ.setdefault("KSEARCH_TEST", "1")
+# pytest-xdist's workers start with COLUMNS=80, which the CLI's console (made at import) would keep for good; tests
+# that need a width pass their own COLUMNS to the command they run.
+os.environ.pop("COLUMNS", None)
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,8 @@ from ksearch.search.start import start_run
 from ksearch.store import RunNotFound, RunReader, RunUnreadable, read_run
 
 ray = pytest.importorskip("ray")
+# One local cluster for the module: its tests stay in one pytest-xdist worker (make test runs --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("ray")
 
 KS = [sys.executable, "-m", "ksearch.cli"]
 

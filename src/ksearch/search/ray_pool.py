@@ -24,7 +24,7 @@ from typing import Any
 from ksearch.backends import Backend
 from ksearch.config import RunConfig
 from ksearch.errors import RunError
-from ksearch.harness.evaluate import EvalOptions
+from ksearch.harness.evaluator import EvalOptions
 from ksearch.harness.result import EvalResult
 from ksearch.search.pool import Arrival, Job, WorkerInfo, device_kind
 
