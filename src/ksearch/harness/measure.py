@@ -129,21 +129,26 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         n = min(max(1, timing.batch_size(per_call, max(plan.warmup_s - spent, per_call))), 4 * n + 4)
     n = max(timing.MIN_BATCH_CALLS, min(timing.batch_size(per_call, plan.target_batch_s), timing.FIRST_BATCH_MAX))
     owed = set(rng.sample(range(plan.batches), min(plan.checks, plan.batches))) if check else set()
-    pending_checks = 0
+    pending_checks = missed = 0
     retries, index, extra = 2, 0, 0
-    while index < plan.batches or (pending_checks and extra < 3):
+    while index < plan.batches or (pending_checks and extra < timing.EXTRA_BATCHES):
         if index >= plan.batches:
             extra += 1
-        # Up to twice the calls the batch should take, stopped at a uniformly random moment of its expected length.
+        # Up to twice the calls the batch should take, stopped at a uniformly random moment of its expected length;
+        # once a batch has ended with no commitment in by its stop (a worker descheduled on a loaded machine), the
+        # stops fall later: half to one and a half times the expected length, still unknown to the worker.
         n_max = min(2 * n + 2, 4000)
         expected = n * per_call if per_call > 0 else plan.target_batch_s
-        b = batch(n_max, time.monotonic() + expected * rng.uniform(0.05, 1.0))
+        low, high = (0.5, 1.5) if missed else (0.05, 1.0)
+        b = batch(n_max, time.monotonic() + expected * rng.uniform(low, high))
         if index in owed:
             owed.discard(index)
             pending_checks += 1
-        if pending_checks and check and _take_check(worker, task, workload, seed, plan.pool_sets, b, rng, timed,
-                                                    deadline):
-            pending_checks -= 1
+        if pending_checks and check:
+            if _take_check(worker, task, workload, seed, plan.pool_sets, b, rng, timed, deadline):
+                pending_checks -= 1
+            else:
+                missed += 1
         m = max(1, len(b.times))
         if timing.batch_error(b.elapsed, n_max, b.times, b.gaps, float(b.reply.get("lead") or 0.0)) and retries:
             retries -= 1
