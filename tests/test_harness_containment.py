@@ -127,7 +127,7 @@ def test_the_workers_environment_is_an_allowlist(tmp_path):
 
 
 def test_a_readable_tree_never_includes_the_runs_directory(tmp_path):
-    from ksearch.harness.sandbox import _carve
+    from ksearch.harness.landlock import _carve
 
     for d in ("project/src/pkg", "project/runs/r1", "project/docs"):
         (tmp_path / d).mkdir(parents=True)

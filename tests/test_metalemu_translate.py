@@ -111,3 +111,23 @@ def test_bad_sources(src: str, words: str, line: int | None) -> None:
     with pytest.raises(MetalEmuError) as e:
         translate(src)
     assert e.value.status == "compile_error" and words in str(e.value) and e.value.line == line
+
+
+def test_the_runtime_hash_covers_every_header_the_runtime_includes() -> None:
+    """A compiled kernel is cached under the hash of the runtime's sources: a header it includes from elsewhere (MSL's
+    scalar type names, one copy with the knowledge layer's syntax-check shim) must count, or editing it would leave
+    stale libraries in the cache."""
+    import re
+
+    from ksearch.metalemu.compile import RUNTIME, runtime_sources
+
+    hashed = {p.resolve() for p in runtime_sources()}
+    included = set()
+    for src in RUNTIME.iterdir():
+        if src.suffix in (".h", ".cpp"):
+            for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', src.read_text(), re.M):
+                included.add((src.parent / name).resolve())
+    assert included, "the runtime includes none of its headers: the pattern above no longer matches"
+    missing = sorted(str(p) for p in included - hashed)
+    assert not missing, f"included by the runtime but not in runtime_sources(): {missing}"
+    assert all(p.is_file() for p in included)

@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 CUDA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "int32": "int32_t",
               "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t", "int8": "int8_t", "uint8": "uint8_t",
@@ -71,6 +71,30 @@ def ctype(dtype: str | None, default: str) -> str:
     return CUDA_TYPES.get(dtype or "float32", "float")
 
 
+def mentioned_metadata(name: str, source: str) -> list[str]:
+    """What MLX passes for input `name` beside its pointer, in its order: each of shape, strides and ndim whose
+    `<name>_<what>` occurs in the body's text (MLX tests substrings, not identifiers, and so does this)."""
+    return [what for what in ("shape", "strides", "ndim") if f"{name}_{what}" in source]
+
+
+def template_declarations(template: Sequence[tuple[str, TemplateValue]],
+                          type_of: Callable[[str | None], str]) -> list[str]:
+    """MLX's declarations of the template arguments at the top of a kernel body: a bool or an int becomes a
+    constexpr, a dtype name a `using` of the C type `type_of` gives it."""
+    decls = []
+    for tname, value in template:
+        if isinstance(value, bool):
+            decls.append(f"constexpr bool {tname} = {'true' if value else 'false'};")
+        elif isinstance(value, int):
+            decls.append(f"constexpr int {tname} = {value};")
+        else:
+            decls.append(f"using {tname} = {type_of(value)};")
+    return decls
+
+
+_METADATA_PARAMS = {"shape": "Shape", "strides": "Strides", "ndim": "int"}
+
+
 def wrap(name: str, source: str, header: str, inputs: Sequence[tuple[str, str | None]],
          outputs: Sequence[tuple[str, str | None]], template: Sequence[tuple[str, TemplateValue]] = (), *,
          dtype: str = "float32", scope: str | None = None, uses: str | None = None,
@@ -87,21 +111,9 @@ def wrap(name: str, source: str, header: str, inputs: Sequence[tuple[str, str | 
     params = []
     for n, dt in inputs:
         params.append(f"const {t_type if dt in ('T', '', None) else ctype(dt, dtype)}* {n}")
-        if f"{n}_shape" in source:
-            params.append(f"const __grid_constant__ Shape {n}_shape")
-        if f"{n}_strides" in source:
-            params.append(f"const __grid_constant__ Strides {n}_strides")
-        if f"{n}_ndim" in source:
-            params.append(f"const __grid_constant__ int {n}_ndim")
+        params += [f"const __grid_constant__ {_METADATA_PARAMS[m]} {n}_{m}" for m in mentioned_metadata(n, source)]
     params += [f"{t_type if dt in ('T', '', None) else ctype(dt, dtype)}* {n}" for n, dt in outputs]
-    decls = []
-    for tname, value in template:
-        if isinstance(value, bool):
-            decls.append(f"constexpr bool {tname} = {'true' if value else 'false'};")
-        elif isinstance(value, int):
-            decls.append(f"constexpr int {tname} = {value};")
-        else:
-            decls.append(f"using {tname} = {ctype(value, dtype)};")
+    decls = template_declarations(template, lambda value: ctype(value, dtype))
     if "T" not in declared and re.search(r"\bT\b", source) and not re.search(r"\b(using|typedef)\s+T\b", source):
         decls.append(f"using T = {t_type};")
     parts = [header, "namespace mlx::core::cu {"]

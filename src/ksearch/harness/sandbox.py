@@ -11,14 +11,14 @@ single-threaded to enter a user namespace):
 
 Mechanisms, each used where the kernel offers it and recorded in the result's environment:
 - a user namespace with new network, PID, IPC and mount namespaces (no network at all: not even loopback);
-- Landlock: writes only to the scratch directory (and a few devices), reads only system, Python, CUDA and ksearch
-  paths (never the runs directory, the home directory or /tmp), no TCP bind or connect, no signals to processes
-  outside (ABI 6), and, without a private /proc, no /proc entries of other processes;
+- Landlock (landlock.py): writes only to the scratch directory (and a few devices), reads only system, Python, CUDA
+  and ksearch paths (never the runs directory, the home directory or /tmp), no TCP bind or connect, no signals to
+  processes outside (ABI 6), and, without a private /proc, no /proc entries of other processes;
 - without Landlock: in a mount namespace every mount is made read-only except the scratch directory; as root without
   namespaces the worker becomes the user nobody;
 - always a child subreaper in the launcher: processes that escape their parent end up here and are killed.
 
-Only the standard library may be imported at module level here.
+Only the standard library (and landlock.py, which holds to the same) may be imported at module level here.
 """
 
 from __future__ import annotations
@@ -32,7 +32,15 @@ import os
 import signal
 import struct
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:
+    from ksearch.harness import landlock
+else:
+    # Run as the launcher (`python -I -S sandbox.py`): ksearch is not importable, and must not load before the
+    # namespaces are entered; its sibling file is (appended to the path, so it shadows no standard module).
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import landlock
 
 # prctl and clone constants (linux/prctl.h, linux/sched.h, linux/mount.h)
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER = 1, 38, 24, 36
@@ -40,28 +48,6 @@ _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 _CLONE_NEWPID, _CLONE_NEWNET = 0x20000000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
-
-# Landlock (linux/landlock.h); the syscall numbers are the same on every architecture
-_SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446
-_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-_FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14
-_FS_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE
-_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
-_NET_TCP = 0b11  # bind and connect
-_SCOPE_ALL = 0b11  # abstract unix sockets and signals
-
-#: Devices a worker may open for writing: the harmless ones and the GPU's.
-_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
-_DEVICE_PREFIXES = ("nvidia", "dri", "kfd")
-#: What of /etc a worker reads (the dynamic loader, locales, users, the toolchain's alternatives, GPU vendor files),
-#: rather than all of it.
-_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload", "localtime", "timezone", "locale.alias",
-        "locale.conf", "passwd", "group", "nsswitch.conf", "host.conf", "hosts", "gai.conf", "os-release",
-        "lsb-release", "debian_version", "redhat-release", "alternatives", "mime.types", "nvidia", "OpenCL",
-        "vulkan", "glvnd", "gcc", "clang")
-_SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/sys", "/nix/store", "/gnu/store")
-#: Without a private /proc: these, and the worker's own /proc/<pid>, never another process's entries.
-_PROC = ("cpuinfo", "meminfo", "stat", "loadavg", "uptime", "version", "filesystems", "sys", "driver")
 
 
 def _libc() -> Any:
@@ -88,156 +74,18 @@ def unavailable() -> str | None:
     return None
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _carve(root: str, hidden: list[str]) -> list[str]:
-    """`root`, less every hidden path beneath it: Landlock only grants, so a root that holds a hidden directory is
-    replaced by its other entries, level by level."""
-    if any(_under(root, h) for h in hidden):
-        return []
-    inside = [h for h in hidden if _under(h, root)]
-    if not inside:
-        return [root]
-    try:
-        entries = sorted(os.listdir(root))
-    except OSError:
-        return []
-    out: list[str] = []
-    for name in entries:
-        out.extend(_carve(os.path.join(root, name), inside))
-    return out
-
-
-def read_roots(env: dict[str, str], src_root: str, task_origin: str) -> list[str]:
-    """The paths a contained worker may read: system directories, the interpreter and its site-packages, ksearch's
-    source, the CUDA toolkit, and a task file given by path. Never the runs directory, a home directory itself or the
-    temporary directory (where other runs' scratch directories and pytest's live)."""
-    import tempfile
-
-    wanted = [*_SYSTEM, *(os.path.join("/etc", e) for e in _ETC)]
-    wanted += [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-               src_root]
-    try:
-        cwd = os.getcwd()
-    except OSError:  # deleted under us: relative paths below resolve to nothing readable
-        cwd = "/nonexistent"
-    wanted += [p for p in sys.path if p and os.path.isabs(p) and p != cwd]
-    for name in ("PYTHONPATH", "LD_LIBRARY_PATH", "PATH", "KSEARCH_SANDBOX_READ"):
-        wanted += [p for p in os.environ.get(name, "").split(os.pathsep) if os.path.isabs(p)]
-    for name in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDNN_PATH", "MLX_CCCL_DIR"):
-        if os.path.isabs(env.get(name, "")):
-            wanted.append(env[name])
-    runs = os.path.join(cwd, os.environ.get("KSEARCH_RUNS_DIR") or "runs")
-    hidden = [os.path.realpath(runs), runs]
-    tmp = os.path.realpath(tempfile.gettempdir())
-    never = {"/", "/home", "/root", "/var", "/dev", "/proc", "/run", os.path.realpath(os.path.expanduser("~"))}
-    roots: list[str] = []
-    for p in wanted:
-        real = os.path.realpath(p)
-        if real in never or _under(real, tmp) or _under(real, "/tmp") or not os.path.exists(real):
-            continue
-        roots.extend(_carve(real, hidden))
-    if task_origin.endswith(".py") and os.path.isabs(task_origin):
-        # A task file given by path: that one file, wherever it lies (also under /tmp), never inside the runs.
-        real = os.path.realpath(task_origin)
-        if os.path.isfile(real) and not any(_under(real, h) for h in hidden):
-            roots.append(real)
-    # One rule per tree: a root beneath another adds nothing.
-    return sorted({r for r in roots if not any(r != o and _under(r, o) for o in roots)})
-
-
 def plan(scratch: str, status_fd: int, env: dict[str, str], src_root: str, task_origin: str,
          gpu: bool = False) -> dict[str, Any]:
     """What the launcher applies. `gpu`: the worker will use an NVIDIA GPU, which rules out a PID namespace."""
     skip = settings() | ({"no-pid"} if gpu else set())
     return {"scratch": os.path.realpath(scratch), "status_fd": status_fd, "parent": os.getpid(), "src": src_root,
-            "read": read_roots(env, src_root, task_origin), "skip": sorted(skip)}
+            "read": landlock.read_roots(env, src_root, task_origin), "skip": sorted(skip)}
 
 
 def command(spec: dict[str, Any], argv: list[str]) -> list[str]:
     """The launcher's command line: an isolated interpreter without site-packages (nothing but this file loads
     before the namespaces are entered), then the worker's own command."""
     return [sys.executable, "-I", "-S", os.path.abspath(__file__), json.dumps(spec), "--", *argv]
-
-
-# -- Landlock ----------------------------------------------------------------------------------------------------
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def landlock_abi(libc: Any = None) -> int:
-    """The kernel's Landlock ABI version; 0 where it has none (or it is disabled)."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    libc = libc or _libc()
-    abi = libc.syscall(ctypes.c_long(_SYS_CREATE), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    return max(int(abi), 0)
-
-
-def _landlock(libc: Any, spec: dict[str, Any], own_proc: bool) -> str:
-    """Restrict this process (and everything it starts) for good. Returns what applied."""
-    abi = landlock_abi(libc)
-    if abi < 1:
-        return "none: this kernel has no Landlock"
-    handled = (1 << 13) - 1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
-    attr = _RulesetAttr(handled, _NET_TCP if abi >= 4 else 0, _SCOPE_ALL if abi >= 6 else 0)
-    ruleset = libc.syscall(ctypes.c_long(_SYS_CREATE), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
-                           ctypes.c_uint32(0))
-    if ruleset < 0:
-        return f"none: landlock_create_ruleset failed ({os.strerror(ctypes.get_errno())})"
-    keep: list[int] = []
-
-    def allow(path: str, access: int) -> None:
-        try:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except OSError:
-            return
-        if not os.path.isdir(path):
-            access &= _FS_FILE_RIGHTS
-        rule = _PathBeneath(access & handled, fd)
-        libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule),
-                     ctypes.c_uint32(0))
-        if path.startswith("/proc/"):
-            keep.append(fd)  # an open descriptor pins the /proc dentry whose inode the rule names
-        else:
-            os.close(fd)
-
-    for root in spec["read"]:
-        allow(root, _READ)
-    if own_proc:
-        allow("/proc", _READ)
-    else:
-        allow(f"/proc/{os.getpid()}", _READ)  # the exec'd worker keeps this pid
-        for name in _PROC:
-            allow(f"/proc/{name}", _READ)
-    # Its own threads' entries, writable: CUDA's runtime writes there as it starts (without it cudaMallocManaged fails).
-    allow(f"/proc/{os.getpid()}/task", _READ | _FS_WRITE_FILE | _FS_TRUNCATE)
-    for dev in _devices():
-        allow(dev, _FS_READ_FILE | _FS_WRITE_FILE | _FS_TRUNCATE | _FS_READ_DIR)
-    allow(spec["scratch"], handled)
-    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    if libc.syscall(ctypes.c_long(_SYS_RESTRICT), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
-        return f"none: landlock_restrict_self failed ({os.strerror(ctypes.get_errno())})"
-    os.close(ruleset)
-    for fd in keep:
-        os.set_inheritable(fd, True)
-    return f"landlock abi {abi}"
-
-
-def _devices() -> list[str]:
-    found = [d for d in _DEVICES if os.path.exists(d)]
-    with contextlib.suppress(OSError):
-        found += [f"/dev/{n}" for n in sorted(os.listdir("/dev")) if n.startswith(_DEVICE_PREFIXES)]
-    return found
 
 
 # -- namespaces ---------------------------------------------------------------------------------------------------
@@ -343,13 +191,13 @@ def _exec_worker(libc: Any, spec: dict[str, Any], argv: list[str], report: dict[
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     skip = set(spec["skip"])
-    fs = "none: left out (KSEARCH_SANDBOX)" if "no-landlock" in skip else _landlock(libc, spec, own_proc)
-    landlock = fs.startswith("landlock")
-    tcp = landlock and landlock_abi(libc) >= 4
+    fs = "none: left out (KSEARCH_SANDBOX)" if "no-landlock" in skip else landlock.restrict(libc, spec, own_proc)
+    applied = fs.startswith("landlock")
+    tcp = applied and landlock.abi(libc) >= 4
     report["network"] = ("namespace" + (" and landlock tcp" if tcp else "") if "net" in ns else
                          "landlock tcp (UDP not covered)" if tcp else
                          "none: no network namespace, and no Landlock TCP rules (ABI 4)")
-    if landlock:
+    if applied:
         report["filesystem"] = fs + ": writes only to scratch; reads only system, Python and ksearch paths"
         if not own_proc:
             report["other_processes"] = "landlock: /proc limited to the worker's own entries"

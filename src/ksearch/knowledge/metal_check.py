@@ -21,6 +21,8 @@ from ksearch.knowledge.extract import KernelUse
 from ksearch.knowledge.units import translation_unit
 
 SHIM = Path(__file__).with_name("msl_shim.h")
+#: MSL's scalar type names: included by the shim, and by the Metal emulation's runtime (metalemu/runtime/ks_types.h).
+SCALARS = SHIM.with_name("msl_scalars.h")
 METAL_TYPES = {"float16": "float16_t", "bfloat16": "bfloat16_t", "float32": "float", "int32": "int32_t",
                "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t", "int8": "int8_t", "uint8": "uint8_t",
                "int16": "int16_t", "uint16": "uint16_t", "bool": "bool", "float64": "double"}

@@ -1,4 +1,5 @@
-// ksearch: a self-contained MSL shim so that clang (>= 14) can syntax- and type-check Metal kernel bodies on Linux.
+// ksearch: an MSL shim (with msl_scalars.h beside it) so that clang (>= 14) can syntax- and type-check Metal kernel
+// bodies on Linux.
 // Compile with: clang++ -std=c++17 -fsyntax-only --target=aarch64-linux-gnu -flax-vector-conversions=none
 //   -Xclang -cl-single-precision-constant -Wno-user-defined-literals -Wno-duplicate-decl-specifier -include msl_shim.h
 // Written from the MSL specification's rules (see shared/reference/msl-checking.md): address spaces are erased
@@ -17,24 +18,13 @@
 #define MTL_CONST const
 #define MLX_MTL_PRAGMA_UNROLL _Pragma("unroll")
 
-typedef __SIZE_TYPE__ size_t;
-typedef __PTRDIFF_TYPE__ ptrdiff_t;
-typedef unsigned int uint;
-typedef unsigned short ushort;
-typedef unsigned char uchar;
-typedef unsigned long ulong;
-typedef signed char int8_t;
-typedef unsigned char uint8_t;
-typedef short int16_t;
-typedef unsigned short uint16_t;
-typedef int int32_t;
-typedef unsigned int uint32_t;
-typedef long int64_t;
-typedef unsigned long uint64_t;
+#include "msl_scalars.h"  // the scalar type names, shared with the Metal emulation
 typedef _Float16 half;
 
 namespace metal {
 // ---- type traits (MSL has no std::) ----
+// Kept apart from the emulation's traits (metalemu/runtime/ks_types.h): MSL code names these metal::, while the
+// runtime's own C++ uses a larger set in its namespace ks.
 template <bool B, class T = void> struct enable_if {};
 template <class T> struct enable_if<true, T> { typedef T type; };
 template <bool B, class T = void> using enable_if_t = typename enable_if<B, T>::type;

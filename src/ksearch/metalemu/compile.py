@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 
 from ksearch.errors import MetalEmuError
-from ksearch.knowledge.metal_check import clang_path
+from ksearch.knowledge.metal_check import SCALARS, clang_path
 from ksearch.metalemu.translate import FILE_TAG, Translation, translate
 
 RUNTIME = Path(__file__).with_name("runtime")
@@ -74,13 +74,18 @@ def _compiler_id(clang: str) -> str:
     return out.splitlines()[0] if out else clang
 
 
+def runtime_sources() -> list[Path]:
+    """Every file a compiled kernel or the runtime core is built from: the runtime's own, and the header of MSL's
+    scalar type names that ks_types.h includes from the knowledge layer (one copy with the syntax-check shim)."""
+    return [*(p for p in sorted(RUNTIME.iterdir()) if p.suffix in (".h", ".cpp")), SCALARS]
+
+
 @cache
 def runtime_hash() -> str:
     h = hashlib.sha256()
-    for p in sorted(RUNTIME.iterdir()):
-        if p.suffix in (".h", ".cpp"):
-            h.update(p.name.encode())
-            h.update(p.read_bytes())
+    for p in runtime_sources():
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
     return h.hexdigest()
 
 

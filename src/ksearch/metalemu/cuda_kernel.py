@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ksearch.backends.nvcc import mentioned_metadata, template_declarations
 from ksearch.metalemu.cuda_lex import compile_error
 from ksearch.metalemu.cuda_rules import load_rules
 from ksearch.metalemu.cuda_translate import Translation, translate
@@ -33,6 +34,10 @@ METAL_TYPES = {"float32": "float", "float16": "::metal::half", "bfloat16": "::me
 MAX_THREADS_PER_THREADGROUP = 1024  # Apple GPUs (and what MLX checks a Metal dispatch against)
 LAUNCH = "ks_launch"  # the int32 input carrying [grid.xyz, threadgroup.xyz]
 TemplateValue = str | int | bool
+# An input's metadata as the Metal body sees it, from the CUDA kernel's parameters of the same names with ks_in_.
+_METADATA_LOCALS = {"shape": "  const int* {n}_shape = ks_in_{n}_shape.data();",
+                    "strides": "  const int64_t* {n}_strides = ks_in_{n}_strides.data();",
+                    "ndim": "  const int {n}_ndim = ks_in_{n}_ndim;"}
 
 
 @functools.cache
@@ -120,13 +125,7 @@ class MetalKernelTranslation:
         for top in self.header.top_names if self.header else []:
             if top not in macros:
                 lines.append(f"  using ::{top};")
-        for tname, value in template:
-            if isinstance(value, bool):
-                lines.append(f"  constexpr bool {tname} = {'true' if value else 'false'};")
-            elif isinstance(value, int):
-                lines.append(f"  constexpr int {tname} = {value};")
-            else:
-                lines.append(f"  using {tname} = {metal_type(str(value), self.name)};")
+        lines += [f"  {d}" for d in template_declarations(template, lambda value: metal_type(str(value), self.name))]
         src = self.metal_source
         for arg in inputs:
             mt = metal_type(arg.dtype, self.name)
@@ -134,13 +133,8 @@ class MetalKernelTranslation:
                 lines.append(f"  const {mt}& {arg.name} = *reinterpret_cast<const {mt}*>(ks_in_{arg.name});")
                 continue
             lines.append(f"  const {mt}* {arg.name} = reinterpret_cast<const {mt}*>(ks_in_{arg.name});")
-            # MLX declares these when the body's text contains the name (a substring test, mirrored here).
-            if f"{arg.name}_shape" in src:
-                lines.append(f"  const int* {arg.name}_shape = ks_in_{arg.name}_shape.data();")
-            if f"{arg.name}_strides" in src:
-                lines.append(f"  const int64_t* {arg.name}_strides = ks_in_{arg.name}_strides.data();")
-            if f"{arg.name}_ndim" in src:
-                lines.append(f"  const int {arg.name}_ndim = ks_in_{arg.name}_ndim;")
+            # MLX's metadata for the input, as pointers and a count the way Metal's kernel sees them.
+            lines += [_METADATA_LOCALS[m].format(n=arg.name) for m in mentioned_metadata(arg.name, src)]
         for name, dtype in zip(self.output_names, output_dtypes, strict=True):
             mt = metal_type(dtype, self.name)
             pt = f"::metal::atomic<{mt}>" if self.atomic_outputs else mt

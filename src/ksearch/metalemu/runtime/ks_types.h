@@ -10,25 +10,14 @@
 #define KS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define KS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-typedef __SIZE_TYPE__ size_t;
-typedef __PTRDIFF_TYPE__ ptrdiff_t;
+#include "../../knowledge/msl_scalars.h"  // MSL's scalar type names, one copy with the syntax-check shim
 typedef __UINTPTR_TYPE__ uintptr_t;
 typedef __INTPTR_TYPE__ intptr_t;
-typedef unsigned int uint;
-typedef unsigned short ushort;
-typedef unsigned char uchar;
-typedef unsigned long ulong;
-typedef signed char int8_t;
-typedef unsigned char uint8_t;
-typedef short int16_t;
-typedef unsigned short uint16_t;
-typedef int int32_t;
-typedef unsigned int uint32_t;
-typedef long int64_t;
-typedef unsigned long uint64_t;
 
 namespace ks {
 // ---- type traits (no standard library in a kernel translation unit) ----
+// Kept apart from the syntax-check shim's traits (knowledge/msl_shim.h): those are MSL's metal:: names for checked
+// kernel bodies; these are the runtime's own, a larger set (integral_constant, reference and pointer traits).
 template <class T, T v> struct integral_constant { static constexpr T value = v; };
 typedef integral_constant<bool, true> true_type;
 typedef integral_constant<bool, false> false_type;
