@@ -9,6 +9,7 @@ import importlib.util
 import itertools
 
 import pytest
+from full import spread
 
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels.attention import metal_rows, mma_sync
@@ -68,10 +69,10 @@ def _decode_units() -> list[str]:
     units = []
     fam = next(f for f in dec_t.FAMILIES if f.id == "gqa_decode.cuda.split_k")
     combos = {(p["warps"], p["unroll"], p["prefetch"], 4 if p["group_heads"] else 1) for p in fam.all_params()}
-    for i, (w, u, pf, g) in enumerate(sorted(combos)):
+    for i, (w, u, pf, g) in enumerate(spread(sorted(combos), 4)):
         units.append(wrap(f"split{i}", cuda_split_k.SPLIT_SOURCE, "", ins, outs,
                           [("T", "float16"), ("D", 128), ("G", g), ("NW", w), ("U", u), ("PREFETCH", pf)]))
-    for dt, d in itertools.product(("float16", "bfloat16"), (64, 128)):
+    for dt, d in spread(list(itertools.product(("float16", "bfloat16"), (64, 128))), 2):
         units.append(wrap(f"split_{dt}_{d}", cuda_split_k.SPLIT_SOURCE, "", ins, outs,
                           [("T", dt), ("D", d), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", True)]))
         units.append(wrap(f"merge_{dt}_{d}", cuda_split_k.MERGE_SOURCE, "", outs, [("o", "T")],
@@ -87,7 +88,7 @@ def _flash_units() -> list[str]:
     # Every configuration at fp16 / D 128; the default at every dtype and head dim (each instance costs seconds).
     combos = [(p, "float16", 128, c) for p in fam.all_params() for c in (False, True)]
     combos += [(fam.default(), dt, d, c) for dt in ("float16", "bfloat16") for d in (64, 128) for c in (False, True)]
-    for i, (p, dt, d, causal) in enumerate(combos):
+    for i, (p, dt, d, causal) in enumerate(spread(combos, 6)):
         units.append(wrap(f"flash{i}", mma_sync.SOURCE, "", [("q", "T"), ("k", "T"), ("v", "T"),
                                                                    ("scale", "float32")], [("o", "T")],
                           [("T", dt), ("D", d), ("BM", p["bm"]), ("BN", p["bn"]), ("CAUSAL", causal),
@@ -102,7 +103,7 @@ def _row_tiled_units() -> list[str]:
     combos = [(p, "float16") for p in fam.all_params() if p["threads"] == 128]
     combos += [(p, dt) for p in fam.all_params() for dt in ("float16", "float32")
                if p["tile"] and p["exp2"] and p["skip"] and p["bn"] == 32 and (p["threads"] != 128 or dt == "float32")]
-    for i, (p, dt) in enumerate(combos):
+    for i, (p, dt) in enumerate(spread(combos, 6)):
         units.append(wrap(f"rows{i}", attn_t.ROW_TILED_SOURCE, "", [("q", "T"), ("k", "T"), ("v", "T"),
                                                                      ("scale", "float32")], [("o", "T")],
                           [("T", dt), ("HEAD_DIM", 128), ("CAUSAL", True), ("NT", p["threads"]), ("BN", p["bn"]),

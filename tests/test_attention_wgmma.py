@@ -1,5 +1,5 @@
 """The wgmma prefill kernel (ksearch/kernels/attention/wgmma.py) compiles for sm_90a with nvcc at every
-configuration the GPU check tries, with no register spills and without ptxas serialising its wgmmas; the dispatcher
+configuration the GPU check tries (an even spread of them in `make test`, all with KSEARCH_TEST_FULL=1: tests/full.py), with no register spills and without ptxas serialising its wgmmas; the dispatcher
 takes it on Hopper only (KSEARCH_WGMMA overrides)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pathlib
 import re
 
 import pytest
+from full import spread
 
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels import device
@@ -55,8 +56,9 @@ S3_COMBOS = [("float16", 128, 3, 64, c) for c in (False, True)] + [("bfloat16", 
 @pytest.mark.slow
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_wgmma_prefill_compiles_for_sm90a_without_spills() -> None:
-    ok, log = compile_check(_units(COMBOS) + _units(S3_COMBOS, 3, "wt")[1:] + _ws_units(WS_COMBOS)
-                            + _ws_units(PP_COMBOS, pp=True, tag="wp"))
+    combos, s3, ws, pp = spread(COMBOS, 4), spread(S3_COMBOS, 2), spread(WS_COMBOS, 5), spread(PP_COMBOS, 2)
+    ok, log = compile_check(_units(combos) + _units(s3, 3, "wt")[1:] + _ws_units(ws)
+                            + _ws_units(pp, pp=True, tag="wp"))
     ok_ca, log_ca = compile_check([W.cp_cache("ca")[0] + WGMMA_HEADER] + _units(COMBOS[:2])[1:])
     assert ok_ca, log_ca[-2000:]  # the L1-allocating cp.async mode compiles too
     assert ok, log[-3000:]
@@ -69,11 +71,11 @@ def test_wgmma_prefill_compiles_for_sm90a_without_spills() -> None:
     # (threads a block, spill bytes allowed): the synchronous kernels do not spill; the producer-warpgroup default
     # (3 consumers, 64-key tiles, 3 stages) spills one register when causal (a store and a load an iteration); other
     # opt-in ones a little more.
-    budget = {f"wg{i}": (128 * c[2], 0) for i, c in enumerate(COMBOS)}
-    budget |= {f"wt{i}": (128 * c[2], 8) for i, c in enumerate(S3_COMBOS)}
+    budget = {f"wg{i}": (128 * c[2], 0) for i, c in enumerate(combos)}
+    budget |= {f"wt{i}": (128 * c[2], 8) for i, c in enumerate(s3)}
     budget |= {f"ws{i}": (128 * wg + 32 * pw, 4 if (wg, bn, st, pw) == (3, 64, 3, 4) else 8)
-               for i, (_dt, _d, wg, bn, _c, st, pw, _b) in enumerate(WS_COMBOS)}
-    budget |= {f"wp{i}": (128 * wg + 32 * pw, 16) for i, (_dt, _d, wg, _bn, _c, _st, pw, _b) in enumerate(PP_COMBOS)}
+               for i, (_dt, _d, wg, bn, _c, st, pw, _b) in enumerate(ws)}
+    budget |= {f"wp{i}": (128 * wg + 32 * pw, 16) for i, (_dt, _d, wg, _bn, _c, _st, pw, _b) in enumerate(pp)}
     assert stats.keys() == budget.keys(), log[-2000:]
     for name, (spill, regs) in stats.items():
         threads, allowed = budget[name]
@@ -321,9 +323,7 @@ def test_every_flash_wgmma_family_configuration_compiles(cp: str) -> None:
 
     io, out = [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")]
     units, threads = [W.cp_cache(cp)[0] + WGMMA_HEADER + WS.BULK_HEADER], {}
-    for i, p in enumerate(FLASH_WGMMA.all_params()):
-        if p["cp"] != cp:
-            continue
+    for i, p in enumerate(spread([p for p in FLASH_WGMMA.all_params() if p["cp"] == cp], 6)):
         cfg, ws = configs(p)
         base = [("T", "float16"), ("D", 128), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", True)]
         if p["producer"]:

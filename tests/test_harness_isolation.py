@@ -79,7 +79,10 @@ def test_timer_patched_everywhere_is_a_runtime_error(cpu_backend):
 def test_timer_patched_in_the_time_module_only_changes_nothing(cpu_backend):
     # The worker captured its clock before the candidate was imported.
     result = judge(cpu_backend, "softmax", "timer_patch_module", baseline="naive")
-    assert result.workloads[0].timing_source == "worker"
+    assert result.status == "passed", result.message
+    # "cycle": the bound from the time between calls took over, which a loaded machine's noise can make happen too;
+    # "parent" would mean the worker's clock was not believed.
+    assert result.workloads[0].timing_source in ("worker", "cycle")
     assert 0.2 < _honest_speedup(result) < 5
 
 
