@@ -143,7 +143,7 @@ class WorkerProcess:
     """One worker. Use as a context manager; `kill()` is always safe."""
 
     def __init__(self, role: str, memory_limit_bytes: int, env: dict[str, str] | None = None,
-                 task_origin: str = "", gpu: bool = False) -> None:
+                 task_origin: str = "", gpu: bool = False, prefix: list[str] | None = None) -> None:
         self.role = role
         self.memory_limit = memory_limit_bytes
         self.scratch = Path(tempfile.mkdtemp(prefix=f"ksearch-{role}-"))
@@ -154,7 +154,8 @@ class WorkerProcess:
         self.stdout_path = self.scratch / "stdout.txt"
         self.stderr_path = self.scratch / "stderr.txt"
         extra = {"KSEARCH_WORKER_FD": str(child_sock.fileno()), **(env or {})}
-        argv = [sys.executable, "-m", "ksearch.harness.worker"]
+        # `prefix`: a profiler's command line (ncu ...), which starts the worker as its child, inside the sandbox.
+        argv = [*(prefix or []), sys.executable, "-m", "ksearch.harness.worker"]
         fds = [child_sock.fileno(), guard_w]
         # Only the untrusted candidate is contained (sandbox.py); the trusted workers get the allowlisted environment.
         untrusted = role == "candidate"
@@ -168,7 +169,8 @@ class WorkerProcess:
         if self.contained:
             self._status_r, status_w = os.pipe()
             fds.append(status_w)
-            spec = sandbox.plan(str(self.scratch), status_w, worker_env({}), _SRC, task_origin, gpu=gpu)
+            spec = sandbox.plan(str(self.scratch), status_w, worker_env({}), _SRC, task_origin, gpu=gpu,
+                                profiler=prefix[0] if prefix else None)
             argv = sandbox.command(spec, argv)
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self._out_fd = os.open(self.stdout_path, os.O_RDONLY | os.O_CLOEXEC)
@@ -390,12 +392,14 @@ class WorkerProcess:
 
 def start(role: str, task_origin: str, device: str, memory_limit: int, deadline: float,
           source: str | None = None, forbidden: tuple[str, ...] = (), entry: str | None = None,
-          env: dict[str, str] | None = None, emulation: str | None = None) -> tuple[WorkerProcess, dict[str, Any]]:
+          env: dict[str, str] | None = None, emulation: str | None = None,
+          prefix: list[str] | None = None) -> tuple[WorkerProcess, dict[str, Any]]:
     """Spawn a worker and initialise it; returns the worker and its init reply. `emulation` ("cpu"): the worker runs
-    Metal kernels through the Metal emulation (ksearch.metalemu.surface.install) before any code under test loads."""
+    Metal kernels through the Metal emulation (ksearch.metalemu.surface.install) before any code under test loads.
+    `prefix`: a profiler's command line that runs the worker (ksearch.harness.profile)."""
     if role == "candidate":
         protect_parent()
-    w = WorkerProcess(role, memory_limit, env=env, task_origin=task_origin, gpu=device == "gpu")
+    w = WorkerProcess(role, memory_limit, env=env, task_origin=task_origin, gpu=device == "gpu", prefix=prefix)
     msg: dict[str, Any] = {"op": "init", "role": role, "task": task_origin, "device": device,
                            "forbidden": list(forbidden), "guard_fd": w.guard_fd_in_child, "entry": entry,
                            "emulation": emulation}

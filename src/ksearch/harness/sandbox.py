@@ -48,6 +48,10 @@ _FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14
 _FS_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE
 _READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
 _NET_TCP = 0b11  # bind and connect
+_RULE_NET_PORT = 2
+#: The TCP ports Nsight Compute's front end and the profiled process talk over (its default base port, 64 of them):
+#: the only ones a profiled candidate's process may bind or connect to.
+PROFILER_PORTS = range(49152, 49152 + 64)
 _SCOPE_ALL = 0b11  # abstract unix sockets and signals
 
 #: Devices a worker may open for writing: the harmless ones and the GPU's.
@@ -149,11 +153,18 @@ def read_roots(env: dict[str, str], src_root: str, task_origin: str) -> list[str
 
 
 def plan(scratch: str, status_fd: int, env: dict[str, str], src_root: str, task_origin: str,
-         gpu: bool = False) -> dict[str, Any]:
-    """What the launcher applies. `gpu`: the worker will use an NVIDIA GPU, which rules out a PID namespace."""
+         gpu: bool = False, profiler: str | None = None) -> dict[str, Any]:
+    """What the launcher applies. `gpu`: the worker will use an NVIDIA GPU, which rules out a PID namespace.
+    `profiler`: the path of a profiler (ncu) that runs inside the sandbox and starts the worker as its child; its
+    installation becomes readable, the network namespace gets a loopback on which only PROFILER_PORTS may be used,
+    and /proc is readable (the worker is the profiler's child, a pid unknown when the rules are made)."""
     skip = settings() | ({"no-pid"} if gpu else set())
+    read = read_roots(env, src_root, task_origin)
+    if profiler:
+        home = os.path.dirname(os.path.dirname(os.path.realpath(profiler)))
+        read = sorted({*read, os.path.dirname(os.path.realpath(profiler)), *([home] if home != "/" else [])})
     return {"scratch": os.path.realpath(scratch), "status_fd": status_fd, "parent": os.getpid(), "src": src_root,
-            "read": read_roots(env, src_root, task_origin), "skip": sorted(skip)}
+            "read": read, "skip": sorted(skip), "profiler": bool(profiler)}
 
 
 def command(spec: dict[str, Any], argv: list[str]) -> list[str]:
@@ -172,6 +183,11 @@ class _RulesetAttr(ctypes.Structure):
 class _PathBeneath(ctypes.Structure):
     _pack_ = 1
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _NetPort(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
 
 
 def landlock_abi(libc: Any = None) -> int:
@@ -213,8 +229,13 @@ def _landlock(libc: Any, spec: dict[str, Any], own_proc: bool) -> str:
 
     for root in spec["read"]:
         allow(root, _READ)
-    if own_proc:
-        allow("/proc", _READ)
+    if spec.get("profiler") and abi >= 4:
+        for port in PROFILER_PORTS:
+            rule_port = _NetPort(_NET_TCP, port)
+            libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT),
+                         ctypes.byref(rule_port), ctypes.c_uint32(0))
+    if spec.get("profiler"):
+        allow("/proc", _READ | _FS_WRITE_FILE)
     else:
         allow(f"/proc/{os.getpid()}", _READ)  # the exec'd worker keeps this pid
         for name in _PROC:
@@ -268,6 +289,23 @@ def _namespaces(libc: Any, skip: set[str]) -> tuple[set[str], str]:
     if uid == 0 and libc.unshare(rest) == 0:
         return {"net", "ipc", "mount"} | pid, ""
     return set(), f"unshare refused ({why})"
+
+
+def _loopback_up() -> bool:
+    """Bring up `lo` in a new network namespace (still holding the namespace's capabilities): the profiler and its
+    target talk over it; nothing outside the namespace is reachable from it."""
+    import fcntl
+    import socket
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            req = fcntl.ioctl(sock, siocgifflags, struct.pack("16sh", b"lo", 0) + b"\0" * 22)
+            flags = struct.unpack("16sh", req[:18])[1]
+            fcntl.ioctl(sock, siocsifflags, struct.pack("16sh", b"lo", flags | iff_up) + b"\0" * 22)
+        return True
+    except OSError:
+        return False
 
 
 def _private_proc(libc: Any) -> bool:
@@ -346,12 +384,18 @@ def _exec_worker(libc: Any, spec: dict[str, Any], argv: list[str], report: dict[
     fs = "none: left out (KSEARCH_SANDBOX)" if "no-landlock" in skip else _landlock(libc, spec, own_proc)
     landlock = fs.startswith("landlock")
     tcp = landlock and landlock_abi(libc) >= 4
-    report["network"] = ("namespace" + (" and landlock tcp" if tcp else "") if "net" in ns else
+    ports = f" (the profiler's ports {PROFILER_PORTS[0]}-{PROFILER_PORTS[-1]} only)" if spec.get("profiler") else ""
+    if spec.get("profiler") and "net" in ns:
+        ns = ns | {"loopback"} if _loopback_up() else ns
+    report["network"] = ("namespace" + (" with its own loopback" if "loopback" in ns else "")
+                         + (" and landlock tcp" + ports if tcp else "") if "net" in ns else
                          "landlock tcp (UDP not covered)" if tcp else
                          "none: no network namespace, and no Landlock TCP rules (ABI 4)")
     if landlock:
         report["filesystem"] = fs + ": writes only to scratch; reads only system, Python and ksearch paths"
-        if not own_proc:
+        if spec.get("profiler"):
+            report["other_processes"] = "none: /proc readable (the profiled worker is the profiler's child)"
+        elif not own_proc:
             report["other_processes"] = "landlock: /proc limited to the worker's own entries"
     elif "mount" in ns:
         report["filesystem"] = _read_only_mounts(libc, spec["scratch"]) + f"; reads not limited (Landlock {fs})"
