@@ -23,6 +23,8 @@ from typing import Any
 STALL_REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "mio_throttle", "lg_throttle", "math_pipe_throttle",
                  "wait", "not_selected", "selected", "no_instruction", "membar", "branch_resolving", "dispatch_stall",
                  "drain", "imc_miss", "misc", "sleeping", "tex_throttle")
+#: Not a stall: the warp was issuing ("selected"); left out of the stall shares.
+_NOT_STALLS = frozenset({"selected"})
 _STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 OCCUPANCY_LIMITS = ("blocks", "registers", "shared_mem", "warps", "barriers")
 
@@ -185,10 +187,16 @@ def parse_csv(text: str) -> list[KernelCounters]:
             m = re.fullmatch(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio", name)
             if m:
                 v = _number(row[i])
-                if v is not None and v > 0:
+                if v is not None and v > 0 and m.group(1) not in _NOT_STALLS:
                     k.stalls[m.group(1)] = v
         out.append(k)
     return out
+
+
+def short_name(kernel: str) -> str:
+    """A kernel's function name without its return type, namespaces, template arguments and parameters."""
+    head = re.split(r"[<(]", kernel.strip(), maxsplit=1)[0].strip()
+    return head.split()[-1].split("::")[-1] if head else kernel.strip()
 
 
 def summarize(kernels: list[KernelCounters], top: int = 3) -> dict[str, Any]:
@@ -209,7 +217,7 @@ def summarize(kernels: list[KernelCounters], top: int = 3) -> dict[str, Any]:
 
     shares: dict[str, float] = {}
     for k, w in zip(kernels, weights, strict=True):
-        shares[k.name] = shares.get(k.name, 0.0) + w / total
+        shares[short_name(k.name)] = shares.get(short_name(k.name), 0.0) + w / total
     stalls: dict[str, float] = {}
     for k, w in zip(kernels, weights, strict=True):
         for reason, v in k.stalls.items():
@@ -218,7 +226,7 @@ def summarize(kernels: list[KernelCounters], top: int = 3) -> dict[str, Any]:
     top_stalls = sorted(stalls.items(), key=lambda kv: -kv[1])[:top]
     longest = max(zip(kernels, weights, strict=True), key=lambda kw: kw[1])[0]
     return {
-        "kernels": len(kernels),
+        "launches": len(kernels),
         "gpu_time_s": sum(k.duration_s or 0.0 for k in kernels) or None,
         "dram_pct": mean("dram_pct"), "l2_pct": mean("l2_pct"), "sm_pct": mean("sm_pct"),
         "tensor_pct": mean("tensor_pct"), "occupancy_pct": mean("occupancy_pct"),

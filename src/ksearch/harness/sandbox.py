@@ -161,8 +161,14 @@ def plan(scratch: str, status_fd: int, env: dict[str, str], src_root: str, task_
     skip = settings() | ({"no-pid"} if gpu else set())
     read = read_roots(env, src_root, task_origin)
     if profiler:
-        home = os.path.dirname(os.path.dirname(os.path.realpath(profiler)))
-        read = sorted({*read, os.path.dirname(os.path.realpath(profiler)), *([home] if home != "/" else [])})
+        # The profiler's own directory, and its installation's (ncu runs helpers beside it, e.g. target/, sections/).
+        import tempfile
+
+        where = os.path.dirname(os.path.realpath(profiler))
+        home = os.path.dirname(where)
+        never = {"/", "/usr", "/opt", "/home", "/root", os.path.realpath(os.path.expanduser("~"))}
+        keep_home = home not in never and not _under(home, os.path.realpath(tempfile.gettempdir()))
+        read = sorted({*read, where, *([home] if keep_home else [])})
     return {"scratch": os.path.realpath(scratch), "status_fd": status_fd, "parent": os.getpid(), "src": src_root,
             "read": read, "skip": sorted(skip), "profiler": bool(profiler)}
 
