@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from ksearch.harness.result import EvalResult
     from ksearch.tasks.base import Task
 
-#: The run setting `profile`: the best candidate of each refinement cycle, every passed candidate, or none.
-PROFILE_MODES = ("best", "all", "off")
 #: Calls before the profiled ones (compiles, caches) and profiled calls.
 WARMUP_CALLS, PROFILED_CALLS = 2, 2
 #: The most ncu's output may be (a log of a few hundred launches is far less).
@@ -73,13 +71,54 @@ class ProfileReport:
     def has_counters(self) -> bool:
         return self.status == "counters" and bool(self.summary)
 
+    def digest(self) -> dict[str, Any]:
+        """What the world model's rules read (worldmodel/counters.py): the counters' summary, the compiler's worst
+        spill and register count, the roofline fraction; empty when there is nothing measured."""
+        out: dict[str, Any] = dict(self.summary) if self.has_counters else {}
+        if self.resources:
+            out["spill_bytes"] = max(int(r.get("spill_store_bytes") or 0) for r in self.resources)
+            out["max_registers"] = max(int(r.get("registers") or 0) for r in self.resources)
+        if self.roofline_fraction is not None:
+            out["roofline_fraction"] = round(float(self.roofline_fraction), 4)
+        return out
 
-def check_mode(mode: str) -> str:
-    if mode not in PROFILE_MODES:
-        from ksearch.errors import ConfigError
+    def line(self) -> str:
+        """The counters in one line, for the feedback a proposer reads and the report."""
+        return summary_line(self.to_json())
 
-        raise ConfigError(f"profile {mode!r} is not a profile setting; use one of {', '.join(PROFILE_MODES)}")
-    return mode
+
+def _pct(v: Any) -> str:
+    return "-" if not isinstance(v, int | float) else f"{v:.0f}%"
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """One line for a stored profile report (ProfileReport.to_json): counters where ncu gave them, else why not;
+    the compiler's resources; the roofline fraction."""
+    parts: list[str] = []
+    s = report.get("summary") or {}
+    if report.get("status") == "counters" and s:
+        parts.append(f"DRAM {_pct(s.get('dram_pct'))} of peak, L2 {_pct(s.get('l2_pct'))}, SM {_pct(s.get('sm_pct'))}, "
+                     f"tensor pipe {_pct(s.get('tensor_pct'))}")
+        occ = f"occupancy {_pct(s.get('occupancy_pct'))} (theoretical {_pct(s.get('theoretical_occupancy_pct'))}"
+        parts.append(occ + (f", limited by {s['occupancy_limiter']})" if s.get("occupancy_limiter") else ")"))
+        parts.append(f"L2 hit {_pct(s.get('l2_hit_pct'))}")
+        if s.get("stalls"):
+            parts.append("stalls: " + ", ".join(f"{x['reason']} {x['share']:.0%}" for x in s["stalls"]))
+        shares = s.get("kernel_shares") or []
+        if shares:
+            parts.append(f"{s.get('launches_per_call', len(shares))} launches per call: "
+                         + ", ".join(f"{x['kernel']} {x['share']:.0%}" for x in shares[:3]))
+    elif report.get("note"):
+        parts.append(str(report["note"]).split(":")[0])
+    res = report.get("resources") or []
+    if res:
+        parts.append("; ".join(f"{r['kernel']}: {r.get('registers')} registers, "
+                               + (f"{r['spill_store_bytes']} bytes spilled" if r.get("spill_store_bytes") else "no spills")
+                               + (f", {r['static_smem_bytes']} bytes smem" if r.get("static_smem_bytes") else "")
+                               for r in res[:3]))
+    if isinstance(report.get("roofline_fraction"), int | float):
+        parts.append(f"roofline fraction {report['roofline_fraction']:.2f} at {report.get('workload')}")
+    return "; ".join(parts)
 
 
 def profile_candidate(task: Task, backend: Backend, source: str, result: EvalResult | None = None,

@@ -29,6 +29,7 @@ from ksearch.backends import Backend, get_backend
 from ksearch.config import LLMConfig, RunConfig, SelectionWeights
 from ksearch.errors import RunError
 from ksearch.harness import EvalOptions, EvalResult, Evaluator
+from ksearch.harness.profile import ProfileReport, profile_candidate
 from ksearch.policy.base import Policy, PolicyContext
 from ksearch.search import ledger
 from ksearch.search.bookkeeping import SearchSetup
@@ -210,6 +211,11 @@ class _Judge:
     def __call__(self, source: str) -> EvalResult:
         return self.ev.evaluate(source, self.opts)
 
+    def profile(self, source: str, result: EvalResult | None) -> ProfileReport:
+        """What a profiler sees of a candidate, in a process of its own after its verdict."""
+        return profile_candidate(self.ev.task, self.ev.backend, source, result,
+                                 memory_limit_bytes=self.opts.memory_limit_bytes)
+
     def holdout(self, source: str) -> EvalResult:
         opts = EvalOptions(baseline=self.opts.baseline, timeout_s=self.opts.timeout_s,
                            memory_limit_bytes=self.opts.memory_limit_bytes, holdout=True)
@@ -311,7 +317,8 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
                         budget=cfg.budget, stop_after=stop_after, stagnation_window=cfg.stagnation_window,
                         wall_time_s=cfg.wall_time_s, weights=cfg.weights,
                         on_event=on_event or (lambda _k, _d: None),
-                        max_consecutive_errors=cfg.max_consecutive_errors)
+                        max_consecutive_errors=cfg.max_consecutive_errors,
+                        profile=judge.profile if judge else None, profile_mode=cfg.profile)
     # This process owns the run from here (readers tell a run whose owner is gone as interrupted); a previous end's
     # reason no longer holds.
     environment = judge.ev.env() if judge else {}
