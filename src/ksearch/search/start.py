@@ -291,7 +291,8 @@ def _stop_on_sigterm() -> None:
 
 def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
             evaluate: Callable[[str], EvalResult] | None = None, policy: Policy | None = None,
-            stop_after: int | None = None) -> RunOutcome:
+            stop_after: int | None = None,
+            profile: Callable[[str, EvalResult | None], ProfileReport] | None = None) -> RunOutcome:
     """Run (or continue) the search in `store` until its budget is spent, then the final holdout evaluation."""
     # The policy first: an LLM policy takes its key out of the environment, so that nothing this run starts (a
     # backend probe, the judge's workers) is ever started while the key is still in this process's environment.
@@ -318,7 +319,7 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
                         wall_time_s=cfg.wall_time_s, weights=cfg.weights,
                         on_event=on_event or (lambda _k, _d: None),
                         max_consecutive_errors=cfg.max_consecutive_errors,
-                        profile=judge.profile if judge else None, profile_mode=cfg.profile)
+                        profile=profile or (judge.profile if judge else None), profile_mode=cfg.profile)
     # This process owns the run from here (readers tell a run whose owner is gone as interrupted); a previous end's
     # reason no longer holds.
     environment = judge.ev.env() if judge else {}
