@@ -182,6 +182,7 @@ def _run_ncu(exe: str, task: Task, workload: str, source: str, memory_limit: int
     finally:
         if worker is not None:
             worker.close()
+    _keep(output, task.name, workload)
     try:
         launches = ncu.parse_csv(output)
     except ValueError:
@@ -194,6 +195,17 @@ def _run_ncu(exe: str, task: Task, workload: str, source: str, memory_limit: int
     report.kernels = [k.to_json() for k in launches]
     report.summary = ncu.summarize(launches)
     report.summary["launches_per_call"] = round(len(launches) / max(report.calls, 1), 2)
+
+
+def _keep(output: str, task: str, workload: str) -> None:
+    """With KSEARCH_NCU_KEEP=DIR, ncu's raw output is also written to DIR/ncu-<task>-<workload>.csv: a capture to
+    check the parser against (tests/data/ncu/)."""
+    where = os.environ.get("KSEARCH_NCU_KEEP")
+    if where:
+        from pathlib import Path
+
+        Path(where).mkdir(parents=True, exist_ok=True)
+        (Path(where) / f"ncu-{task}-{workload}.csv").write_text(output)
 
 
 def _finish(worker: WorkerProcess, deadline: float) -> None:
