@@ -175,3 +175,21 @@ def test_the_profiler_mode_gives_a_loopback_on_the_profilers_ports_only(tmp_path
     if "landlock" not in out.stderr and "profiler port ok" not in out.stdout:
         pytest.skip(f"no network namespace here: {out.stderr[-300:]}")
     assert "profiler port ok" in out.stdout and "other port refused" in out.stdout, out.stderr[-1000:]
+
+
+def test_eval_profile_on_the_cpu_keeps_the_verdict_and_adds_the_roofline_only_profile() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from ksearch.cli import app
+
+    task = get_task("softmax")
+    workload = next(w.name for w in task.workloads if w.tier == "cpu")
+    starter = Path(__file__).parents[1] / "src/ksearch/tasks/starters/softmax_cpu.py"
+    r = CliRunner().invoke(app, ["eval", "softmax", str(starter), "--backend", "mlx-cpu", "--workloads", workload,
+                                 "--profile", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["status"] == "passed" and out["profile"]["status"] == "roofline_only"
+    assert "not available on mlx-cpu" in out["profile"]["note"] and out["profile"]["workload"] == workload

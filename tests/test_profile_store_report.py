@@ -154,3 +154,21 @@ def test_the_code_prompt_carries_the_counter_line() -> None:
     assert "Profiler counters: DRAM 82% of peak" in text and "| w |" in text
     assert "Profiler counters" not in render("_feedback.j2", fb=Feedback(status="passed", message="", score=1.0),
                                              us=str, num=str)
+
+
+def test_a_run_without_counter_permission_says_so_once_and_goes_on(tmp_path: Path) -> None:
+    note = "ncu has no permission to read the GPU's performance counters (ERR_NVGPUCTRPERM): the run goes on"
+
+    def refused(source: str, result: Any) -> ProfileReport:
+        return ProfileReport(status="no_counters", backend="mlx-cuda", workload="w", note=note)
+
+    cfg = RunConfig(task="softmax", backend="mlx-cpu", budget=10, runs_dir=str(tmp_path), stagnation_window=2,
+                    profile="all")
+    store, _, _ = create_run(cfg)
+    seen: list[tuple[str, dict]] = []
+    out = execute(store, cfg, on_event=lambda k, d: seen.append((k, d)), evaluate=scripted_judge,
+                  policy=ScriptedPolicy({"A": [("passed", 2.0), ("passed", 2.5)], "B": [("passed", 1.0)]}),
+                  profile=refused)
+    assert out.state.evaluations_done == 10
+    assert [d["message"] for k, d in seen if k == "profile_note"] == [note]
+    assert len([k for k, _ in seen if k == "profile"]) >= 3 and not store.events("counters")

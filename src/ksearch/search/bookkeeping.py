@@ -132,8 +132,8 @@ class StrategyBase:
     # -- profiling, after and apart from the verdict ---------------------------------------------------------------
     def profile(self, candidate_id: str, source: str, result: EvalResult | None) -> dict[str, Any] | None:
         """The profile report (JSON) of a candidate, profiling it now unless the run has one (a resumed run does not
-        profile again); None when profiling is off. The first report without counters is said once, in one line
-        (a `profile_note` event), and the search goes on."""
+        profile again); None when profiling is off. The first report that wanted counters and got none (ncu missing
+        or refused) is said once, in one line (a `profile_note` event), and the search goes on."""
         if self.s.profile is None or self.s.profile_mode == "off":
             return None
         report = self.store.profile_of(candidate_id)
@@ -143,7 +143,9 @@ class StrategyBase:
                 self.store.add_profile(candidate_id, self.state.round, report)
             self.event("profile", {"candidate": candidate_id, "status": report.get("status"),
                                    "note": report.get("note"), "duration_s": report.get("duration_s")})
-            if report.get("status") != "counters" and report.get("note") and not self._profile_noted:
+            # Said once: counters wanted and not had (ncu missing or refused). A backend without counters is no
+            # failure: the report says so.
+            if report.get("status") == "no_counters" and report.get("note") and not self._profile_noted:
                 self._profile_noted = True
                 self.event("profile_note", {"message": report["note"]})
         self.last_profile = (candidate_id, report)
