@@ -95,3 +95,16 @@ def test_record_counters_keeps_the_guess_and_a_fallback_child_inherits_no_measur
     assert node["impacts"]["memory_bandwidth"]["rating_0_to_10"] == 7.0
     child = wm.fallback_edit(node_id)["ops"][0]["node"]
     assert "counters" not in child and "counter_rules" not in child and child["impacts"] == guessed
+
+
+def test_the_edit_prompt_quotes_a_measured_node_in_one_line() -> None:
+    from ksearch.policy.llm.prompts import edit_json
+
+    ctx = _ctx()
+    wm, node_id = _solved_model(ctx)
+    wm.record_counters(node_id, {**LATENCY, "max_registers": 96, "spill_bytes": 0}, 1)
+    quoted = next(n for n in __import__("json").loads(edit_json(wm.to_json()))["decision_tree"]["nodes"]
+                  if n["node_id"] == node_id)
+    assert quoted["counters"].startswith("DRAM 45%, L2 60%, SM 45%") and "long_scoreboard 72%" in quoted["counters"]
+    assert quoted["counter_rules"][0].startswith("memory_latency_bound: long-scoreboard stalls 72%")
+    assert "impacts_guessed" not in quoted and quoted["impacts"]["memory_bandwidth"]["source"] == "counters"

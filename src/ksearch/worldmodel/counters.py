@@ -109,6 +109,28 @@ RULES: tuple[CounterRule, ...] = (
 )
 
 
+def counters_line(c: Counters) -> str:
+    """A node's counter digest in one short line (what the world-model prompts quote instead of the whole digest)."""
+    def pct(key: str) -> str:
+        v = _num(c, key)
+        return "-" if v is None else f"{v:.0f}%"
+
+    parts = []
+    if _num(c, "dram_pct") is not None or _num(c, "sm_pct") is not None:
+        parts.append(f"DRAM {pct('dram_pct')}, L2 {pct('l2_pct')}, SM {pct('sm_pct')}, tensor {pct('tensor_pct')} of "
+                     f"peak; occupancy {pct('occupancy_pct')}"
+                     + (f" ({c['occupancy_limiter']}-limited)" if c.get("occupancy_limiter") else ""))
+    if c.get("stalls"):
+        parts.append("stalls " + ", ".join(f"{s['reason']} {float(s['share']):.0%}" for s in c["stalls"]))
+    if c.get("kernel_shares") and len(c["kernel_shares"]) > 1:
+        parts.append(f"{len(c['kernel_shares'])} kernels, second {_second_kernel_share(c):.0%} of the time")
+    if _num(c, "max_registers"):
+        parts.append(f"{c['max_registers']} registers, {c.get('spill_bytes') or 0} bytes spilled")
+    if _num(c, "roofline_fraction") is not None:
+        parts.append(f"roofline fraction {c['roofline_fraction']:.2f}")
+    return "; ".join(parts)
+
+
 @dataclass
 class Fired:
     rule: str
