@@ -26,7 +26,8 @@
 #   ncu                             Nsight Compute on the prefill kernels at L=8192, D=128
 #   profile-capture                 `ksearch eval --profile` on the gqa_decode and attention starters; ncu's raw CSV
 #                                   kept under $OUT/ncu/ (copy one to tests/data/ncu/ as the parser's real fixture)
-#   profile-feedback TASK [BUDGET]  offline search with profile best vs off, same budget (default 16) and seed
+#   profile-feedback TASK [BUDGET] [best|off]   offline search with profile best vs off, same budget (default
+#                                   16) and seed, one arm a call if given; `profile-feedback merge` joins the parts
 #   search TASK WALL_S [CALL_S]     an offline search (budget $BUDGET, default 120) with --wall-time WALL_S, stopped
 #                                   after CALL_S (default min(WALL_S + 60, 540)) and resumable; then its record
 #   resume RUN [CALL_S]             continue a search started by `search` on this machine; then its record
@@ -232,9 +233,19 @@ profile_capture() {
 }
 
 profile_feedback() {
-  [ $# -ge 1 ] || die "profile-feedback TASK [BUDGET]"
-  timeout -k 10 580 "$PY" benchmarks/profile_feedback.py --tasks "$1" --budget "${2:-16}" --out "$OUT" \
-    --runs-dir "$RUNS" 2>&1 | tail -20
+  # One arm a call (best, then off): each fits the 10 minutes; `profile-feedback merge` joins the parts.
+  [ $# -ge 1 ] || die "profile-feedback TASK [BUDGET] [best|off], or profile-feedback merge"
+  if [ "$1" = merge ]; then
+    "$PY" benchmarks/profile_feedback.py --merge "$OUT"/profile-feedback-part-*.json --out "$OUT" 2>&1 | tail -3
+    return
+  fi
+  local modes=(best off)
+  [ $# -ge 3 ] && modes=("$3")
+  local m
+  for m in "${modes[@]}"; do
+    timeout -k 10 580 "$PY" benchmarks/profile_feedback.py --tasks "$1" --budget "${2:-16}" --modes "$m" \
+      --stem "profile-feedback-part-$1-$m" --out "$OUT" --runs-dir "$RUNS" 2>&1 | tail -5
+  done
 }
 
 search() {

@@ -6,6 +6,11 @@ time per evaluation and per profiled candidate).
 
     python benchmarks/profile_feedback.py [--tasks gqa_decode attention] [--seeds 1] [--budget 24]
                                           [--backend mlx-cuda] [--out benchmarks/results] [--runs-dir DIR]
+                                          [--modes best off] [--stem NAME]
+    python benchmarks/profile_feedback.py --merge PART.json PART.json ... [--out DIR]
+
+`--modes` runs one arm only (a machine that allows 10 minutes a call runs each arm of attention in a call of its
+own, with `--stem` naming the part); `--merge` joins such parts into the one result, pairing runs by task and seed.
 
 Needs an NVIDIA GPU with MLX's CUDA build and `ncu` (Nsight Compute) with permission to read the counters; a run
 whose profiles carry no counters (ncu missing or refused) is marked `counters_available: false` in its row, and the
@@ -16,6 +21,7 @@ summary then says the comparison measured nothing. Writes `profile-feedback-mlx-
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -73,53 +79,76 @@ def row_from_run(path: Path, task: str, mode: str, seed: int, wall_s: float) -> 
     }
 
 
+def pair_up(rows: list[dict[str, Any]]) -> None:
+    """Evaluations to 95% of the better final best of each (task, seed) pair, on every row of the pair."""
+    for key in {(r["task"], r["seed"]) for r in rows}:
+        pair = [r for r in rows if (r["task"], r["seed"]) == key]
+        both = max(r["final_best"] for r in pair)
+        for r in pair:
+            r["evals_to_95pct_pair_best"] = evals_to(r["curve"], 0.95 * both)
+
+
+def summarize(rows: list[dict[str, Any]], budget: Any) -> tuple[dict[str, Any], str]:
+    tasks = sorted({r["task"] for r in rows})
+    summary: dict[str, Any] = {"budget": budget, "seeds": sorted({r["seed"] for r in rows}), "tasks": tasks}
+    for task in tasks:
+        on = [r for r in rows if r["task"] == task and r["profile"] == "best"]
+        off = [r for r in rows if r["task"] == task and r["profile"] == "off"]
+        summary[task] = {
+            "counters_available": all(r["counters_available"] for r in on) if on else None,
+            "evals_to_95pct_pair_best": {"best": [r["evals_to_95pct_pair_best"] for r in on],
+                                         "off": [r["evals_to_95pct_pair_best"] for r in off]},
+            "final_best": {"best": [r["final_best"] for r in on], "off": [r["final_best"] for r in off]},
+            "profile_s_per_evaluation": [r["profile_s_per_evaluation"] for r in on],
+        }
+    missing = [r for r in rows if r["profile"] == "best" and not r["counters_available"]]
+    notes = ("Offline K-Search, profile best vs off at the same budget and seed, one run at a time. "
+             + ("Some profile=best runs got no counters (see profile_notes): for those the comparison measured the "
+                "search without counter feedback, the same proposals as profile=off, so any difference there is "
+                "measurement noise. " if missing else "")
+             + ("" if {r["profile"] for r in rows} == set(MODES) else "One arm only: a part to --merge. "))
+    return summary, notes
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", nargs="+", default=list(TASKS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[1])
     ap.add_argument("--budget", type=int, default=24)
     ap.add_argument("--backend", default="mlx-cuda")
+    ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--stem", default=None, help="the result file's name before -BACKEND-DEVICE.json")
     ap.add_argument("--runs-dir", default=None, help="keep the runs here (default: a temporary directory)")
+    ap.add_argument("--merge", nargs="+", default=None, help="join result parts written with --modes")
     args = ap.parse_args()
     backend = get_backend(args.backend)
+    if args.merge:
+        parts = [json.loads(Path(f).read_text()) for f in args.merge]
+        rows = [r for part in parts for r in part["figures"]]
+        pair_up(rows)
+        summary, notes = summarize(rows, sorted({p["summary"].get("budget") for p in parts}, key=str))
+        print(write_result(make_result("profile-feedback", backend, rows, shapes=[], dtypes=[], summary=summary,
+                                       notes=notes), args.out))
+        return
     runs = Path(args.runs_dir or tempfile.mkdtemp(prefix="ksearch-profile-feedback-"))
     rows: list[dict[str, Any]] = []
     for task in args.tasks:
         for seed in args.seeds:
-            pair = []
-            for mode in MODES:
+            for mode in args.modes:
                 cfg = RunConfig(task=task, backend=backend.name, budget=args.budget, seed=seed,
                                 runs_dir=str(runs), profile=mode)
                 t0 = time.monotonic()
                 out = start_run(cfg)
                 row = row_from_run(out.path, task, mode, seed, time.monotonic() - t0)
-                pair.append(row)
+                rows.append(row)
                 print(f"{task} seed {seed} profile={mode}: best {row['final_best']:.3f} after "
                       f"{row['evals_to_95pct_own_best']} evaluations to 95%; profiling "
                       f"{row['profile_s_per_evaluation']} s per evaluation", flush=True)
-            both = max(r["final_best"] for r in pair)
-            for r in pair:
-                r["evals_to_95pct_pair_best"] = evals_to(r["curve"], 0.95 * both)
-            rows += pair
-    usable = [r for r in rows if r["profile"] == "off" or r["counters_available"]]
-    summary: dict[str, Any] = {"budget": args.budget, "seeds": args.seeds, "tasks": args.tasks}
-    for task in args.tasks:
-        on = [r for r in rows if r["task"] == task and r["profile"] == "best"]
-        off = [r for r in rows if r["task"] == task and r["profile"] == "off"]
-        summary[task] = {
-            "counters_available": all(r["counters_available"] for r in on),
-            "evals_to_95pct_pair_best": {"best": [r["evals_to_95pct_pair_best"] for r in on],
-                                         "off": [r["evals_to_95pct_pair_best"] for r in off]},
-            "final_best": {"best": [r["final_best"] for r in on], "off": [r["final_best"] for r in off]},
-            "profile_s_per_evaluation": [r["profile_s_per_evaluation"] for r in on],
-        }
-    notes = ("Offline K-Search, profile best vs off at the same budget and seed, one run at a time. "
-             + ("" if len(usable) == len(rows) else
-                "Some profile=best runs got no counters (see profile_notes): for those the comparison measured "
-                "the search without counter feedback. "))
+    pair_up(rows)
+    summary, notes = summarize(rows, args.budget)
     result = make_result("profile-feedback", backend, rows, shapes=[], dtypes=[], summary=summary, notes=notes)
-    print(write_result(result, args.out))
+    print(write_result(result, args.out, stem=args.stem))
 
 
 if __name__ == "__main__":
