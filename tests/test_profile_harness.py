@@ -164,7 +164,8 @@ def test_the_profiler_mode_gives_a_loopback_on_the_profilers_ports_only(tmp_path
     script.write_text("import socket\ns = socket.socket(); s.bind(('127.0.0.1', 49160)); s.listen(1)\n"
                       "c = socket.socket(); c.connect(('127.0.0.1', 49160)); print('profiler port ok')\n"
                       "try:\n    socket.socket().bind(('127.0.0.1', 8080)); print('other port open')\n"
-                      "except OSError:\n    print('other port refused')\n")
+                      "except OSError:\n    print('other port refused')\n"
+                      "open('/dev/shm/ksearch-profiler-probe', 'w').write('x'); print('shm ok')\n")
     r, w = os.pipe()
     spec = sandbox.plan(str(script.parent), w, dict(os.environ), str(Path(sandbox.__file__).parents[2]), "softmax",
                         gpu=True, profiler="/usr/bin/env")
@@ -175,6 +176,8 @@ def test_the_profiler_mode_gives_a_loopback_on_the_profilers_ports_only(tmp_path
     if "landlock" not in out.stderr and "profiler port ok" not in out.stdout:
         pytest.skip(f"no network namespace here: {out.stderr[-300:]}")
     assert "profiler port ok" in out.stdout and "other port refused" in out.stdout, out.stderr[-1000:]
+    # Its /dev/shm is its own: what it wrote there is not in the host's.
+    assert "shm ok" in out.stdout and not Path("/dev/shm/ksearch-profiler-probe").exists(), out.stderr[-1000:]
 
 
 def test_eval_profile_on_the_cpu_keeps_the_verdict_and_adds_the_roofline_only_profile() -> None:

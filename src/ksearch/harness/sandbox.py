@@ -157,7 +157,8 @@ def plan(scratch: str, status_fd: int, env: dict[str, str], src_root: str, task_
     """What the launcher applies. `gpu`: the worker will use an NVIDIA GPU, which rules out a PID namespace.
     `profiler`: the path of a profiler (ncu) that runs inside the sandbox and starts the worker as its child; its
     installation becomes readable, the network namespace gets a loopback on which only PROFILER_PORTS may be used,
-    and /proc is readable (the worker is the profiler's child, a pid unknown when the rules are made)."""
+    the mount namespace a /dev/shm of its own (writable), and /proc is readable (the worker is the profiler's
+    child, a pid unknown when the rules are made)."""
     skip = settings() | ({"no-pid"} if gpu else set())
     read = read_roots(env, src_root, task_origin)
     if profiler:
@@ -242,6 +243,8 @@ def _landlock(libc: Any, spec: dict[str, Any], own_proc: bool) -> str:
                          ctypes.byref(rule_port), ctypes.c_uint32(0))
     if spec.get("profiler"):
         allow("/proc", _READ | _FS_WRITE_FILE)
+        if spec.get("shm"):
+            allow("/dev/shm", handled)
     else:
         allow(f"/proc/{os.getpid()}", _READ)  # the exec'd worker keeps this pid
         for name in _PROC:
@@ -312,6 +315,16 @@ def _loopback_up() -> bool:
         return True
     except OSError:
         return False
+
+
+def _private_shm(libc: Any) -> bool:
+    """In the new mount namespace, a /dev/shm of the sandbox's own (a fresh tmpfs): the profiler and its target may
+    share memory there, and nothing written there outlives the sandbox or reaches the host's /dev/shm."""
+    if not os.path.isdir("/dev/shm"):
+        return False
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return False
+    return libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=268435456,mode=1777") == 0
 
 
 def _private_proc(libc: Any) -> bool:
@@ -387,6 +400,8 @@ def _exec_worker(libc: Any, spec: dict[str, Any], argv: list[str], report: dict[
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     skip = set(spec["skip"])
+    if spec.get("profiler") and "mount" in ns:
+        spec["shm"] = _private_shm(libc)  # before Landlock: its rule must name the new mount
     fs = "none: left out (KSEARCH_SANDBOX)" if "no-landlock" in skip else _landlock(libc, spec, own_proc)
     landlock = fs.startswith("landlock")
     tcp = landlock and landlock_abi(libc) >= 4
@@ -401,6 +416,7 @@ def _exec_worker(libc: Any, spec: dict[str, Any], argv: list[str], report: dict[
         report["filesystem"] = fs + ": writes only to scratch; reads only system, Python and ksearch paths"
         if spec.get("profiler"):
             report["other_processes"] = "none: /proc readable (the profiled worker is the profiler's child)"
+            report["filesystem"] += "; a /dev/shm of its own" if spec.get("shm") else ""
         elif not own_proc:
             report["other_processes"] = "landlock: /proc limited to the worker's own entries"
     elif "mount" in ns:
