@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from ksearch.backends.profiles import load_profiles
+from ksearch.errors import KSearchError
 from ksearch.harness.profile import summary_line
 from ksearch.report.rundata import RunData
 
@@ -94,7 +95,7 @@ def roofline_rows(run: RunData, top: int = TOP) -> list[dict[str, str]]:
 
     try:
         task = get_task(run.task)
-    except Exception:  # a task file that moved since the run: no intensities, the fractions stay
+    except KSearchError:  # a task file that moved since the run: no intensities, the fractions stay
         task = None
     ridge = _ridge(run)
     best: dict[str, tuple[float, Any]] = {}
