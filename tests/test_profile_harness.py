@@ -43,10 +43,12 @@ def _fake_ncu(tmp_path: Path, body: str) -> str:
 
 
 def _profile(monkeypatch: pytest.MonkeyPatch, exe: str | None) -> dict:
-    if exe is None:
-        monkeypatch.setenv("KSEARCH_NCU", "/nonexistent/ncu")
-    else:
-        monkeypatch.setenv("KSEARCH_NCU", exe)
+    """Profile CANDIDATE with `exe` as the `ncu` first on PATH, or with no ncu anywhere (None)."""
+    monkeypatch.delenv("KSEARCH_NCU", raising=False)
+    monkeypatch.setattr(ncu, "DEFAULT_DIRS", ())
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and not os.path.isfile(os.path.join(p, "ncu"))]
+    monkeypatch.setenv("PATH", os.pathsep.join(([str(Path(exe).parent)] if exe else []) + path))
+    assert ncu.ncu_path() == exe
     monkeypatch.setenv("KSEARCH_NVCC", "/nonexistent/nvcc")  # the resource report is tested on its own below
     task = get_task("softmax")
     workload = next(w.name for w in task.workloads if w.tier == "cpu")

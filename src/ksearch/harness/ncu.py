@@ -57,6 +57,10 @@ _FAILURES = (
 )
 
 
+#: Where CUDA installs put ncu when it is not on PATH.
+DEFAULT_DIRS = ("/usr/local/cuda/bin", "/opt/nvidia/nsight-compute")
+
+
 def ncu_path() -> str | None:
     """The Nsight Compute CLI: KSEARCH_NCU, else `ncu` on PATH, else CUDA's default places."""
     named = os.environ.get("KSEARCH_NCU")
@@ -65,7 +69,7 @@ def ncu_path() -> str | None:
     found = shutil.which("ncu")
     if found:
         return found
-    for d in ("/usr/local/cuda/bin", "/opt/nvidia/nsight-compute"):
+    for d in DEFAULT_DIRS:
         cand = os.path.join(d, "ncu")
         if os.path.isfile(cand) and os.access(cand, os.X_OK):
             return cand
