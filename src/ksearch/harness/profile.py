@@ -91,6 +91,15 @@ def _pct(v: Any) -> str:
     return "-" if not isinstance(v, int | float) else f"{v:.0f}%"
 
 
+def feedback_line(report: dict[str, Any]) -> str:
+    """What a proposer's feedback carries of a profile: its summary line where something was measured (ncu's
+    counters, or the compiler's resources), else nothing; the feedback table already holds the roofline fraction, so
+    a backend without counters leaves the prompts as they were."""
+    if report.get("status") == "counters" or report.get("resources"):
+        return summary_line(report)
+    return ""
+
+
 def summary_line(report: dict[str, Any]) -> str:
     """One line for a stored profile report (ProfileReport.to_json): counters where ncu gave them, else why not;
     the compiler's resources; the roofline fraction."""

@@ -245,6 +245,8 @@ def _landlock(libc: Any, spec: dict[str, Any], own_proc: bool) -> str:
         allow("/proc", _READ | _FS_WRITE_FILE)
         if spec.get("shm"):
             allow("/dev/shm", handled)
+    elif own_proc:
+        allow("/proc", _READ)
     else:
         allow(f"/proc/{os.getpid()}", _READ)  # the exec'd worker keeps this pid
         for name in _PROC:

@@ -10,7 +10,7 @@ import contextlib
 from typing import Any
 
 from ksearch.config import SelectionWeights
-from ksearch.harness.profile import ProfileReport, summary_line
+from ksearch.harness.profile import ProfileReport, feedback_line
 from ksearch.harness.result import EvalResult
 from ksearch.policy.base import Attempt, CycleEvidence, Feedback, ImplementRequest, Mode
 from ksearch.search import frontier
@@ -227,7 +227,7 @@ class KSearch(StrategyBase):
                 cyc.last_candidate = attempt.candidate_id
                 cyc.last_feedback = Feedback.from_result(result).to_json()
                 if self.last_profile is not None and self.last_profile[0] == attempt.candidate_id:
-                    cyc.last_feedback["counters"] = summary_line(self.last_profile[1])
+                    cyc.last_feedback["counters"] = feedback_line(self.last_profile[1])
                 if result.passed and result.score > cyc.best_score * (1 + IMPROVEMENT):
                     attempt.improved = True
                     cyc.best_candidate, cyc.best_score, cyc.best_params = attempt.candidate_id, result.score, params
@@ -267,7 +267,7 @@ class KSearch(StrategyBase):
             self.event("counters", {"node_id": cyc.node_id, "candidate": cyc.best_candidate,
                                     "rules": [f["rule"] for f in fired]})
         if cyc.best_feedback is not None:
-            cyc.best_feedback["counters"] = summary_line(report)
+            cyc.best_feedback["counters"] = feedback_line(report)
 
     def _why(self, reason: str, cyc: Cycle) -> str:
         """A cycle's end in words (the report shows them)."""

@@ -194,9 +194,6 @@ class RunStore:
 
     def add_profile(self, candidate_id: str, round_: int, report: dict[str, Any]) -> None:
         """One profiled candidate (harness/profile.py: ProfileReport as JSON)."""
-        if self._version < SCHEMA_VERSION:  # an older run, continued: it now has profiles
-            self.set_meta("schema_version", SCHEMA_VERSION)
-            self._version = SCHEMA_VERSION
         self.db.execute(
             "INSERT INTO profiles(candidate_id, created_at, round, backend, workload, status, note, data) "
             "VALUES (?,?,?,?,?,?,?,?)",

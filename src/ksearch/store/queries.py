@@ -88,7 +88,7 @@ def evaluations(db: sqlite3.Connection, kind: str | None) -> list[EvaluationRow]
 
 
 def profiles(db: sqlite3.Connection, candidate_id: str | None = None) -> list[ProfileRow]:
-    """In the order written; none for a run of a layout before the profiles table (schema 2 and older)."""
+    """In the order written; none for a run written before the profiles table existed."""
     if "profiles" not in table_names(db):
         return []
     q = "SELECT * FROM profiles" + (" WHERE candidate_id = ?" if candidate_id else "") + " ORDER BY id"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 #: 2: the loop state keeps its long texts by reference (the texts table), see RunStore.set_state.
-#: 3: the profiles table (one row per profiled candidate: hardware counters, resources, roofline), see
-#: RunStore.add_profile. A run of schema 2 gets it when it is continued; readers of such a run see no profiles.
-SCHEMA_VERSION = 3
+#: The profiles table (one row per profiled candidate, RunStore.add_profile) came without a new version: a reader
+#: that does not know it reads every other table unchanged, so older ksearch versions still read newer runs. A run
+#: written before it gets it when it is opened for writing (CREATE TABLE IF NOT EXISTS); readers of such a run see
+#: no profiles (queries.profiles).
+SCHEMA_VERSION = 2
 
 #: Every table a run database has; a database without them was not written by ksearch. (`texts`, added in
 #: schema 2, and `profiles`, added in 3, are not among them: readers do without them, and an older run gets them
