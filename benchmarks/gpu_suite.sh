@@ -24,6 +24,10 @@
 #   eval-phases                     where an evaluation's time goes (softmax, attention, gqa_decode; JSON per task)
 #   fidelity [TASK...]              harness timings against a plain loop, asserted within 10% (JSON per task)
 #   ncu                             Nsight Compute on the prefill kernels at L=8192, D=128
+#   profile-capture                 `ksearch eval --profile` on the gqa_decode and attention starters; ncu's raw CSV
+#                                   kept under $OUT/ncu/ (copy one to tests/data/ncu/ as the parser's real fixture)
+#   profile-feedback TASK [BUDGET] [best|off]   offline search with profile best vs off, same budget (default
+#                                   16) and seed, one arm a call if given; `profile-feedback merge` joins the parts
 #   search TASK WALL_S [CALL_S]     an offline search (budget $BUDGET, default 120) with --wall-time WALL_S, stopped
 #                                   after CALL_S (default min(WALL_S + 60, 540)) and resumable; then its record
 #   resume RUN [CALL_S]             continue a search started by `search` on this machine; then its record
@@ -217,6 +221,33 @@ record() {
   tail -n 40 "$OUT/search-$task-evals.txt"
 }
 
+profile_capture() {
+  command -v ncu >/dev/null || echo "gpu_suite: ncu is not on PATH; the capture records why there are no counters"
+  local task
+  for task in gqa_decode attention; do
+    KSEARCH_NCU_KEEP="$OUT/ncu" timeout -k 10 280 "${KS[@]}" eval "$task" "src/ksearch/tasks/starters/${task}_cuda.py" \
+      --backend mlx-cuda --profile --json > "$OUT/profile-$task.json" 2> "$OUT/profile-$task.err"
+    "$PY" -c "import json,sys; p=json.load(open(sys.argv[1])).get('profile') or {}; print(sys.argv[2], p.get('status'), p.get('note') or p.get('summary'))" "$OUT/profile-$task.json" "$task"
+  done
+  ls -la "$OUT/ncu" 2>/dev/null
+}
+
+profile_feedback() {
+  # One arm a call (best, then off): each fits the 10 minutes; `profile-feedback merge` joins the parts.
+  [ $# -ge 1 ] || die "profile-feedback TASK [BUDGET] [best|off], or profile-feedback merge"
+  if [ "$1" = merge ]; then
+    "$PY" benchmarks/profile_feedback.py --merge "$OUT"/profile-feedback-part-*.json --out "$OUT" 2>&1 | tail -3
+    return
+  fi
+  local modes=(best off)
+  [ $# -ge 3 ] && modes=("$3")
+  local m
+  for m in "${modes[@]}"; do
+    timeout -k 10 580 "$PY" benchmarks/profile_feedback.py --tasks "$1" --budget "${2:-16}" --modes "$m" \
+      --stem "profile-feedback-part-$1-$m" --out "$OUT" --runs-dir "$RUNS" 2>&1 | tail -5
+  done
+}
+
 search() {
   local task=${1:?search TASK WALL_S [CALL_S]} wall=${2:?search TASK WALL_S [CALL_S]}
   local call=${3:-$(( wall + 60 < 540 ? wall + 60 : 540 ))}
@@ -258,6 +289,8 @@ case "$part" in
   eval-phases) setup && eval_phases ;;
   fidelity) setup && fidelity "$@" ;;
   ncu) setup && ncu_part ;;
+  profile-capture) setup && profile_capture ;;
+  profile-feedback) setup && profile_feedback "$@" ;;
   search) setup && search "$@" ;;
   resume) setup && resume "$@" ;;
   record) setup && record "$@" ;;

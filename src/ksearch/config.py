@@ -11,6 +11,8 @@ from typing import Any
 from ksearch.errors import ConfigError
 
 SELECTION_RULES = ("weighted", "published")
+#: The `profile` setting: profile each refinement cycle's best candidate, every passed candidate, or none.
+PROFILE_MODES = ("best", "all", "off")
 
 
 @dataclass
@@ -69,6 +71,8 @@ class RunConfig:
     workers: int = 1
     #: A running Ray cluster to evaluate on: "auto" (the one `ray start` made here) or HOST:PORT.
     ray_address: str | None = None
+    #: Hardware counters after the verdict (Nsight Compute on MLX-CUDA, see harness/profile.py): "best", "all", "off".
+    profile: str = "best"
     weights: SelectionWeights = field(default_factory=SelectionWeights)
     llm: LLMConfig = field(default_factory=LLMConfig)
 
@@ -137,6 +141,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         raise ConfigError(f"--workers {cfg.workers}: a search needs at least 1 evaluator; pass --workers 1 or more")
     if cfg.max_consecutive_errors < 1:
         raise ConfigError("max_consecutive_errors must be at least 1")
+    if cfg.profile not in PROFILE_MODES:
+        raise ConfigError(f"profile {cfg.profile!r} is not a profile setting; use one of {', '.join(PROFILE_MODES)}")
     if cfg.weights.rule not in SELECTION_RULES:
         raise ConfigError(f"weights.rule {cfg.weights.rule!r} is not a selection rule; use one of "
                           f"{', '.join(SELECTION_RULES)}")

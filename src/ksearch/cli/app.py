@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 
 from ksearch import __version__
 from ksearch.cli.commands import bench, knowledge, llm, report, search
-from ksearch.cli.console import console, fail, print_error
+from ksearch.cli.console import console, err, fail, print_error
 from ksearch.errors import UsageError
 
 
@@ -86,6 +86,9 @@ def eval_cmd(
     memory_limit_gb: Annotated[float, typer.Option(help="Kill the worker above this resident memory.")] = 16.0,
     seed: Annotated[int | None, typer.Option(help="Master seed to reproduce a verdict.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
+    profile: Annotated[bool, typer.Option(help="After the verdict, profile a passed candidate at one search workload: "
+                                               "ncu's counters on mlx-cuda, the compiler's resources, the roofline "
+                                               "fraction.")] = False,
 ) -> None:
     """Judge one candidate: correctness on secret seeds, then speed against a baseline."""
     from ksearch.backends import get_backend
@@ -109,11 +112,30 @@ def eval_cmd(
         fail("--timeout must be positive (seconds)")
     opts = EvalOptions(baseline=baseline, workloads=names, holdout=holdout, timeout_s=timeout,
                        memory_limit_bytes=int(memory_limit_gb * (1 << 30)), seed=seed)
-    result = evaluate(t, candidate.read_text(), b, opts)
+    source = candidate.read_text()
+    result = evaluate(t, source, b, opts)
+    report = None
+    if profile and result.passed:
+        from ksearch.harness.profile import profile_candidate
+
+        # A process of its own, after the verdict: nothing it sees changes the verdict.
+        report = profile_candidate(t, b, source, result, workload=names[0] if names else None,
+                                   memory_limit_bytes=opts.memory_limit_bytes).to_json()
     if as_json:
-        sys.stdout.write(json.dumps(result.to_json(), default=str) + "\n")
+        out = result.to_json()
+        if profile:
+            out["profile"] = report
+        sys.stdout.write(json.dumps(out, default=str) + "\n")
         return
     console.print(eval_table(result))
+    if profile and report is None:
+        err.print(f"profile: not profiled, the verdict is {result.status}", highlight=False, soft_wrap=True)
+    elif report is not None:
+        from ksearch.report.profiles import profile_table
+
+        if report.get("status") != "counters" and report.get("note"):
+            err.print(f"profile: {report['note']}", highlight=False, soft_wrap=True)
+        console.print(profile_table([(None, report)]))
 
 
 @app.command("demo")

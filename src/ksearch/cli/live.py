@@ -100,6 +100,12 @@ class LiveView:
         elif kind == "select":
             self.action = f"{data.get('title')} ({data.get('node_id')}, V={data.get('priority', 0):.2f})"
             self.frontier = [f"V={f['priority']:.2f}  {f['title']} ({f['node_id']})" for f in data.get("frontier", [])]
+        elif kind == "profile_note":
+            # Said once per run, in one line, above the live view (or alone with --quiet); the search goes on.
+            from rich.console import Console
+
+            (self.live.console if self.live else Console(stderr=True)).print(
+                Text(f"profile: {data.get('message')}", style="yellow"), soft_wrap=True)
         elif kind in ("backtrack", "too_hard", "policy_error", "edit_rejected", "world_model_fallback",
                       "call_lost", "llm_budget", "proposer_failed"):
             self.notes.append(f"{kind}: {str(data)[:100]}")

@@ -27,6 +27,10 @@ _FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14
 _FS_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE
 _READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
 _NET_TCP = 0b11  # bind and connect
+_RULE_NET_PORT = 2
+#: The TCP ports Nsight Compute's front end and the profiled process talk over (its default base port, 64 of them):
+#: the only ones a profiled candidate's process may bind or connect to.
+PROFILER_PORTS = range(49152, 49152 + 64)
 _SCOPE_ALL = 0b11  # abstract unix sockets and signals
 
 #: Devices a worker may open for writing: the harmless ones and the GPU's.
@@ -113,6 +117,11 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _NetPort(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 def abi(libc: Any) -> int:
     """The kernel's Landlock ABI version; 0 where it has none (or it is disabled)."""
     if not sys.platform.startswith("linux"):
@@ -151,7 +160,16 @@ def restrict(libc: Any, spec: dict[str, Any], own_proc: bool) -> str:
 
     for root in spec["read"]:
         allow(root, _READ)
-    if own_proc:
+    if spec.get("profiler") and version >= 4:
+        for port in PROFILER_PORTS:
+            rule_port = _NetPort(_NET_TCP, port)
+            libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT),
+                         ctypes.byref(rule_port), ctypes.c_uint32(0))
+    if spec.get("profiler"):
+        allow("/proc", _READ | _FS_WRITE_FILE)
+        if spec.get("shm"):
+            allow("/dev/shm", handled)
+    elif own_proc:
         allow("/proc", _READ)
     else:
         allow(f"/proc/{os.getpid()}", _READ)  # the exec'd worker keeps this pid

@@ -143,7 +143,7 @@ class WorkerProcess:
     """One worker. Use as a context manager; `kill()` is always safe."""
 
     def __init__(self, role: str, memory_limit_bytes: int, env: dict[str, str] | None = None,
-                 task_origin: str = "", gpu: bool = False) -> None:
+                 task_origin: str = "", gpu: bool = False, prefix: list[str] | None = None) -> None:
         self.role = role
         self.memory_limit = memory_limit_bytes
         self.scratch = Path(tempfile.mkdtemp(prefix=f"ksearch-{role}-"))
@@ -154,7 +154,8 @@ class WorkerProcess:
         self.stdout_path = self.scratch / "stdout.txt"
         self.stderr_path = self.scratch / "stderr.txt"
         extra = {"KSEARCH_WORKER_FD": str(child_sock.fileno()), **(env or {})}
-        argv = [sys.executable, "-m", "ksearch.harness.worker"]
+        # `prefix`: a profiler's command line (ncu ...), which starts the worker as its child, inside the sandbox.
+        argv = [*(prefix or []), sys.executable, "-m", "ksearch.harness.worker"]
         fds = [child_sock.fileno(), guard_w]
         # Only the untrusted candidate is contained (sandbox.py); the trusted workers get the allowlisted environment.
         untrusted = role == "candidate"
@@ -168,7 +169,8 @@ class WorkerProcess:
         if self.contained:
             self._status_r, status_w = os.pipe()
             fds.append(status_w)
-            spec = sandbox.plan(str(self.scratch), status_w, worker_env({}), _SRC, task_origin, gpu=gpu)
+            spec = sandbox.plan(str(self.scratch), status_w, worker_env({}), _SRC, task_origin, gpu=gpu,
+                                profiler=prefix[0] if prefix else None)
             argv = sandbox.command(spec, argv)
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self._out_fd = os.open(self.stdout_path, os.O_RDONLY | os.O_CLOEXEC)
@@ -388,13 +390,14 @@ class WorkerProcess:
         self.close()
 
 
-def spawn(role: str, task_origin: str, device: str, memory_limit: int,
-          env: dict[str, str] | None = None) -> WorkerProcess:
+def spawn(role: str, task_origin: str, device: str, memory_limit: int, env: dict[str, str] | None = None,
+          prefix: list[str] | None = None) -> WorkerProcess:
     """A worker process, contained where it will run a candidate, waiting for its init (it imports what every role
-    needs meanwhile, so that a worker spawned ahead of time is ready sooner)."""
+    needs meanwhile, so that a worker spawned ahead of time is ready sooner). `prefix`: a profiler's command line
+    that runs the worker (ksearch.harness.profile)."""
     if role == "candidate":
         protect_parent()
-    return WorkerProcess(role, memory_limit, env=env, task_origin=task_origin, gpu=device == "gpu")
+    return WorkerProcess(role, memory_limit, env=env, task_origin=task_origin, gpu=device == "gpu", prefix=prefix)
 
 
 def initialise(w: WorkerProcess, task_origin: str, device: str, deadline: float, source: str | None = None,
@@ -419,10 +422,11 @@ def initialise(w: WorkerProcess, task_origin: str, device: str, deadline: float,
 
 def start(role: str, task_origin: str, device: str, memory_limit: int, deadline: float,
           source: str | None = None, forbidden: tuple[str, ...] = (), entry: str | None = None,
-          env: dict[str, str] | None = None, emulation: str | None = None) -> tuple[WorkerProcess, dict[str, Any]]:
+          env: dict[str, str] | None = None, emulation: str | None = None,
+          prefix: list[str] | None = None) -> tuple[WorkerProcess, dict[str, Any]]:
     """Spawn a worker and initialise it; returns the worker and its init reply. `emulation` ("cpu"): the worker runs
     Metal kernels through the Metal emulation (ksearch.metalemu.surface.install) before any code under test loads."""
-    w = spawn(role, task_origin, device, memory_limit, env)
+    w = spawn(role, task_origin, device, memory_limit, env, prefix)
     return w, initialise(w, task_origin, device, deadline, source, forbidden, entry, emulation)
 
 

@@ -75,11 +75,25 @@ def unavailable() -> str | None:
 
 
 def plan(scratch: str, status_fd: int, env: dict[str, str], src_root: str, task_origin: str,
-         gpu: bool = False) -> dict[str, Any]:
-    """What the launcher applies. `gpu`: the worker will use an NVIDIA GPU, which rules out a PID namespace."""
+         gpu: bool = False, profiler: str | None = None) -> dict[str, Any]:
+    """What the launcher applies. `gpu`: the worker will use an NVIDIA GPU, which rules out a PID namespace.
+    `profiler`: the path of a profiler (ncu) that runs inside the sandbox and starts the worker as its child; its
+    installation becomes readable, the network namespace gets a loopback on which only landlock.PROFILER_PORTS may be
+    used, the mount namespace a /dev/shm of its own (writable), and /proc is readable (the worker is the profiler's
+    child, a pid unknown when the rules are made)."""
     skip = settings() | ({"no-pid"} if gpu else set())
+    read = landlock.read_roots(env, src_root, task_origin)
+    if profiler:
+        # The profiler's own directory, and its installation's (ncu runs helpers beside it, e.g. target/, sections/).
+        import tempfile
+
+        where = os.path.dirname(os.path.realpath(profiler))
+        home = os.path.dirname(where)
+        never = {"/", "/usr", "/opt", "/home", "/root", os.path.realpath(os.path.expanduser("~"))}
+        keep_home = home not in never and not landlock._under(home, os.path.realpath(tempfile.gettempdir()))
+        read = sorted({*read, where, *([home] if keep_home else [])})
     return {"scratch": os.path.realpath(scratch), "status_fd": status_fd, "parent": os.getpid(), "src": src_root,
-            "read": landlock.read_roots(env, src_root, task_origin), "skip": sorted(skip)}
+            "read": read, "skip": sorted(skip), "profiler": bool(profiler)}
 
 
 def command(spec: dict[str, Any], argv: list[str]) -> list[str]:
@@ -116,6 +130,33 @@ def _namespaces(libc: Any, skip: set[str]) -> tuple[set[str], str]:
     if uid == 0 and libc.unshare(rest) == 0:
         return {"net", "ipc", "mount"} | pid, ""
     return set(), f"unshare refused ({why})"
+
+
+def _loopback_up() -> bool:
+    """Bring up `lo` in a new network namespace (still holding the namespace's capabilities): the profiler and its
+    target talk over it; nothing outside the namespace is reachable from it."""
+    import fcntl
+    import socket
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            req = fcntl.ioctl(sock, siocgifflags, struct.pack("16sh", b"lo", 0) + b"\0" * 22)
+            flags = struct.unpack("16sh", req[:18])[1]
+            fcntl.ioctl(sock, siocsifflags, struct.pack("16sh", b"lo", flags | iff_up) + b"\0" * 22)
+        return True
+    except OSError:
+        return False
+
+
+def _private_shm(libc: Any) -> bool:
+    """In the new mount namespace, a /dev/shm of the sandbox's own (a fresh tmpfs): the profiler and its target may
+    share memory there, and nothing written there outlives the sandbox or reaches the host's /dev/shm."""
+    if not os.path.isdir("/dev/shm"):
+        return False
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return False
+    return libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=268435456,mode=1777") == 0
 
 
 def _private_proc(libc: Any) -> bool:
@@ -191,15 +232,25 @@ def _exec_worker(libc: Any, spec: dict[str, Any], argv: list[str], report: dict[
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     skip = set(spec["skip"])
+    if spec.get("profiler") and "mount" in ns:
+        spec["shm"] = _private_shm(libc)  # before Landlock: its rule must name the new mount
     fs = "none: left out (KSEARCH_SANDBOX)" if "no-landlock" in skip else landlock.restrict(libc, spec, own_proc)
     applied = fs.startswith("landlock")
     tcp = applied and landlock.abi(libc) >= 4
-    report["network"] = ("namespace" + (" and landlock tcp" if tcp else "") if "net" in ns else
+    ports = (f" (the profiler's ports {landlock.PROFILER_PORTS[0]}-{landlock.PROFILER_PORTS[-1]} only)"
+             if spec.get("profiler") else "")
+    if spec.get("profiler") and "net" in ns:
+        ns = ns | {"loopback"} if _loopback_up() else ns
+    report["network"] = ("namespace" + (" with its own loopback" if "loopback" in ns else "")
+                         + (" and landlock tcp" + ports if tcp else "") if "net" in ns else
                          "landlock tcp (UDP not covered)" if tcp else
                          "none: no network namespace, and no Landlock TCP rules (ABI 4)")
     if applied:
         report["filesystem"] = fs + ": writes only to scratch; reads only system, Python and ksearch paths"
-        if not own_proc:
+        if spec.get("profiler"):
+            report["other_processes"] = "none: /proc readable (the profiled worker is the profiler's child)"
+            report["filesystem"] += "; a /dev/shm of its own" if spec.get("shm") else ""
+        elif not own_proc:
             report["other_processes"] = "landlock: /proc limited to the worker's own entries"
     elif "mount" in ns:
         report["filesystem"] = _read_only_mounts(libc, spec["scratch"]) + f"; reads not limited (Landlock {fs})"

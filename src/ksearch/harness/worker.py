@@ -318,6 +318,31 @@ class Worker:
                 return self._ship(outs)
         return {"ok": False, "kind": "protocol", "error": f"timed call {call} is not kept"}, {}
 
+    def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The calls a profiler records (ksearch.harness.profile): `warmup` calls of the candidate on one input set
+        (its compiles and caches happen there), then `calls` calls between cuProfilerStart and cuProfilerStop, so
+        that `ncu --profile-from-start off` sees those calls' kernels alone. Nothing here is timed or judged."""
+        w = self._workload(msg)
+        inputs = self._inputs(w, int(msg["seed"]))
+
+        def call() -> None:
+            outs = self._as_tuple(self.run(**inputs, **dict(w.params)))
+            self._eval([o for o in outs if isinstance(o, self.mx.array)])
+            self._sync()
+
+        for _ in range(int(msg.get("warmup", 2))):
+            call()
+        bracket = _profiler_api()
+        if bracket is not None:
+            bracket[0]()
+        try:
+            for _ in range(int(msg.get("calls", 1))):
+                call()
+        finally:
+            if bracket is not None:
+                bracket[1]()
+        return {"ok": True, "bracketed": bracket is not None}
+
     def release(self, _msg: dict[str, Any]) -> dict[str, Any]:
         if self.pool is not None:
             self.pool.release()
@@ -352,6 +377,8 @@ class Worker:
                     reply = self.go(msg)
                 elif op == "release":
                     reply = self.release(msg)
+                elif op == "profile":
+                    reply = self.profile(msg)
                 else:
                     reply = {"ok": False, "kind": "protocol", "error": f"unknown op {op!r}"}
             except BaseException as exc:  # noqa: BLE001 - report every failure of the code under test
@@ -360,6 +387,22 @@ class Worker:
                 reply = _failure(exc)
                 arrays = {}
             _send(self.sock, reply, arrays)
+
+
+def _profiler_api() -> tuple[Any, Any] | None:
+    """(start, stop) of the CUDA profiler API: cudaProfilerStart/Stop of the CUDA runtime this process has loaded
+    (MLX's), else cuProfilerStart/Stop of the driver; None where neither library loads (no NVIDIA driver)."""
+    names: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
+        names = {line.split()[-1] for line in maps if "libcudart.so" in line and line.split()[-1].startswith("/")}
+    for name in sorted(names):
+        with contextlib.suppress(OSError, AttributeError):
+            lib = ctypes.CDLL(name)
+            return lib.cudaProfilerStart, lib.cudaProfilerStop
+    with contextlib.suppress(OSError, AttributeError):
+        lib = ctypes.CDLL("libcuda.so.1")
+        return lib.cuProfilerStart, lib.cuProfilerStop
+    return None
 
 
 def _failure(exc: BaseException) -> dict[str, Any]:

@@ -38,6 +38,8 @@ class Feedback:
     latencies_s: dict[str, float] = field(default_factory=dict)
     baseline_latencies_s: dict[str, float] = field(default_factory=dict)
     roofline: dict[str, float] = field(default_factory=dict)
+    #: The profiler's counters in one line (harness/profile.py: summary_line), where the candidate was profiled.
+    counters: str = ""
 
     @classmethod
     def from_result(cls, r: EvalResult) -> Feedback:

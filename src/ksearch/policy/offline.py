@@ -14,6 +14,7 @@ from typing import Any
 from ksearch.policy.base import Attempt, CycleEvidence, ImplementRequest, PolicyContext
 from ksearch.policy.templates import TemplateFamily, families_for
 from ksearch.worldmodel import WorldModel
+from ksearch.worldmodel.counters import pattern_adjustment
 
 #: Used when the knowledge layer is absent or lacks an entry: neutral priors.
 _DEFAULT_PRIOR = {"rating_0_to_10": 5, "difficulty_1_to_5": 3, "expected_vs_baseline_factor": 1.2,
@@ -190,7 +191,9 @@ class OfflinePolicy:
         return {"active_leaf_id": None, "ops": ops}
 
     def _follow_ups(self, ctx: PolicyContext, nodes: dict[str, dict[str, Any]], node_id: str) -> list[dict[str, Any]]:
-        """The applicable patterns not on the path to the node, highest prior first (ties in a seeded order)."""
+        """The applicable patterns not on the path to the node, highest rating first (ties in a seeded order): the
+        pattern's prior, moved by what the node's profiled counters say of it (worldmodel/counters.py), which
+        carries into the rating of the follow-up inserted for it."""
         on_path = set()
         cur: dict[str, Any] | None = nodes.get(node_id)
         while cur:
@@ -199,6 +202,13 @@ class OfflinePolicy:
                 on_path.add(pid)
             cur = nodes.get(cur.get("parent_id") or "")
         cands = [a for a in self._actions(ctx) if a["pattern_id"] not in on_path]
+        measured = nodes.get(node_id)
+        for a in cands:
+            adjust = pattern_adjustment(measured, a["pattern_id"], a.get("impacts"))
+            if adjust:
+                a["overall_rating_0_to_10"] = max(0.0, min(10.0, a["overall_rating_0_to_10"] + adjust))
+                a["counter_note"] = (f"counters of {node_id} moved the rating by {adjust:+.1f} ("
+                                     + ", ".join(f["rule"] for f in (measured or {}).get("counter_rules") or []) + ")")
         ctx.rng.shuffle(cands)
         cands.sort(key=lambda a: -a["overall_rating_0_to_10"])
         return cands
@@ -223,7 +233,8 @@ def _insert(a: dict[str, Any], parent: dict[str, Any], expected: float, notes: s
                 "action": {**{k: a[k] for k in ("title", "description", "difficulty_1_to_5", "score_0_to_1",
                                                 "rationale")}, "expected_vs_baseline_factor": expected},
                 "overall_rating_0_to_10": a["overall_rating_0_to_10"], "confidence_0_to_1": a["confidence_0_to_1"],
-                "impacts": a.get("impacts"), "pattern_id": a["pattern_id"], "notes": notes}}
+                "impacts": a.get("impacts"), "pattern_id": a["pattern_id"],
+                "notes": notes + (f"; {a['counter_note']}" if a.get("counter_note") else "")}}
 
 
 def make_offline_policy() -> OfflinePolicy:

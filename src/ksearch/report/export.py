@@ -83,6 +83,7 @@ def module_text(run: RunData, out_name: str = "kernel.py") -> str:
         f"#   holdout:   {hold_txt}",
         f"#   measured:  mlx {env.get('mlx', '?')} on {env.get('device', '?')}",
         *([f"#   timing:    {result.timing}"] if result.timing else []),
+        *_profile_lines(run, cid, out_name),
         f"#   exported:  {_now()} by ksearch {__version__}",
         f"#   re-check:  ksearch eval {run.task} {out_name} --backend {run.backend}",
         "",
@@ -90,9 +91,32 @@ def module_text(run: RunData, out_name: str = "kernel.py") -> str:
     return "\n".join(lines) + source
 
 
+def _profile_lines(run: RunData, cid: str, out_name: str) -> list[str]:
+    """The best candidate's profile in the header, and where every profile of the run is written."""
+    from ksearch.report.profiles import export_profiles
+
+    profiles = export_profiles(run)
+    mine = next((p for p in profiles if p["candidate"] == cid), None)
+    lines = [f"#   profile:   {mine['summary_line']}"[:400]] if mine else []
+    if profiles:
+        lines.append(f"#   profiles:  {profiles_path(Path(out_name)).name} ({len(profiles)} profiled candidates)")
+    return lines
+
+
+def profiles_path(out: Path) -> Path:
+    """Where an exported module's run profiles go: beside it, kernel.py -> kernel.profiles.json."""
+    return out.with_name(out.stem + ".profiles.json")
+
+
 def write_module(run: RunData, out: Path) -> Path:
+    """The module, and beside it every profiled candidate's counters (profiles_path) when the run has any."""
+    from ksearch.report.profiles import export_profiles
+
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(module_text(run, out.name))
+    profiles = export_profiles(run)
+    if profiles:
+        profiles_path(out).write_text(json.dumps(profiles, indent=1, default=str) + "\n")
     return out
 
 
@@ -295,4 +319,9 @@ def write_flashinfer_trace(run: RunData, out_dir: Path) -> list[Path]:
     for name, rows in data["traces"].items():
         if rows:
             put(out_dir / "traces" / "ksearch" / op / f"{name}.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    from ksearch.report.profiles import export_profiles
+
+    profiles = export_profiles(run)
+    if profiles:  # outside the four folders FlashInfer-Bench reads: ksearch's own record of the counters
+        put(out_dir / "ksearch-profiles.json", json.dumps(profiles, indent=1, default=str) + "\n")
     return written

@@ -184,6 +184,29 @@ def _evaluations(run: RunData) -> str:
     return _table(rows, cols, {"#", "round", "score", "best so far"})
 
 
+def _profiles(run: RunData) -> str:
+    """The counter table of the profiled candidates and the roofline position of the best candidates."""
+    from ksearch.report.profiles import COLUMNS, counters_note, profile_row, profiles_by_candidate, roofline_rows
+
+    parts = []
+    note = counters_note(run.backend)
+    if note:
+        parts.append(f'<p class="muted" id="no-counters">{escape(note.capitalize())}.</p>')
+    items = profiles_by_candidate(run)
+    if items:
+        parts.append(_table([profile_row(c, r) for c, r in items], COLUMNS, set(COLUMNS) - {
+            "candidate", "workload", "profile", "top stall"}, cls="data profiles"))
+        notes = sorted({str(r["note"]) for _, r in items if r.get("note")})
+        parts += [f'<p class="muted">{escape(n)}</p>' for n in notes]
+    elif not note:
+        parts.append('<p class="muted">No candidate was profiled (profile = "off", or none passed).</p>')
+    roof = roofline_rows(run)
+    if roof:
+        parts.append("<h3>Roofline position of the best candidates</h3>"
+                     + _table(roof, list(roof[0]), {"score", "flop/byte", "roofline"}, cls="data roofline"))
+    return "\n".join(parts)
+
+
 def render_html(run: RunData) -> str:
     facts = headline(run)
     cards = [f'<div class="card big"><div class="k">best score</div><div class="v">{run.best_score:.3f}</div></div>']
@@ -230,6 +253,8 @@ def render_html(run: RunData) -> str:
 <h2 id="workloads">Best candidate per workload</h2>
 {_table(wl, wl_cols, {"latency", "baseline", "speedup", "roofline", "max abs err"}) if wl
  else '<p class="muted">No passing candidate.</p>'}
+<h2 id="profiles">Hardware counters</h2>
+{_profiles(run)}
 <h2 id="source">Best kernel: <code>{escape(str(run.best_candidate or "-"))}</code></h2>
 {src_html}
 <h2 id="spend">Spend</h2>

@@ -175,6 +175,24 @@ def cycles_table(run: RunData) -> Table | None:
     return t
 
 
+def profile_renderables(run: RunData) -> list[RenderableType]:
+    """The counter table of the profiled candidates (or why there are no counters) and the roofline position of the
+    best candidates."""
+    from ksearch.report.profiles import counters_note, profile_table, profiles_by_candidate, roofline_table
+
+    out: list[RenderableType] = []
+    items = profiles_by_candidate(run)
+    if items:
+        out.append(profile_table(list(items)))
+    note = counters_note(run.backend)
+    if note:
+        out.append(Text(note, style="dim"))
+    roof = roofline_table(run)
+    if roof is not None:
+        out.append(roof)
+    return out
+
+
 def summary_renderable(run: RunData, show_tree: bool = True) -> RenderableType:
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
@@ -184,6 +202,7 @@ def summary_renderable(run: RunData, show_tree: bool = True) -> RenderableType:
     parts: list[RenderableType] = [Panel(facts, title=f"ksearch run {run.run_id}", title_align="left")]
     if workload_rows(run):
         parts.append(workload_table(run))
+    parts += profile_renderables(run)
     cycles = cycles_table(run)
     if cycles is not None:
         parts.append(cycles)

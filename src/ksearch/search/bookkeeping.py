@@ -39,6 +39,10 @@ class SearchSetup:
     on_event: Callable[[str, dict[str, Any]], None] = field(default=lambda _k, _d: None)
     #: This many proposer errors in a row end the run as failed (an endpoint that refuses every prompt).
     max_consecutive_errors: int = 5
+    #: Profiling after the verdict (harness/profile.py): `profile(source, verdict)` gives a ProfileReport;
+    #: `profile_mode` "best" (each refinement cycle's best), "all" (every passed candidate) or "off".
+    profile: Callable[[str, EvalResult | None], Any] | None = None
+    profile_mode: str = "off"
 
 
 class StopSearch(Exception):
@@ -64,6 +68,8 @@ class StrategyBase:
         self.error_streak: list[tuple[bool, str]] = []  # (an endpoint failure?, message) of the errors in a row
         setup.ctx.record_call = self._record_call
         setup.ctx.begin_call = self._begin_call
+        self.last_profile: tuple[str, dict[str, Any]] | None = None  # (candidate, report) of the latest profile
+        self._profile_noted = False
 
     # -- budget ----------------------------------------------------------------------------------------------------
     def wall_used(self) -> float:
@@ -123,6 +129,28 @@ class StrategyBase:
         self.store.set_meta("best_candidate", self.state.best_candidate)
         self.store.set_meta("best_score", self.state.best_score)
 
+    # -- profiling, after and apart from the verdict ---------------------------------------------------------------
+    def profile(self, candidate_id: str, source: str, result: EvalResult | None) -> dict[str, Any] | None:
+        """The profile report (JSON) of a candidate, profiling it now unless the run has one (a resumed run does not
+        profile again); None when profiling is off. The first report that wanted counters and got none (ncu missing
+        or refused) is said once, in one line (a `profile_note` event), and the search goes on."""
+        if self.s.profile is None or self.s.profile_mode == "off":
+            return None
+        report = self.store.profile_of(candidate_id)
+        if report is None:
+            report = redact_json(self.s.profile(source, result).to_json())
+            with self.store.transaction():
+                self.store.add_profile(candidate_id, self.state.round, report)
+            self.event("profile", {"candidate": candidate_id, "status": report.get("status"),
+                                   "note": report.get("note"), "duration_s": report.get("duration_s")})
+            # Said once: counters wanted and not had (ncu missing or refused). A backend without counters is no
+            # failure: the report says so.
+            if report.get("status") == "no_counters" and report.get("note") and not self._profile_noted:
+                self._profile_noted = True
+                self.event("profile_note", {"message": report["note"]})
+        self.last_profile = (candidate_id, report)
+        return report
+
     # -- the one way a candidate is judged -------------------------------------------------------------------------
     def submit(self, source: str, params: dict[str, Any], node_id: str, mode: Mode, parent_id: str | None,
                title: str | None, world_model: dict[str, Any] | None = None) -> tuple[Attempt, EvalResult | None]:
@@ -146,6 +174,8 @@ class StrategyBase:
         self.event("evaluation", {"candidate": row.id, "status": result.status, "score": result.score,
                                   "mode": mode, "node_id": node_id, "best_score": self.state.best_score,
                                   "evaluations_done": self.state.evaluations_done, "budget": self.s.budget})
+        if result.passed and self.s.profile_mode == "all":
+            self.profile(row.id, source, result)
         return attempt, result
 
     def record_duplicate(self, source: str, normalized: str, params: dict[str, Any], node_id: str, mode: Mode,

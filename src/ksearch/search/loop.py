@@ -10,6 +10,7 @@ import contextlib
 from typing import Any
 
 from ksearch.config import SelectionWeights
+from ksearch.harness.profile import ProfileReport, feedback_line
 from ksearch.harness.result import EvalResult
 from ksearch.policy.base import Attempt, CycleEvidence, Feedback, ImplementRequest, Mode
 from ksearch.search import frontier
@@ -246,6 +247,8 @@ class KSearch(StrategyBase):
                 cyc.consecutive_skips = 0
                 cyc.last_candidate = attempt.candidate_id
                 cyc.last_feedback = Feedback.from_result(result).to_json()
+                if self.last_profile is not None and self.last_profile[0] == attempt.candidate_id:
+                    cyc.last_feedback["counters"] = feedback_line(self.last_profile[1])
                 if result.passed and result.score > cyc.best_score * (1 + IMPROVEMENT):
                     attempt.improved = True
                     cyc.best_candidate, cyc.best_score, cyc.best_params = attempt.candidate_id, result.score, params
@@ -267,6 +270,25 @@ class KSearch(StrategyBase):
             self._end_cycle("nothing_new")
         else:
             self.write_state()
+
+    def _measure(self, cyc: Cycle) -> None:
+        """Profile the cycle's best candidate (profile "best" or "all"); its counters move the node's impact ratings
+        by the named rules (WorldModel.record_counters) and go into the verdict the world-model edit reads."""
+        assert self.wm is not None and cyc.best_candidate is not None
+        if self.s.profile_mode not in ("best", "all") or self.s.profile is None:
+            return
+        rows = [e for e in self.store.evaluations("search") if e["candidate_id"] == cyc.best_candidate]
+        result = EvalResult.from_json(rows[-1]["result"]) if rows else None
+        report = self.profile(cyc.best_candidate, self._source(cyc.best_candidate) or "", result)
+        if report is None:
+            return
+        digest = ProfileReport.from_json(report).digest()
+        if digest:
+            fired = self.wm.record_counters(cyc.node_id, digest, self.state.round)
+            self.event("counters", {"node_id": cyc.node_id, "candidate": cyc.best_candidate,
+                                    "rules": [f["rule"] for f in fired]})
+        if cyc.best_feedback is not None:
+            cyc.best_feedback["counters"] = feedback_line(report)
 
     def _why(self, reason: str, cyc: Cycle) -> str:
         """A cycle's end in words (the report shows them)."""
@@ -292,6 +314,7 @@ class KSearch(StrategyBase):
                                     round_=self.state.round)
             # A solved node is promised a follow-up: one it already has counts, as in the published validation.
             require = cyc.node_id if self.wm.require_follow_up(cyc.node_id) else None
+            self._measure(cyc)
         elif not any(a.status not in ("duplicate", "no_candidate") for a in cyc.attempts):
             # Nothing new was tried (only repeats of earlier candidates): the idea is exhausted, not too hard.
             self.wm.close(cyc.node_id, "exhausted: the proposer had nothing new for this action", self.state.round)

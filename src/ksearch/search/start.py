@@ -30,6 +30,7 @@ from ksearch.backends.detect import FAMILY
 from ksearch.config import LLMConfig, RunConfig, SelectionWeights
 from ksearch.errors import BackendUnavailable, RunError
 from ksearch.harness import EvalOptions, EvalResult, Evaluator
+from ksearch.harness.profile import ProfileReport, profile_candidate
 from ksearch.policy.base import Policy, PolicyContext
 from ksearch.search import ledger
 from ksearch.search.bookkeeping import SearchSetup
@@ -272,6 +273,11 @@ class _Judge:
     def __call__(self, source: str) -> EvalResult:
         return self.ev.evaluate(source, self.opts)
 
+    def profile(self, source: str, result: EvalResult | None) -> ProfileReport:
+        """What a profiler sees of a candidate, in a process of its own after its verdict."""
+        return profile_candidate(self.ev.task, self.ev.backend, source, result,
+                                 memory_limit_bytes=self.opts.memory_limit_bytes)
+
     def holdout(self, source: str) -> EvalResult:
         opts = EvalOptions(baseline=self.opts.baseline, timeout_s=self.opts.timeout_s,
                            memory_limit_bytes=self.opts.memory_limit_bytes, holdout=True)
@@ -356,10 +362,12 @@ def _stop_on_sigterm() -> None:
 
 def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
             evaluate: Callable[[str], EvalResult] | None = None, policy: Policy | None = None,
-            stop_after: int | None = None, pool: EvaluatorPool | None = None) -> RunOutcome:
+            stop_after: int | None = None, pool: EvaluatorPool | None = None,
+            profile: Callable[[str, EvalResult | None], ProfileReport] | None = None) -> RunOutcome:
     """Run (or continue) the search in `store` until its budget is spent, then the final holdout evaluation.
     With `pool` (several evaluators) the parallel driver runs the strategy (search/parallel.py); a run left with
-    candidates in flight or several open cycles continues under it with one in-process evaluator."""
+    candidates in flight or several open cycles continues under it with one in-process evaluator. `profile`: how a
+    candidate's hardware counters are taken (default: the judge's own, harness/profile.py)."""
     # The policy first: an LLM policy takes its key out of the environment, so that nothing this run starts (a
     # backend probe, the judge's workers) is ever started while the key is still in this process's environment.
     pol = policy or make_policy(cfg)
@@ -388,7 +396,8 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
                         budget=cfg.budget, stop_after=stop_after, stagnation_window=cfg.stagnation_window,
                         wall_time_s=cfg.wall_time_s, weights=cfg.weights,
                         on_event=on_event or (lambda _k, _d: None),
-                        max_consecutive_errors=cfg.max_consecutive_errors)
+                        max_consecutive_errors=cfg.max_consecutive_errors,
+                        profile=profile or (judge.profile if judge else None), profile_mode=cfg.profile)
     # This process owns the run from here (readers tell a run whose owner is gone as interrupted); a previous end's
     # reason no longer holds.
     environment = judge.ev.env() if judge else (pool_environment(pool) if pool is not None else {})

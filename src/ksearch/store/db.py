@@ -5,7 +5,8 @@ Only the search process opens the database for writing; workers never learn wher
 a run through read.py (read-only).
 
 Layout:
-  run.db                 tables meta, candidates, evaluations, world_models, calls, events, texts (schema.py)
+  run.db                 tables meta, candidates, evaluations, world_models, calls, events, texts, profiles
+                         (schema.py)
   config.json            the run configuration as started
   candidates/<id>.py     every candidate's source
   world_model.json       the latest world-model snapshot (every snapshot is in the world_models table)
@@ -190,6 +191,20 @@ class RunStore:
              result.get("holdout_score"), result.get("duration_s"), self._clean((result.get("message") or "")[:4000]),
              self._clean(json.dumps(result, default=str))),
         )
+
+    def add_profile(self, candidate_id: str, round_: int, report: dict[str, Any]) -> None:
+        """One profiled candidate (harness/profile.py: ProfileReport as JSON)."""
+        self.db.execute(
+            "INSERT INTO profiles(candidate_id, created_at, round, backend, workload, status, note, data) "
+            "VALUES (?,?,?,?,?,?,?,?)",
+            (candidate_id, time.time(), round_, str(report.get("backend") or ""), str(report.get("workload") or ""),
+             str(report.get("status") or ""), self._clean(str(report.get("note") or "")),
+             self._clean(json.dumps(report, default=str))))
+
+    def profile_of(self, candidate_id: str) -> dict[str, Any] | None:
+        """The latest profile of a candidate (its report as JSON), or None."""
+        rows = queries.profiles(self.db, candidate_id)
+        return rows[-1].data if rows else None
 
     # The search process's own reads return plain dicts (the columns, JSON decoded); read.py gives typed records.
     def evaluations(self, kind: str | None = "search") -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from ksearch.store.records import (
     CandidateRow,
     EvaluationRow,
     EventRow,
+    ProfileRow,
     RunMeta,
     WorldModelRow,
     call_from_row,
@@ -20,6 +21,7 @@ from ksearch.store.records import (
     evaluation_from_row,
     event_from_row,
     loads,
+    profile_from_row,
     world_model_from_row,
 )
 
@@ -83,6 +85,14 @@ def evaluations(db: sqlite3.Connection, kind: str | None) -> list[EvaluationRow]
     """In the order written; one kind, or every kind when kind is None."""
     q = "SELECT * FROM evaluations" + (" WHERE kind = ?" if kind else "") + " ORDER BY id"
     return [evaluation_from_row(r) for r in db.execute(q, (kind,) if kind else ())]
+
+
+def profiles(db: sqlite3.Connection, candidate_id: str | None = None) -> list[ProfileRow]:
+    """In the order written; none for a run written before the profiles table existed."""
+    if "profiles" not in table_names(db):
+        return []
+    q = "SELECT * FROM profiles" + (" WHERE candidate_id = ?" if candidate_id else "") + " ORDER BY id"
+    return [profile_from_row(r) for r in db.execute(q, (candidate_id,) if candidate_id else ())]
 
 
 def call_count(db: sqlite3.Connection) -> int:

@@ -16,7 +16,7 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -24,7 +24,15 @@ from typing import Any, TypeVar
 from ksearch.errors import RunNotFound, RunUnreadable
 from ksearch.store import queries
 from ksearch.store.paths import runs_dir
-from ksearch.store.records import CallRow, CandidateRow, EvaluationRow, EventRow, RunMeta, WorldModelRow
+from ksearch.store.records import (
+    CallRow,
+    CandidateRow,
+    EvaluationRow,
+    EventRow,
+    ProfileRow,
+    RunMeta,
+    WorldModelRow,
+)
 from ksearch.store.schema import SCHEMA_VERSION, TABLES
 
 T = TypeVar("T")
@@ -41,6 +49,7 @@ class RunRecords:
     world_models: list[WorldModelRow]  # every snapshot, oldest first
     calls: list[CallRow]  # without prompt and response
     events: list[EventRow]
+    profiles: list[ProfileRow] = field(default_factory=list)  # one per profiled candidate, in the order written
 
     def evaluations_of(self, kind: str) -> list[EvaluationRow]:
         return [e for e in self.evaluations if e.kind == kind]
@@ -98,12 +107,16 @@ class RunReader:
     def world_models(self) -> list[WorldModelRow]:
         return self._read(queries.world_models)
 
+    def profiles(self) -> list[ProfileRow]:
+        return self._read(queries.profiles)
+
     def records(self) -> RunRecords:
         """Every table, from one read transaction."""
         def everything(db: sqlite3.Connection) -> RunRecords:
             db.execute("BEGIN")  # one snapshot of the WAL for every table; _read rolls it back on an error
             recs = RunRecords(self.path, queries.meta(db), queries.candidates(db), queries.evaluations(db, None),
-                              queries.world_models(db), queries.calls(db, False), queries.events(db, None))
+                              queries.world_models(db), queries.calls(db, False), queries.events(db, None),
+                              queries.profiles(db))
             db.execute("COMMIT")
             return recs
 

@@ -48,6 +48,21 @@ class EvaluationRow:
 
 
 @dataclass(frozen=True)
+class ProfileRow:
+    """One profiled candidate: what the profiler and the compiler said of it (harness/profile.py: ProfileReport)."""
+
+    id: int
+    candidate_id: str
+    created_at: float
+    round: int
+    backend: str
+    workload: str
+    status: str  # counters | no_counters | roofline_only
+    note: str | None
+    data: dict[str, Any]  # the ProfileReport as JSON
+
+
+@dataclass(frozen=True)
 class CallRow:
     """One LLM call. prompt and response are None when the reader did not ask for the texts (they are large)."""
 
@@ -203,6 +218,11 @@ def evaluation_from_row(r: sqlite3.Row) -> EvaluationRow:
     return EvaluationRow(r["id"], r["candidate_id"], r["eval_index"], r["created_at"], r["round"], r["kind"],
                          r["status"], float(r["score"] or 0.0), r["holdout_score"], r["duration_s"], r["message"],
                          _obj(r["result"]))
+
+
+def profile_from_row(r: sqlite3.Row) -> ProfileRow:
+    return ProfileRow(r["id"], r["candidate_id"], r["created_at"], r["round"], r["backend"], r["workload"], r["status"],
+                      r["note"], _obj(r["data"]))
 
 
 def call_from_row(r: sqlite3.Row) -> CallRow:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 #: 2: the loop state keeps its long texts by reference (the texts table), see RunStore.set_state.
+#: The profiles table (one row per profiled candidate, RunStore.add_profile) came without a new version: a reader
+#: that does not know it reads every other table unchanged, so older ksearch versions still read newer runs. A run
+#: written before it gets it when it is opened for writing (CREATE TABLE IF NOT EXISTS); readers of such a run see
+#: no profiles (queries.profiles).
 SCHEMA_VERSION = 2
 
 #: Every table a run database has; a database without them was not written by ksearch. (`texts`, added in
-#: schema 2, is not among them: readers do not need it, and a run of schema 1 gets it when it is resumed.)
+#: schema 2, and `profiles`, added in 3, are not among them: readers do without them, and an older run gets them
+#: when it is resumed.)
 TABLES = ("meta", "candidates", "evaluations", "world_models", "calls", "events")
 
 SCHEMA = """
@@ -36,6 +41,12 @@ CREATE TABLE IF NOT EXISTS events (
   data TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS texts (hash TEXT PRIMARY KEY, text TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS profiles (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, candidate_id TEXT NOT NULL REFERENCES candidates(id),
+  created_at REAL NOT NULL, round INTEGER NOT NULL, backend TEXT NOT NULL, workload TEXT NOT NULL,
+  status TEXT NOT NULL, note TEXT, data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS profiles_candidate ON profiles(candidate_id);
 CREATE INDEX IF NOT EXISTS evaluations_candidate ON evaluations(candidate_id);
 CREATE INDEX IF NOT EXISTS candidates_norm ON candidates(normalized_hash);
 CREATE INDEX IF NOT EXISTS candidates_source ON candidates(source_hash);

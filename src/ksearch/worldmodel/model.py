@@ -322,6 +322,22 @@ class WorldModel:
         n["last_updated_round"] = max(0, int(round_))
         self.data["decision_tree"]["active_leaf_id"] = node_id
 
+    def record_counters(self, node_id: str, counters: dict[str, Any], round_: int) -> list[dict[str, Any]]:
+        """The profiled counters of the node's solution (worldmodel/counters.py): its impact ratings move by the named
+        rules that hold, which are kept under `counter_rules` (with the patterns they favour or not), the digest
+        under `counters`. Replaces an earlier measurement of the node. Returns the fired rules."""
+        from ksearch.worldmodel.counters import measured_impacts
+
+        n = self._node(node_id)
+        base = n.get("impacts_guessed") or n["impacts"]
+        impacts, fired = measured_impacts(base, counters)
+        n["impacts_guessed"] = copy.deepcopy(base)  # the proposer's guess, kept beside the measurement
+        n["impacts"] = impacts
+        n["counters"] = copy.deepcopy(counters)
+        n["counter_rules"] = [f.to_json() for f in fired]
+        n["last_updated_round"] = max(0, int(round_))
+        return [f.to_json() for f in fired]
+
     def mark_too_hard(self, node_id: str, note: str, round_: int) -> None:
         """A cycle on this node failed entirely: it leaves the frontier, its difficulty goes up by one (max 5)
         and the reason is appended to its notes (kept, so the proposer remembers the failure)."""
@@ -383,13 +399,14 @@ class WorldModel:
             "decision": n["decision"],
             "choice": n["choice"] if n["choice"].startswith("refine ") else f"refine {n['choice']}".strip(),
             "action": act,
-            "impacts": copy.deepcopy(n["impacts"]),
+            "impacts": copy.deepcopy(n.get("impacts_guessed") or n["impacts"]),
             "overall_rating_0_to_10": n["overall_rating_0_to_10"],
             "confidence_0_to_1": round(0.5 * float(n["confidence_0_to_1"]), 4),
             "notes": "FOLLOW_THROUGH: automatic fallback child",
         }
         extras = {k: copy.deepcopy(v) for k, v in n.items() if k not in child and k not in NODE_KEYS}
-        extras.pop("ksearch", None)
+        for own in ("ksearch", "counters", "counter_rules", "impacts_guessed"):  # the parent's, not the child's
+            extras.pop(own, None)
         child.update(extras)
         child["auto_follow_up"] = True
         op = {"op": "insert_node", "parent_id": node_id, "parent_solution_id": solution_id(n), "node": child}

@@ -38,6 +38,8 @@ def run_cmd(
     replay: Annotated[str | None, typer.Option(help="Reproduce a finished LLM run from its recordings.")] = None,
     reevaluate: Annotated[bool, typer.Option(help="With --replay: measure again instead of replaying verdicts.")] = False,
     stop_after: Annotated[int | None, typer.Option(help="Pause after this many evaluations in total (resume later).")] = None,
+    profile: Annotated[str | None, typer.Option(help="Hardware counters after verdicts (ncu on mlx-cuda): best (each "
+                                                     "cycle's best, default), all (every pass) or off.")] = None,
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
     workers: Annotated[int | None, typer.Option(help="Evaluators judging at once (default 1; more need Ray).")] = None,
     ray_address: Annotated[str | None, typer.Option(help="Evaluate on a running Ray cluster: auto or HOST:PORT.")] = None,
@@ -49,7 +51,7 @@ def run_cmd(
 
     flags = {"task": task, "backend": backend, "policy": policy, "strategy": strategy, "budget": budget, "seed": seed,
              "runs_dir": runs_dir, "baseline": baseline, "timeout_s": timeout, "wall_time_s": wall_time,
-             "from_cuda": from_cuda, "workers": workers, "ray_address": ray_address}
+             "from_cuda": from_cuda, "workers": workers, "ray_address": ray_address, "profile": profile}
     llm = {"preset": preset, "model": model, "base_url": base_url, "api_key_env": api_key_env, "max_usd": max_usd}
     if resume is None and replay is None and task is None:
         fail("name a task (see `ksearch tasks`), or pass --resume RUN / --replay RUN")

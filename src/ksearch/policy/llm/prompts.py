@@ -13,6 +13,7 @@ from typing import Any
 
 from ksearch.policy.base import PolicyContext
 from ksearch.worldmodel import ANALYSIS_HEADING
+from ksearch.worldmodel.counters import counters_line
 
 TEMPLATES = Path(__file__).parent / "prompts"
 
@@ -200,6 +201,12 @@ def edit_json(wm: dict[str, Any], compact: bool = False) -> str:
     `compact`: on one line, for a small context."""
     data = json.loads(json.dumps(wm, default=str))
     for n in wm_nodes(data):
+        # A measured node's counters in one line, its rules by name; the proposer's superseded guess left out.
+        if isinstance(n.get("counters"), dict):
+            n["counters"] = counters_line(n["counters"])
+        if isinstance(n.get("counter_rules"), list):
+            n["counter_rules"] = [f"{r.get('rule')}: {r.get('says')}" for r in n["counter_rules"] if isinstance(r, dict)]
+        n.pop("impacts_guessed", None)
         if n.get("parent_id") is None and n.get("notes"):
             n["notes"] = without_analysis(n["notes"]) + ("\n(the analysis is quoted above)"
                                                           if f"{ANALYSIS_HEADING}:" in str(n["notes"]) else "")
