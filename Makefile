@@ -10,7 +10,7 @@ EXTRAS := cpu,dev
 endif
 DEMO_BUDGET ?= 30
 
-.PHONY: demo test test-llm lint install clean
+.PHONY: demo test test-full test-llm lint install clean
 
 $(BIN)/ksearch: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,11 @@ demo: $(BIN)/ksearch
 TEST_WORKERS ?= 2
 test: $(BIN)/ksearch
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+# Not part of CI: what make test samples, in full (every CUDA kernel configuration compiled, every Metal starter and
+# template rendering emulated).
+test-full: $(BIN)/ksearch
+	KSEARCH_TEST_FULL=1 KSEARCH_EMU_FULL=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Optional, not part of CI: one short run against a real small model (llama.cpp's server + SmolLM2-135M from PyPI,
 # 8192-token context); builds llama.cpp once (5-8 min on 2 cores), then some 45 min on a busy 2-core CPU.

@@ -28,7 +28,8 @@ from typer.testing import CliRunner  # noqa: E402
 from ksearch.cli import app  # noqa: E402
 from ksearch.store.db import RunStore  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# Its module fixture (a real run) is made once: the module stays in one pytest-xdist worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("llm_e2e")]
 
 SECRET = "sk-e2e-NEVER-WRITE-ME-0a1b2c3d4e5f"
 BUDGET = 6

@@ -22,8 +22,10 @@ from ksearch.metalemu.cuda_kernel import metal_kernel_via_cuda  # noqa: E402
 
 STARTERS = Path(__file__).resolve().parents[1] / "src" / "ksearch" / "tasks" / "starters"
 
-pytestmark = pytest.mark.skipif(host_compiler() is None, reason="LOUD SKIP: no clang++/g++: the CUDA engine's "
-                                "translations are not executed on the CPU")
+# The module fixture compiles every case once: the module stays in one pytest-xdist worker.
+pytestmark = [pytest.mark.skipif(host_compiler() is None, reason="LOUD SKIP: no clang++/g++: the CUDA engine's "
+                                 "translations are not executed on the CPU"),
+              pytest.mark.xdist_group("metalemu_cuda_host")]
 
 
 @pytest.fixture(scope="module")

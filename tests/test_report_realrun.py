@@ -18,7 +18,8 @@ from test_report_fakerun import make_fake_run
 
 from ksearch.report.rundata import load_run, wm_nodes
 
-pytestmark = pytest.mark.slow
+# Its module fixture (a real run) is made once: the module stays in one pytest-xdist worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report_realrun")]
 
 BUDGET = 3
 
