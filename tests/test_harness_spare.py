@@ -6,18 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from test_harness_containment import HONEST  # an honest softmax candidate
 
 from ksearch.harness import EvalOptions, Evaluator, process
-from ksearch.harness import evaluator as evaluate_module
+from ksearch.harness import evaluator as evaluator_module
 from ksearch.tasks import get_task
-
-HONEST = (
-    "import mlx.core as mx\n"
-    "def run(x):\n"
-    "    xf = x.astype(mx.float32)\n"
-    "    e = mx.exp(xf - mx.max(xf, axis=-1, keepdims=True))\n"
-    "    return (e / mx.sum(e, axis=-1, keepdims=True)).astype(x.dtype)\n"
-)
 
 
 @pytest.fixture
@@ -29,7 +22,7 @@ def judged(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         pids.append(w.proc.pid)
         return process.initialise(w, *args, **kwargs)
 
-    monkeypatch.setattr(evaluate_module, "initialise", recording)
+    monkeypatch.setattr(evaluator_module, "initialise", recording)
     return pids
 
 
