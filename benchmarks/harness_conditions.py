@@ -12,6 +12,8 @@ inside the clock:
     stamped     the pool's take() for the next call, evaluated outside the clock (the harness's inputs)
     committed   stamped, plus the fingerprint of the outputs read back to the host (the harness's gap work)
     idle_Xus    plain, with the GPU left idle X microseconds between calls (a sleep)
+    busy_1000us plain, with the GPU kept busy about a millisecond between calls by unrelated work (idle GPU or idle host?)
+    stamp_other plain, with another set stamped just before the call (any fresh writes, or the call's own inputs?)
 
     python benchmarks/harness_conditions.py [--backend B] [--tasks gqa_decode,softmax] [--out DIR] [--calls 60]
 """
@@ -52,6 +54,20 @@ def conditions(task: Any, w: Any, sets: int) -> dict[str, tuple[Callable[[], dic
     def nothing(_out: Any) -> None:
         return None
 
+    other = TimingPool(task, w, 3, 1)
+    filler = mx.random.normal((2048, 2048))
+    mx.eval(filler)
+
+    def stamp_other() -> dict[str, Any]:
+        mx.eval(list(other.take(11, next(counter)).values()))
+        mx.synchronize()
+        return next(cycle)
+
+    def busy(_out: Any) -> None:
+        end = time.perf_counter() + 1e-3
+        while time.perf_counter() < end:
+            mx.eval(filler @ filler)
+
     def idle(us: float) -> Callable[[Any], None]:
         def after(_out: Any) -> None:
             end = time.perf_counter() + us * 1e-6
@@ -66,6 +82,8 @@ def conditions(task: Any, w: Any, sets: int) -> dict[str, tuple[Callable[[], dic
         "committed": (stamped, commit),
         "idle_200us": (lambda: next(cycle), idle(200)),
         "idle_1000us": (lambda: next(cycle), idle(1000)),
+        "busy_1000us": (lambda: next(cycle), busy),
+        "stamp_other": (stamp_other, nothing),
     }
 
 

@@ -1,7 +1,8 @@
 """Compiling a translated Metal kernel without a GPU: the CUDA source wrapped the way mx.fast.cuda_kernel wraps it.
 
-With nvcc (ksearch.backends.nvcc): a full compile for sm_90a, MLX's device utils stood in for by nvcc.PRELUDE.
-Without nvcc: a C++20 compiler (clang++ or g++) checks the same text as host code against cuda_host.h, the CUDA
+With NVRTC (ksearch.backends.nvrtc; the compiler MLX itself runs, no GPU needed): the text MLX would compile, MLX's
+device utils stood in for by nvcc.PRELUDE. With nvcc (ksearch.backends.nvcc): a full compile for sm_90a (nvcc accepts
+gcc builtins that NVRTC refuses, so NVRTC is preferred). Without either: a C++20 compiler (clang++ or g++) checks the same text as host code against cuda_host.h, the CUDA
 builtins written for the host (-fsyntax-only). Diagnostics name the Metal body's or header's own lines.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+from ksearch.backends.nvrtc import find_nvrtc, nvrtc_check
 from ksearch.metalemu.cuda_kernel import LAUNCH, CudaSource
 
 HOST_HEADER = Path(__file__).with_name("cuda_host.h")
@@ -49,9 +51,13 @@ def wrapped(src: CudaSource, input_dtypes: Sequence[str], output_dtypes: Sequenc
 
 
 def check(src: CudaSource, input_dtypes: Sequence[str], output_dtypes: Sequence[str], *, use_nvcc: bool | None = None,
-          timeout: float = 300.0) -> list[Diagnostic] | None:
-    """Errors of the translated kernel (empty: it compiles); None when neither nvcc nor a host compiler exists."""
+          use_nvrtc: bool | None = None, timeout: float = 300.0) -> list[Diagnostic] | None:
+    """Errors of the translated kernel (empty: it compiles); None when no compiler exists. By default NVRTC, else nvcc,
+    else the host compiler; use_nvrtc / use_nvcc force one (True) or skip it (False)."""
     text = wrapped(src, input_dtypes, output_dtypes)
+    if (use_nvrtc is None and use_nvcc is None and find_nvrtc() is not None) or use_nvrtc:
+        ok, log = nvrtc_check([text])
+        return _parse(log, _NVCC_DIAG, ok)
     if (use_nvcc is None and nvcc_path() is not None) or use_nvcc:
         ok, log = compile_check([text], timeout=timeout)
         return _parse(log, _NVCC_DIAG, ok)

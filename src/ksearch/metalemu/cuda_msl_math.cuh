@@ -158,8 +158,8 @@ template <class X, detail::if_int<X> = 0> KS_D X absdiff(const X& a, const X& b)
       return (bool)(EXPR);                                                                                       \
     }                                                                                                            \
   }
-KS_TEST(isnan, v != v) KS_TEST(isinf, fabsf(v) == __builtin_huge_valf()) KS_TEST(isfinite, fabsf(v) < __builtin_huge_valf())
-KS_TEST(isnormal, fabsf(v) >= 1.175494351e-38f && fabsf(v) < __builtin_huge_valf()) KS_TEST(signbit, (detail::f2u(v) >> 31) != 0u)
+KS_TEST(isnan, v != v) KS_TEST(isinf, fabsf(v) == detail::u2f(0x7f800000u)) KS_TEST(isfinite, fabsf(v) < detail::u2f(0x7f800000u))
+KS_TEST(isnormal, fabsf(v) >= 1.175494351e-38f && fabsf(v) < detail::u2f(0x7f800000u)) KS_TEST(signbit, (detail::f2u(v) >> 31) != 0u)
 #undef KS_TEST
 
 // select(a, b, c): c ? b : a, per component for vectors.

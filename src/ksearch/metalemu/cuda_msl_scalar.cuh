@@ -15,12 +15,14 @@
 #define __METAL_VERSION__ 310
 #undef __METAL__
 #define __METAL__ 1
+// By their bits: NVRTC, unlike gcc and clang, has no __builtin_huge_valf or __builtin_nanf (both failed every
+// kernel's compile on the GPU); __builtin_bit_cast it has.
 #undef INFINITY
-#define INFINITY __builtin_huge_valf()
+#define INFINITY (::metal::detail::u2f(0x7f800000u))
 #undef NAN
-#define NAN __builtin_nanf("")
+#define NAN (::metal::detail::u2f(0x7fc00000u))
 #undef HUGE_VALF
-#define HUGE_VALF __builtin_huge_valf()
+#define HUGE_VALF (::metal::detail::u2f(0x7f800000u))
 #undef MAXFLOAT
 #define MAXFLOAT 3.402823466e+38f
 #undef FLT_MAX
@@ -297,8 +299,8 @@ template <class T> struct numeric_limits;
     KS_HD static constexpr T infinity() { return INF; }                                                        \
     KS_HD static constexpr T quiet_NaN() { return QNAN; }                                                      \
   };
-KS_LIMITS(float, 1.175494351e-38f, 3.402823466e+38f, -3.402823466e+38f, 1.1920928955e-07f, __builtin_huge_valf(),
-          __builtin_nanf(""))
+KS_LIMITS(float, 1.175494351e-38f, 3.402823466e+38f, -3.402823466e+38f, 1.1920928955e-07f, detail::u2f(0x7f800000u),
+          detail::u2f(0x7fc00000u))
 KS_LIMITS(half, half::from_bits(0x0400), half::from_bits(0x7bff), half::from_bits(0xfbff), half::from_bits(0x1400),
           half::from_bits(0x7c00), half::from_bits(0x7e00))
 KS_LIMITS(bfloat, bfloat::from_bits(0x0080), bfloat::from_bits(0x7f7f), bfloat::from_bits(0xff7f),

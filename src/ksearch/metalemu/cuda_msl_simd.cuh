@@ -95,14 +95,19 @@ KS_D unsigned live_mask() {
 
 // Shuffles of any trivially copyable value, 32 bits at a time.
 template <class T> struct words { unsigned w[(sizeof(T) + 3) / 4]; };
+// Byte by byte: NVRTC has no __builtin_memcpy; the compiler folds a copy of this fixed size into moves.
 template <class T> KS_D words<T> to_words(const T& v) {
   words<T> r{};
-  __builtin_memcpy(r.w, &v, sizeof(T));
+  const unsigned char* from = reinterpret_cast<const unsigned char*>(&v);
+  unsigned char* to = reinterpret_cast<unsigned char*>(r.w);
+  for (unsigned i = 0; i < sizeof(T); ++i) to[i] = from[i];
   return r;
 }
 template <class T> KS_D T from_words(const words<T>& r) {
   T v;
-  __builtin_memcpy(&v, r.w, sizeof(T));
+  const unsigned char* from = reinterpret_cast<const unsigned char*>(r.w);
+  unsigned char* to = reinterpret_cast<unsigned char*>(&v);
+  for (unsigned i = 0; i < sizeof(T); ++i) to[i] = from[i];
   return v;
 }
 template <class T> KS_D T shfl(const T& v, int src, int width = 32) {
