@@ -88,6 +88,31 @@ def test_failures_are_one_line() -> None:
     lib = ncu.failure_line("==ERROR== Failed to initialize the profiler: LibraryNotLoaded") or ""
     assert "LibraryNotLoaded" in lib and "\n" not in lib
     assert ncu.failure_line("==PROF== Connected") is None
+    launcher = ncu.failure_line("ERROR : nsight-compute directory is not found under /usr/local/cuda-13.0/bin/../ or "
+                                "/opt/nvidia. Nsight Compute is not installed on your system.") or ""
+    assert "KSEARCH_NCU" in launcher and "\n" not in launcher
+
+
+def test_the_toolkits_launcher_is_replaced_by_the_newest_installation_it_would_pick(tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # A CUDA toolkit's bin/ncu looks for <toolkit>/nsight-compute-*/ when it starts; inside the sandbox that search
+    # failed on the H200, so the profiler is started as the installation's own ncu, its folder made readable.
+    toolkit = tmp_path / "cuda-13.0"
+    launcher = _fake_ncu(tmp_path, "exit 0")
+    (toolkit / "bin").mkdir(parents=True)
+    os.symlink(launcher, toolkit / "bin" / "ncu")
+    for version in ("2025.2.0", "2025.3.1", "2025.10.0-rc"):
+        folder = tmp_path / "store" / version  # the installations live elsewhere, linked from the toolkit
+        folder.mkdir(parents=True)
+        shutil.copy(launcher, folder / "ncu")
+        os.symlink(folder, toolkit / f"nsight-compute-{version}")
+    monkeypatch.setenv("KSEARCH_NCU", str(toolkit / "bin" / "ncu"))
+    exe = ncu.ncu_path()
+    assert exe == str(tmp_path / "store" / "2025.10.0-rc" / "ncu")  # versions compare as numbers, not as text
+    spec = sandbox.plan(str(tmp_path / "scratch"), 3, {}, "/nonexistent-src", "/nonexistent-origin", gpu=True,
+                        profiler=exe)
+    assert str(tmp_path / "store" / "2025.10.0-rc") in spec["read"]
+    assert ncu.installation(str(tmp_path / "nowhere" / "bin" / "ncu")) == str(tmp_path / "nowhere" / "bin" / "ncu")
 
 
 def test_ptxas_info_lines_give_each_kernels_resources() -> None:

@@ -12,6 +12,7 @@ finds each figure by name, so extra columns, a different column order and `n/a` 
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import os
 import re
@@ -54,6 +55,8 @@ _FAILURES = (
      "LibraryNotLoaded): check the Nsight Compute installation; the run goes on without counters"),
     ("Failed to initialize the profiler", "ncu failed to initialise the profiler: the run goes on without counters"),
     ("No kernels were profiled", "ncu profiled no kernel of the candidate's calls: the run goes on without counters"),
+    ("nsight-compute directory is not found", "ncu's launcher found no Nsight Compute installation from inside the "
+     "sandbox: set KSEARCH_NCU to the ncu inside the nsight-compute folder; the run goes on without counters"),
 )
 
 
@@ -65,15 +68,36 @@ def ncu_path() -> str | None:
     """The Nsight Compute CLI: KSEARCH_NCU, else `ncu` on PATH, else CUDA's default places."""
     named = os.environ.get("KSEARCH_NCU")
     if named:
-        return named if os.path.isfile(named) and os.access(named, os.X_OK) else None
+        return installation(named) if os.path.isfile(named) and os.access(named, os.X_OK) else None
     found = shutil.which("ncu")
     if found:
-        return found
+        return installation(found)
     for d in DEFAULT_DIRS:
         cand = os.path.join(d, "ncu")
         if os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
+            return installation(cand)
     return None
+
+
+def _version(path: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", os.path.basename(os.path.dirname(path))))
+
+
+def installation(exe: str) -> str:
+    """The `ncu` inside the Nsight Compute folder that a CUDA toolkit's `bin/ncu` launcher would pick (the newest of
+    <toolkit>/nsight-compute-*/ and /opt/nvidia/nsight-compute/*/), links resolved; `exe` itself when it is already
+    there or no folder is found. The launcher looks for that folder when it starts, which inside the sandbox it
+    cannot do where the folder lies outside what the sandbox lets it read (on the H200 it printed "nsight-compute
+    directory is not found"); started directly, the folder is known and made readable (sandbox.plan)."""
+    real = os.path.realpath(exe)
+    if os.path.basename(os.path.dirname(real)).startswith("nsight-compute"):
+        return real
+    toolkits = {os.path.dirname(os.path.dirname(os.path.abspath(exe))), os.path.dirname(os.path.dirname(real))}
+    patterns = [os.path.join(t, "nsight-compute*", "ncu") for t in sorted(toolkits)]
+    patterns += ["/opt/nvidia/nsight-compute/*/ncu", "/opt/nvidia/nsight-compute*/ncu"]
+    found = [os.path.realpath(c) for pattern in patterns for c in glob.glob(pattern)
+             if os.path.isfile(c) and os.access(c, os.X_OK)]
+    return max(found, key=_version) if found else exe
 
 
 def command(ncu: str, log_file: str, launch_count: int = 64, metrics: tuple[str, ...] = METRICS) -> list[str]:
