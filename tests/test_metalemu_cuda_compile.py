@@ -1,5 +1,5 @@
 """Every Metal kernel the project ships, translated by the CUDA engine, compiles: with nvcc for sm_90a where nvcc
-exists (the same device code NVRTC gets), and as host C++ against cuda_host.h with clang++/g++ otherwise, so that
+exists and NVRTC does not (NVRTC itself, where installed, compiles them in test_metalemu_nvrtc.py), and as host C++ against cuda_host.h with clang++/g++ otherwise, so that
 checking needs no CUDA toolkit. Kernels: ksearch.kernels, the tasks' Metal starters, the knowledge base's Metal
 exemplars and renderings of every Metal template family."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ksearch.backends.nvcc import compile_check, nvcc_path
+from ksearch.backends.nvrtc import find_nvrtc
 from ksearch.knowledge import load_patterns
 from ksearch.knowledge.extract import KernelUse, find_kernels
 from ksearch.metalemu.cuda_check import check, host_compiler, wrapped
@@ -92,8 +93,8 @@ def _unit(kernels: list[tuple[str, KernelUse]]) -> tuple[list[str], dict[str, st
     return units, owner
 
 
-@pytest.mark.skipif(nvcc_path() is None, reason="LOUD SKIP: nvcc not found: the translations are checked with the "
-                                                "host compiler only")
+@pytest.mark.skipif(nvcc_path() is None or find_nvrtc() is not None,
+                    reason="nvcc not found, or NVRTC found: test_metalemu_nvrtc.py compiles them as MLX does")
 def test_every_metal_kernel_compiles_with_nvcc() -> None:
     units, owner = _unit(KERNELS)
     ok, log = compile_check(units, timeout=900)

@@ -3,7 +3,7 @@
 nvcc accepts what NVRTC refuses (gcc's builtins such as `__builtin_memcpy` or `__builtin_huge_valf` pass nvcc's
 front end and fail NVRTC's), so a translation is only known to compile for MLX once NVRTC itself has compiled it.
 NVRTC needs no device: the library of the `nvidia-cuda-nvrtc` wheel (the `dev` extra on Linux x86-64), or of a CUDA
-toolkit, compiles to PTX on any Linux machine.
+toolkit, compiles for any GPU architecture on any Linux machine.
 
 Where the library is looked for: $KSEARCH_NVRTC (a path to libnvrtc.so*), the `nvidia` wheels' `cu13` / `cuda_nvrtc`
 folders, then $CUDA_HOME / $CUDA_PATH / /usr/local/cuda. The CUDA headers (cuda_fp16.h, cooperative_groups.h,
@@ -63,8 +63,8 @@ def find_nvrtc() -> Nvrtc | None:
 
 
 def nvrtc_check(units: Sequence[str], arch: str = "sm_90a", std: str = "c++17") -> tuple[bool, str]:
-    """Compile PRELUDE and `units` (wrapped kernels, headers) as one program with NVRTC, to PTX for `arch`; (ok,
-    NVRTC's log). Raises FileNotFoundError where NVRTC is not installed."""
+    """Compile PRELUDE and `units` (wrapped kernels, headers) as one program with NVRTC, to machine code for `arch`
+    (ptxas runs inside NVRTC); (ok, NVRTC's log). Raises FileNotFoundError where NVRTC is not installed."""
     found = find_nvrtc()
     if found is None:
         raise FileNotFoundError("NVRTC not found: pip install nvidia-cuda-nvrtc, or set KSEARCH_NVRTC to libnvrtc.so")
@@ -75,7 +75,7 @@ def nvrtc_check(units: Sequence[str], arch: str = "sm_90a", std: str = "c++17") 
     if status != 0:
         return False, f"nvrtcCreateProgram failed with status {status}"
     try:
-        opts = [f"--gpu-architecture={arch.replace('sm_', 'compute_')}", f"--std={std}",
+        opts = [f"--gpu-architecture={arch}", f"--std={std}",
                 *(f"--include-path={d}" for d in found.includes)]
         argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
         status = lib.nvrtcCompileProgram(prog, len(opts), argv)
