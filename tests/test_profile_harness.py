@@ -185,6 +185,21 @@ def test_a_capture_is_read_back_from_the_contained_profiled_process(tmp_path: Pa
 
 
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason="no sandbox here")
+def test_metrics_this_ncu_does_not_know_are_left_out_and_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ncu refuses the whole list for one name it does not know; names change between versions and chips.
+    exe = _fake_ncu(tmp_path, "\"$@\"; code=$?\ncat \"$(dirname \"$0\")/capture.csv\" >> \"$log\"\nexit $code\n")
+    text = Path(exe).read_text().split("\n", 1)
+    refuse = ("case \"$*\" in *sm__pipe_tensor_cycles_active*) echo '==ERROR== Failed to find metric "
+              "regex:^sm__pipe_tensor_cycles_active\\.(sum|avg|min|max)$' >&2; exit 1;; esac")
+    Path(exe).write_text(f"{text[0]}\n{refuse}\n{text[1]}")
+    shutil.copy(FIXTURE, Path(exe).parent / "capture.csv")
+    assert ncu.unknown_metrics("==ERROR== Failed to find metric regex:^sm__x_y\\.(sum|avg)$") == {"sm__x_y"}
+    assert ncu.TENSOR not in ncu.without(ncu.METRICS, {"sm__pipe_tensor_cycles_active"})
+    report = _profile(monkeypatch, exe)
+    assert report["status"] == "counters", report
+    assert "does not know sm__pipe_tensor_cycles_active" in report["note"], report["note"]
+
+
 def test_the_profiler_mode_gives_a_loopback_on_the_profilers_ports_only(tmp_path: Path) -> None:
     script = tmp_path / "scratch" / "net.py"
     script.parent.mkdir()

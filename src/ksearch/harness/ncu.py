@@ -110,6 +110,20 @@ def command(ncu: str, log_file: str, launch_count: int = 64, metrics: tuple[str,
             "--metrics", ",".join(metrics), "--log-file", log_file]
 
 
+_UNKNOWN_METRIC = re.compile(r"Failed to find metric (?:regex:)?\^?([A-Za-z0-9_]+)")
+
+
+def unknown_metrics(output: str) -> set[str]:
+    """The metrics this ncu does not know, by their base name (ncu: "Failed to find metric regex:^NAME\\.(...)$");
+    names change between Nsight Compute versions and chips."""
+    return set(_UNKNOWN_METRIC.findall(output))
+
+
+def without(metrics: tuple[str, ...], unknown: set[str]) -> tuple[str, ...]:
+    """`metrics` less those whose base name (before the first '.') is unknown."""
+    return tuple(m for m in metrics if m.split(".")[0] not in unknown and m not in unknown)
+
+
 def failure_line(output: str) -> str | None:
     """The one line for an ncu run that gave no counters, from what it printed (None when nothing says it failed)."""
     for marker, line in _FAILURES:

@@ -158,15 +158,22 @@ def profile_candidate(task: Task, backend: Backend, source: str, result: EvalRes
         report.note = ("ncu (Nsight Compute) not found (install it or set KSEARCH_NCU): the run goes on without "
                        "counters")
     else:
-        _run_ncu(exe, task, w.name, source, memory_limit_bytes, timeout_s, report)
+        deadline = time.monotonic() + timeout_s
+        unknown = _run_ncu(exe, task, w.name, source, memory_limit_bytes, deadline, report, ncu.METRICS)
+        metrics = ncu.without(ncu.METRICS, unknown)
+        if unknown and metrics and time.monotonic() < deadline:
+            # Metric names differ between Nsight Compute versions and chips: once more without the unknown ones.
+            _run_ncu(exe, task, w.name, source, memory_limit_bytes, deadline, report, metrics)
+            left_out = f"this ncu does not know {', '.join(sorted(unknown))}: collected without it"
+            report.note = f"{report.note}; {left_out}" if report.note else left_out
     report.duration_s = time.monotonic() - t0
     return report
 
 
-def _run_ncu(exe: str, task: Task, workload: str, source: str, memory_limit: int, timeout_s: float,
-             report: ProfileReport) -> None:
-    deadline = time.monotonic() + timeout_s
-    prefix = ncu.command(exe, _LOG_NAME)  # relative: ncu runs in the worker's scratch directory
+def _run_ncu(exe: str, task: Task, workload: str, source: str, memory_limit: int, deadline: float,
+             report: ProfileReport, metrics: tuple[str, ...]) -> set[str]:
+    """One profiled worker under ncu; fills `report`. The metrics ncu said it does not know (none when it ran)."""
+    prefix = ncu.command(exe, _LOG_NAME, metrics=metrics)  # relative: ncu runs in the worker's scratch directory
     worker: WorkerProcess | None = None
     output = ""
     try:
@@ -187,7 +194,7 @@ def _run_ncu(exe: str, task: Task, workload: str, source: str, memory_limit: int
         output = "\n".join([_read_log(worker), worker.output_tail() if worker else "", str(died)])
         report.note = ncu.failure_line(output) or f"ncu gave no counters ({_last_line(str(died))}): the run goes on " \
                                                   "without counters"
-        return
+        return ncu.unknown_metrics(output)
     finally:
         if worker is not None:
             worker.close()
@@ -199,11 +206,13 @@ def _run_ncu(exe: str, task: Task, workload: str, source: str, memory_limit: int
     if not launches:
         report.note = ncu.failure_line(output) or ("ncu profiled no kernel of the candidate's calls: the run goes "
                                                    "on without counters")
-        return
+        return ncu.unknown_metrics(output)
     report.status = "counters"
+    report.note = ""
     report.kernels = [k.to_json() for k in launches]
     report.summary = ncu.summarize(launches)
     report.summary["launches_per_call"] = round(len(launches) / max(report.calls, 1), 2)
+    return set()
 
 
 def _keep(output: str, task: str, workload: str) -> None:
