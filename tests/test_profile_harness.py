@@ -21,6 +21,8 @@ from ksearch.tasks import get_task
 
 DATA = Path(__file__).parent / "data"
 FIXTURE = DATA / "ncu" / "layout_gqa_decode_split_k.csv"
+#: A real capture: ncu 2025.3.1 on the H200 with METRICS, over a cuBLAS GEMM, a cast and PyTorch's softmax.
+H200_CAPTURE = DATA / "ncu" / "h200_torch_gemm_softmax_raw.csv"
 CUDA = Backend("mlx-cuda", "cuda")
 #: A CPU-sized softmax that runs on MLX's CPU; the profiled worker does not know it is not on a GPU.
 CANDIDATE = "import mlx.core as mx\n\ndef run(x):\n    return mx.exp(x - x.max(axis=-1, keepdims=True)) / " \
@@ -72,6 +74,20 @@ def test_the_raw_page_csv_is_read_by_name_with_extra_columns_and_na() -> None:
     assert shares["custom_kernel_ks_decode_merge_1"] == pytest.approx(0.078, abs=0.002)
     # Time-weighted: the long split kernel dominates the DRAM figure.
     assert 80 < s["dram_pct"] < 87.41
+
+
+def test_a_real_h200_capture_is_read_whole() -> None:
+    # ncu 2025.3.1 accepted every name of METRICS on the H200 (it refuses the whole list for one it does not know).
+    launches = ncu.parse_csv(H200_CAPTURE.read_text())
+    assert [ncu.short_name(k.name) for k in launches] == ["nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT",
+                                                         "unrolled_elementwise_kernel", "softmax_warp_forward"]
+    gemm = launches[0]
+    assert gemm.tensor_pct and gemm.tensor_pct > 50 and gemm.occupancy_limiter == "registers"
+    assert gemm.registers == 168 and gemm.block == "(384, 1, 1)" and gemm.duration_s and 1e-6 < gemm.duration_s < 1e-3
+    assert all(k.dram_pct is not None and k.l2_hit_pct is not None and k.stalls for k in launches)
+    summary = ncu.summarize(launches)
+    assert summary["launches"] == 3 and {s["kernel"] for s in summary["kernel_shares"]} == {
+        "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "unrolled_elementwise_kernel", "softmax_warp_forward"}
 
 
 def test_a_reordered_table_with_unknown_columns_and_no_units_row_is_read() -> None:

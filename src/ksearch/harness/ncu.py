@@ -237,8 +237,17 @@ def parse_csv(text: str) -> list[KernelCounters]:
 
 def short_name(kernel: str) -> str:
     """A kernel's function name without its return type, namespaces, template arguments and parameters."""
-    head = re.split(r"[<(]", kernel.strip(), maxsplit=1)[0].strip()
-    return head.split()[-1].split("::")[-1] if head else kernel.strip()
+    text, depth = [], 0
+    for ch in kernel.strip():  # template arguments removed whole, nested ones and `<unnamed>` namespaces included
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif not depth:
+            text.append(ch)
+    head = "".join(text).split("(", 1)[0].strip()
+    name = head.split()[-1].split("::")[-1] if head else ""
+    return name or kernel.strip()
 
 
 def summarize(kernels: list[KernelCounters], top: int = 3) -> dict[str, Any]:
