@@ -137,6 +137,24 @@ def test_a_readable_tree_never_includes_the_runs_directory(tmp_path):
     assert _carve(str(tmp_path / "project" / "runs" / "r1"), [str(tmp_path / "project" / "runs")]) == []
 
 
+def test_an_installation_in_the_temporary_directory_is_readable_and_nothing_beside_it(tmp_path, monkeypatch):
+    # A checkout cloned under /tmp, its virtual environment inside it: without its trees no worker can start (every
+    # candidate failed with "Permission denied: .../.venv/pyvenv.cfg"); its siblings there stay hidden.
+    from ksearch.harness import landlock
+
+    venv, src, other = tmp_path / "clone" / ".venv", tmp_path / "clone" / "src", tmp_path / "ksearch_other_run"
+    for d in (venv / "bin", src, other):
+        d.mkdir(parents=True)
+    for name in ("prefix", "exec_prefix"):
+        monkeypatch.setattr(sys, name, str(venv))
+    monkeypatch.setattr(sys, "path", [str(src), str(other)])
+    monkeypatch.setenv("PATH", f"{venv / 'bin'}{os.pathsep}{other}")
+    roots = landlock.read_roots({}, str(src), "builtin")
+    assert str(venv) in roots and str(src) in roots
+    assert not any(r == str(other) or r.startswith(str(other) + "/") for r in roots)
+    assert not any(r in ("/tmp", str(tmp_path), str(tmp_path / "clone")) for r in roots)
+
+
 # -- the mechanisms ------------------------------------------------------------------------------------------------
 
 def test_the_kernels_mechanisms_are_applied(cpu_backend):

@@ -76,8 +76,11 @@ def read_roots(env: dict[str, str], src_root: str, task_origin: str) -> list[str
     import tempfile
 
     wanted = [*_SYSTEM, *(os.path.join("/etc", e) for e in _ETC)]
-    wanted += [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-               src_root]
+    # The installation itself, readable even inside the temporary directory (a checkout cloned under /tmp): without
+    # it no worker starts. Only these trees: their siblings there (other runs' scratch directories) stay hidden.
+    installation = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                    src_root]
+    wanted += installation
     try:
         cwd = os.getcwd()
     except OSError:  # deleted under us: relative paths below resolve to nothing readable
@@ -91,11 +94,14 @@ def read_roots(env: dict[str, str], src_root: str, task_origin: str) -> list[str
     runs = os.path.join(cwd, os.environ.get("KSEARCH_RUNS_DIR") or "runs")
     hidden = [os.path.realpath(runs), runs]
     tmp = os.path.realpath(tempfile.gettempdir())
-    never = {"/", "/home", "/root", "/var", "/dev", "/proc", "/run", os.path.realpath(os.path.expanduser("~"))}
+    never = {"/", "/home", "/root", "/var", "/dev", "/proc", "/run", "/tmp", tmp,
+             os.path.realpath(os.path.expanduser("~"))}
+    installed = {os.path.realpath(p) for p in installation}
     roots: list[str] = []
     for p in wanted:
         real = os.path.realpath(p)
-        if real in never or _under(real, tmp) or _under(real, "/tmp") or not os.path.exists(real):
+        in_tmp = _under(real, tmp) or _under(real, "/tmp")
+        if real in never or (in_tmp and real not in installed) or not os.path.exists(real):
             continue
         roots.extend(_carve(real, hidden))
     if task_origin.endswith(".py") and os.path.isabs(task_origin):
