@@ -147,10 +147,13 @@ def test_an_installation_in_the_temporary_directory_is_readable_and_nothing_besi
         d.mkdir(parents=True)
     for name in ("prefix", "exec_prefix"):
         monkeypatch.setattr(sys, name, str(venv))
-    monkeypatch.setattr(sys, "path", [str(src), str(other)])
+    site = tmp_path / "elsewhere" / "site-packages"  # a package folder on PYTHONPATH, as a nobody-run search has
+    site.mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [str(src)])
+    monkeypatch.setenv("PYTHONPATH", str(site))
     monkeypatch.setenv("PATH", f"{venv / 'bin'}{os.pathsep}{other}")
     roots = landlock.read_roots({}, str(src), "builtin")
-    assert str(venv) in roots and str(src) in roots
+    assert str(venv) in roots and str(src) in roots and str(site) in roots
     assert not any(r == str(other) or r.startswith(str(other) + "/") for r in roots)
     assert not any(r in ("/tmp", str(tmp_path), str(tmp_path / "clone")) for r in roots)
 

@@ -76,17 +76,19 @@ def read_roots(env: dict[str, str], src_root: str, task_origin: str) -> list[str
     import tempfile
 
     wanted = [*_SYSTEM, *(os.path.join("/etc", e) for e in _ETC)]
-    # The installation itself, readable even inside the temporary directory (a checkout cloned under /tmp): without
-    # it no worker starts. Only these trees: their siblings there (other runs' scratch directories) stay hidden.
-    installation = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                    src_root]
-    wanted += installation
     try:
         cwd = os.getcwd()
     except OSError:  # deleted under us: relative paths below resolve to nothing readable
         cwd = "/nonexistent"
-    wanted += [p for p in sys.path if p and os.path.isabs(p) and p != cwd]
-    for name in ("PYTHONPATH", "LD_LIBRARY_PATH", "PATH", "KSEARCH_SANDBOX_READ"):
+    # The installation (interpreter, packages, import paths, ksearch's source) and what the user named, readable even
+    # inside the temporary directory (a checkout cloned under /tmp): without them no worker starts. Only these trees:
+    # their siblings there (other runs' scratch directories) stay hidden.
+    installation = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                    src_root, *(p for p in sys.path if p and os.path.isabs(p) and p != cwd)]
+    for name in ("PYTHONPATH", "KSEARCH_SANDBOX_READ"):
+        installation += [p for p in os.environ.get(name, "").split(os.pathsep) if os.path.isabs(p)]
+    wanted += installation
+    for name in ("LD_LIBRARY_PATH", "PATH"):
         wanted += [p for p in os.environ.get(name, "").split(os.pathsep) if os.path.isabs(p)]
     for name in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDNN_PATH", "MLX_CCCL_DIR"):
         if os.path.isabs(env.get(name, "")):
