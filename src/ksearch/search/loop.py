@@ -191,7 +191,10 @@ class KSearch(StrategyBase):
     def _source(self, cid: str | None) -> str | None:
         return self.store.candidate(cid).source(self.store.path) if cid else None
 
-    def _attempt(self) -> None:
+    def _propose(self) -> tuple[ImplementRequest, str | None, tuple[str, dict[str, Any]] | None, str | None]:
+        """The policy's candidate for the current cycle's action (one visit of its node): the request, the
+        candidate it builds on, (source, params) or None when the policy had nothing (already absorbed as such), and
+        the action's title. Shared by the serial loop and the parallel one."""
         assert self.wm is not None and self.state.cycle is not None
         cyc = self.state.cycle
         request, base_cid = self._request()
@@ -199,10 +202,17 @@ class KSearch(StrategyBase):
         self.state.visits[cyc.node_id] = self.state.visits.get(cyc.node_id, 0) + 1
         if out is None:
             self._absorb(request.mode, None, None, None)
+        title = (self.wm.node(cyc.node_id).get("action") or {}).get("title")
+        return request, base_cid, out, title
+
+    def _attempt(self) -> None:
+        assert self.state.cycle is not None
+        node_id = self.state.cycle.node_id
+        request, base_cid, out, title = self._propose()
+        if out is None:
             return
         source, params = out
-        title = (self.wm.node(cyc.node_id).get("action") or {}).get("title")
-        attempt, result = self.submit(source, params, cyc.node_id, request.mode, base_cid, title)
+        attempt, result = self.submit(source, params, node_id, request.mode, base_cid, title)
         self._absorb(request.mode, attempt, result, params)
 
     def _request(self) -> tuple[ImplementRequest, str | None]:

@@ -77,14 +77,10 @@ class ParallelKSearch(KSearch, ParallelStrategy):
                 self.state.cycle = None
                 continue
             with self._focus(cyc):
-                request, base_cid = self._request()
-                out = self.call_policy(self.s.policy.implement, self.s.ctx, request)
-                self.state.visits[cyc.node_id] = self.state.visits.get(cyc.node_id, 0) + 1
+                request, base_cid, out, title = self._propose()
                 if out is None:
-                    self._absorb(request.mode, None, None, None)
                     continue
                 source, params = out
-                title = (self.wm.node(cyc.node_id).get("action") or {}).get("title")
                 return Proposal(source, params, cyc.node_id, request.mode, base_cid, title,
                                 {"node_id": cyc.node_id, "mode": request.mode}, cyc.device_kind)
 
