@@ -106,8 +106,22 @@ def summarize(rows: list[dict[str, Any]], budget: Any) -> tuple[dict[str, Any], 
              + ("Some profile=best runs got no counters (see profile_notes): for those the comparison measured the "
                 "search without counter feedback, the same proposals as profile=off, so any difference there is "
                 "measurement noise. " if missing else "")
-             + ("" if {r["profile"] for r in rows} == set(MODES) else "One arm only: a part to --merge. "))
+             + ("" if {r["profile"] for r in rows} == set(MODES) else "One arm only: a part to --merge. ")
+             + ("One seed per task: a difference between the arms is as much the proposals' luck as the counters'. "
+                if len(summary["seeds"]) == 1 else ""))
     return summary, notes
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from parts measured on one machine (merged anywhere: the machine's facts come from the parts)."""
+    machines = {(p.get("device"), p.get("backend"), p.get("mlx")) for p in parts}
+    if len(machines) != 1:
+        raise SystemExit(f"profile_feedback: the parts come from different machines or versions: {sorted(machines)}")
+    rows = [r for part in parts for r in part["figures"]]
+    pair_up(rows)
+    summary, notes = summarize(rows, sorted({p["summary"].get("budget") for p in parts}))
+    return {**parts[0], "date": max(p["date"] for p in parts), "figures": rows, "summary": summary,
+            "notes": f"{parts[0]['timing']}. {notes}" if parts[0].get("timing") else notes}
 
 
 def main() -> None:
@@ -122,15 +136,10 @@ def main() -> None:
     ap.add_argument("--runs-dir", default=None, help="keep the runs here (default: a temporary directory)")
     ap.add_argument("--merge", nargs="+", default=None, help="join result parts written with --modes")
     args = ap.parse_args()
-    backend = get_backend(args.backend)
     if args.merge:
-        parts = [json.loads(Path(f).read_text()) for f in args.merge]
-        rows = [r for part in parts for r in part["figures"]]
-        pair_up(rows)
-        summary, notes = summarize(rows, sorted({p["summary"].get("budget") for p in parts}, key=str))
-        print(write_result(make_result("profile-feedback", backend, rows, shapes=[], dtypes=[], summary=summary,
-                                       notes=notes), args.out))
+        print(write_result(merge([json.loads(Path(f).read_text()) for f in args.merge]), args.out))
         return
+    backend = get_backend(args.backend)
     runs = Path(args.runs_dir or tempfile.mkdtemp(prefix="ksearch-profile-feedback-"))
     rows: list[dict[str, Any]] = []
     for task in args.tasks:

@@ -23,6 +23,9 @@ DATA = Path(__file__).parent / "data"
 FIXTURE = DATA / "ncu" / "layout_gqa_decode_split_k.csv"
 #: A real capture: ncu 2025.3.1 on the H200 with METRICS, over a cuBLAS GEMM, a cast and PyTorch's softmax.
 H200_CAPTURE = DATA / "ncu" / "h200_torch_gemm_softmax_raw.csv"
+#: A real contained capture: `ksearch eval gqa_decode <naive starter> --profile` on the H200 (MLX 0.32.4), the
+#: profiled worker inside the sandbox's profiler mode, two profiled calls.
+H200_CONTAINED = DATA / "ncu" / "h200_mlx_gqa_decode_naive_contained_raw.csv"
 CUDA = Backend("mlx-cuda", "cuda")
 #: A CPU-sized softmax that runs on MLX's CPU; the profiled worker does not know it is not on a GPU.
 CANDIDATE = "import mlx.core as mx\n\ndef run(x):\n    return mx.exp(x - x.max(axis=-1, keepdims=True)) / " \
@@ -88,6 +91,18 @@ def test_a_real_h200_capture_is_read_whole() -> None:
     summary = ncu.summarize(launches)
     assert summary["launches"] == 3 and {s["kernel"] for s in summary["kernel_shares"]} == {
         "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "unrolled_elementwise_kernel", "softmax_warp_forward"}
+
+
+def test_a_real_contained_mlx_capture_names_the_kernel_and_fires_the_rules_it_should() -> None:
+    from ksearch.worldmodel.counters import fire
+
+    launches = ncu.parse_csv(H200_CONTAINED.read_text())
+    assert [ncu.short_name(k.name) for k in launches] == ["custom_kernel_gqa_decode_naive_float16_t_128"] * 2
+    s = ncu.summarize(launches)
+    # The naive decode kernel: one block per row, 168 registers a thread, waiting on memory at a fraction of DRAM.
+    assert s["occupancy_limiter"] == "registers" and s["occupancy_pct"] < 35 and s["dram_pct"] < 5
+    assert s["stalls"][0]["reason"] == "long_scoreboard"
+    assert {"memory_latency_bound", "occupancy_limited_by_registers", "gpu_underused"} <= {f.rule for f in fire(s)}
 
 
 def test_a_reordered_table_with_unknown_columns_and_no_units_row_is_read() -> None:
@@ -223,7 +238,13 @@ def test_the_profiler_mode_gives_a_loopback_on_the_profilers_ports_only(tmp_path
                       "c = socket.socket(); c.connect(('127.0.0.1', 49160)); print('profiler port ok')\n"
                       "try:\n    socket.socket().bind(('127.0.0.1', 8080)); print('other port open')\n"
                       "except OSError:\n    print('other port refused')\n"
-                      "open('/dev/shm/ksearch-profiler-probe', 'w').write('x'); print('shm ok')\n")
+                      "open('/dev/shm/ksearch-profiler-probe', 'w').write('x'); print('shm ok')\n"
+                      # The profiled process is the profiler's child, a pid the rules cannot name: CUDA's runtime
+                      # opens its threads' /proc entries for writing with truncation (without it, on the H200,
+                      # cudaMallocManaged failed under ncu in the sandbox).
+                      "import subprocess, sys\n"
+                      "probe = 'import os; open(f\"/proc/self/task/{os.getpid()}/comm\", \"w\").write(\"probe\")'\n"
+                      "subprocess.run([sys.executable, '-c', probe], check=True); print('own task entries ok')\n")
     r, w = os.pipe()
     spec = sandbox.plan(str(script.parent), w, dict(os.environ), str(Path(sandbox.__file__).parents[2]), "softmax",
                         gpu=True, profiler="/usr/bin/env")
@@ -236,6 +257,7 @@ def test_the_profiler_mode_gives_a_loopback_on_the_profilers_ports_only(tmp_path
     assert "profiler port ok" in out.stdout and "other port refused" in out.stdout, out.stderr[-1000:]
     # Its /dev/shm is its own: what it wrote there is not in the host's.
     assert "shm ok" in out.stdout and not Path("/dev/shm/ksearch-profiler-probe").exists(), out.stderr[-1000:]
+    assert "own task entries ok" in out.stdout, out.stderr[-1000:]
 
 
 def test_eval_profile_on_the_cpu_keeps_the_verdict_and_adds_the_roofline_only_profile() -> None:

@@ -174,7 +174,8 @@ def restrict(libc: Any, spec: dict[str, Any], own_proc: bool) -> str:
             libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT),
                          ctypes.byref(rule_port), ctypes.c_uint32(0))
     if spec.get("profiler"):
-        allow("/proc", _READ | _FS_WRITE_FILE)
+        # The worker's pid is the profiler's to choose, so all of /proc, with the rights its threads' entries need.
+        allow("/proc", _READ | _FS_WRITE_FILE | _FS_TRUNCATE)
         if spec.get("shm"):
             allow("/dev/shm", handled)
     elif own_proc:
