@@ -38,14 +38,21 @@ def test_small_arrays_are_hashed_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     assert D.digest_numpy(a) != D.digest_numpy(b)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "uint8"])
-def test_device_fingerprint_equals_the_hosts_and_sees_every_change(dtype: str) -> None:
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "uint8", "int64", "bool_"])
+@pytest.mark.parametrize("keep_positions", [True, False])
+def test_device_fingerprint_equals_the_hosts_and_sees_every_change(dtype: str, keep_positions: bool,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # The worker commits to a timed call's outputs with fingerprint_mx; the parent checks what it is shown with
     # fingerprint_numpy on the raw bits: both must agree bit for bit, and a swap of two values must change it.
     import mlx.core as mx
 
     mx.set_default_device(mx.cpu)
-    x = (mx.random.normal((301, 257), key=mx.random.key(3)) * 50).astype(getattr(mx, dtype))
+    # The host runs over chunks of 64 Ki words (301 x 257 spans two), with each size's position keys kept or not.
+    monkeypatch.setattr(D, "_position_keys_np", {})
+    if not keep_positions:
+        monkeypatch.setattr(D, "_POSITIONS_NP_MAX_BYTES", 1024)
+    x = (mx.random.normal((301, 257), key=mx.random.key(3)) * 50)
+    x = (x > 0) if dtype == "bool_" else x.astype(getattr(mx, dtype))
     y = mx.random.normal((7,), key=mx.random.key(4))
     d = D.fingerprint_mx((x, y))
     mx.eval(d)

@@ -146,33 +146,62 @@ def digest_inputs_mx(arrays: dict[str, Any]) -> dict[str, str]:
             for name, v in arrays.items()}
 
 
-def _words_np(a: np.ndarray) -> np.ndarray:
+#: Host fingerprints run over chunks whose temporaries stay in the CPU's cache, with each size's position keys kept
+#: (up to _POSITIONS_NP_MAX_BYTES in all): 0.04 s for a 4096 x 4096 float16 output against 0.30 s for whole-array
+#: passes on the 2-core CPU; the parent checks one for every timed call it judges.
+_CHUNK = 1 << 16
+_POSITIONS_NP_MAX_BYTES = 256 << 20
+_position_keys_np: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _positions_np(start: int, stop: int, salt: int, n: int) -> np.ndarray:
+    """_positions_mx's keys for positions [start, stop) of an n-word array."""
+    cached = _position_keys_np.get((n, salt))
+    if cached is not None:
+        return cached[start:stop]
+    keep = n * 4 <= _POSITIONS_NP_MAX_BYTES
+    lo, hi = (0, n) if keep else (start, stop)
+    with np.errstate(over="ignore"):
+        i = np.arange(lo, hi, dtype=np.uint32) * np.uint32(_M0) + np.uint32((salt * _M3 + 1) & 0xFFFFFFFF)
+        i ^= i >> np.uint32(15)
+        i *= np.uint32(_M2)
+    if not keep:
+        return i
+    while _position_keys_np and sum(v.nbytes for v in _position_keys_np.values()) + i.nbytes > _POSITIONS_NP_MAX_BYTES:
+        _position_keys_np.pop(next(iter(_position_keys_np)))
+    _position_keys_np[(n, salt)] = i
+    return i[start:stop]
+
+
+def _word_chunks_np(a: np.ndarray) -> tuple[int, Any]:
+    """The array's words (as _words_mx makes them) as (count, chunks): 4- and 8-byte types viewed in place, narrower
+    ones widened a chunk at a time."""
     flat = np.ascontiguousarray(a).reshape(-1)
-    if flat.dtype == np.bool_:
-        return flat.astype(np.uint32)
-    size = flat.dtype.itemsize
-    if size == 4:
-        return flat.view(np.uint32)
-    if size == 2:
-        return flat.view(np.uint16).astype(np.uint32)
-    if size == 1:
-        return flat.view(np.uint8).astype(np.uint32)
-    return flat.view(np.uint32)
+    if flat.dtype != np.bool_ and flat.dtype.itemsize in (4, 8):
+        words = flat.view(np.uint32)
+        return words.size, (words[s:s + _CHUNK] for s in range(0, words.size, _CHUNK))
+    narrow = flat if flat.dtype == np.bool_ else flat.view({2: np.uint16, 1: np.uint8}[flat.dtype.itemsize])
+    return flat.size, (narrow[s:s + _CHUNK].astype(np.uint32) for s in range(0, flat.size, _CHUNK))
 
 
 def fingerprint_numpy(arrays: list[np.ndarray]) -> str:
-    """fingerprint_mx of the same bits, on the host (raw bits: bfloat16 as its uint16 words, see raw_bits)."""
+    """fingerprint_mx of the same bits, on the host (raw bits: bfloat16 as its uint16 words, see raw_bits). Both lanes
+    are sums modulo 2**32, so each chunk is summed in uint32 with wraparound."""
     lanes = [0, 0]
+    m1, m3, shift = np.uint32(_M1), np.uint32(_M3), np.uint32(15)
     with np.errstate(over="ignore"):
         for k, a in enumerate(arrays):
-            w = _words_np(a)
-            i = np.arange(w.size, dtype=np.uint32) * np.uint32(_M0) + np.uint32((k * _M3 + 1) & 0xFFFFFFFF)
-            i = (i ^ (i >> np.uint32(15))) * np.uint32(_M2)
-            h = (w ^ i) * np.uint32(_M1)
-            h ^= h >> np.uint32(15)
-            lanes[0] = (lanes[0] + int(h.sum(dtype=np.uint64))) & 0xFFFFFFFF
-            lanes[1] = (lanes[1] + int((h * np.uint32(_M3)).sum(dtype=np.uint64))) & 0xFFFFFFFF
-    return fingerprint_hex(lanes)
+            n, chunks = _word_chunks_np(a)
+            start = 0
+            for w in chunks:
+                h = w ^ _positions_np(start, start + w.size, k, n)
+                start += w.size
+                h *= m1
+                h ^= h >> shift
+                lanes[0] += int(h.sum(dtype=np.uint32))
+                h *= m3
+                lanes[1] += int(h.sum(dtype=np.uint32))
+    return fingerprint_hex([lanes[0] & 0xFFFFFFFF, lanes[1] & 0xFFFFFFFF])
 
 
 def raw_bits(x: Any) -> np.ndarray:
