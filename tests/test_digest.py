@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ksearch.harness import digest as D
+from ksearch.harness import host_threads
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +50,7 @@ def test_device_fingerprint_equals_the_hosts_and_sees_every_change(dtype: str, k
     mx.set_default_device(mx.cpu)
     # The host runs over chunks of 64 Ki words (301 x 257 spans two), with each size's position keys kept or not.
     monkeypatch.setattr(D, "_position_keys_np", {})
+    monkeypatch.setattr(host_threads, "MIN_SLAB", 4096)  # slabs on threads of their own
     if not keep_positions:
         monkeypatch.setattr(D, "_POSITIONS_NP_MAX_BYTES", 1024)
     x = (mx.random.normal((301, 257), key=mx.random.key(3)) * 50)

@@ -1,5 +1,6 @@
 """The parent's judgement of outputs (harness/judge.py): the chunked check that passes an output agrees with the
-whole-array one it stands in for, value for value, across chunk boundaries, NaN and infinities included."""
+whole-array one it stands in for, value for value, across chunk and thread-slab boundaries, NaN and infinities
+included."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ksearch.harness import host_threads
 from ksearch.harness import judge as judging
 from ksearch.tasks import get_task
 
@@ -27,11 +29,14 @@ def whole(out: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> tuple[b
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), chunk=st.sampled_from([4099, 65536, 1 << 20]),
+       slab=st.sampled_from([4096, 1 << 30]),
        faults=st.lists(st.tuples(st.floats(0, 1), st.sampled_from(["near", "over", "nan", "inf", "-inf"])),
                        max_size=3))
 def test_the_chunked_check_agrees_with_the_whole_array_definition(monkeypatch: pytest.MonkeyPatch, seed: int,
-                                                                  chunk: int, faults: list[tuple[float, str]]) -> None:
+                                                                  chunk: int, slab: int,
+                                                                  faults: list[tuple[float, str]]) -> None:
     monkeypatch.setattr(judging, "CHUNK", chunk)  # each example sets it anew
+    monkeypatch.setattr(host_threads, "MIN_SLAB", slab)  # 4096: slabs on threads of their own
     atol, rtol = TASK.tolerance(WORKLOAD.dtype)
     rng = np.random.default_rng(seed)
     ref = rng.standard_normal(SHAPE).astype(np.float32)

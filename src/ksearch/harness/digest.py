@@ -3,6 +3,7 @@ candidate did not mutate them."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import zlib
 from typing import Any
@@ -173,35 +174,45 @@ def _positions_np(start: int, stop: int, salt: int, n: int) -> np.ndarray:
     return i[start:stop]
 
 
-def _word_chunks_np(a: np.ndarray) -> tuple[int, Any]:
-    """The array's words (as _words_mx makes them) as (count, chunks): 4- and 8-byte types viewed in place, narrower
-    ones widened a chunk at a time."""
+def _words_np(a: np.ndarray) -> np.ndarray:
+    """The array's words as _words_mx makes them, before widening: 4- and 8-byte types as uint32 views (8-byte
+    elements give two words each), narrower ones as their own unsigned type (widened a chunk at a time)."""
     flat = np.ascontiguousarray(a).reshape(-1)
-    if flat.dtype != np.bool_ and flat.dtype.itemsize in (4, 8):
-        words = flat.view(np.uint32)
-        return words.size, (words[s:s + _CHUNK] for s in range(0, words.size, _CHUNK))
-    narrow = flat if flat.dtype == np.bool_ else flat.view({2: np.uint16, 1: np.uint8}[flat.dtype.itemsize])
-    return flat.size, (narrow[s:s + _CHUNK].astype(np.uint32) for s in range(0, flat.size, _CHUNK))
+    if flat.dtype == np.bool_:
+        return flat.view(np.uint8)
+    return flat.view({8: np.uint32, 4: np.uint32, 2: np.uint16, 1: np.uint8}[flat.dtype.itemsize])
 
 
 def fingerprint_numpy(arrays: list[np.ndarray]) -> str:
     """fingerprint_mx of the same bits, on the host (raw bits: bfloat16 as its uint16 words, see raw_bits). Both lanes
     are sums modulo 2**32, so each chunk is summed in uint32 with wraparound."""
+    from ksearch.harness.host_threads import over_slabs
+
     lanes = [0, 0]
-    m1, m3, shift = np.uint32(_M1), np.uint32(_M3), np.uint32(15)
-    with np.errstate(over="ignore"):
-        for k, a in enumerate(arrays):
-            n, chunks = _word_chunks_np(a)
-            start = 0
-            for w in chunks:
-                h = w ^ _positions_np(start, start + w.size, k, n)
-                start += w.size
-                h *= m1
-                h ^= h >> shift
-                lanes[0] += int(h.sum(dtype=np.uint32))
-                h *= m3
-                lanes[1] += int(h.sum(dtype=np.uint32))
+    for k, a in enumerate(arrays):
+        words = _words_np(a)
+        _positions_np(0, 0, k, words.size)  # made (and kept) once, before the threads read it
+        for s0, s1 in over_slabs(words.size, functools.partial(_lanes_np, words, k), align=_CHUNK):
+            lanes[0] += s0
+            lanes[1] += s1
     return fingerprint_hex([lanes[0] & 0xFFFFFFFF, lanes[1] & 0xFFFFFFFF])
+
+
+def _lanes_np(words: np.ndarray, salt: int, lo: int, hi: int) -> tuple[int, int]:
+    """Both lanes over words[lo:hi], a chunk at a time (narrow words widened per chunk)."""
+    m1, m3, shift = np.uint32(_M1), np.uint32(_M3), np.uint32(15)
+    s0 = s1 = 0
+    with np.errstate(over="ignore"):
+        for start in range(lo, hi, _CHUNK):
+            stop = min(hi, start + _CHUNK)
+            h = words[start:stop].astype(np.uint32)  # a copy in every case: the arithmetic below is in place
+            h ^= _positions_np(start, stop, salt, words.size)
+            h *= m1
+            h ^= h >> shift
+            s0 += int(h.sum(dtype=np.uint32))
+            h *= m3
+            s1 += int(h.sum(dtype=np.uint32))
+    return s0, s1
 
 
 def raw_bits(x: Any) -> np.ndarray:

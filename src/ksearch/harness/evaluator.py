@@ -46,6 +46,12 @@ class EvalOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
+#: The phase part that estimates the candidate's compiles (each workload's first call less its next).
+COMPILES = "trials > compiles on each workload's first call (estimated)"
+#: The parts of a trial the worker reports (worker.py: Worker.trial).
+_TRIAL_PARTS = ("inputs and fingerprints", "call")
+
+
 def default_timeout(backend: Backend) -> float:
     return 600.0 if backend.is_gpu else 180.0
 
@@ -142,7 +148,12 @@ class Evaluator:
         finally:
             self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
 
+    def _tally(self, name: str, seconds: float) -> None:
+        """A part of a phase ("phase > part"), reported beside the phases and not added to them."""
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+
     # -- the next candidate's worker, spawned ahead -----------------------------------------------------------------
+
     def _spare_key(self, opts: EvalOptions) -> tuple[Any, ...]:
         return (opts.memory_limit_bytes, tuple(sorted(opts.extra_env.items())))
 
@@ -361,6 +372,8 @@ class Evaluator:
             for w, wr in zip(workloads, result.workloads, strict=True):
                 with self._phase("timing"):
                     timed[w.name] = time_workload(worker, self.task, w, self._plan(w), deadline, check=True)
+                self._tally("timing > checked calls' outputs taken and held to their commitments",
+                            timed[w.name].checking_s)
                 # Correctness again on inputs made after timing: a candidate that behaves during the trials and
                 # caches or skips work afterwards is caught here.
                 with self._phase("trials"):
@@ -417,9 +430,13 @@ class Evaluator:
 
     def _judge_timed_call(self, check: Check) -> None:
         w = check.workload
+        t0 = time.perf_counter()
         ref = self.reference_for_call(check)
+        t1 = time.perf_counter()
         outs = [from_raw_bits(o, d) for o, d in zip(check.outputs, check.dtypes, strict=False)]
         verdict = judge(self.task, w, outs, check.dtypes, ref)
+        self._tally("timed calls judged > references", t1 - t0)
+        self._tally("timed calls judged > judging", time.perf_counter() - t1)
         if verdict.status != "passed":
             raise Fail(verdict.status, f"{w.name}: a timed call (not a correctness trial) returned a wrong result, "
                        f"so the candidate behaves differently when timed: {verdict.message}")
@@ -428,15 +445,29 @@ class Evaluator:
                      deadline: float) -> None:
         seen: dict[str, int] = {}
         max_bytes = 2 * self.task.output_bytes(w) + (1 << 20)
+        round_trips: list[float] = []
         for seed in seeds:
+            t_ref = time.perf_counter()
             digests, ref = self.reference(w, seed)
             # The first call of a candidate includes its JIT compiles: a phase of its own.
             first = "first trial" not in self.phases
             t0 = time.perf_counter()
             reply, arrays = worker.request({"op": "trial", "workload": w.name, "seed": seed}, deadline, max_bytes)
+            t1 = time.perf_counter()
+            round_trips.append(t1 - t0)
             if first:
-                self.phases["first trial"] = time.perf_counter() - t0
+                self.phases["first trial"] = t1 - t0
                 self.phases["trials"] = self.phases.get("trials", 0.0) - self.phases["first trial"]
+            else:
+                self._tally("trials > references", t0 - t_ref)
+                # The worker's own account of its parts, for diagnosis only (it runs the candidate: never used for
+                # a verdict); the rest of the round trip is the outputs' way to the parent.
+                said = {p: float(v) for p, v in (reply.get("seconds") or {}).items()
+                        if p in _TRIAL_PARTS and isinstance(v, (int, float)) and 0 <= v <= t1 - t0}
+                for part, secs in said.items():
+                    self._tally(f"trials > the worker says: {part}", secs)
+                self._tally("trials > the rest of the round trip (outputs copied and sent)",
+                            max(0.0, t1 - t0 - sum(said.values())))
             if worker.forbidden_calls:
                 raise Fail("forbidden", f"forbidden API called at run time: {worker.forbidden_calls[0]}")
             if not reply.get("ok"):
@@ -456,6 +487,8 @@ class Evaluator:
             raw = [arrays[f"out{i}"] for i in range(len(arrays)) if f"out{i}" in arrays]
             outs = [from_raw_bits(o, d) for o, d in zip(raw, dtypes, strict=False)]
             verdict = judge(self.task, w, outs, dtypes, ref)
+            if not first:
+                self._tally("trials > judging", time.perf_counter() - t1)
             wr.max_abs_err = max(wr.max_abs_err or 0.0, verdict.max_abs)
             wr.max_rel_err = max(wr.max_rel_err or 0.0, verdict.max_rel)
             if verdict.status != "passed":
@@ -466,6 +499,10 @@ class Evaluator:
             if key in seen:
                 raise Fail("wrong_answer", f"{w.name}: the output did not change when the inputs changed")
             seen[key] = seed
+        if len(round_trips) > 1:
+            # A workload's first call compiles what its shapes and dtypes need; the next call of the same shapes
+            # does not: the difference estimates the candidate's own compile time (eval-phases leaves it out).
+            self._tally(COMPILES, max(0.0, round_trips[0] - min(round_trips[1:])))
 
 
 def _tail(worker: WorkerProcess | None) -> str:

@@ -71,6 +71,8 @@ class Timed:
     batches: list[Batch] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     pool_sets: int = 0
+    #: Seconds spent taking checked calls' outputs and holding them against their commitments (inside timing).
+    checking_s: float = 0.0
 
     def rows(self) -> list[tuple[float, int, list[float]]]:
         return [(b.elapsed, len(b.times), b.times) for b in self.batches]
@@ -173,6 +175,7 @@ def _take_check(worker: WorkerProcess, task: Task, w: Workload, seed: int, sets:
     if hi <= lo:
         return False
     call = b.first + rng.randrange(lo, hi)
+    t0 = time.perf_counter()
     max_bytes = 2 * task.output_bytes(w) + (1 << 20)
     reply, arrays = worker.request({"op": "spot", "call": call}, deadline, max_bytes)
     if not reply.get("ok"):
@@ -185,4 +188,5 @@ def _take_check(worker: WorkerProcess, task: Task, w: Workload, seed: int, sets:
         raise Fail("wrong_answer", f"{w.name}: the outputs the worker showed for timed call {call} are not the ones "
                    "it committed to when the call ended, so its timed calls did not compute what it claims")
     timed.checks.append(Check(w, seed, sets, b.batch_key, call, outs, [str(d) for d in reply.get("dtypes", [])]))
+    timed.checking_s += time.perf_counter() - t0
     return True

@@ -224,16 +224,21 @@ class Worker:
         from ksearch.harness.digest import digest_inputs_mx
 
         w = self._workload(msg)
+        t0 = _clock()
         self._poison(w)
         inputs = self._inputs(w, int(msg["seed"]))
         before = digest_inputs_mx(inputs)
+        t1 = _clock()
         outs = self._as_tuple(self.run(**inputs, **dict(w.params)))
         if all(isinstance(o, self.mx.array) for o in outs):
             self._eval(outs)
             self._sync()
+        t2 = _clock()
         after = digest_inputs_mx(inputs)
         reply, arrays = self._ship(outs)
-        return {**reply, "before": before, "after": after}, arrays
+        # For diagnosis (eval-phases); the parent never bases a verdict on what this process says.
+        seconds = {"inputs and fingerprints": t1 - t0 + _clock() - t2, "call": t2 - t1}
+        return {**reply, "before": before, "after": after, "seconds": seconds}, arrays
 
     def prepare(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Build the timing pool of one workload (see pool.py): sets of inputs laid out as callers pass them."""
