@@ -28,6 +28,10 @@
 #                                   kept under $OUT/ncu/ (copy one to tests/data/ncu/ as the parser's real fixture)
 #   profile-feedback TASK [BUDGET] [best|off]   offline search with profile best vs off, same budget (default
 #                                   16) and seed, one arm a call if given; `profile-feedback merge` joins the parts
+#   selection-rules TASK [BUDGET]   the selection rules (selection_rules.py) with shared verdicts, seeds 1-3, budget
+#                                   60: each distinct candidate judged once; call again to go on (the verdicts and the
+#                                   result so far stay under $KSEARCH_SUITE_RUNS while the machine does, and are
+#                                   copied to $OUT: bring them back as VERDICTS=FILE RESULT=FILE on a fresh machine)
 #   search TASK WALL_S [CALL_S]     an offline search (budget $BUDGET, default 120) with --wall-time WALL_S, stopped
 #                                   after CALL_S (default min(WALL_S + 60, 540)) and resumable; then its record
 #   resume RUN [CALL_S]             continue a search started by `search` on this machine; then its record
@@ -248,6 +252,22 @@ profile_feedback() {
   done
 }
 
+selection_rules() {
+  local task=${1:?selection-rules TASK [BUDGET]} budget=${2:-60}
+  mkdir -p "$RUNS"
+  local verdicts=${VERDICTS:-$RUNS/verdicts-$task.jsonl} result=${RESULT:-$RUNS/selection-rules-$task.json}
+  local resume=()
+  [ -f "$result" ] && resume=(--resume "$result")
+  timeout -k 15 560 "$PY" benchmarks/selection_rules.py --tasks "$task" --seeds 1 2 3 --budget "$budget" \
+    --backend mlx-cuda --share-verdicts "$verdicts" --runs-dir "$RUNS/selection-$task" --out "$RUNS/out-$task" \
+    "${resume[@]}" 2>&1 | tail -12
+  local written
+  written=$(ls -t "$RUNS/out-$task"/selection-rules-gpu-*.json 2>/dev/null | head -1)
+  [ -n "$written" ] && cp "$written" "$result"
+  cp "$verdicts" "$OUT/" 2>/dev/null
+  [ -f "$result" ] && cp "$result" "$OUT/"
+}
+
 search() {
   local task=${1:?search TASK WALL_S [CALL_S]} wall=${2:?search TASK WALL_S [CALL_S]}
   local call=${3:-$(( wall + 60 < 540 ? wall + 60 : 540 ))}
@@ -291,6 +311,7 @@ case "$part" in
   ncu) setup && ncu_part ;;
   profile-capture) setup && profile_capture ;;
   profile-feedback) setup && profile_feedback "$@" ;;
+  selection-rules) setup && selection_rules "$@" ;;
   search) setup && search "$@" ;;
   resume) setup && resume "$@" ;;
   record) setup && record "$@" ;;

@@ -1,20 +1,29 @@
-"""The frontier selection rules, measured with the offline proposer on the CPU: the weighted priority V (the default,
+"""The frontier selection rules, measured with the offline proposer: the weighted priority V (the default,
 exploration weight 0.5), the same with a lower exploration weight, and the published K-Search ordering (difficulty
 cut-off, then score, difficulty, rating). Per task and seed, one run per rule, one run at a time: the evaluations it
 took to reach 95% of its own final best, and that final best.
 
     python benchmarks/selection_rules.py [--tasks selective_scan softmax gqa_decode] [--seeds 1 2 3 4 5]
                                          [--budget 40] [--rules weighted weighted-explore-0.2 published]
+                                         [--backend mlx-cpu] [--share-verdicts VERDICTS.jsonl]
                                          [--out benchmarks/results] [--resume RESULT.json]
                                          [--runs-dir DIR] [--rebuild RUNS_DIR...]
 
-Writes `selection-rules-cpu-mlx-cpu-<device>.json` (schema ksearch-bench/1). Fewer seeds or a smaller budget than
-the defaults mark the result `reduced` in its summary and notes.
+`--share-verdicts FILE`: one evaluator judges every run, and a candidate whose source an earlier run (of any rule,
+in this process or one before it that wrote FILE) had judged gets that verdict again instead of a new measurement.
+The rules then differ only in the order they try candidates, never in the noise of a new measurement, and a GPU
+pays once per distinct candidate (the rules' runs render largely the same template space). FILE grows by a line
+per new verdict, so a comparison split over several calls keeps them (`--resume` with the result written so far).
+
+Writes `selection-rules-cpu-mlx-cpu-<device>.json` on the CPU, `selection-rules-gpu-BACKEND-<device>.json`
+elsewhere (schema ksearch-bench/1). Fewer seeds or a smaller budget than the defaults mark the result `reduced` in
+its summary and notes.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import statistics
@@ -26,8 +35,10 @@ from typing import Any
 from ksearch.backends import get_backend
 from ksearch.bench.results import make_result, write_result
 from ksearch.config import RunConfig, SelectionWeights
-from ksearch.search.start import start_run
+from ksearch.harness import EvalOptions, EvalResult, Evaluator
+from ksearch.search.start import create_run, execute, start_run
 from ksearch.store import read_run
+from ksearch.tasks import get_task
 
 RULES: dict[str, SelectionWeights] = {
     "weighted": SelectionWeights(),
@@ -40,12 +51,56 @@ BUDGET = 40
 TIE = 0.03  # final bests within 3% are a tie: separate-process timings on a shared 2-core machine move that much
 
 
-def one_run(task: str, seed: int, rule: str, budget: int, runs_dir: Path) -> dict[str, Any]:
-    cfg = RunConfig(task=task, backend="mlx-cpu", budget=budget, seed=seed, runs_dir=str(runs_dir),
-                    weights=RULES[rule])
+class SharedVerdicts:
+    """An evaluate function for every run of the comparison: one Evaluator per task, and each distinct source judged
+    once, its verdict kept in `path` (one JSON line per source) for later calls."""
+
+    def __init__(self, backend: str, path: Path) -> None:
+        self.backend, self.path = get_backend(backend), path
+        self.verdicts: dict[tuple[str, str], dict[str, Any]] = {}
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    self.verdicts[(row["task"], row["source_sha256"])] = row["result"]
+        self.evaluators: dict[str, Evaluator] = {}
+        self.task = ""
+        self.judged = self.reused = 0
+
+    def __call__(self, source: str) -> EvalResult:
+        key = (self.task, hashlib.sha256(source.encode()).hexdigest())
+        if key in self.verdicts:
+            self.reused += 1
+            return EvalResult.from_json(self.verdicts[key])
+        if self.task not in self.evaluators:
+            self.evaluators[self.task] = Evaluator(get_task(self.task), self.backend, spare=True)
+        result = self.evaluators[self.task].evaluate(source, EvalOptions())
+        self.judged += 1
+        self.verdicts[key] = result.to_json()
+        with self.path.open("a") as f:
+            f.write(json.dumps({"task": key[0], "source_sha256": key[1], "result": self.verdicts[key]}) + "\n")
+        return result
+
+    def close(self) -> None:
+        for ev in self.evaluators.values():
+            ev.close()
+
+
+def one_run(task: str, seed: int, rule: str, budget: int, runs_dir: Path, backend: str = "mlx-cpu",
+            shared: SharedVerdicts | None = None) -> dict[str, Any]:
+    cfg = RunConfig(task=task, backend=backend, budget=budget, seed=seed, runs_dir=str(runs_dir),
+                    weights=RULES[rule], profile="off" if shared is not None else RunConfig().profile)
     t0 = time.monotonic()
-    out = start_run(cfg)
-    return row_from_run(out.path, rule, time.monotonic() - t0)
+    if shared is None:
+        path = start_run(cfg).path
+    else:
+        shared.task = task
+        store, _, _ = create_run(cfg)
+        try:
+            path = execute(store, cfg, evaluate=shared).path
+        finally:
+            store.close()
+    return row_from_run(path, rule, time.monotonic() - t0)
 
 
 def rule_of(weights: dict[str, Any]) -> str | None:
@@ -148,8 +203,8 @@ def summarise(rows: list[dict[str, Any]], rules: list[str]) -> dict[str, Any]:
                 "min_final_best": round(min(r["final_best"] for r in rs), 4),
             }
         if rule != "weighted":
-            pairs = [(r, by.get((r["task"], r["seed"], "weighted"))) for r in mine]
-            pairs = [(r, w) for r, w in pairs if w is not None and w["final_best"] > 0 and r["final_best"] > 0]
+            pairs = [(r, w) for r in mine if (w := by.get((r["task"], r["seed"], "weighted"))) is not None
+                     and w["final_best"] > 0 and r["final_best"] > 0]
             if pairs:
                 ratios = [r["final_best"] / w["final_best"] for r, w in pairs]
                 entry["vs_weighted"] = {
@@ -177,6 +232,9 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     ap.add_argument("--budget", type=int, default=BUDGET)
     ap.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES))
+    ap.add_argument("--backend", default="mlx-cpu")
+    ap.add_argument("--share-verdicts", default=None, metavar="VERDICTS.jsonl",
+                    help="judge each distinct candidate once for all runs, keeping the verdicts in this file")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--runs-dir", default=None, help="keep the runs here (default: a temporary directory)")
     ap.add_argument("--resume", default=None, metavar="RESULT.json",
@@ -201,13 +259,23 @@ def main() -> None:
         runs = Path(args.runs_dir or tmp)
         # Seeds outermost, and the result written after every run: a comparison cut short still holds whole seeds.
         path = None
+        shared = SharedVerdicts(args.backend, Path(args.share_verdicts)) if args.share_verdicts else None
         for seed, task, rule in todo:
-            row = one_run(task, seed, rule, args.budget, runs)
+            try:
+                row = one_run(task, seed, rule, args.budget, runs, args.backend, shared)
+            except BaseException:
+                if shared is not None:
+                    shared.close()
+                raise
             rows.append(row)
             print(f"{task:15s} seed {seed} {rule:22s} final {row['final_best']:.3f} "
                   f"to95 {row['evaluations_to_95pct']} evals {row['evaluations']} "
                   f"cycles {row['cycles']} {row['cycle_end_reasons']} {row['wall_s']} s", flush=True)
+            if shared is not None:
+                row["verdicts_judged_so_far"], row["verdicts_reused_so_far"] = shared.judged, shared.reused
             path = write(rows, args, all(p in {(r["seed"], r["task"], r["rule"]) for r in rows} for p in planned))
+        if shared is not None:
+            shared.close()
     print(path or "nothing left to run")
 
 
@@ -219,15 +287,19 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace, complete: bool) 
     denoise(rows)
     summary = {"reduced": reduced, "complete": complete, "rules": {k: RULES[k].__dict__ for k in args.rules},
                "tasks": tasks, "seeds": seeds, "budget": args.budget, **summarise(rows, args.rules)}
-    notes = (f"Offline proposer, mlx-cpu, budget {args.budget}, seeds {seeds}, tasks {tasks}; one run at a time on a "
-             "shared 2-core CPU. evaluations_to_95pct: the evaluation (1 = the starting kernel) at which the run's "
+    where = "a shared 2-core CPU" if args.backend == "mlx-cpu" else "one device"
+    notes = (f"Offline proposer, {args.backend}, budget {args.budget}, seeds {seeds}, tasks {tasks}; one run at a time on "
+             f"{where}. " + ("Verdicts shared: each distinct candidate judged once for every run (--share-verdicts). "
+                            if args.share_verdicts else "") + "evaluations_to_95pct: the evaluation (1 = the starting kernel) at which the run's "
              "best first reached 95% of its final best. denoised_*: the same on each configuration's median score "
              "over every run of the task (the runs render the same template space; see denoise()).")
     if reduced:
         notes += (" REDUCED: fewer seeds, tasks or evaluations than the full comparison (selective_scan, softmax, "
                   f"gqa_decode; seeds {list(SEEDS)}; budget {BUDGET}); too little data to choose a default.")
-    result = make_result("selection-rules-cpu", get_backend("mlx-cpu"), rows,
-                         [f"{t} cpu search workloads" for t in tasks], ["float32", "float16"], summary, notes)
+    backend = get_backend(args.backend)
+    tier = "cpu" if args.backend == "mlx-cpu" else "gpu"
+    result = make_result(f"selection-rules-{tier}", backend, rows, [f"{t} {backend.tier} search workloads" for t in tasks],
+                         ["float32", "float16"], summary, notes)
     return write_result(result, args.out)
 
 
