@@ -153,7 +153,6 @@ class Evaluator:
         self.phases[name] = self.phases.get(name, 0.0) + seconds
 
     # -- the next candidate's worker, spawned ahead -----------------------------------------------------------------
-
     def _spare_key(self, opts: EvalOptions) -> tuple[Any, ...]:
         return (opts.memory_limit_bytes, tuple(sorted(opts.extra_env.items())))
 

@@ -153,7 +153,8 @@ class WorkerProcess:
         self.sock = parent_sock
         self.stdout_path = self.scratch / "stdout.txt"
         self.stderr_path = self.scratch / "stderr.txt"
-        extra = {"KSEARCH_WORKER_FD": str(child_sock.fileno()), **(env or {})}
+        extra = {"KSEARCH_WORKER_FD": str(child_sock.fileno()), "KSEARCH_WORKER_DEVICE": "gpu" if gpu else "cpu",
+                 **(env or {})}
         # `prefix`: a profiler's command line (ncu ...), which starts the worker as its child, inside the sandbox.
         argv = [*(prefix or []), sys.executable, "-m", "ksearch.harness.worker"]
         fds = [child_sock.fileno(), guard_w]

@@ -428,11 +428,16 @@ def _tb(exc: BaseException) -> str:
 def _preload() -> None:
     """What every role imports, loaded before the init arrives (trusted code only; no candidate exists yet): a worker
     spawned ahead of an evaluation spends its import time while the parent is still busy elsewhere."""
-    import mlx.core  # noqa: F401
+    import mlx.core as mx
 
     import ksearch.harness.digest  # noqa: F401
     import ksearch.harness.pool  # noqa: F401
     import ksearch.tasks  # noqa: F401
+
+    if os.environ.get("KSEARCH_WORKER_DEVICE") == "gpu":
+        # The device's context too (CUDA makes it at the first operation), while a spare worker waits for its
+        # candidate rather than in its first trial.
+        mx.eval(mx.zeros((1,), dtype=mx.float32) + 1)
 
 
 def main() -> None:
