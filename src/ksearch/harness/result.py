@@ -26,7 +26,9 @@ class WorkloadResult:
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     roofline_fraction: float | None = None
-    timing_source: str | None = None  # "worker" (finer, checked against the parent clock) or "parent"
+    #: "worker" (finer, checked against the parent clock), "parent", "cycle" (work moved between calls added back) or
+    #: "mean" (calls of two kinds: timing.BIMODAL)
+    timing_source: str | None = None
     message: str = ""
 
 
