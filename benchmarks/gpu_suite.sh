@@ -260,7 +260,7 @@ selection_rules() {
   [ -f "$result" ] && resume=(--resume "$result")
   timeout -k 15 560 "$PY" benchmarks/selection_rules.py --tasks "$task" --seeds 1 2 3 --budget "$budget" \
     --backend mlx-cuda --share-verdicts "$verdicts" --runs-dir "$RUNS/selection-$task" --out "$RUNS/out-$task" \
-    "${resume[@]}" 2>&1 | tail -12
+    ${resume[@]+"${resume[@]}"} 2>&1 | tail -12
   local written
   written=$(ls -t "$RUNS/out-$task"/selection-rules-gpu-*.json 2>/dev/null | head -1)
   [ -n "$written" ] && cp "$written" "$result"
