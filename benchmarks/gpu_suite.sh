@@ -28,8 +28,8 @@
 #                                   kept under $OUT/ncu/ (copy one to tests/data/ncu/ as the parser's real fixture)
 #   profile-feedback TASK [BUDGET] [best|off]   offline search with profile best vs off, same budget (default
 #                                   16) and seed, one arm a call if given; `profile-feedback merge` joins the parts
-#   selection-rules TASK [BUDGET]   the selection rules (selection_rules.py) with shared verdicts, seeds 1-3, budget
-#                                   60: each distinct candidate judged once; call again to go on (the verdicts and the
+#   selection-rules TASK [BUDGET] [SEED...]   the selection rules (selection_rules.py) with shared verdicts, budget
+#                                   60, seed 1: each distinct candidate judged once; call again to go on (the verdicts and the
 #                                   result so far stay under $KSEARCH_SUITE_RUNS while the machine does, and are
 #                                   copied to $OUT: bring them back as VERDICTS=FILE RESULT=FILE on a fresh machine)
 #   search TASK WALL_S [CALL_S]     an offline search (budget $BUDGET, default 120) with --wall-time WALL_S, stopped
@@ -253,12 +253,15 @@ profile_feedback() {
 }
 
 selection_rules() {
-  local task=${1:?selection-rules TASK [BUDGET]} budget=${2:-60}
+  local task=${1:?selection-rules TASK [BUDGET] [SEED...]} budget=${2:-60}
+  shift; [ $# -gt 0 ] && shift
+  local seeds=("$@")
+  [ ${#seeds[@]} -gt 0 ] || seeds=(1)
   mkdir -p "$RUNS"
   local verdicts=${VERDICTS:-$RUNS/verdicts-$task.jsonl} result=${RESULT:-$RUNS/selection-rules-$task.json}
   local resume=()
   [ -f "$result" ] && resume=(--resume "$result")
-  timeout -k 15 560 "$PY" benchmarks/selection_rules.py --tasks "$task" --seeds 1 2 3 --budget "$budget" \
+  timeout -k 15 560 "$PY" benchmarks/selection_rules.py --tasks "$task" --seeds "${seeds[@]}" --budget "$budget" \
     --backend mlx-cuda --share-verdicts "$verdicts" --runs-dir "$RUNS/selection-$task" --out "$RUNS/out-$task" \
     ${resume[@]+"${resume[@]}"} 2>&1 | tail -12
   local written
