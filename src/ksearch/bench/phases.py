@@ -10,6 +10,7 @@ beyond its next (the evaluator's estimate, phase part COMPILES).
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import statistics
@@ -28,6 +29,12 @@ def _cpu() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _phase_order(phases: dict[str, float], item: tuple[str, float]) -> tuple[float, str, bool, float]:
+    """Longest phase first, each one's parts ("phase > part") beneath it."""
+    top = item[0].split(" > ")[0]
+    return -phases.get(top, 0.0), top, item[0] != top, -item[1]
 
 
 def run_phases(task_name: str, backend: str | None, candidates: list[str], workloads: list[str] | None = None,
@@ -62,8 +69,9 @@ def run_phases(task_name: str, backend: str | None, candidates: list[str], workl
                 figures.append(row)
                 echo(f"== {name} #{k + 1}: {result.status} score={result.score:.4g} total={total:.2f}s "
                      f"excluding compiles={total - compile_s:.2f}s {(result.message or '')[:200]}")
-                for phase, secs in sorted(phases.items(), key=lambda kv: -kv[1]):
-                    echo(f"   {phase:22s} {secs:8.3f}s")
+                width = max(map(len, phases), default=0)
+                for phase, secs in sorted(phases.items(), key=functools.partial(_phase_order, phases)):
+                    echo(f"   {phase:{width}s} {secs:8.3f}s")
     if out is None:
         return None
     later = [f["excluding_compile_s"] for f in figures if f["evaluation"] > 1]
