@@ -31,3 +31,35 @@ def test_calls_of_two_kinds_are_timed_by_their_mean() -> None:
     assert measured.error is None and measured.source == "mean"
     assert measured.latency_s == pytest.approx((2e-5 + 1e-3) / 3, rel=1e-6)
     assert 1e-3 / measured.latency_s < 3.01
+
+
+class _Worker:
+    """Enough of a worker for time_workload: `prepare` and `release` answer ok (batches and checks are faked)."""
+
+    def request(self, msg: dict, deadline: float, max_bytes: int | None = None) -> tuple[dict, dict]:
+        return {"ok": True}, {}
+
+
+@pytest.mark.parametrize("kinds", [1, 2])
+def test_calls_of_two_kinds_get_more_checks(monkeypatch: pytest.MonkeyPatch, kinds: int) -> None:
+    from ksearch.harness import measure
+    from ksearch.harness.batch import Batch
+    from ksearch.tasks import get_task
+
+    def fake_batch(worker: object, first: int, n_max: int, key: int, deadline: float, stop_at: object) -> Batch:
+        n = min(n_max, 12)
+        # One kind: every call 1 ms. Two kinds: two calls in three 10 us (served from a cache), one 1 ms.
+        times = [1e-3 if kinds == 1 or (first + k) % 3 == 0 else 1e-5 for k in range(n)]
+        return Batch(first, key, sum(times), {"ok": True, "times": times, "gaps": [0.0] * n, "lead": 0.0},
+                     ["0" * 16] * n, n)
+
+    checks: list[int] = []
+    monkeypatch.setattr(measure, "run_batch", fake_batch)
+    monkeypatch.setattr(measure, "_take_check", lambda *a, **k: checks.append(1) or True)
+    task = get_task("softmax")
+    w = task.select_workloads("cpu")[0]
+    plan = timing.TimingPlan(pool_sets=3, warmup=2, warmup_s=0.0, batches=5, target_batch_s=0.01, checks=2)
+    timed = measure.time_workload(_Worker(), task, w, plan, deadline=1e12, check=True,  # type: ignore[arg-type]
+                                  rng=random.SystemRandom())
+    assert len(checks) == plan.checks + (timing.BIMODAL_CHECKS if kinds == 2 else 0)
+    assert len(timed.batches) == plan.batches + (timing.BIMODAL_CHECKS if kinds == 2 else 0)

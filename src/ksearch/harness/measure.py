@@ -131,9 +131,17 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         n = min(max(1, timing.batch_size(per_call, max(plan.warmup_s - spent, per_call))), 4 * n + 4)
     n = max(timing.MIN_BATCH_CALLS, min(timing.batch_size(per_call, plan.target_batch_s), timing.FIRST_BATCH_MAX))
     owed = set(rng.sample(range(plan.batches), min(plan.checks, plan.batches))) if check else set()
-    pending_checks = missed = 0
+    pending_checks = missed = bonus = 0
     retries, index, extra = 2, 0, 0
-    while index < plan.batches or (pending_checks and extra < timing.EXTRA_BATCHES):
+    escalated = False
+    while True:
+        if index >= plan.batches and not (pending_checks or bonus) and check and not escalated:
+            # Calls of two kinds: some may have skipped their work. More checks, in extra batches (timing.BIMODAL).
+            escalated = True
+            if timing.two_kinds([t for done in timed.batches for t in done.times]):
+                bonus, extra = timing.BIMODAL_CHECKS, 0
+        if not (index < plan.batches or ((pending_checks or bonus) and extra < timing.EXTRA_BATCHES)):
+            break
         if index >= plan.batches:
             extra += 1
         # Up to twice the calls the batch should take, stopped at a uniformly random moment of its expected length;
@@ -146,9 +154,12 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         if index in owed:
             owed.discard(index)
             pending_checks += 1
-        if pending_checks and check:
+        if (pending_checks or bonus) and check:
             if _take_check(worker, task, workload, seed, plan.pool_sets, b, rng, timed, deadline):
-                pending_checks -= 1
+                if pending_checks:
+                    pending_checks -= 1
+                else:
+                    bonus -= 1
             else:
                 missed += 1
         m = max(1, len(b.times))
