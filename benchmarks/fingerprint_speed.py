@@ -44,6 +44,15 @@ def whole_array(arrays: list[np.ndarray]) -> str:
     return digest.fingerprint_hex(lanes)
 
 
+def sent(values: np.ndarray, dtype: str) -> np.ndarray:
+    """What the worker sends for an output of `dtype`: float16 and float32 as they are, bfloat16 as its uint16 words."""
+    if dtype == "float16":
+        return values.astype(np.float16)
+    if dtype == "bfloat16":
+        return (values.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    return values
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", nargs="+", default=["softmax", "attention", "rmsnorm", "gqa_decode"])
@@ -54,41 +63,33 @@ def main() -> None:
     figures: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
     dtypes: set[str] = set()
-    for name in args.tasks:
-        task = get_task(name)
-        for w in (w for w in task.workloads if w.tier == "gpu" and w.split == "search"):
-            outs = []
-            for spec in task.outputs:
-                values = rng.standard_normal(spec.resolved_shape(w), dtype=np.float32)
-                dtype = spec.resolved_dtype(w)
-                # What the worker sends: float16 as is, bfloat16 as its uint16 words, float32 as is.
-                outs.append(values.astype(np.float16) if dtype == "float16" else
-                            (values.view(np.uint32) >> np.uint32(16)).astype(np.uint16) if dtype == "bfloat16" else
-                            values)
-                dtypes.add(dtype)
-            digest._position_keys_np.clear()
+    for task, w in [(t, w) for t in map(get_task, args.tasks) for w in t.select_workloads("gpu")]:
+        outs = [sent(rng.standard_normal(spec.resolved_shape(w), dtype=np.float32), spec.resolved_dtype(w))
+                for spec in task.outputs]
+        dtypes.update(spec.resolved_dtype(w) for spec in task.outputs)
+        digest._position_keys_np.clear()
+        t0 = time.perf_counter()
+        first = digest.fingerprint_numpy(outs)
+        first_s = time.perf_counter() - t0
+        chunked, whole = [], []
+        for _ in range(args.repeat):
             t0 = time.perf_counter()
-            first = digest.fingerprint_numpy(outs)
-            first_s = time.perf_counter() - t0
-            chunked, whole = [], []
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                a = digest.fingerprint_numpy(outs)
-                t1 = time.perf_counter()
-                b = whole_array(outs)
-                t2 = time.perf_counter()
-                assert a == b == first, (a, b, first)
-                chunked.append(t1 - t0)
-                whole.append(t2 - t1)
-            row = {"task": name, "workload": w.name, "values": int(sum(o.size for o in outs)),
-                   "first_check_s": first_s, "check_s": statistics.median(chunked),
-                   "whole_array_s": statistics.median(whole)}
-            row["speedup"] = row["whole_array_s"] / row["check_s"]
-            row["first_check_speedup"] = row["whole_array_s"] / first_s
-            figures.append(row)
-            shapes.append({"task": name, "workload": w.name, **dict(w.axes)})
-            print(f"{name} {w.name}: {row['check_s']:.3f} s (first {first_s:.3f} s) against "
-                  f"{row['whole_array_s']:.3f} s: {row['speedup']:.2f}x", flush=True)
+            a = digest.fingerprint_numpy(outs)
+            t1 = time.perf_counter()
+            b = whole_array(outs)
+            t2 = time.perf_counter()
+            assert a == b == first, (a, b, first)
+            chunked.append(t1 - t0)
+            whole.append(t2 - t1)
+        row: dict[str, Any] = {"task": task.name, "workload": w.name, "values": int(sum(o.size for o in outs)),
+               "first_check_s": first_s, "check_s": statistics.median(chunked),
+               "whole_array_s": statistics.median(whole)}
+        row["speedup"] = row["whole_array_s"] / row["check_s"]
+        row["first_check_speedup"] = row["whole_array_s"] / first_s
+        figures.append(row)
+        shapes.append({"task": task.name, "workload": w.name, **dict(w.axes)})
+        print(f"{task.name} {w.name}: {row['check_s']:.3f} s (first {first_s:.3f} s) against "
+              f"{row['whole_array_s']:.3f} s: {row['speedup']:.2f}x", flush=True)
     speedups = [r["speedup"] for r in figures]
     summary = {"geomean_speedup": float(np.exp(np.mean(np.log(speedups)))), "min_speedup": min(speedups),
                "max_speedup": max(speedups),
