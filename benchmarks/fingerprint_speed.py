@@ -82,8 +82,8 @@ def main() -> None:
             chunked.append(t1 - t0)
             whole.append(t2 - t1)
         row: dict[str, Any] = {"task": task.name, "workload": w.name, "values": int(sum(o.size for o in outs)),
-               "first_check_s": first_s, "check_s": statistics.median(chunked),
-               "whole_array_s": statistics.median(whole)}
+                               "first_check_s": first_s, "check_s": statistics.median(chunked),
+                               "whole_array_s": statistics.median(whole)}
         row["speedup"] = row["whole_array_s"] / row["check_s"]
         row["first_check_speedup"] = row["whole_array_s"] / first_s
         figures.append(row)
