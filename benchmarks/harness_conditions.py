@@ -123,7 +123,7 @@ def main() -> None:
     from ksearch.bench.fidelity import _load, candidate_for
     from ksearch.bench.results import make_result, write_result
     from ksearch.harness import timing
-    from ksearch.harness.evaluator import baseline_variants
+    from ksearch.harness.baselines import baseline_variants
     from ksearch.tasks import get_task
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -116,7 +116,7 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
     from ksearch.harness import EvalOptions, Evaluator, timing
-    from ksearch.harness.evaluator import baseline_variants
+    from ksearch.harness.baselines import baseline_variants
     from ksearch.tasks import all_tasks, get_task
 
     b = get_backend(backend)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import random
 import secrets
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ksearch.harness import timing
+from ksearch.harness.baselines import Baselines
 from ksearch.harness.digest import from_raw_bits
 from ksearch.harness.judge import judge
 from ksearch.harness.measure import Check, Fail, Timed, classify_exception, time_workload
@@ -60,26 +60,6 @@ def _seeds(master: int, workloads: list[Workload], count: int) -> dict[str, list
     rng = random.Random(master)
     return {w.name: [rng.getrandbits(62) for _ in range(count)] for w in workloads}
 
-
-
-
-def baseline_variants(source: str) -> list[str]:
-    """A baseline may time several entry points and keep the fastest (BASELINE_VARIANTS = ("a", "b"))."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return ["run"]
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "BASELINE_VARIANTS"
-                                                for t in node.targets):
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
-                break
-            return [str(v) for v in value] or ["run"]
-    return ["run"]
-
-
 class Evaluator:
     """Judges candidates of one task on one backend. Keeps the trusted reference worker, the references of its trial
     seeds and the baseline timings between evaluations (a search evaluates hundreds of candidates)."""
@@ -97,8 +77,8 @@ class Evaluator:
         self._thread_ident = -1
         self._ref_cache: OrderedDict[tuple[Any, ...], tuple[dict[str, str], list[np.ndarray]]] = OrderedDict()
         self._ref_bytes = 0
-        # (baseline, workload) -> (latency, the harness's own time between two calls there)
-        self._baselines: dict[tuple[str, str], tuple[float | None, float | None]] = {}
+        #: Each baseline's timings, measured once per workload for every candidate this evaluator judges.
+        self.baselines = Baselines(task, backend.family, backend.emulation, self.device, self._plan)
         self._env: dict[str, Any] | None = None
         self._spare_wanted = spare
         self._spare: tuple[tuple[Any, ...], WorkerProcess] | None = None
@@ -221,57 +201,6 @@ class Evaluator:
     def _references(self, needed: list[tuple[Workload, int]]) -> None:
         for w, seed in needed:
             self.reference(w, seed)
-
-    # -- baselines -------------------------------------------------------------------------------------------------
-    def baseline_latency(self, name: str, workload: Workload, deadline: float) -> float | None:
-        return self.baseline_timings(name, [workload], deadline)[workload.name][0]
-
-    def baseline_timings(self, name: str, workloads: list[Workload],
-                         deadline: float) -> dict[str, tuple[float | None, float | None]]:
-        """(latency, median time between calls) per workload, each variant timed in one trusted worker for all the
-        workloads not yet known, the fastest variant kept per workload."""
-        todo = [w for w in workloads if (name, w.name) not in self._baselines]
-        source = self.task.baseline(name).source_for(self.backend.family)
-        if todo and source is None:
-            for w in todo:
-                self._baselines[(name, w.name)] = (None, None)
-        elif todo:
-            assert source is not None
-            best: dict[str, tuple[float, float | None]] = {}
-            for entry in baseline_variants(source):
-                for wname, measured in self._time_baseline(source, entry, todo, deadline).items():
-                    if wname not in best or measured[0] < best[wname][0]:
-                        best[wname] = measured
-            for w in todo:
-                lat, gap = best.get(w.name, (float("nan"), None))
-                self._baselines[(name, w.name)] = (lat, gap)
-        return {w.name: self._baselines[(name, w.name)] for w in workloads}
-
-    def _time_baseline(self, source: str, entry: str, workloads: list[Workload],
-                       deadline: float) -> dict[str, tuple[float, float | None]]:
-        out: dict[str, tuple[float, float | None]] = {}
-        worker: WorkerProcess | None = None
-        try:
-            for w in workloads:
-                plan = self._plan(w)
-                # A baseline timing that was disturbed (its worker stopped by someone, or its clock inconsistent
-                # with ours) is measured again rather than believed: a slow baseline would inflate every speedup.
-                for _attempt in range(3):
-                    if worker is None or worker.proc.poll() is not None:
-                        worker, reply = start("baseline", self.task.origin, self.device, 1 << 40, deadline,
-                                              source=source, entry=entry, emulation=self.backend.emulation)
-                        if not reply.get("ok"):
-                            raise RuntimeError(f"baseline ({entry}) failed to load: {reply.get('error')}")
-                    stops = worker.stops_seen
-                    timed = time_workload(worker, self.task, w, plan, deadline, check=False)
-                    measured = timing.combine(timed.rows(), timed.gaps(), leads=timed.leads())
-                    if worker.stops_seen == stops and measured.error is None:
-                        break
-                out[w.name] = (measured.latency_s, timed.median_gap())
-        finally:
-            if worker is not None:
-                worker.close()
-        return out
 
     def _plan(self, w: Workload) -> timing.TimingPlan:
         return timing.plan(self.task, w, int(self.profile.get("llc_bytes") or (32 << 20)), self.backend.is_gpu)
@@ -408,7 +337,7 @@ class Evaluator:
                 for check in t.checks:
                     self._judge_timed_call(check)
         with self._phase("baselines"):
-            base = self.baseline_timings(result.baseline, workloads, time.monotonic() + 1800)
+            base = self.baselines.timings(result.baseline, workloads, time.monotonic() + 1800)
         for w, wr in zip(workloads, result.workloads, strict=True):
             latency, gap = base[w.name]
             measured = timing.combine(timed[w.name].rows(), timed[w.name].gaps(), gap,

@@ -1,0 +1,85 @@
+"""The trusted baselines' timings: each baseline entry point timed in a trusted worker of its own, once per workload
+for every candidate an evaluator judges, the fastest variant kept."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+
+from ksearch.harness import timing
+from ksearch.harness.measure import time_workload
+from ksearch.harness.process import WorkerProcess, start
+from ksearch.tasks.base import Task, Workload
+
+
+def baseline_variants(source: str) -> list[str]:
+    """A baseline may time several entry points and keep the fastest (BASELINE_VARIANTS = ("a", "b"))."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ["run"]
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "BASELINE_VARIANTS"
+                                                for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                break
+            return [str(v) for v in value] or ["run"]
+    return ["run"]
+
+
+class Baselines:
+    """(baseline, workload) -> (latency, the harness's own time between two calls there), measured on first use."""
+
+    def __init__(self, task: Task, family: str, emulation: str | None, device: str,
+                 plan: Callable[[Workload], timing.TimingPlan]) -> None:
+        self.task, self.family, self.emulation, self.device, self.plan = task, family, emulation, device, plan
+        self._known: dict[tuple[str, str], tuple[float | None, float | None]] = {}
+
+    def timings(self, name: str, workloads: list[Workload],
+                deadline: float) -> dict[str, tuple[float | None, float | None]]:
+        """(latency, median time between calls) per workload, each variant timed in one trusted worker for all the
+        workloads not yet known, the fastest variant kept per workload."""
+        todo = [w for w in workloads if (name, w.name) not in self._known]
+        source = self.task.baseline(name).source_for(self.family)
+        if todo and source is None:
+            for w in todo:
+                self._known[(name, w.name)] = (None, None)
+        elif todo:
+            assert source is not None
+            best: dict[str, tuple[float, float | None]] = {}
+            for entry in baseline_variants(source):
+                for wname, measured in self._time(source, entry, todo, deadline).items():
+                    if wname not in best or measured[0] < best[wname][0]:
+                        best[wname] = measured
+            for w in todo:
+                lat, gap = best.get(w.name, (float("nan"), None))
+                self._known[(name, w.name)] = (lat, gap)
+        return {w.name: self._known[(name, w.name)] for w in workloads}
+
+    def _time(self, source: str, entry: str, workloads: list[Workload],
+              deadline: float) -> dict[str, tuple[float, float | None]]:
+        out: dict[str, tuple[float, float | None]] = {}
+        worker: WorkerProcess | None = None
+        try:
+            for w in workloads:
+                plan = self.plan(w)
+                # A baseline timing that was disturbed (its worker stopped by someone, or its clock inconsistent
+                # with ours) is measured again rather than believed: a slow baseline would inflate every speedup.
+                for _attempt in range(3):
+                    if worker is None or worker.proc.poll() is not None:
+                        worker, reply = start("baseline", self.task.origin, self.device, 1 << 40, deadline,
+                                              source=source, entry=entry, emulation=self.emulation)
+                        if not reply.get("ok"):
+                            raise RuntimeError(f"baseline ({entry}) failed to load: {reply.get('error')}")
+                    stops = worker.stops_seen
+                    timed = time_workload(worker, self.task, w, plan, deadline, check=False)
+                    measured = timing.combine(timed.rows(), timed.gaps(), leads=timed.leads())
+                    if worker.stops_seen == stops and measured.error is None:
+                        break
+                out[w.name] = (measured.latency_s, timed.median_gap())
+        finally:
+            if worker is not None:
+                worker.close()
+        return out
