@@ -15,7 +15,18 @@ inside the clock:
     busy_1000us plain, with the GPU kept busy about a millisecond between calls by unrelated work (idle GPU or idle host?)
     stamp_other plain, with another set stamped just before the call (any fresh writes, or the call's own inputs?)
 
+With --processes, the plain loop (the fidelity benchmark's, bench/fidelity.plain_times) also runs in a child process
+of its own, before and after the same loop here: the harness times calls in worker processes, so a difference that
+follows the process and not the loop shows there (`process:here`, `process:child`; ratio to `process:here`).
+
+With --worker-loop, the worker's own timed loop (harness/worker.py `Worker.go`: the timing pool, the ring of the last
+outputs, the commitment sent on a socket) runs here, in this process, beside the plain loop, whole and with one part
+taken out at a time: `loop:worker`, `loop:no_ring` (outputs not kept), `loop:no_commit` (no fingerprint computed or
+read back), `loop:no_stamp` (the pool's sets cycled, no per-call stamp), `loop:bare` (all three out: what is left
+is the loop itself, its socket and its bookkeeping); ratio to `loop:plain`.
+
     python benchmarks/harness_conditions.py [--backend B] [--tasks gqa_decode,softmax] [--out DIR] [--calls 60]
+                                            [--processes] [--worker-loop] [--only-extra] [--stem NAME]
 """
 
 from __future__ import annotations
@@ -116,6 +127,126 @@ def measure(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], sets: 
     return rows
 
 
+def child_medians(task: str, workload: str, sources: dict[str, str], sets: int) -> dict[str, float]:
+    """The plain loop's median call per contender, in a fresh process (this script with --child)."""
+    import json
+    import subprocess
+    import sys
+
+    spec = json.dumps({"task": task, "workload": workload, "sources": sources, "sets": sets})
+    done = subprocess.run([sys.executable, __file__, "--child", spec], capture_output=True, text=True, timeout=300,
+                          check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the child loop failed: {done.stderr[-2000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def child_main(spec_json: str) -> None:
+    import json
+
+    from ksearch.bench.fidelity import _load, plain_times
+    from ksearch.tasks import get_task
+
+    spec = json.loads(spec_json)
+    task = get_task(spec["task"])
+    w = next(x for x in task.workloads if x.name == spec["workload"])
+    fns = {name: getattr(_load(src, f"child_{k}"), name.split(":", 1)[1] if name.startswith("baseline:") else "run")
+           for k, (name, src) in enumerate(spec["sources"].items())}
+    times = plain_times(task, w, fns, int(spec["sets"]))
+    print(json.dumps({k: statistics.median(v) for k, v in times.items()}))
+
+
+def process_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], sources: dict[str, str],
+                 sets: int) -> list[dict[str, Any]]:
+    """The plain loop here, in a child process, here again and in a child again: medians and ratios to here."""
+    from ksearch.bench.fidelity import plain_times
+
+    here: dict[str, list[float]] = {k: [] for k in contenders}
+    child: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(2):
+        for k, v in plain_times(task, w, contenders, sets).items():
+            here[k].append(statistics.median(v))
+        for k, m in child_medians(task.name, w.name, sources, sets).items():
+            child[k].append(m)
+    rows = []
+    for name in contenders:
+        ref = statistics.fmean(here[name])
+        for where, meds in (("process:here", here[name]), ("process:child", child[name])):
+            rows.append({"task": task.name, "workload": w.name, "contender": name, "condition": where,
+                         "latency_s": statistics.fmean(meds), "min_s": min(meds),
+                         "vs_plain_ratio": statistics.fmean(meds) / ref, "calls": len(meds)})
+    return rows
+
+
+def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], sets: int,
+                     calls: int) -> list[dict[str, Any]]:
+    """Worker.go in this process (a socketpair for its commitments, drained by a thread) against the plain loop."""
+    import collections
+    import socket
+    import threading
+
+    import mlx.core as mx
+
+    from ksearch.bench.fidelity import plain_times
+    from ksearch.harness import digest
+    from ksearch.harness.pool import TimingPool, set_inputs
+    from ksearch.harness.timing import RING
+    from ksearch.harness.worker import Worker
+
+    ours, theirs = socket.socketpair()
+    stop = threading.Event()
+
+    def drain() -> None:
+        theirs.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                theirs.recv(1 << 16)
+            except (TimeoutError, OSError):
+                continue
+
+    threading.Thread(target=drain, daemon=True).start()
+    worker = Worker(ours)
+    worker.mx, worker._eval, worker._synchronize, worker.task = mx, mx.eval, mx.synchronize, task
+    worker.params = dict(w.params)
+    digest.capture_ops()
+    real_fp = digest.fingerprint_mx
+    constant = mx.zeros((2,), dtype=mx.uint32)
+    mx.eval(constant)
+    base = set_inputs(task, w, 1, 0)
+    cycled = [base] + [set_inputs(task, w, 1, k, base) for k in range(1, sets)]
+
+    class Cycled:
+        def take(self, _batch: int, call: int) -> dict[str, Any]:
+            return cycled[call % len(cycled)]
+
+    variants = ("worker", "no_ring", "no_commit", "no_stamp", "bare")
+    times: dict[tuple[str, str], list[float]] = {(v, k): [] for v in ("plain", *variants) for k in contenders}
+    offset = 0
+    for _ in range(3):
+        for name, fn in contenders.items():
+            for k, v in plain_times(task, w, {name: fn}, sets, budget_s=0.3).items():
+                times[("plain", k)].extend(v)
+            worker.run = fn
+            for v in variants:
+                worker.pool = Cycled() if v in ("no_stamp", "bare") else TimingPool(task, w, 5, sets)
+                worker.ring = collections.deque(maxlen=0 if v in ("no_ring", "bare") else RING)
+                digest.fingerprint_mx = (lambda _outs: constant) if v in ("no_commit", "bare") else real_fp
+                reply = worker.go({"offset": offset, "n": calls, "batch": offset})
+                digest.fingerprint_mx = real_fp
+                offset += calls
+                if not reply.get("ok"):
+                    raise SystemExit(f"the worker's loop failed: {reply}")
+                times[(v, name)].extend(reply["times"][3:])
+    stop.set()
+    rows = []
+    for (v, name), ts in times.items():
+        plain = statistics.median(times[("plain", name)])
+        rows.append({"task": task.name, "workload": w.name, "contender": name, "condition": f"loop:{v}",
+                     "latency_s": statistics.median(ts), "min_s": min(ts),
+                     "vs_plain_ratio": statistics.median(ts) / plain, "calls": len(ts)})
+    return rows
+
+
 def main() -> None:
     import mlx.core as mx
 
@@ -131,7 +262,15 @@ def main() -> None:
     ap.add_argument("--tasks", default="gqa_decode,softmax")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--calls", type=int, default=60)
+    ap.add_argument("--stem", default=None, help="the result file's name before -BACKEND-DEVICE.json")
+    ap.add_argument("--processes", action="store_true", help="also the plain loop in a child process")
+    ap.add_argument("--worker-loop", action="store_true", help="also the worker's timed loop, here, with ablations")
+    ap.add_argument("--only-extra", action="store_true", help="skip the in-loop conditions (with the two above)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        child_main(args.child)
+        return
     b = get_backend(args.backend)
     if not b.is_gpu:
         mx.set_default_device(mx.cpu)
@@ -144,13 +283,19 @@ def main() -> None:
         workloads = task.select_workloads(b.tier)
         cname, csource = candidate_for(task, b, workloads)
         contenders = {f"candidate:{cname}": _load(csource, f"{task.name}_cand").run}
+        sources = {f"candidate:{cname}": csource}
         bsource = task.baseline(task.default_baseline).source_for(b.family)
         if bsource is not None:
             module = _load(bsource, f"{task.name}_base")
             contenders |= {f"baseline:{v}": getattr(module, v) for v in baseline_variants(bsource)}
+            sources |= {f"baseline:{v}": bsource for v in baseline_variants(bsource)}
         for w in workloads:
             sets = timing.plan(task, w, llc, b.is_gpu).pool_sets
-            rows = measure(task, w, contenders, sets, args.calls)
+            rows = [] if args.only_extra else measure(task, w, contenders, sets, args.calls)
+            if args.worker_loop:
+                rows += worker_loop_rows(task, w, contenders, sets, args.calls)
+            if args.processes:
+                rows += process_rows(task, w, contenders, sources, sets)
             for r in rows:
                 print(f"{r['task']:<12} {r['workload']:<24} {r['contender']:<28} {r['condition']:<12} "
                       f"{r['latency_s'] * 1e6:9.1f} us  x{r['vs_plain_ratio']:.2f}", flush=True)
@@ -161,7 +306,7 @@ def main() -> None:
     data = make_result("harness-conditions", b, figures, shapes, sorted(dtypes),
                        notes="median latency of each contender under each condition of the harness's timed loop, "
                              "and its ratio to the plain loop (cycling the pool's sets, nothing between calls)")
-    print(write_result(data, args.out))
+    print(write_result(data, args.out, stem=args.stem))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.backends import get_backend
-from ksearch.bench.results import make_result, write_result
+from ksearch.bench.results import make_result, merged_parts, write_result
 from ksearch.config import RunConfig
 from ksearch.search.start import start_run
 from ksearch.store import read_run
@@ -114,13 +114,11 @@ def summarize(rows: list[dict[str, Any]], budget: Any) -> tuple[dict[str, Any], 
 
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """One result from parts measured on one machine (merged anywhere: the machine's facts come from the parts)."""
-    machines = {(p.get("device"), p.get("backend"), p.get("mlx")) for p in parts}
-    if len(machines) != 1:
-        raise SystemExit(f"profile_feedback: the parts come from different machines or versions: {sorted(machines)}")
-    rows = [r for part in parts for r in part["figures"]]
+    frame = merged_parts(parts, "profile_feedback")
+    rows = frame["figures"]
     pair_up(rows)
     summary, notes = summarize(rows, sorted({p["summary"].get("budget") for p in parts}))
-    return {**parts[0], "date": max(p["date"] for p in parts), "figures": rows, "summary": summary,
+    return {**frame, "summary": summary,
             "notes": f"{parts[0]['timing']}. {notes}" if parts[0].get("timing") else notes}
 
 

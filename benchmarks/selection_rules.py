@@ -8,12 +8,15 @@ took to reach 95% of its own final best, and that final best.
                                          [--backend mlx-cpu] [--share-verdicts VERDICTS.jsonl]
                                          [--out benchmarks/results] [--resume RESULT.json]
                                          [--runs-dir DIR] [--rebuild RUNS_DIR...]
+    python benchmarks/selection_rules.py --merge PART.json PART.json ... [--out DIR]
 
 `--share-verdicts FILE`: one evaluator judges every run, and a candidate whose source an earlier run (of any rule,
 in this process or one before it that wrote FILE) had judged gets that verdict again instead of a new measurement.
 The rules then differ only in the order they try candidates, never in the noise of a new measurement, and a GPU
 pays once per distinct candidate (the rules' runs render largely the same template space). FILE grows by a line
 per new verdict, so a comparison split over several calls keeps them (`--resume` with the result written so far).
+`--merge` joins results of one machine measured task by task (the GPU suite's `selection-rules TASK`) into one, on any
+machine: the machine's facts come from the parts.
 
 Writes `selection-rules-cpu-mlx-cpu-<device>.json` on the CPU, `selection-rules-gpu-BACKEND-<device>.json`
 elsewhere (schema ksearch-bench/1). Fewer seeds or tasks or a smaller budget than the full comparison (on the CPU the
@@ -34,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.backends import get_backend
-from ksearch.bench.results import make_result, write_result
+from ksearch.bench.results import make_result, merged_parts, write_result
 from ksearch.config import RunConfig, SelectionWeights
 from ksearch.harness import EvalOptions, EvalResult, Evaluator
 from ksearch.search.start import create_run, execute, start_run
@@ -242,10 +245,15 @@ def main() -> None:
     ap.add_argument("--runs-dir", default=None, help="keep the runs here (default: a temporary directory)")
     ap.add_argument("--resume", default=None, metavar="RESULT.json",
                     help="continue a comparison cut short: keep that file's runs and do only the missing ones")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="PART.json",
+                    help="run nothing: join results of one machine measured task by task")
     ap.add_argument("--rebuild", nargs="+", default=None, metavar="RUNS_DIR",
                     help="run nothing: build the result from the finished runs kept in these --runs-dir folders")
     args = ap.parse_args()
     rows: list[dict[str, Any]] = []
+    if args.merge:
+        print(merge([json.loads(Path(f).read_text()) for f in args.merge], args))
+        return
     if args.rebuild:
         rows = [r for r in rebuild(args.rebuild) if r["budget"] == args.budget and r["rule"] in args.rules
                 and r["task"] in args.tasks and r["seed"] in args.seeds]
@@ -282,7 +290,37 @@ def main() -> None:
     print(path or "nothing left to run")
 
 
+def merge(parts: list[dict[str, Any]], args: argparse.Namespace) -> Path:
+    """One result from parts of one machine: their runs, summarised as if measured in one call."""
+    frame = merged_parts(parts, "selection_rules")
+    rows = frame["figures"]
+    budgets = {r["budget"] for r in rows}
+    if len(budgets) != 1:
+        raise SystemExit(f"selection_rules: the parts ran different budgets {sorted(budgets)}: merge runs of one budget")
+    args.backend, args.budget = frame["backend"], budgets.pop()
+    args.tasks = list(dict.fromkeys(r["task"] for r in rows))
+    args.rules = [k for k in RULES if any(r["rule"] == k for r in rows)]
+    args.share_verdicts = args.share_verdicts or any("Verdicts shared" in p.get("notes", "") for p in parts)
+    complete = all(p["summary"].get("complete") for p in parts)
+    summary, notes = summarised(rows, args, complete)
+    tier = frame["name"].rsplit("-", 1)[-1]
+    shapes = [s for p in parts for s in p.get("shapes", [])]
+    return write_result({**frame, "figures": rows, "shapes": shapes, "summary": summary, "notes": notes,
+                         "name": f"selection-rules-{tier}"}, args.out)
+
+
 def write(rows: list[dict[str, Any]], args: argparse.Namespace, complete: bool) -> Path:
+    summary, notes = summarised(rows, args, complete)
+    backend = get_backend(args.backend)
+    tier = "cpu" if args.backend == "mlx-cpu" else "gpu"
+    tasks = summary["tasks"]
+    result = make_result(f"selection-rules-{tier}", backend, rows,
+                         [f"{t} {backend.tier} search workloads" for t in tasks], ["float32", "float16"], summary, notes)
+    return write_result(result, args.out)
+
+
+def summarised(rows: list[dict[str, Any]], args: argparse.Namespace, complete: bool) -> tuple[dict[str, Any], str]:
+    """The summary and notes of a comparison's rows (sorted and denoised in place)."""
     seeds = sorted({r["seed"] for r in rows})
     tasks = [t for t in args.tasks if any(r["task"] == t for r in rows)]
     full_tasks, full_seeds, full_budget = (TASKS, SEEDS, BUDGET) if args.backend == "mlx-cpu" else GPU_FULL
@@ -302,11 +340,7 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace, complete: bool) 
     if reduced:
         notes += (f" REDUCED: fewer seeds, tasks or evaluations than the full comparison ({', '.join(full_tasks)}; "
                   f"seeds {list(full_seeds)}; budget {full_budget}); too little data to choose a default.")
-    backend = get_backend(args.backend)
-    tier = "cpu" if args.backend == "mlx-cpu" else "gpu"
-    result = make_result(f"selection-rules-{tier}", backend, rows, [f"{t} {backend.tier} search workloads" for t in tasks],
-                         ["float32", "float16"], summary, notes)
-    return write_result(result, args.out)
+    return summary, notes
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ def _batches(late: int, monkeypatch: pytest.MonkeyPatch) -> list[float]:
     far ahead each stop was set, in seconds."""
     ahead: list[float] = []
 
-    def run_batch(worker: Any, first: int, n_max: int, key: int, deadline: float, stop_at: float | None) -> Batch:
+    def run_batch(worker: Any, first: int, n_max: int, key: int, deadline: float, stop_at: float | None,
+                  run: int = 1) -> Batch:
         times = [1e-3] * min(n_max, 4)
         b = Batch(first=first, batch_key=key, elapsed=sum(times) + 1e-4, commits=[COMMIT] * len(times),
                   reply={"ok": True, "times": times, "gaps": [0.0] * len(times), "lead": 0.0})

@@ -46,7 +46,8 @@ def test_calls_of_two_kinds_get_more_checks(monkeypatch: pytest.MonkeyPatch, kin
     from ksearch.harness.batch import Batch
     from ksearch.tasks import get_task
 
-    def fake_batch(worker: object, first: int, n_max: int, key: int, deadline: float, stop_at: object) -> Batch:
+    def fake_batch(worker: object, first: int, n_max: int, key: int, deadline: float, stop_at: object,
+                   run: int = 1) -> Batch:
         n = min(n_max, 12)
         # One kind: every call 1 ms. Two kinds: two calls in three 10 us (served from a cache), one 1 ms.
         times = [1e-3 if kinds == 1 or (first + k) % 3 == 0 else 1e-5 for k in range(n)]

@@ -57,6 +57,17 @@ def validate(data: dict[str, Any]) -> None:
         raise ValueError("figures must be a list of rows")
 
 
+def merged_parts(parts: list[dict[str, Any]], what: str) -> dict[str, Any]:
+    """The frame of one result joined from parts measured on one machine, anywhere (the machine's facts come from
+    the parts, not from where they are joined): the first part with the latest date and every part's figures."""
+    if not parts:
+        raise SystemExit(f"{what}: no parts to join")
+    machines = {(p.get("device"), p.get("backend"), p.get("mlx")) for p in parts}
+    if len(machines) != 1:
+        raise SystemExit(f"{what}: the parts come from different machines or versions: {sorted(machines, key=str)}")
+    return {**parts[0], "date": max(p["date"] for p in parts), "figures": [r for p in parts for r in p["figures"]]}
+
+
 def write_result(data: dict[str, Any], out_dir: str | Path = "benchmarks/results", stem: str | None = None) -> Path:
     validate(data)
     out = Path(out_dir)

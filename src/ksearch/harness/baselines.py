@@ -75,7 +75,7 @@ class Baselines:
                             raise RuntimeError(f"baseline ({entry}) failed to load: {reply.get('error')}")
                     stops = worker.stops_seen
                     timed = time_workload(worker, self.task, w, plan, deadline, check=False)
-                    measured = timing.combine(timed.rows(), timed.gaps(), leads=timed.leads())
+                    measured = timing.combine(timed.rows(), timed.gaps(), leads=timed.leads(), runs=timed.runs())
                     if worker.stops_seen == stops and measured.error is None:
                         break
                 out[w.name] = (measured.latency_s, timed.median_gap())

@@ -32,6 +32,14 @@ class Batch:
     def gaps(self) -> list[float]:
         return list(self.reply.get("gaps") or [])
 
+    @property
+    def runs(self) -> list[int]:
+        """The lengths of the batch's runs (timing.RUN); one call a run when the worker reported none."""
+        runs = self.reply.get("runs")
+        if isinstance(runs, list) and all(isinstance(r, int) for r in runs):
+            return list(runs)
+        return [1] * len(self.times)
+
 
 def _fail(worker: WorkerProcess, exc: BaseException) -> WorkerDied:
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -43,8 +51,9 @@ def _fail(worker: WorkerProcess, exc: BaseException) -> WorkerDied:
 
 
 def run_batch(worker: WorkerProcess, first: int, n_max: int, batch_key: int, deadline: float,
-              stop_at: float | None) -> Batch:
-    """Run one batch; `stop_at` (time.monotonic()) is when the parent stops it, None to let it run its n_max calls.
+              stop_at: float | None, run: int = 1) -> Batch:
+    """Run one batch, in runs of at most `run` calls; `stop_at` (time.monotonic()) is when the parent stops it, None
+    to let it run its n_max calls.
 
     Raises WorkerDied like WorkerProcess.request; a record out of order is a protocol error."""
     sock = worker.sock
@@ -54,7 +63,7 @@ def run_batch(worker: WorkerProcess, first: int, n_max: int, batch_key: int, dea
     size = protocol.COMMIT.size
     t0 = time.perf_counter()
     try:
-        protocol.send(sock, {"op": "go", "offset": first, "n": n_max, "batch": batch_key})
+        protocol.send(sock, {"op": "go", "offset": first, "n": n_max, "batch": batch_key, "run": run})
         ended = False
         last_poll = time.monotonic()
         while not ended:

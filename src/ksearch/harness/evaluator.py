@@ -342,7 +342,7 @@ class Evaluator:
             latency, gap = base[w.name]
             measured = timing.combine(timed[w.name].rows(), timed[w.name].gaps(), gap,
                                       timing.GAP_SLACK_S["gpu" if self.backend.is_gpu else "cpu"],
-                                      timed[w.name].leads())
+                                      timed[w.name].leads(), timed[w.name].runs())
             if measured.error:
                 raise Fail("runtime_error", f"{w.name}: {measured.error}")
             wr.latency_s, wr.latency_spread, wr.timing_source = measured.latency_s, measured.spread, measured.source

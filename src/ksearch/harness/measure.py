@@ -83,8 +83,12 @@ class Timed:
     def leads(self) -> list[float]:
         return [float(b.reply.get("lead") or 0.0) for b in self.batches]
 
+    def runs(self) -> list[list[int]]:
+        return [b.runs for b in self.batches]
+
     def median_gap(self) -> float | None:
-        gaps = sorted(g for b in self.batches for g in b.gaps)
+        """The median over runs of a run's time between calls, per call (timing.per_run)."""
+        gaps = sorted(g for b in self.batches for g in timing.per_run(b.gaps, b.runs))
         return gaps[len(gaps) // 2] if gaps else None
 
 
@@ -108,9 +112,10 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
     timed = Timed(pool_sets=plan.pool_sets)
     offset = 0
 
-    def batch(n_max: int, stop_at: float | None) -> Batch:
+    def batch(n_max: int, stop_at: float | None, expected: int) -> Batch:
         nonlocal offset
-        b = run_batch(worker, offset, n_max, rng.getrandbits(62), deadline, stop_at)
+        b = run_batch(worker, offset, n_max, rng.getrandbits(62), deadline, stop_at,
+                      timing.run_length(plan.run, expected))
         if not b.reply.get("ok"):
             raise _failed(worker, b.reply)
         m = len(b.times)
@@ -125,7 +130,7 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
     # phantom speedup of a kernel over itself.
     n, calls, spent, per_call = 1, 0, 0.0, 0.0
     while calls < plan.warmup or spent < plan.warmup_s:
-        b = batch(n, None)
+        b = batch(n, None, n)
         calls, spent = calls + len(b.times), spent + b.elapsed
         per_call = b.elapsed / max(1, len(b.times))
         n = min(max(1, timing.batch_size(per_call, max(plan.warmup_s - spent, per_call))), 4 * n + 4)
@@ -150,7 +155,7 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         n_max = min(2 * n + 2, 4000)
         expected = n * per_call if per_call > 0 else plan.target_batch_s
         low, high = (0.5, 1.5) if missed else (0.05, 1.0)
-        b = batch(n_max, time.monotonic() + expected * rng.uniform(low, high))
+        b = batch(n_max, time.monotonic() + expected * rng.uniform(low, high), n)
         if index in owed:
             owed.discard(index)
             pending_checks += 1

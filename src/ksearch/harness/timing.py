@@ -18,6 +18,11 @@ class TimingPlan:
     batches: int
     target_batch_s: float
     checks: int  # batches whose checked call is judged against the reference
+    run: int = 1  # timed calls at most per run (see RUN)
+
+
+#: A GPU pool holds at least this many sets where memory allows, so that runs are at least this long.
+MIN_GPU_SETS = 4
 
 
 def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, max_pool_bytes: int = 8 << 30) -> TimingPlan:
@@ -26,10 +31,20 @@ def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, max_pool_byt
     sets = math.ceil(2 * llc_bytes / per_set) + 1
     sets = max(2, min(sets, 64, max(2, max_pool_bytes // per_set)))
     if gpu:
-        return TimingPlan(pool_sets=sets, warmup=3, warmup_s=0.1, batches=5, target_batch_s=0.08, checks=2)
+        sets = max(sets, min(MIN_GPU_SETS, max_pool_bytes // per_set))
+        return TimingPlan(pool_sets=sets, warmup=3, warmup_s=0.1, batches=5, target_batch_s=0.08, checks=2,
+                          run=min(sets, RUN))
     # CPU timings serve relative comparisons within one run: a pool of at most 8 sets (building 64 took longer than
     # the rest of the timing of a small workload), and shorter batches.
-    return TimingPlan(pool_sets=min(sets, 8), warmup=3, warmup_s=0.05, batches=4, target_batch_s=0.06, checks=2)
+    sets = min(sets, 8)
+    return TimingPlan(pool_sets=sets, warmup=3, warmup_s=0.05, batches=4, target_batch_s=0.06, checks=2,
+                      run=min(sets, RUN))
+
+
+def run_length(most: int, calls: int) -> int:
+    """Calls per run in a batch expected to take `calls` calls: at most `most`, and short enough that a batch holds
+    four runs (the parent's random stop must have runs' commitments to land between)."""
+    return max(1, min(most, calls // 4))
 
 
 def batch_size(estimate_s: float, target_s: float) -> int:
@@ -49,7 +64,17 @@ class Measured:
 #: The worker keeps the outputs of its last RING timed calls. The parent stops each batch at a uniformly random moment
 #: of its expected length and names one call among the last ones whose commitment had arrived before its stop: every
 #: call of a batch is as likely to be the one checked.
-RING = 6
+RING = 12
+
+#: The worker times its calls in runs: the inputs of a run's calls are made (stamped) together before its first call,
+#: the run's calls follow each other with nothing but the clock between them, and their commitments go out after the
+#: run. Device work between two calls (a stamp, a fingerprint) slowed the next call: the worker's loop, taken apart in
+#: one process on the H200 (benchmarks/harness_conditions.py --worker-loop), timed 140-250 us calls 1.3-1.6x slower
+#: than a plain loop, and 0.9-1.04x with the stamps, fingerprints and ring taken out. With runs, one call in a run
+#: follows that work; the latency is the median of all calls. A run uses distinct pool sets (each call's inputs are
+#: its own set, stamped anew) and is at most half the ring: the worker ends the run in progress at the parent's stop,
+#: and the ring must still hold calls committed to before the stop.
+RUN = RING // 2
 
 #: Batches past the plan's, at most, to take a check that found no committed call to name (a descheduled worker's
 #: commitments arrive after the stop: on a loaded 2-core machine three were seen to miss in a row).
@@ -108,13 +133,27 @@ def batch_error(elapsed: float, n: int, times: list[float], gaps: list[float] | 
     return None
 
 
+def per_run(values: list[float], runs: list[int] | None) -> list[float]:
+    """The mean of `values` over each run (consecutive groups of the given lengths); each value its own run when
+    `runs` is None or does not add up to len(values)."""
+    if not runs or sum(runs) != len(values) or any(r < 1 for r in runs):
+        return list(values)
+    out, k = [], 0
+    for r in runs:
+        out.append(statistics.fmean(values[k:k + r]))
+        k += r
+    return out
+
+
 def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float]] | None = None,
-            trusted_gap: float | None = None, slack: float = 0.0, leads: list[float] | None = None) -> Measured:
+            trusted_gap: float | None = None, slack: float = 0.0, leads: list[float] | None = None,
+            runs: list[list[int]] | None = None) -> Measured:
     """batches: (parent elapsed seconds, calls, worker per-call times); gaps: per batch, the worker's time between
-    calls. The worker's times are finer but only believed when they fit inside the parent's clock; a worker that
-    claims more time than passed, or far less, is lying (a patched timer) and the evaluation fails. With a trusted gap
-    (the baseline's time between calls on this workload), a call is as long as its own time, or its time plus its gap
-    less what the harness itself needs there (GAP_FACTOR), whichever is longer."""
+    calls; runs: per batch, the lengths of its runs (RUN). The worker's times are finer but only believed when they
+    fit inside the parent's clock; a worker that claims more time than passed, or far less, is lying (a patched timer)
+    and the evaluation fails. With a trusted gap (the baseline's time between calls on this workload, per call of a
+    run), a call is as long as its own time, or its run's time plus gaps per call less what the harness itself needs
+    there (GAP_FACTOR), whichever is longer: work moved out of the clock, into any gap of a run, is counted."""
     all_worker: list[float] = []
     cycles: list[float] = []
     for k, (elapsed, _n, times) in enumerate(batches):
@@ -125,7 +164,7 @@ def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float
             return Measured(elapsed / n, 0.0, "parent", error)
         all_worker.extend(times)
         if g:
-            cycles.extend(t + gg for t, gg in zip(times, g, strict=True))
+            cycles.extend(per_run([t + gg for t, gg in zip(times, g, strict=True)], runs[k] if runs else None))
     med = statistics.median(all_worker)
     q = statistics.quantiles(all_worker, n=4) if len(all_worker) >= 4 else [med, med, med]
     source = "worker"

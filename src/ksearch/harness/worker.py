@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ksearch.harness import protocol
-from ksearch.harness.timing import RING
+from ksearch.harness.timing import RING, RUN
 
 # Captured before any candidate code exists in this process.
 _clock = time.perf_counter
@@ -261,59 +261,67 @@ class Worker:
         return msg.get("op") == "stop"
 
     def go(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """One batch of timed calls, from call `offset` on, until the parent's stop or `n` calls.
+        """One batch of timed calls, from call `offset` on, until the parent's stop or `n` calls, in runs of at most
+        `run` calls (timing.RUN).
 
-        Each call: new inputs (made before its clock starts), then run, evaluate and synchronise inside the clock.
-        After it, outside the clock: a fingerprint of its outputs computed on the device and sent to the parent at
-        once (a commitment: the parent later names one of the last calls before its stop, takes that call's outputs
-        from the ring and checks them against the commitment and the reference), and the next call's inputs. The
-        time outside the clock is reported too (`gaps`), so the parent can bound what happens there."""
+        A run: its calls' inputs made together (each call its own pool set, stamped anew) before its first clock
+        starts; then its calls one after the other, each run, evaluated and synchronised inside its clock, with
+        nothing but the clock between them; after the run, outside any clock, a fingerprint of each call's outputs
+        computed on the device and sent to the parent at once (a commitment: the parent later names one of the last
+        calls before its stop, takes that call's outputs from the ring and checks them against the commitment and the
+        reference). The time outside the clocks is reported too (`gaps`, per call: from its end to the next call's
+        start), so the parent can bound what happens there, with the runs' lengths (`runs`)."""
         from ksearch.harness.digest import fingerprint_mx
 
         assert self.pool is not None, "prepare first"
         start, n, batch = int(msg["offset"]), int(msg["n"]), int(msg["batch"])
+        run = max(1, min(int(msg.get("run") or 1), RUN, len(self.pool.sets)))
         times: list[float] = []
         gaps: list[float] = []
+        runs: list[int] = []
         self.ring.clear()
         t_begin = _clock()
+        lead, last_end = 0.0, 0.0
         try:
-            first = self.pool.take(batch, start)
-            self._eval(list(first.values()))
-            nxt: dict[str, Any] | None = first
-            del first
-            lead = _clock() - t_begin
-            for k in range(n):
-                inputs, nxt = nxt, None
-                assert inputs is not None
-                t0 = _clock()
-                out = self.run(**inputs, **self.params)
-                self._eval(out)
-                self._sync()
-                t1 = _clock()
-                del inputs
-                outs = self._as_tuple(out)
-                del out
-                self.ring.append((start + k, outs))
-                pending = [fingerprint_mx(outs)]
-                if k + 1 < n:
-                    nxt = self.pool.take(batch, start + k + 1)
-                    pending.extend(nxt.values())
-                self._eval(pending)
-                lanes = pending[0].tolist()
-                del pending
-                _sendall(self.sock, protocol.COMMIT.pack(protocol.COMMIT_MAGIC, start + k, *lanes))
-                times.append(t1 - t0)
-                stop = self._stop_requested()
-                gaps.append(_clock() - t1)
-                if stop:
+            while len(times) < n:
+                first = start + len(times)
+                r = min(run, n - len(times))
+                inputs: list[dict[str, Any] | None] = [self.pool.take(batch, first + j) for j in range(r)]
+                self._eval([v for x in inputs if x for v in x.values()])
+                for j in range(r):
+                    x, inputs[j] = inputs[j], None
+                    assert x is not None
+                    t0 = _clock()
+                    if times:
+                        gaps.append(t0 - last_end)
+                    else:
+                        lead = t0 - t_begin
+                    out = self.run(**x, **self.params)
+                    self._eval(out)
+                    self._sync()
+                    last_end = _clock()
+                    del x
+                    outs = self._as_tuple(out)
+                    del out
+                    self.ring.append((first + j, outs))
+                    times.append(last_end - t0)
+                runs.append(r)
+                prints = [fingerprint_mx(outs) for _, outs in list(self.ring)[-r:]]
+                self._eval(prints)
+                for j, fp in enumerate(prints):
+                    _sendall(self.sock, protocol.COMMIT.pack(protocol.COMMIT_MAGIC, first + j, *fp.tolist()))
+                del prints
+                if self._stop_requested():
                     break
+            if times:
+                gaps.append(_clock() - last_end)
         except BaseException as exc:  # noqa: BLE001 - the candidate's failure, reported after the end record
             if isinstance(exc, KeyboardInterrupt):
                 raise
             _sendall(self.sock, protocol.COMMIT.pack(protocol.END_MAGIC, len(times), 0, 0))
             return _failure(exc)
         _sendall(self.sock, protocol.COMMIT.pack(protocol.END_MAGIC, len(times), 0, 0))
-        return {"ok": True, "times": times, "gaps": gaps, "lead": lead}
+        return {"ok": True, "times": times, "gaps": gaps, "runs": runs, "lead": lead}
 
     def spot(self, msg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """Ship one of the last timed calls' outputs, named by its call index, for the parent to judge."""

@@ -1,0 +1,105 @@
+"""Timed calls in runs (timing.RUN): the worker's loop, the plan's run lengths and the gap bound per run."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+import pytest
+
+from ksearch.harness import timing
+
+
+def test_work_moved_into_one_gap_of_a_run_is_counted() -> None:
+    # Six calls of 100 us a run; a candidate that leaves 3 ms of work to the gap after each run's last call (a thread
+    # finishing what the calls started). Per call, the median cycle is the call itself; per run, the work shows.
+    times = [1e-4] * 60
+    gaps = ([0.0] * 5 + [3e-3]) * 10
+    runs = [[6] * 10]
+    batches = [(sum(times) + sum(gaps), 60, times)]
+    measured = timing.combine(batches, [gaps], trusted_gap=1e-5, slack=20e-6, runs=runs)
+    assert measured.source == "cycle"
+    assert measured.latency_s > 4e-4
+    # The same gaps spread as the harness's own work (the trusted worker's gap is as large): no correction.
+    honest = timing.combine(batches, [gaps], trusted_gap=5e-4, slack=20e-6, runs=runs)
+    assert honest.source == "worker" and honest.latency_s == pytest.approx(1e-4)
+
+
+def test_per_run_means_fall_back_to_calls_when_runs_do_not_add_up() -> None:
+    assert timing.per_run([1.0, 2.0, 3.0, 4.0], [2, 2]) == [1.5, 3.5]
+    assert timing.per_run([1.0, 2.0, 3.0], [2, 2]) == [1.0, 2.0, 3.0]
+    assert timing.per_run([1.0, 2.0], None) == [1.0, 2.0]
+
+
+def test_run_lengths_leave_a_batch_four_runs_and_the_ring_room() -> None:
+    assert timing.RUN * 2 <= timing.RING
+    assert timing.run_length(timing.RUN, 400) == timing.RUN
+    assert timing.run_length(timing.RUN, 8) == 2
+    assert timing.run_length(timing.RUN, 3) == 1
+
+
+def test_a_gpu_pool_has_sets_for_runs_where_memory_allows() -> None:
+    from ksearch.tasks import get_task
+
+    task = get_task("gqa_decode")
+    for w in task.select_workloads("gpu"):
+        per_set = task.input_bytes(w) + task.output_bytes(w)
+        p = timing.plan(task, w, 50 << 20, gpu=True)
+        assert p.pool_sets >= min(timing.MIN_GPU_SETS, (8 << 30) // per_set)
+        assert 1 <= p.run <= min(p.pool_sets, timing.RUN)
+
+
+def test_the_worker_times_calls_in_runs_and_commits_to_each() -> None:
+    import mlx.core as mx
+
+    from ksearch.harness import digest, protocol
+    from ksearch.harness.pool import TimingPool
+    from ksearch.harness.worker import Worker
+    from ksearch.tasks import get_task
+
+    mx.set_default_device(mx.cpu)
+    task = get_task("softmax")
+    w = task.select_workloads("cpu")[0]
+    ours, theirs = socket.socketpair()
+    received = bytearray()
+
+    def drain() -> None:
+        while True:
+            chunk = theirs.recv(1 << 16)
+            if not chunk:
+                return
+            received.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    seen: list[int] = []
+
+    def run(x: Any) -> Any:
+        seen.append(int(mx.sum(x != 0).item()))  # the call's inputs are evaluated before its clock starts
+        return mx.softmax(x, axis=-1)
+
+    worker = Worker(ours)
+    worker.mx, worker._eval, worker._synchronize, worker.task = mx, mx.eval, mx.synchronize, task
+    digest.capture_ops()
+    worker.pool = TimingPool(task, w, 3, 4)
+    worker.run, worker.params = run, dict(w.params)
+    reply = worker.go({"offset": 5, "n": 10, "batch": 7, "run": 3})
+    ours.close()
+    reader.join(5)
+    assert reply["ok"] and reply["runs"] == [3, 3, 3, 1]
+    assert len(reply["times"]) == len(reply["gaps"]) == 10 and len(seen) == 10
+    size = protocol.COMMIT.size
+    records = [protocol.COMMIT.unpack_from(received, off) for off in range(0, len(received), size)]
+    assert [r[1] for r in records[:-1]] == list(range(5, 15)) and records[-1][0] == protocol.END_MAGIC
+    # Each committed fingerprint is the fingerprint of the outputs the ring holds for that call.
+    held = {call: outs for call, outs in worker.ring}
+    for magic, call, a, b in records[:-1]:
+        assert magic == protocol.COMMIT_MAGIC
+        if call in held:
+            lanes = digest.fingerprint_mx(held[call]).tolist()
+            assert (a, b) == tuple(lanes)
+    # Inside a run only the clock separates two calls; the run's last gap holds the commitments and the next stamps.
+    gaps = reply["gaps"]
+    inside = sorted(gaps[i] for i in (0, 1, 3, 4, 6, 7))
+    assert inside[len(inside) // 2] < max(gaps[2], gaps[5], gaps[8])
