@@ -103,3 +103,21 @@ def test_the_worker_times_calls_in_runs_and_commits_to_each() -> None:
     gaps = reply["gaps"]
     inside = sorted(gaps[i] for i in (0, 1, 3, 4, 6, 7))
     assert inside[len(inside) // 2] < max(gaps[2], gaps[5], gaps[8])
+
+
+def test_work_moved_between_the_calls_of_a_run_gains_at_most_the_run_bound() -> None:
+    # A run's inputs are all there before its first call: a candidate computes other calls' outputs early, so four
+    # calls in six look twice as fast as they are and two pay for them (each run's total is honest: 6 ms).
+    run = [0.5e-3] * 4 + [2e-3] * 2
+    times = run * 20
+    measured = timing.combine([(sum(times), len(times), times)], runs=[[6] * 20])
+    assert measured.source == "run" and measured.latency_s == pytest.approx(1e-3)
+    # Without the run bound the median call (0.5 ms) would be the latency: mean = 2 x median, not over it.
+    assert not timing.two_kinds(times)
+
+
+def test_an_honest_run_whose_first_call_is_slower_is_timed_by_its_median_call() -> None:
+    # The first call of each run follows the harness's work between runs and is 1.6x the others.
+    times = ([1.6e-4] + [1e-4] * 5) * 20
+    measured = timing.combine([(sum(times), len(times), times)], runs=[[6] * 20])
+    assert measured.source == "worker" and measured.latency_s == pytest.approx(1e-4)

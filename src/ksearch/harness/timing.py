@@ -57,7 +57,7 @@ def batch_size(estimate_s: float, target_s: float) -> int:
 class Measured:
     latency_s: float
     spread: float
-    source: str  # worker | cycle | parent
+    source: str  # worker | mean | run | cycle | parent
     error: str | None = None
 
 
@@ -110,6 +110,12 @@ BIMODAL = 2.0
 #: a candidate computing one call in three escapes all of them and the first two with probability (1/3)^8). Best
 #: effort: a loaded machine that leaves some of them untaken does not fail the candidate.
 BIMODAL_CHECKS = 6
+#: A run's inputs are all made before its first call, so a candidate can find them and move work between the calls of
+#: a run (compute two calls' outputs in one call, return the other at once): the run's total stays honest, the
+#: median call does not. When the runs' median mean call is over RUN_BOUND times the median call, the latency is the
+#: runs' median mean: such a candidate gains at most RUN_BOUND (BIMODAL's 2x otherwise). An honest run trips it only
+#: when its first call (after the harness's work between runs) is over 1 + 6 x 0.5 = 4 times its others.
+RUN_BOUND = 1.5
 
 
 def two_kinds(times: list[float]) -> bool:
@@ -156,6 +162,7 @@ def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float
     there (GAP_FACTOR), whichever is longer: work moved out of the clock, into any gap of a run, is counted."""
     all_worker: list[float] = []
     cycles: list[float] = []
+    run_means: list[float] = []
     for k, (elapsed, _n, times) in enumerate(batches):
         n = len(times) or 1
         g = gaps[k] if gaps is not None else []
@@ -163,6 +170,7 @@ def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float
         if error:
             return Measured(elapsed / n, 0.0, "parent", error)
         all_worker.extend(times)
+        run_means.extend(per_run(times, runs[k] if runs else None))
         if g:
             cycles.extend(per_run([t + gg for t, gg in zip(times, g, strict=True)], runs[k] if runs else None))
     med = statistics.median(all_worker)
@@ -170,6 +178,8 @@ def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float
     source = "worker"
     if two_kinds(all_worker):
         med, source = statistics.fmean(all_worker), "mean"
+    if statistics.median(run_means) > RUN_BOUND * med:
+        med, source = statistics.median(run_means), "run"
     if trusted_gap is not None and cycles:
         bound = statistics.median(cycles) - (GAP_FACTOR * trusted_gap + slack + GAP_CALL_SHARE * med)
         if bound > med:
