@@ -20,8 +20,9 @@ of its own, before and after the same loop here: the harness times calls in work
 follows the process and not the loop shows there (`process:here`, `process:child`; ratio to `process:here`).
 
 With --worker-loop, the worker's own timed loop (harness/worker.py `Worker.go`: the timing pool, the ring of the last
-outputs, the commitment sent on a socket) runs here, in this process, beside the plain loop, whole and with one part
-taken out at a time: `loop:worker`, `loop:no_ring` (outputs not kept), `loop:no_commit` (no fingerprint computed or
+outputs, the commitment sent on a socket) runs here, in this process, beside the plain loop: as the harness runs it
+(`loop:runs`, calls in runs of timing.RUN), one call a run (`loop:worker`, the loop before runs), and one call a run
+with one part taken out at a time: `loop:no_ring` (outputs not kept), `loop:no_commit` (no fingerprint computed or
 read back), `loop:no_stamp` (the pool's sets cycled, no per-call stamp), `loop:bare` (all three out: what is left
 is the loop itself, its socket and its bookkeeping); ratio to `loop:plain`.
 
@@ -190,7 +191,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
     from ksearch.bench.fidelity import plain_times
     from ksearch.harness import digest
     from ksearch.harness.pool import TimingPool, set_inputs
-    from ksearch.harness.timing import RING
+    from ksearch.harness.timing import RING, RUN
     from ksearch.harness.worker import Worker
 
     ours, theirs = socket.socketpair()
@@ -216,10 +217,13 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
     cycled = [base] + [set_inputs(task, w, 1, k, base) for k in range(1, sets)]
 
     class Cycled:
+        sets = cycled
+
         def take(self, _batch: int, call: int) -> dict[str, Any]:
             return cycled[call % len(cycled)]
 
-    variants = ("worker", "no_ring", "no_commit", "no_stamp", "bare")
+    variants = ("runs", "worker", "no_ring", "no_commit", "no_stamp", "bare")
+    run = min(sets, RUN)
     times: dict[tuple[str, str], list[float]] = {(v, k): [] for v in ("plain", *variants) for k in contenders}
     offset = 0
     for _ in range(3):
@@ -231,7 +235,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
                 worker.pool = Cycled() if v in ("no_stamp", "bare") else TimingPool(task, w, 5, sets)
                 worker.ring = collections.deque(maxlen=0 if v in ("no_ring", "bare") else RING)
                 digest.fingerprint_mx = (lambda _outs: constant) if v in ("no_commit", "bare") else real_fp
-                reply = worker.go({"offset": offset, "n": calls, "batch": offset})
+                reply = worker.go({"offset": offset, "n": calls, "batch": offset, "run": run if v == "runs" else 1})
                 digest.fingerprint_mx = real_fp
                 offset += calls
                 if not reply.get("ok"):

@@ -265,8 +265,8 @@ class Worker:
         `run` calls (timing.RUN).
 
         A run: its calls' inputs made together (each call its own pool set, stamped anew) before its first clock
-        starts; then its calls one after the other, each run, evaluated and synchronised inside its clock, with
-        nothing but the clock between them; after the run, outside any clock, a fingerprint of each call's outputs
+        starts; then its calls one after the other, each called, evaluated and synchronised inside its own clock,
+        with nothing but the clocks between them; after the run, outside any clock, a fingerprint of each call's outputs
         computed on the device and sent to the parent at once (a commitment: the parent later names one of the last
         calls before its stop, takes that call's outputs from the ring and checks them against the commitment and the
         reference). The time outside the clocks is reported too (`gaps`, per call: from its end to the next call's
