@@ -12,8 +12,8 @@ No candidate: the task's starter. A `family:` argument renders a template family
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,29 +22,38 @@ from ksearch.bench.phases import run_phases
 
 def _file(arg: str, tmp: Path) -> str:
     if not arg.startswith("family:"):
+        if not Path(arg).is_file():
+            raise SystemExit(f"eval_phases: no candidate file {arg}: give a .py file or family:ID:PARAMS_JSON")
         return arg
-    _, fid, params = arg.split(":", 2)
+    try:
+        _, fid, params = arg.split(":", 2)
+        values = json.loads(params)
+    except ValueError:
+        raise SystemExit(f"eval_phases: {arg!r} is not family:ID:PARAMS_JSON") from None
     from ksearch.policy.templates import all_families
 
-    family = next(f for f in all_families() if f.id == fid)
+    family = next((f for f in all_families() if f.id == fid), None)
+    if family is None:
+        known = ", ".join(sorted(f.id for f in all_families()))
+        raise SystemExit(f"eval_phases: no template family {fid}; known: {known}")
     path = tmp / f"{fid}.py"
-    path.write_text(family.render(json.loads(params)))
+    path.write_text(family.render(values))
     return str(path)
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    options = {"--workloads": None, "--repeat": "2", "--out": None}
-    for flag in list(options):
-        if flag in args:
-            i = args.index(flag)
-            options[flag] = args[i + 1]
-            del args[i:i + 2]
-    task, backend, candidates = args[0], args[1], args[2:]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("task")
+    ap.add_argument("backend")
+    ap.add_argument("candidates", nargs="*", help="CANDIDATE.py or family:ID:PARAMS_JSON (none: the starter)")
+    ap.add_argument("--workloads", default=None, help="comma-separated workload names")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        files = [_file(c, Path(tmp)) for c in candidates]
-        workloads = options["--workloads"].split(",") if options["--workloads"] else None
-        path = run_phases(task, backend, files, workloads, int(options["--repeat"] or 2), options["--out"])
+        files = [_file(c, Path(tmp)) for c in args.candidates]
+        workloads = args.workloads.split(",") if args.workloads else None
+        path = run_phases(args.task, args.backend, files, workloads, args.repeat, args.out)
     if path:
         print(f"wrote {path}")
 
