@@ -161,3 +161,22 @@ def test_every_solved_node_gets_a_follow_up_on_a_task_without_templates(tmp_path
     assert wm.node("n1")["overall_rating_0_to_10"] == 9.5 and "it works" in wm.node("n1")["notes"]
     fallback = store.events("edit_fallback")[0]["data"]
     assert fallback["node_id"] == "n1" and "follow-up" in fallback["message"]
+
+
+class Echo(Scripted):
+    """Action B's code is always action A's first candidate: every attempt of B's cycle repeats an earlier one."""
+
+    def implement(self, ctx: Any, req: Any) -> tuple[str, dict[str, Any]] | None:
+        if (req.action.get("action") or {}).get("title") == "B":
+            return ("TITLE = 'A'\nATTEMPT = 0\nSTATUS = 'passed'\nSCORE = 2.0\n\ndef run(x):\n    return x\n",
+                    {"family": "scripted", "i": 0})
+        return super().implement(ctx, req)
+
+
+def test_a_cycle_of_repeats_ends_with_nothing_new_not_stagnation(tmp_path: Any) -> None:
+    plan = {"A": [("passed", 2.0)] * 2, "B": [("passed", 1.0)], "C": [("passed", 1.0)] * 4}
+    store, _ = _run(tmp_path, Echo(plan), budget=8)
+    ends = {e["data"]["title"]: e["data"] for e in store.events("cycle_end")}
+    assert ends["B"]["reason"] == "nothing_new", ends["B"]
+    assert "repeated an earlier candidate" in ends["B"]["why"]
+    assert ends["A"]["reason"] == "stagnation"

@@ -273,7 +273,9 @@ class KSearch(StrategyBase):
             cyc.behind_parent = 0 if beats else cyc.behind_parent + 1
         window = self.s.stagnation_window
         if cyc.no_improve >= window:
-            self._end_cycle("stagnation")
+            # A window of repeats alone tried nothing: the action has nothing new, it did not stagnate.
+            tried = any(a.status not in ("duplicate", "no_candidate") for a in cyc.attempts)
+            self._end_cycle("stagnation" if tried else "nothing_new")
         elif cyc.behind_parent >= window:
             self._end_cycle("behind_parent")
         elif cyc.consecutive_skips >= MAX_SKIPS:
@@ -308,8 +310,10 @@ class KSearch(StrategyBase):
         if reason == "behind_parent":
             return (f"{w} attempts in a row after its first pass did not beat the parent's score "
                     f"{cyc.parent_score:.4g} (the cycle's best: {cyc.best_score:.4g})")
-        if reason == "nothing_new":
+        if reason == "nothing_new" and cyc.consecutive_skips >= MAX_SKIPS:
             return f"the proposer produced nothing new {MAX_SKIPS} times in a row"
+        if reason == "nothing_new":
+            return f"each of the cycle's {len(cyc.attempts)} attempts repeated an earlier candidate or gave no code"
         return f"the budget of {self.s.budget} evaluations is spent"
 
     def _end_cycle(self, reason: str) -> None:
