@@ -22,6 +22,10 @@ def test_fidelity_runs_on_the_cpu_and_writes_its_json(tmp_path, cpu_backend):
         for key in ("harness_candidate_s", "plain_candidate_s", "harness_baseline_s", "plain_baseline_s",
                     "candidate_ratio", "baseline_ratio"):
             assert f[key] and f[key] > 0, key
+        # The plain loop was measured before and after the harness's evaluation; its figure is their median.
+        assert len(f["plain_candidate_each_s"]) == f["plain_attempts"] >= 2
+        assert min(f["plain_candidate_each_s"]) <= f["plain_candidate_s"] <= max(f["plain_candidate_each_s"])
+        assert f["plain_drift"] >= 1.0
     assert "within_tolerance" in data["summary"]
 
 

@@ -4,8 +4,10 @@ For every task, on its search workloads of the backend's tier: the library kerne
 has one and it runs its own kernel here; otherwise the task's starting candidate) and the task's default baseline are
 judged by the harness (isolated workers, the timing pool, commitments, checks), and the same two are timed side by
 side in this process by the one timing helper (bench/timing.py: interleaved rounds of one call each, evaluated and
-synchronised inside the clock, as the harness's timed calls are; medians of calls on both sides), on input sets laid out alike (pool.set_inputs: P standalone sets, rotated
-between calls, P from the same plan). The ratios harness / plain, for the candidate and for the baseline, say how far
+synchronised inside the clock, as the harness's timed calls are; medians of calls on both sides), on input sets laid
+out alike (pool.set_inputs: P standalone sets, rotated between calls, P from the same plan), before the harness's
+evaluation and after it (the plain figure is the median of these measurements; `plain_drift` says how far they
+moved). The ratios harness / plain, for the candidate and for the baseline, say how far
 the harness's figures are from what a caller would see; 1.0 is agreement.
 """
 
@@ -139,30 +141,32 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
         base_name = task.default_baseline
         base_source = task.baseline(base_name).source_for(b.family)
         cand_name, cand_source = candidate_for(task, b, workloads)
-        with Evaluator(task, b) as ev:
-            result = ev.evaluate(cand_source, EvalOptions(workloads=[w.name for w in workloads], lint=False,
-                                                          timeout_s=timeout))
         cand = _load(cand_source, f"{task.name}_candidate").run
         variants = {}
         if base_source is not None:
             module = _load(base_source, f"{task.name}_baseline")
             variants = {f"baseline:{v}": getattr(module, v) for v in baseline_variants(base_source)}
+        contenders = {"candidate": cand, **variants}
+        sets_of = {w.name: timing.plan(task, w, llc, b.is_gpu).pool_sets for w in workloads}
+        # The plain loop before and after the harness's evaluation (and once more on a disagreement): calls of a few
+        # hundred microseconds were seen to move 1.8x within minutes on one machine, so the harness is compared with
+        # the plain loop of the same minutes, and the drift between the plain loop's measurements is recorded.
+        before = {w.name: _plain(task, w, contenders, sets_of[w.name], budget_s) for w in workloads}
+        mx.clear_cache()
+        with Evaluator(task, b) as ev:
+            result = ev.evaluate(cand_source, EvalOptions(workloads=[w.name for w in workloads], lint=False,
+                                                          timeout_s=timeout))
         for w, wr in zip(workloads, result.workloads, strict=True):
-            sets = timing.plan(task, w, llc, b.is_gpu).pool_sets
+            sets = sets_of[w.name]
             row: dict[str, Any] = {"task": task.name, "workload": w.name, "candidate": cand_name,
                                    "baseline": base_name, "status": result.status,
                                    "message": result.message[:300] if result.status != "passed" else "",
                                    "harness_candidate_s": wr.latency_s, "harness_baseline_s": wr.baseline_latency_s,
                                    "harness_timing_source": wr.timing_source, "pool_sets": sets}
+            plains = [before[w.name]]
             for attempt in range(2):
-                times = plain_times(task, w, {"candidate": cand, **variants}, sets, budget_s * (attempt + 1))
-                meds = {k: statistics.median(v) for k, v in times.items()}
-                base_key = min((k for k in meds if k != "candidate"), key=lambda k: meds[k], default=None)
-                row.update({"plain_candidate_s": meds["candidate"], "plain_candidate_min_s": min(times["candidate"]),
-                            "plain_candidate_max_s": max(times["candidate"]),
-                            "plain_baseline_s": meds[base_key] if base_key else None,
-                            "plain_baseline_variant": base_key.split(":", 1)[1] if base_key else None,
-                            "plain_attempts": attempt + 1})
+                plains.append(_plain(task, w, contenders, sets, budget_s * (attempt + 1)))
+                _plain_figures(row, plains)
                 _ratios(row)
                 if result.status != "passed" or _agrees(row):
                     break  # a disagreement is measured once more: the plain loop is the cheap side
@@ -183,6 +187,29 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
                        notes="harness latency / plain side-by-side loop latency, per task and workload, for the "
                              "library kernel (or the starter) and the default baseline; 1.0 is agreement")
     return write_result(data, out, stem)
+
+
+def _plain(task: Task, w: Workload, contenders: dict[str, Callable[..., Any]], sets: int,
+           budget_s: float) -> dict[str, Any]:
+    """One plain-loop measurement: the candidate's median, min and max call, and the fastest baseline variant's."""
+    times = plain_times(task, w, contenders, sets, budget_s)
+    meds = {k: statistics.median(v) for k, v in times.items()}
+    base_key = min((k for k in meds if k != "candidate"), key=lambda k: meds[k], default=None)
+    return {"candidate": meds["candidate"], "min": min(times["candidate"]), "max": max(times["candidate"]),
+            "baseline": meds[base_key] if base_key else None,
+            "variant": base_key.split(":", 1)[1] if base_key else None}
+
+
+def _plain_figures(row: dict[str, Any], plains: list[dict[str, Any]]) -> None:
+    """The plain side of a row from its measurements: the median of their medians, each one kept, and the drift."""
+    cands = [p["candidate"] for p in plains]
+    bases = [p["baseline"] for p in plains if p["baseline"]]
+    row.update({"plain_candidate_s": statistics.median(cands), "plain_candidate_each_s": cands,
+                "plain_candidate_min_s": min(p["min"] for p in plains),
+                "plain_candidate_max_s": max(p["max"] for p in plains),
+                "plain_baseline_s": statistics.median(bases) if bases else None, "plain_baseline_each_s": bases,
+                "plain_baseline_variant": plains[-1]["variant"], "plain_attempts": len(plains),
+                "plain_drift": max(cands) / min(cands) if min(cands) > 0 else None})
 
 
 def _ratios(row: dict[str, Any]) -> None:
