@@ -149,8 +149,8 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
         contenders = {"candidate": cand, **variants}
         sets_of = {w.name: timing.plan(task, w, llc, b.is_gpu).pool_sets for w in workloads}
         # The plain loop before and after the harness's evaluation (and once more on a disagreement): calls of a few
-        # hundred microseconds were seen to move 1.8x within minutes on one machine, so the harness is compared with
-        # the plain loop of the same minutes, and the drift between the plain loop's measurements is recorded.
+        # hundred microseconds moved 1.8x between two measurements minutes apart (two starts of the H200 machine),
+        # so the harness is compared with the plain loop of the same minutes, and the plain loop's drift is recorded.
         before = {w.name: _plain(task, w, contenders, sets_of[w.name], budget_s) for w in workloads}
         mx.clear_cache()
         with Evaluator(task, b) as ev:
