@@ -16,7 +16,7 @@ inside the clock:
     stamp_other plain, with another set stamped just before the call (any fresh writes, or the call's own inputs?)
 
 With --processes, the plain loop (the fidelity benchmark's, bench/fidelity.plain_times) also runs in a child process
-of its own, before and after the same loop here: the harness times calls in worker processes, so a difference that
+of its own, alternating with the same loop here (twice each): the harness times calls in worker processes, so a difference that
 follows the process and not the loop shows there (`process:here`, `process:child`; ratio to `process:here`).
 
 With --worker-loop, the worker's own timed loop (harness/worker.py `Worker.go`: the timing pool, the ring of the last
@@ -128,13 +128,13 @@ def measure(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], sets: 
     return rows
 
 
-def child_medians(task: str, workload: str, sources: dict[str, str], sets: int) -> dict[str, float]:
+def child_medians(task: str, workload: str, sources: dict[str, str], sets: int, cpu: bool) -> dict[str, float]:
     """The plain loop's median call per contender, in a fresh process (this script with --child)."""
     import json
     import subprocess
     import sys
 
-    spec = json.dumps({"task": task, "workload": workload, "sources": sources, "sets": sets})
+    spec = json.dumps({"task": task, "workload": workload, "sources": sources, "sets": sets, "cpu": cpu})
     done = subprocess.run([sys.executable, __file__, "--child", spec], capture_output=True, text=True, timeout=300,
                           check=False)
     if done.returncode != 0:
@@ -149,6 +149,10 @@ def child_main(spec_json: str) -> None:
     from ksearch.tasks import get_task
 
     spec = json.loads(spec_json)
+    if spec.get("cpu"):
+        import mlx.core as mx
+
+        mx.set_default_device(mx.cpu)
     task = get_task(spec["task"])
     w = next(x for x in task.workloads if x.name == spec["workload"])
     fns = {name: getattr(_load(src, f"child_{k}"), name.split(":", 1)[1] if name.startswith("baseline:") else "run")
@@ -158,7 +162,7 @@ def child_main(spec_json: str) -> None:
 
 
 def process_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], sources: dict[str, str],
-                 sets: int) -> list[dict[str, Any]]:
+                 sets: int, cpu: bool) -> list[dict[str, Any]]:
     """The plain loop here, in a child process, here again and in a child again: medians and ratios to here."""
     from ksearch.bench.fidelity import plain_times
 
@@ -167,7 +171,7 @@ def process_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
     for _ in range(2):
         for k, v in plain_times(task, w, contenders, sets).items():
             here[k].append(statistics.median(v))
-        for k, m in child_medians(task.name, w.name, sources, sets).items():
+        for k, m in child_medians(task.name, w.name, sources, sets, cpu).items():
             child[k].append(m)
     rows = []
     for name in contenders:
@@ -299,7 +303,7 @@ def main() -> None:
             if args.worker_loop:
                 rows += worker_loop_rows(task, w, contenders, sets, args.calls)
             if args.processes:
-                rows += process_rows(task, w, contenders, sources, sets)
+                rows += process_rows(task, w, contenders, sources, sets, not b.is_gpu)
             for r in rows:
                 print(f"{r['task']:<12} {r['workload']:<24} {r['contender']:<28} {r['condition']:<12} "
                       f"{r['latency_s'] * 1e6:9.1f} us  x{r['vs_plain_ratio']:.2f}", flush=True)

@@ -1,0 +1,24 @@
+"""benchmarks/harness_conditions.py on the CPU: the worker's own loop (in runs, one call a run, and with its parts
+taken out) runs in one process beside the plain loop and writes its JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_the_worker_loop_conditions_run_and_write_their_rows(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/harness_conditions.py"), "--backend", "mlx-cpu",
+                           "--tasks", "rmsnorm", "--calls", "4", "--worker-loop", "--only-extra", "--stem", "hc",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (path,) = tmp_path.glob("hc-mlx-cpu-*.json")
+    rows = json.loads(path.read_text())["figures"]
+    conditions = {r["condition"] for r in rows}
+    assert conditions == {f"loop:{v}" for v in ("plain", "runs", "worker", "no_ring", "no_commit", "no_stamp",
+                                                 "bare")}
+    assert all(r["latency_s"] > 0 and r["calls"] > 0 for r in rows)
