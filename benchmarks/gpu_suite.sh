@@ -23,6 +23,9 @@
 #   naive                           `ksearch bench naive`: every task's naive starter through the harness
 #   eval-phases                     where an evaluation's time goes (softmax, attention, gqa_decode; JSON per task)
 #   fidelity [TASK...]              harness timings against a plain loop, asserted within 10% (JSON per task)
+#   harness-loop [TASKS]            the worker's timed loop in one process beside the plain loop: in runs, one call a
+#                                   run, parts taken out (harness_conditions.py --worker-loop; default
+#                                   selective_state_update,gqa_decode: the short calls)
 #   ncu                             Nsight Compute on the prefill kernels at L=8192, D=128
 #   profile-capture                 `ksearch eval --profile` on the gqa_decode and attention starters; ncu's raw CSV
 #                                   kept under $OUT/ncu/ (copy one to tests/data/ncu/ as the parser's real fixture)
@@ -192,6 +195,12 @@ fidelity() {
     -k "${sel:4}" 2>&1 | tee "$OUT/fidelity-tests.log" | tail -15
 }
 
+harness_loop() {
+  local tasks=${1:-selective_state_update,gqa_decode}
+  timeout -k 10 400 "$PY" benchmarks/harness_conditions.py --tasks "$tasks" --calls 60 --worker-loop --only-extra \
+    --stem harness-conditions-worker-loop --out "$OUT" 2>&1 | tee "$OUT/harness-loop.log" | grep "loop:" | cut -c1-150
+}
+
 ncu_part() {
   command -v ncu >/dev/null || die "ncu (Nsight Compute) is not on this machine"
   # The first call compiles (skipped with -s 1); ncu locks the clocks, so durations are for comparing kernels only.
@@ -311,6 +320,7 @@ case "$part" in
   naive) setup && timeout -k 10 560 "${KS[@]}" bench naive --backend mlx-cuda --out "$OUT" 2>&1 | tail -12 ;;
   eval-phases) setup && eval_phases ;;
   fidelity) setup && fidelity "$@" ;;
+  harness-loop) setup && harness_loop "$@" ;;
   ncu) setup && ncu_part ;;
   profile-capture) setup && profile_capture ;;
   profile-feedback) setup && profile_feedback "$@" ;;
