@@ -69,8 +69,8 @@ RING = 12
 #: The worker times its calls in runs: the inputs of a run's calls are made (stamped) together before its first call,
 #: the run's calls follow each other with nothing but the clock between them, and their commitments go out after the
 #: run. Device work between two calls (a stamp, a fingerprint) slowed the next call: the worker's loop, taken apart in
-#: one process on the H200 (benchmarks/harness_conditions.py --worker-loop), timed 140-250 us calls 1.16-1.59x slower
-#: than a plain loop, and 0.87-1.04x with the stamps, fingerprints and ring taken out. With runs, one call in a run
+#: one process on the H200 (benchmarks/harness_conditions.py --worker-loop), timed 140-250 us calls 1.27-1.59x slower
+#: than a plain loop, and 0.87-1.22x with the stamps, fingerprints and ring taken out. With runs, one call in a run
 #: follows that work; the latency is the median of all calls. A run uses distinct pool sets (each call's inputs are
 #: its own set, stamped anew) and is at most half the ring: the worker ends the run in progress at the parent's stop,
 #: and the ring must still hold calls committed to before the stop.
