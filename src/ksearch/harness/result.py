@@ -26,8 +26,8 @@ class WorkloadResult:
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     roofline_fraction: float | None = None
-    #: "worker" (finer, checked against the parent clock), "parent", "cycle" (work moved between calls added back) or
-    #: "mean" (calls of two kinds: timing.BIMODAL)
+    #: "worker" (finer, checked against the parent clock), "parent", "cycle" (work moved between calls added back),
+    #: "mean" (calls of two kinds: timing.BIMODAL) or "run" (work moved between the calls of a run: timing.RUN_BOUND)
     timing_source: str | None = None
     message: str = ""
 
