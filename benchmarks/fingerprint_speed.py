@@ -12,7 +12,6 @@ No GPU needed: the parent checks commitments in NumPy on the host. Writes `finge
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from typing import Any
@@ -20,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from ksearch.backends import get_backend
+from ksearch.bench.host_checks import gpu_search_workloads, parse
 from ksearch.bench.results import make_result, write_result
+from ksearch.bench.timing import geomean
 from ksearch.harness import digest
-from ksearch.tasks import get_task
 
 
 def whole_array(arrays: list[np.ndarray]) -> str:
@@ -54,16 +54,12 @@ def sent(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", nargs="+", default=["softmax", "attention", "rmsnorm", "gqa_decode"])
-    ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--out", default="benchmarks/results")
-    args = ap.parse_args()
+    args = parse(__doc__.splitlines()[0], ["softmax", "attention", "rmsnorm", "gqa_decode"])
     rng = np.random.default_rng(0)
     figures: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
     dtypes: set[str] = set()
-    for task, w in [(t, w) for t in map(get_task, args.tasks) for w in t.select_workloads("gpu")]:
+    for task, w in gpu_search_workloads(args.tasks):
         outs = [sent(rng.standard_normal(spec.resolved_shape(w), dtype=np.float32), spec.resolved_dtype(w))
                 for spec in task.outputs]
         dtypes.update(spec.resolved_dtype(w) for spec in task.outputs)
@@ -91,10 +87,8 @@ def main() -> None:
         print(f"{task.name} {w.name}: {row['check_s']:.3f} s (first {first_s:.3f} s) against "
               f"{row['whole_array_s']:.3f} s: {row['speedup']:.2f}x", flush=True)
     speedups = [r["speedup"] for r in figures]
-    summary = {"geomean_speedup": float(np.exp(np.mean(np.log(speedups)))), "min_speedup": min(speedups),
-               "max_speedup": max(speedups),
-               "geomean_first_check_speedup": float(np.exp(np.mean(np.log([r["first_check_speedup"]
-                                                                           for r in figures]))))}
+    summary = {"geomean_speedup": geomean(speedups), "min_speedup": min(speedups), "max_speedup": max(speedups),
+               "geomean_first_check_speedup": geomean([r["first_check_speedup"] for r in figures])}
     print(summary)
     notes = ("Host-side check of a timed call's outputs against its commitment, single process, medians of "
              f"{args.repeat} alternated; outputs at the GPU search workloads' sizes with random values. A search's "
