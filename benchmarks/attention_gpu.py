@@ -3,6 +3,7 @@ the benchmarks with the best configuration (JSON into the output directory).
 
     python benchmarks/attention_gpu.py check-decode | check-prefill     # correctness, one process per kind
     python benchmarks/attention_gpu.py sweep-decode | sweep-prefill      # timings per configuration (JSON)
+    python benchmarks/attention_gpu.py versus-native OUT_DIR [CONFIG ...] # decode configurations beside native
     python benchmarks/attention_gpu.py bench OUT_DIR                     # ksearch bench decode + attention
 """
 
@@ -165,6 +166,61 @@ def sweep(kind: str, out: str) -> None:
         json.dump(rows, fh, indent=1)
 
 
+def parse_decode_config(text: str) -> DecodeConfig:
+    """`warps=8,unroll=4,fused=1` -> DecodeConfig (fields not named keep their defaults)."""
+    fields = {f: type(getattr(DecodeConfig(), f)) for f in DecodeConfig.__dataclass_fields__}
+    kwargs = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        if key not in fields:
+            raise SystemExit(f"unknown DecodeConfig field {key!r}; fields: {', '.join(fields)}")
+        kwargs[key] = bool(int(value)) if fields[key] is bool else int(value)
+    return DecodeConfig(**kwargs)
+
+
+def versus_native(out: str, texts: list[str]) -> None:
+    """Decode configurations and MLX's SDPA on the cache slice, side by side on `bench decode`'s shapes, each call
+    evaluated and synchronised as the harness's timed calls are, each contender's calls back to back in blocks (the
+    blocks in turn, 5 times): the configurations' speedups over native per shape and as a geomean (JSON)."""
+    from ksearch.backends import get_backend
+    from ksearch.bench.results import make_result, write_result
+    from ksearch.bench.timing import geomean
+    from ksearch.kernels.decode import native_decode
+
+    configs = [DecodeConfig()] + [parse_decode_config(t) for t in texts]
+    figures, shapes = [], []
+    for shape in ba.decode_shapes(True):
+        q, kc, vc = ba.decode_inputs(shape)
+        n = shape["length"]
+        fns = {"native": lambda q=q, kc=kc, vc=vc, n=n: native_decode(q, kc, vc, n)}
+        for cfg in configs:
+            fns[repr(cfg)] = lambda c=cfg, q=q, kc=kc, vc=vc, n=n: decode_cuda(q, kc, vc, n, c)
+        time_rounds(fns, 2, warmup=3, sync_each=True)
+        times: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(5):
+            for name, fn in fns.items():
+                times[name] += time_rounds({name: fn}, 20, warmup=0, sync_each=True)[name]
+        native = statistics.median(times["native"])
+        kv = 2 * shape["B"] * shape["Hkv"] * n * shape["D"] * 2
+        for cfg in configs:
+            med = statistics.median(times[repr(cfg)])
+            figures.append({**shape, "config": repr(cfg), "latency_s": med, "native_latency_s": native,
+                            "speedup": native / med, "gbs": kv / med / 1e9, "native_gbs": kv / native / 1e9})
+            print(f"{shape['B']:>2} {n:>6} {shape['dtype']:<8} {cfg}: {med * 1e6:7.1f} us vs native "
+                  f"{native * 1e6:7.1f} us  x{native / med:.3f}  {kv / med / 1e9:5.0f} GB/s", flush=True)
+        shapes.append(shape)
+    summary = {repr(c): {"geomean_speedup": geomean([f["speedup"] for f in figures if f["config"] == repr(c)]),
+                         "min_speedup": min(f["speedup"] for f in figures if f["config"] == repr(c))}
+               for c in configs}
+    for name, s in summary.items():
+        print(f"{name}: geomean x{s['geomean_speedup']:.3f}, min x{s['min_speedup']:.3f}", flush=True)
+    data = make_result("decode-versus-native", get_backend("mlx-cuda"), figures, shapes,
+                       sorted({s["dtype"] for s in shapes}), summary=summary,
+                       notes="each call evaluated and synchronised (as the harness times), blocks of 20 calls per "
+                             "contender in turn, 5 times; native = SDPA on the cache slice")
+    print(write_result(data, out), flush=True)
+
+
 def best_from_sweep(path: str) -> str | None:
     """The configuration with the best geomean latency in a sweep file."""
     with open(path) as fh:
@@ -202,6 +258,8 @@ if __name__ == "__main__":
         sys.exit(check(cmd.split("-", 1)[1]))
     if cmd.startswith("sweep-"):
         sweep(cmd.split("-", 1)[1], sys.argv[2])
+    elif cmd == "versus-native":
+        versus_native(sys.argv[2], sys.argv[3:])
     elif cmd == "harness":
         harness(sys.argv[2])
     elif cmd == "best":

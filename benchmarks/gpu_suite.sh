@@ -17,6 +17,8 @@
 #   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
 #   decode                          `ksearch bench decode`, check-decode, the configuration sweep, MLX-CUDA overheads
+#   decode-versus-native [CONFIG...]  split-K configurations (e.g. warps=8,unroll=4) beside native on `bench decode`'s
+#                                   shapes, calls synchronised as the harness times them (attention_gpu.py versus-native)
 #   decode-cluster                  the opt-in cluster decode with CUDA graphs off: check, sweep, bench; the hazard
 #   mamba                           `ksearch bench mamba` on the default and on the fused layout
 #   scan                            scan / decode-step micro benchmark; the best scan kernel through the harness
@@ -314,6 +316,8 @@ case "$part" in
   prefill-configs) setup && prefill_configs "$@" ;;
   prefill-small) setup && prefill_small ;;
   decode) setup && decode ;;
+  decode-versus-native) setup && timeout -k 10 500 "$PY" benchmarks/attention_gpu.py versus-native "$OUT" "$@" 2>&1 \
+                          | tee "$OUT/decode-versus-native.log" | tail -16 ;;
   decode-cluster) setup && decode_cluster ;;
   mamba) setup && mamba ;;
   scan) setup && scan ;;

@@ -22,10 +22,12 @@ def test_fidelity_runs_on_the_cpu_and_writes_its_json(tmp_path, cpu_backend):
         for key in ("harness_candidate_s", "plain_candidate_s", "harness_baseline_s", "plain_baseline_s",
                     "candidate_ratio", "baseline_ratio"):
             assert f[key] and f[key] > 0, key
-        # The plain loop was measured before and after the harness's evaluation; its figure is their median.
-        assert len(f["plain_candidate_each_s"]) == f["plain_attempts"] >= 2
+        # The fixed protocol: plain, harness, plain, harness, plain; each side's figure is the median of its own.
+        assert len(f["plain_candidate_each_s"]) == f["plain_attempts"] == 3
         assert min(f["plain_candidate_each_s"]) <= f["plain_candidate_s"] <= max(f["plain_candidate_each_s"])
-        assert f["plain_drift"] >= 1.0
+        assert len(f["harness_candidate_each_s"]) == len(f["harness_baseline_each_s"]) == 2
+        assert min(f["harness_baseline_each_s"]) <= f["harness_baseline_s"] <= max(f["harness_baseline_each_s"])
+        assert f["plain_drift"] >= 1.0 and f["harness_drift"] >= 1.0
     assert "within_tolerance" in data["summary"]
 
 
@@ -36,3 +38,33 @@ def test_library_kernels_stand_in_only_where_they_run_their_own_kernel(cpu_backe
         assert candidate_for(task, cpu_backend, task.select_workloads("cpu"))[0] == "starter"
     scan = get_task("selective_scan")
     assert candidate_for(scan, cpu_backend, scan.select_workloads("cpu"))[0] == "ksearch.kernels.selective_scan"
+
+
+def test_the_plain_loop_calls_each_contender_back_to_back_in_blocks(cpu_backend):
+    # A call that follows another kernel's is not what a caller's loop times: after the warm-up and the probe, the
+    # calls come in blocks of one contender, at least six long, the contenders' blocks in turn.
+    import mlx.core as mx
+
+    from ksearch.bench.fidelity import plain_times
+
+    task = get_task("softmax")
+    w = task.select_workloads("cpu")[0]
+    order: list[str] = []
+
+    def contender(name):
+        def run(x, **_params):
+            order.append(name)
+            return mx.softmax(x, axis=-1)
+        return run
+
+    times = plain_times(task, w, {"a": contender("a"), "b": contender("b")}, sets=2, budget_s=0.05, blocks=3)
+    timed = order[10:]  # 3 warm-up calls and 2 probe rounds of each
+    blocks = [[timed[0], 1]]
+    for name in timed[1:]:
+        if name == blocks[-1][0]:
+            blocks[-1][1] += 1
+        else:
+            blocks.append([name, 1])
+    assert [b[0] for b in blocks] == ["a", "b"] * 3
+    assert all(n >= 6 for _, n in blocks)
+    assert len(times["a"]) == sum(n for name, n in blocks if name == "a")
