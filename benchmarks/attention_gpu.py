@@ -166,28 +166,20 @@ def sweep(kind: str, out: str) -> None:
         json.dump(rows, fh, indent=1)
 
 
-def parse_decode_config(text: str) -> DecodeConfig:
-    """`warps=8,unroll=4,fused=1` -> DecodeConfig (fields not named keep their defaults)."""
-    fields = {f: type(getattr(DecodeConfig(), f)) for f in DecodeConfig.__dataclass_fields__}
-    kwargs = {}
-    for item in filter(None, text.split(",")):
-        key, _, value = item.partition("=")
-        if key not in fields:
-            raise SystemExit(f"unknown DecodeConfig field {key!r}; fields: {', '.join(fields)}")
-        kwargs[key] = bool(int(value)) if fields[key] is bool else int(value)
-    return DecodeConfig(**kwargs)
-
-
 def versus_native(out: str, texts: list[str]) -> None:
     """Decode configurations and MLX's SDPA on the cache slice, side by side on `bench decode`'s shapes, each call
-    evaluated and synchronised as the harness's timed calls are, each contender's calls back to back in blocks (the
-    blocks in turn, 5 times): the configurations' speedups over native per shape and as a geomean (JSON)."""
+    evaluated and synchronised (the latency of one waited-for call; `ksearch bench decode` queues calls), each
+    contender's calls back to back in blocks (the blocks in turn, 5 times): the configurations' speedups over native
+    per shape and as a geomean (JSON)."""
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
     from ksearch.bench.timing import geomean
     from ksearch.kernels.decode import native_decode
 
-    configs = [DecodeConfig()] + [parse_decode_config(t) for t in texts]
+    try:
+        configs = [DecodeConfig()] + [DecodeConfig.parse(t) for t in texts]
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     figures, shapes = [], []
     for shape in ba.decode_shapes(True):
         q, kc, vc = ba.decode_inputs(shape)
@@ -216,7 +208,7 @@ def versus_native(out: str, texts: list[str]) -> None:
         print(f"{name}: geomean x{s['geomean_speedup']:.3f}, min x{s['min_speedup']:.3f}", flush=True)
     data = make_result("decode-versus-native", get_backend("mlx-cuda"), figures, shapes,
                        sorted({s["dtype"] for s in shapes}), summary=summary,
-                       notes="each call evaluated and synchronised (as the harness times), blocks of 20 calls per "
+                       notes="each call evaluated and synchronised, blocks of 20 calls per "
                              "contender in turn, 5 times; native = SDPA on the cache slice")
     print(write_result(data, out), flush=True)
 

@@ -21,10 +21,11 @@ follows the process and not the loop shows there (`process:here`, `process:child
 
 With --worker-loop, the worker's own timed loop (harness/worker.py `Worker.go`: the timing pool, the ring of the last
 outputs, the commitment sent on a socket) runs here, in this process, beside the plain loop: as the harness runs it
-(`loop:runs`, calls in runs of timing.RUN), one call a run (`loop:worker`, the loop before runs), and one call a run
-with one part taken out at a time: `loop:no_ring` (outputs not kept), `loop:no_commit` (no fingerprint computed or
-read back), `loop:no_stamp` (the pool's sets cycled, no per-call stamp), `loop:bare` (all three out: what is left
-is the loop itself, its socket and its bookkeeping); ratio to `loop:plain`.
+(`loop:runs`, runs of timing.RUN calls queued and evaluated together; ratio to `loop:plain_runs`, the plain loop
+queuing as many), one call a run (`loop:worker`), and one call a run with one part taken out at a time: `loop:no_ring`
+(outputs not kept), `loop:no_commit` (no fingerprint computed or read back), `loop:no_stamp` (the pool's sets cycled,
+no per-call stamp), `loop:bare` (all three out: what is left is the loop itself, its socket and its bookkeeping);
+ratio to `loop:plain` (one call at a time, each evaluated and synchronised).
 
     python benchmarks/harness_conditions.py [--backend B] [--tasks gqa_decode,softmax] [--out DIR] [--calls 60]
                                             [--processes] [--worker-loop] [--only-extra] [--stem NAME]
@@ -228,12 +229,15 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
 
     variants = ("runs", "worker", "no_ring", "no_commit", "no_stamp", "bare")
     run = min(sets, RUN)
-    times: dict[tuple[str, str], list[float]] = {(v, k): [] for v in ("plain", *variants) for k in contenders}
+    times: dict[tuple[str, str], list[float]] = {(v, k): [] for v in ("plain", "plain_runs", *variants)
+                                                 for k in contenders}
     offset = 0
     for _ in range(3):
         for name, fn in contenders.items():
             for k, v in plain_times(task, w, {name: fn}, sets, budget_s=0.3).items():
                 times[("plain", k)].extend(v)
+            for k, v in plain_times(task, w, {name: fn}, sets, budget_s=0.3, run=run).items():
+                times[("plain_runs", k)].extend(v)
             worker.run = fn
             for v in variants:
                 worker.pool = Cycled() if v in ("no_stamp", "bare") else TimingPool(task, w, 5, sets)
@@ -248,7 +252,8 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
     stop.set()
     rows = []
     for (v, name), ts in times.items():
-        plain = statistics.median(times[("plain", name)])
+        # Queued runs against the plain loop's queued runs; one call at a time against one call at a time.
+        plain = statistics.median(times[("plain_runs" if v in ("runs", "plain_runs") else "plain", name)])
         rows.append({"task": task.name, "workload": w.name, "contender": name, "condition": f"loop:{v}",
                      "latency_s": statistics.median(ts), "min_s": min(ts),
                      "vs_plain_ratio": statistics.median(ts) / plain, "calls": len(ts)})

@@ -1,5 +1,5 @@
-"""benchmarks/attention_gpu.py versus-native: decode configurations named on the command line (the timing itself
-needs the GPU: `bash benchmarks/gpu_suite.sh decode-versus-native`)."""
+"""Decode configurations named on the command line (`attention_gpu.py versus-native`, `ksearch bench decode
+--config`); the timing itself needs the GPU (`bash benchmarks/gpu_suite.sh decode-versus-native`)."""
 
 from __future__ import annotations
 
@@ -12,23 +12,14 @@ import pytest
 ROOT = Path(__file__).parents[1]
 
 
-@pytest.fixture(scope="module")
-def attention_gpu():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import attention_gpu
-
-        yield attention_gpu
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-
-
-def test_a_configuration_is_named_by_its_fields(attention_gpu):
+def test_a_configuration_is_named_by_its_fields():
     from ksearch.kernels.decode.cuda_split_k import DecodeConfig
 
-    cfg = attention_gpu.parse_decode_config("warps=8,unroll=2,fused=1,prefetch=0")
+    cfg = DecodeConfig.parse("warps=8,unroll=2,fused=1,prefetch=0")
     assert cfg == DecodeConfig(warps=8, unroll=2, fused=True, prefetch=False)
-    assert attention_gpu.parse_decode_config("") == DecodeConfig()
+    assert DecodeConfig.parse("") == DecodeConfig()
+    with pytest.raises(ValueError, match="unroll='x': give an integer"):
+        DecodeConfig.parse("unroll=x")
 
 
 def test_an_unknown_field_is_refused_with_the_fields_there_are():

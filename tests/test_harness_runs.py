@@ -76,7 +76,7 @@ def test_the_worker_times_calls_in_runs_and_commits_to_each() -> None:
     seen: list[int] = []
 
     def run(x: Any) -> Any:
-        seen.append(int(mx.sum(x != 0).item()))  # the call's inputs are evaluated before its clock starts
+        seen.append(int(mx.sum(x != 0).item()))  # the run's inputs are evaluated before its clock starts
         return mx.softmax(x, axis=-1)
 
     worker = Worker(ours)
@@ -99,10 +99,11 @@ def test_the_worker_times_calls_in_runs_and_commits_to_each() -> None:
         if call in held:
             lanes = digest.fingerprint_mx(held[call]).tolist()
             assert (a, b) == tuple(lanes)
-    # Inside a run only the clock separates two calls; the run's last gap holds the commitments and the next stamps.
-    gaps = reply["gaps"]
-    inside = sorted(gaps[i] for i in (0, 1, 3, 4, 6, 7))
-    assert inside[len(inside) // 2] < max(gaps[2], gaps[5], gaps[8])
+    # A run's calls are queued and evaluated together inside one clock: nothing between them, each the run's mean;
+    # the run's last gap holds the commitments and the next run's stamps.
+    gaps, times = reply["gaps"], reply["times"]
+    assert all(gaps[i] == 0.0 for i in (0, 1, 3, 4, 6, 7)) and all(gaps[i] > 0 for i in (2, 5, 8))
+    assert times[0] == times[1] == times[2] and times[3] == times[4] == times[5] and times[6] == times[7] == times[8]
 
 
 def test_work_moved_between_the_calls_of_a_run_gains_at_most_the_run_bound() -> None:

@@ -4,8 +4,9 @@ For every task, on its search workloads of the backend's tier: the library kerne
 has one and it runs its own kernel here; otherwise the task's starting candidate) and the task's default baseline are
 judged by the harness (isolated workers, the timing pool, commitments, checks), and the same two are timed side by
 side in this process by the one timing helper (bench/timing.py), as a caller's loop calls a kernel: each contender's
-calls back to back in blocks, each call evaluated and synchronised inside the clock as the harness's timed calls are,
-the contenders' blocks in turn (so that drift hits all alike), medians of calls, on input sets laid out alike
+calls back to back in blocks, queued in runs as long as the harness's (timing.plan's `run`) with each run's outputs
+evaluated and the device synchronised inside the clock, as the harness's timed runs are, the contenders' blocks in
+turn (so that drift hits all alike), medians of the runs' mean calls, on input sets laid out alike
 (pool.set_inputs: P standalone sets, rotated between calls, P from the same plan). One fixed protocol, whatever the
 figures say: the plain loop, the harness, the plain loop, the harness (a second evaluator, so that the baselines are
 timed again), the plain loop. Each side's figure is the median of its measurements, each kept with its drift (the
@@ -89,14 +90,15 @@ def _load(source: str, tag: str) -> Any:
 
 
 def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any]], sets: int,
-                budget_s: float = 1.5, blocks: int = 5) -> dict[str, list[float]]:
-    """Seconds of each contender's calls, one value per call, side by side in this process: each contender's calls
-    back to back (a block), as a caller's loop makes them, each evaluated and synchronised inside the clock as the
-    harness's timed calls are, the contenders' blocks in turn, `blocks` times over; every contender cycles through the
-    same `sets` input sets (standalone arrays, as the harness's pool holds them). Blocks rather than one call of each
-    contender in turn: a call that follows another kernel's is not what a caller's loop times (the native decode at B
-    1, 148 us after its own calls, took 213 us after the library kernel's and a cache copy's; H200). About `budget_s`
-    seconds, 6 to 60 calls per contender a block."""
+                budget_s: float = 1.5, blocks: int = 5, run: int = 1) -> dict[str, list[float]]:
+    """Seconds of each contender's calls, one value per `run` calls, side by side in this process: each contender's
+    calls back to back (a block), as a caller's loop makes them, `run` calls queued and their outputs evaluated
+    together with the device synchronised inside the clock (the harness's runs; run 1: each call evaluated and
+    synchronised), the contenders' blocks in turn, `blocks` times over; every contender cycles through the same `sets`
+    input sets (standalone arrays, as the harness's pool holds them). Blocks rather than one call of each contender in
+    turn: a call that follows another kernel's is not what a caller's loop times (the library decode at B 1, 160 us
+    after its own calls, took 213 us after native's and a cache copy's; H200). About `budget_s` seconds, 6 to 60
+    values per contender a block."""
     import statistics as stats
 
     from ksearch.bench.timing import time_rounds
@@ -109,13 +111,14 @@ def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any
     for name, fn in contenders.items():
         cycle = itertools.cycle(pool)
         fns[name] = (lambda f=fn, c=cycle: f(**next(c), **params))
-    probe = time_rounds(fns, 2, warmup=3, sync_each=True)
+    run = max(1, run)
+    probe = time_rounds(fns, 2, run, warmup=3, sync_each=run == 1)
     share = budget_s / max(1, blocks * len(fns))
-    per_block = {k: max(6, min(60, int(share / max(1e-6, stats.median(v))))) for k, v in probe.items()}
+    per_block = {k: max(6, min(60, int(share / max(1e-6, run * stats.median(v))))) for k, v in probe.items()}
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(blocks):
         for name, fn in fns.items():
-            times[name].extend(time_rounds({name: fn}, per_block[name], warmup=0, sync_each=True)[name])
+            times[name].extend(time_rounds({name: fn}, per_block[name], run, warmup=0, sync_each=run == 1)[name])
     return times
 
 
@@ -157,7 +160,9 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
             module = _load(base_source, f"{task.name}_baseline")
             variants = {f"baseline:{v}": getattr(module, v) for v in baseline_variants(base_source)}
         contenders = {"candidate": cand, **variants}
-        sets_of = {w.name: timing.plan(task, w, llc, b.is_gpu).pool_sets for w in workloads}
+        plans = {w.name: timing.plan(task, w, llc, b.is_gpu) for w in workloads}
+        sets_of = {n: p.pool_sets for n, p in plans.items()}
+        run_of = {n: p.run for n, p in plans.items()}
         # One fixed protocol (never "measure again until it agrees"): plain, harness, plain, harness, plain. Calls of
         # a few hundred microseconds moved 1.8x between two measurements minutes apart (two starts of the H200
         # machine) and a 3 ms call 13% between two evaluations, so each side is measured more than once in the same
@@ -167,13 +172,13 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
         results = []
         for _ in range(HARNESS_MEASUREMENTS):
             for w in workloads:
-                plains[w.name].append(_plain(task, w, contenders, sets_of[w.name], budget_s))
+                plains[w.name].append(_plain(task, w, contenders, sets_of[w.name], budget_s, run_of[w.name]))
             mx.clear_cache()
             with Evaluator(task, b) as ev:  # a new evaluator: the baselines are timed again too
                 results.append(ev.evaluate(cand_source, EvalOptions(workloads=names, lint=False, timeout_s=timeout)))
             mx.clear_cache()
         for w in workloads:
-            plains[w.name].append(_plain(task, w, contenders, sets_of[w.name], budget_s))
+            plains[w.name].append(_plain(task, w, contenders, sets_of[w.name], budget_s, run_of[w.name]))
         failed = next((r for r in results if r.status != "passed"), None)
         for i, w in enumerate(workloads):
             wrs = [r.workloads[i] for r in results]
@@ -181,7 +186,7 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
                                    "baseline": base_name, "status": failed.status if failed else "passed",
                                    "message": failed.message[:300] if failed else "",
                                    "harness_timing_source": [wr.timing_source for wr in wrs],
-                                   "pool_sets": sets_of[w.name]}
+                                   "pool_sets": sets_of[w.name], "run": run_of[w.name]}
             _harness_figures(row, wrs)
             _plain_figures(row, plains[w.name])
             _ratios(row)
@@ -204,9 +209,9 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
 
 
 def _plain(task: Task, w: Workload, contenders: dict[str, Callable[..., Any]], sets: int,
-           budget_s: float) -> dict[str, Any]:
+           budget_s: float, run: int) -> dict[str, Any]:
     """One plain-loop measurement: the candidate's median, min and max call, and the fastest baseline variant's."""
-    times = plain_times(task, w, contenders, sets, budget_s)
+    times = plain_times(task, w, contenders, sets, budget_s, run=run)
     meds = {k: statistics.median(v) for k, v in times.items()}
     base_key = min((k for k in meds if k != "candidate"), key=lambda k: meds[k], default=None)
     return {"candidate": meds["candidate"], "min": min(times["candidate"]), "max": max(times["candidate"]),

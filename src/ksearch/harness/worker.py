@@ -264,13 +264,14 @@ class Worker:
         """One batch of timed calls, from call `offset` on, until the parent's stop or `n` calls, in runs of at most
         `run` calls (timing.RUN).
 
-        A run: its calls' inputs made together (each call its own pool set, stamped anew) before its first clock
-        starts; then its calls one after the other, each called, evaluated and synchronised inside its own clock,
-        with nothing but the clocks between them; after the run, outside any clock, a fingerprint of each call's outputs
-        computed on the device and sent to the parent at once (a commitment: the parent later names one of the last
-        calls before its stop, takes that call's outputs from the ring and checks them against the commitment and the
-        reference). The time outside the clocks is reported too (`gaps`, per call: from its end to the next call's
-        start), so the parent can bound what happens there, with the runs' lengths (`runs`)."""
+        A run: its calls' inputs made together (each call its own pool set, stamped anew) before its clock starts;
+        then its calls queued one after the other, as a caller's code queues a model's layers, and their outputs
+        evaluated together and the device synchronised inside one clock (each call's time is the run's mean); after
+        the run, outside the clock, a fingerprint of each call's outputs computed on the device and sent to the parent
+        at once (a commitment: the parent later names one of the last calls before its stop, takes that call's outputs
+        from the ring and checks them against the commitment and the reference). The time outside the clocks is
+        reported too (`gaps`, per call: from its end to the next call's start, 0 inside a run), so the parent can
+        bound what happens there, with the runs' lengths (`runs`)."""
         from ksearch.harness.digest import fingerprint_mx
 
         assert self.pool is not None, "prepare first"
@@ -288,23 +289,28 @@ class Worker:
                 r = min(run, n - len(times))
                 inputs: list[dict[str, Any] | None] = [self.pool.take(batch, first + j) for j in range(r)]
                 self._eval([v for x in inputs if x for v in x.values()])
+                t0 = _clock()
+                if times:
+                    gaps.append(t0 - last_end)
+                else:
+                    lead = t0 - t_begin
+                queued: list[tuple[Any, ...]] = []
                 for j in range(r):
                     x, inputs[j] = inputs[j], None
                     assert x is not None
-                    t0 = _clock()
-                    if times:
-                        gaps.append(t0 - last_end)
-                    else:
-                        lead = t0 - t_begin
-                    out = self.run(**x, **self.params)
-                    self._eval(out)
-                    self._sync()
-                    last_end = _clock()
+                    queued.append(self._as_tuple(self.run(**x, **self.params)))
                     del x
-                    outs = self._as_tuple(out)
-                    del out
+                self._eval(queued)
+                self._sync()
+                last_end = _clock()
+                # The run's calls were queued and evaluated together: each is the run's mean, nothing between them.
+                each = (last_end - t0) / r
+                for j, outs in enumerate(queued):
                     self.ring.append((first + j, outs))
-                    times.append(last_end - t0)
+                    times.append(each)
+                    if j:
+                        gaps.append(0.0)
+                del queued
                 runs.append(r)
                 prints = [fingerprint_mx(outs) for _, outs in list(self.ring)[-r:]]
                 self._eval(prints)

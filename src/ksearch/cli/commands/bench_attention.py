@@ -49,17 +49,29 @@ def register(bench_app: typer.Typer) -> None:
     def decode_cmd(full: bool = typer.Option(True, help="add a bf16 and a D=64 shape to the B x length grid"),
                    out: str = typer.Option("benchmarks/results", help="directory for the JSON result"),
                    kernel: str = typer.Option("split_k", help="split_k (the default kernel), or cluster: the opt-in "
-                                              "one-launch kernel (Hopper, MLX_USE_CUDA_GRAPHS=0)")) -> None:
+                                              "one-launch kernel (Hopper, MLX_USE_CUDA_GRAPHS=0)"),
+                   config: str = typer.Option("", help="a split-K configuration other than the library's, e.g. "
+                                              "'target_blocks=528,min_chunk=256' (written as decode-config-*.json)")
+                   ) -> None:
         """GQA decode: our kernel vs MLX's attention on the cache (the faster of two ways)."""
         from ksearch.bench.attention import run_bench
         from ksearch.kernels.decode.cuda_cluster import GRAPHS_ERROR, ClusterConfig, graphs_off
+        from ksearch.kernels.decode.cuda_split_k import DecodeConfig
 
         if kernel not in ("split_k", "cluster"):
             raise typer.BadParameter(f"{kernel!r}: use split_k or cluster", param_hint="--kernel")
         if kernel == "cluster" and not graphs_off():
             raise typer.BadParameter(GRAPHS_ERROR, param_hint="--kernel")
+        if config and kernel != "split_k":
+            raise typer.BadParameter("a configuration is for the split_k kernel", param_hint="--config")
+        try:
+            split_k = DecodeConfig.parse(config) if config else None
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--config") from None
         check_out_dir(out)
         if kernel == "cluster":  # its own file: the default kernel's results stay as they are
             run_bench("decode", full, out, config=ClusterConfig(), name="decode-cluster")
+        elif split_k is not None:  # its own file too
+            run_bench("decode", full, out, config=split_k, name="decode-config")
         else:
             run_bench("decode", full, out)

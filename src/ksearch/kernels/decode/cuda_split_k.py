@@ -282,6 +282,24 @@ class DecodeConfig:
     def keys_per_step(self, d: int) -> int:
         return self.warps * (32 // (d // 8)) * self.unroll
 
+    @classmethod
+    def parse(cls, text: str) -> DecodeConfig:
+        """`warps=8,unroll=4,fused=1` -> DecodeConfig (fields not named keep their defaults); ValueError naming the
+        fields there are for an unknown one, and for a value that is not an integer."""
+        fields = {f: type(getattr(cls(), f)) for f in cls.__dataclass_fields__}
+        kwargs: dict[str, Any] = {}
+        for item in filter(None, text.replace(" ", "").split(",")):
+            key, _, value = item.partition("=")
+            if key not in fields:
+                raise ValueError(f"unknown DecodeConfig field {key!r}; fields: {', '.join(fields)}")
+            try:
+                number = int(value)
+            except ValueError:
+                raise ValueError(f"{key}={value!r}: give an integer (0 or 1 for {key})" if fields[key] is bool
+                                 else f"{key}={value!r}: give an integer") from None
+            kwargs[key] = bool(number) if fields[key] is bool else number
+        return cls(**kwargs)
+
 
 def supports(q: Any, k_cache: Any, length: int) -> bool:
     import mlx.core as mx
