@@ -64,3 +64,39 @@ def test_calls_of_two_kinds_get_more_checks(monkeypatch: pytest.MonkeyPatch, kin
                                   rng=random.SystemRandom())
     assert len(checks) == plan.checks + (timing.BIMODAL_CHECKS if kinds == 2 else 0)
     assert len(timed.batches) == plan.batches + (timing.BIMODAL_CHECKS if kinds == 2 else 0)
+
+
+def test_a_probe_batch_shows_calls_of_two_kinds_that_queued_runs_average_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two calls in three skipped: in a queued run every call reports the run's mean, so only the probe batch (one
+    # call a run, chosen by the parent) shows the two kinds; it alone feeds the test, and the latency ignores it.
+    from ksearch.harness import measure
+    from ksearch.harness.batch import Batch
+    from ksearch.tasks import get_task
+
+    asked: list[int] = []
+
+    def fake_batch(worker: object, first: int, n_max: int, key: int, deadline: float, stop_at: object,
+                   run: int = 1) -> Batch:
+        asked.append(run)
+        n = min(n_max, 12)
+        calls = [1e-3 if (first + k) % 3 == 0 else 1e-5 for k in range(n)]
+        times = calls if run == 1 else [sum(calls) / n] * n
+        return Batch(first, key, sum(times), {"ok": True, "times": times, "gaps": [0.0] * n, "lead": 0.0,
+                                              "runs": [1] * n if run == 1 else [n]}, ["0" * 16] * n, n)
+
+    checks: list[int] = []
+    monkeypatch.setattr(measure, "run_batch", fake_batch)
+    monkeypatch.setattr(measure, "_take_check", lambda *a, **k: checks.append(1) or True)
+    task = get_task("softmax")
+    w = task.select_workloads("cpu")[0]
+    plan = timing.TimingPlan(pool_sets=12, warmup=2, warmup_s=0.0, batches=5, target_batch_s=0.01, checks=2, run=6)
+    timed = measure.time_workload(_Worker(), task, w, plan, deadline=1e12, check=True,  # type: ignore[arg-type]
+                                  rng=random.SystemRandom())
+    assert len(checks) == plan.checks + timing.BIMODAL_CHECKS
+    assert sum(b.probe for b in timed.batches) == timing.PROBE_BATCHES
+    assert all(len(set(b.times)) == 1 for b in timed.timed())  # the latency's batches are the queued ones
+    # Unchecked timing (a trusted baseline) has no probe.
+    asked.clear()
+    measure.time_workload(_Worker(), task, w, plan, deadline=1e12, check=False,  # type: ignore[arg-type]
+                          rng=random.SystemRandom())
+    assert 1 not in asked[-plan.batches:]

@@ -23,6 +23,7 @@ class Batch:
     reply: dict[str, Any]
     commits: list[str] = field(default_factory=list)  # fingerprints of calls first, first + 1, ...
     before_stop: int = 0  # how many of them had arrived when the parent sent its stop
+    probe: bool = False  # one call a run, each synchronised (timing.PROBE_BATCHES): read for calls of two kinds only
 
     @property
     def times(self) -> list[float]:

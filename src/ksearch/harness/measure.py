@@ -74,17 +74,27 @@ class Timed:
     #: Seconds spent taking checked calls' outputs and holding them against their commitments (inside timing).
     checking_s: float = 0.0
 
+    def timed(self) -> list[Batch]:
+        """The batches the latency comes from: all but the probes (timing.PROBE_BATCHES), unless there are no others."""
+        return [b for b in self.batches if not b.probe] or self.batches
+
+    def calls_for_two_kinds(self) -> list[float]:
+        """Per-call times to test for calls of two kinds: the probes' (each call timed on its own) where there are
+        probes, otherwise every batch's."""
+        probes = [b for b in self.batches if b.probe]
+        return [t for b in (probes or self.batches) for t in b.times]
+
     def rows(self) -> list[tuple[float, int, list[float]]]:
-        return [(b.elapsed, len(b.times), b.times) for b in self.batches]
+        return [(b.elapsed, len(b.times), b.times) for b in self.timed()]
 
     def gaps(self) -> list[list[float]]:
-        return [b.gaps for b in self.batches]
+        return [b.gaps for b in self.timed()]
 
     def leads(self) -> list[float]:
-        return [float(b.reply.get("lead") or 0.0) for b in self.batches]
+        return [float(b.reply.get("lead") or 0.0) for b in self.timed()]
 
     def runs(self) -> list[list[int]]:
-        return [b.runs for b in self.batches]
+        return [b.runs for b in self.timed()]
 
     def median_gap(self) -> float | None:
         """The median over runs of a run's time between calls, per call (timing.per_run)."""
@@ -112,10 +122,11 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
     timed = Timed(pool_sets=plan.pool_sets)
     offset = 0
 
-    def batch(n_max: int, stop_at: float | None, expected: int) -> Batch:
+    def batch(n_max: int, stop_at: float | None, expected: int, probe: bool = False) -> Batch:
         nonlocal offset
         b = run_batch(worker, offset, n_max, rng.getrandbits(62), deadline, stop_at,
-                      timing.run_length(plan.run, expected))
+                      1 if probe else timing.run_length(plan.run, expected))
+        b.probe = probe
         if not b.reply.get("ok"):
             raise _failed(worker, b.reply)
         m = len(b.times)
@@ -136,6 +147,8 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         n = min(max(1, timing.batch_size(per_call, max(plan.warmup_s - spent, per_call))), 4 * n + 4)
     n = max(timing.MIN_BATCH_CALLS, min(timing.batch_size(per_call, plan.target_batch_s), timing.FIRST_BATCH_MAX))
     owed = set(rng.sample(range(plan.batches), min(plan.checks, plan.batches))) if check else set()
+    # Probes: batches of one call a run, where calls of two kinds show (timing.PROBE_BATCHES).
+    probes = set(rng.sample(range(plan.batches), timing.PROBE_BATCHES)) if check and plan.batches >= 3 else set()
     pending_checks = missed = bonus = 0
     retries, index, extra = 2, 0, 0
     escalated = False
@@ -143,7 +156,7 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         if index >= plan.batches and not (pending_checks or bonus) and check and not escalated:
             # Calls of two kinds: some may have skipped their work. More checks, in extra batches (timing.BIMODAL).
             escalated = True
-            if timing.two_kinds([t for done in timed.batches for t in done.times]):
+            if timing.two_kinds(timed.calls_for_two_kinds()):
                 bonus, extra = timing.BIMODAL_CHECKS, 0
         if not (index < plan.batches or ((pending_checks or bonus) and extra < timing.EXTRA_BATCHES)):
             break
@@ -155,7 +168,7 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         n_max = min(2 * n + 2, 4000)
         expected = n * per_call if per_call > 0 else plan.target_batch_s
         low, high = (0.5, 1.5) if missed else (0.05, 1.0)
-        b = batch(n_max, time.monotonic() + expected * rng.uniform(low, high), n)
+        b = batch(n_max, time.monotonic() + expected * rng.uniform(low, high), n, index in probes)
         if index in owed:
             owed.discard(index)
             pending_checks += 1

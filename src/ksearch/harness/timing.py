@@ -110,6 +110,11 @@ BIMODAL = 2.0
 #: a candidate computing one call in three escapes all of them and the first two with probability (1/3)^8). Best
 #: effort: a loaded machine that leaves some of them untaken does not fail the candidate.
 BIMODAL_CHECKS = 6
+#: A run's calls are queued and timed together (worker.Worker.go), so each call's time is its run's mean and calls of
+#: two kinds within a run do not show. One timed batch of a checked workload, picked at random by the parent, runs
+#: one call a run (each call evaluated and synchronised on its own): the two-kinds test reads that batch's calls, and
+#: the latency comes from the other batches.
+PROBE_BATCHES = 1
 #: A run's inputs are all made before its first call, so a candidate can find them and move work between the calls of
 #: a run (compute two calls' outputs in one call, return the other at once): the run's total stays honest, the
 #: median call does not. When the runs' median mean call is over RUN_BOUND times the median call, the latency is the
