@@ -100,3 +100,15 @@ def test_a_probe_batch_shows_calls_of_two_kinds_that_queued_runs_average_away(mo
     measure.time_workload(_Worker(), task, w, plan, deadline=1e12, check=False,  # type: ignore[arg-type]
                           rng=random.SystemRandom())
     assert 1 not in asked[-plan.batches:]
+
+
+def test_a_probe_batch_whose_times_disagree_with_the_parents_clock_is_an_error() -> None:
+    # A probe is left out of the latency, not out of the clock check.
+    from ksearch.harness.batch import Batch
+    from ksearch.harness.measure import Timed
+
+    honest = Batch(0, 1, 0.012, {"ok": True, "times": [1e-3] * 12, "gaps": [0.0] * 12, "lead": 0.0}, probe=True)
+    forged = Batch(12, 2, 0.012, {"ok": True, "times": [1e-4] * 12, "gaps": [0.0] * 12, "lead": 0.0}, probe=True)
+    assert Timed(batches=[honest]).probe_error() is None
+    assert Timed(batches=[honest, forged]).probe_error()
+    assert Timed(batches=[Batch(0, 1, 0.012, forged.reply)]).probe_error() is None  # not a probe: combine's to judge

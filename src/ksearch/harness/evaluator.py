@@ -343,8 +343,9 @@ class Evaluator:
             measured = timing.combine(timed[w.name].rows(), timed[w.name].gaps(), gap,
                                       timing.GAP_SLACK_S["gpu" if self.backend.is_gpu else "cpu"],
                                       timed[w.name].leads(), timed[w.name].runs())
-            if measured.error:
-                raise Fail("runtime_error", f"{w.name}: {measured.error}")
+            error = measured.error or timed[w.name].probe_error()
+            if error:
+                raise Fail("runtime_error", f"{w.name}: {error}")
             wr.latency_s, wr.latency_spread, wr.timing_source = measured.latency_s, measured.spread, measured.source
             floor = timing.floor_seconds(self.task, w, self.profile)
             if floor:

@@ -84,6 +84,17 @@ class Timed:
         probes = [b for b in self.batches if b.probe]
         return [t for b in (probes or self.batches) for t in b.times]
 
+    def probe_error(self) -> str | None:
+        """Why a probe's times cannot be believed (timing.batch_error): a probe is not part of the latency, but a
+        patched timer there is a patched timer all the same."""
+        for b in self.batches:
+            if b.probe:
+                lead = float(b.reply.get("lead") or 0.0)
+                error = timing.batch_error(b.elapsed, len(b.times), b.times, b.gaps or None, lead)
+                if error:
+                    return error
+        return None
+
     def rows(self) -> list[tuple[float, int, list[float]]]:
         return [(b.elapsed, len(b.times), b.times) for b in self.timed()]
 
