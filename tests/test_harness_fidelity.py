@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ksearch.bench.fidelity import candidate_for, run_fidelity
 from ksearch.tasks import get_task
 
@@ -29,6 +31,13 @@ def test_fidelity_runs_on_the_cpu_and_writes_its_json(tmp_path, cpu_backend):
         assert min(f["harness_baseline_each_s"]) <= f["harness_baseline_s"] <= max(f["harness_baseline_each_s"])
         assert f["plain_drift"] >= 1.0 and f["harness_drift"] >= 1.0
     assert "within_tolerance" in data["summary"]
+    # Each task's score as a search would give it (the geomean of baseline / candidate over the workloads), per
+    # harness evaluation and for the plain loop: one workload per task here, so the score is that workload's ratio.
+    for f in data["figures"]:
+        score = data["summary"]["scores"][f["task"]]
+        assert score["harness_each"] == pytest.approx(
+            [b / c for b, c in zip(f["harness_baseline_each_s"], f["harness_candidate_each_s"], strict=True)])
+        assert score["plain"] == pytest.approx(f["plain_baseline_s"] / f["plain_candidate_s"])
 
 
 def test_library_kernels_stand_in_only_where_they_run_their_own_kernel(cpu_backend):

@@ -201,7 +201,8 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
     summary = {"worst_candidate_deviation": worst["candidate_ratio"],
                "worst_baseline_deviation": worst["baseline_ratio"],
                "within_tolerance": bool(passed) and all(_agrees(f) for f in passed), "tolerance": TOLERANCE,
-               "failed": sorted({f["task"] for f in figures if f["status"] != "passed"})}
+               "failed": sorted({f["task"] for f in figures if f["status"] != "passed"}),
+               "scores": _scores(passed)}
     data = make_result("fidelity", b, figures, shapes, sorted(dtypes), summary=summary,
                        notes="harness latency / plain side-by-side loop latency, per task and workload, for the "
                              "library kernel (or the starter) and the default baseline; 1.0 is agreement")
@@ -239,6 +240,24 @@ def _plain_figures(row: dict[str, Any], plains: list[dict[str, Any]]) -> None:
                 "plain_baseline_s": statistics.median(bases) if bases else None, "plain_baseline_each_s": bases,
                 "plain_baseline_variant": plains[-1]["variant"], "plain_attempts": len(plains),
                 "plain_drift": max(cands) / min(cands) if min(cands) > 0 else None})
+
+
+def _scores(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per task, the candidate's score against the baseline (the geomean over workloads of baseline / candidate, as
+    a search scores it): one per harness evaluation, and the plain loop's, from the medians."""
+    from ksearch.bench.timing import geomean
+
+    out: dict[str, dict[str, Any]] = {}
+    for task in dict.fromkeys(r["task"] for r in rows):
+        mine = [r for r in rows if r["task"] == task]
+        evaluations = min(len(r["harness_candidate_each_s"]) for r in mine)
+        if not all(len(r["harness_baseline_each_s"]) >= evaluations for r in mine):
+            continue
+        out[task] = {"harness_each": [geomean([r["harness_baseline_each_s"][k] / r["harness_candidate_each_s"][k]
+                                               for r in mine]) for k in range(evaluations)],
+                     "plain": geomean([r["plain_baseline_s"] / r["plain_candidate_s"] for r in mine
+                                       if r.get("plain_baseline_s")])}
+    return out
 
 
 def _ratios(row: dict[str, Any]) -> None:
