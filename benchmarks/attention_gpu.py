@@ -193,7 +193,7 @@ def versus_native(out: str, texts: list[str]) -> None:
             for name, fn in fns.items():
                 times[name] += time_rounds({name: fn}, 20, warmup=0, sync_each=True)[name]
         native = statistics.median(times["native"])
-        kv = 2 * shape["B"] * shape["Hkv"] * n * shape["D"] * 2
+        kv = 2 * shape["B"] * shape["Hkv"] * n * shape["D"] * kc.dtype.size  # K and V, as bench decode counts them
         for cfg in configs:
             med = statistics.median(times[repr(cfg)])
             figures.append({**shape, "config": repr(cfg), "latency_s": med, "native_latency_s": native,
