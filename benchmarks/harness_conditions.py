@@ -22,13 +22,16 @@ follows the process and not the loop shows there (`process:here`, `process:child
 With --worker-loop, the worker's own timed loop (harness/worker.py `Worker.go`: the timing pool, the ring of the last
 outputs, the commitment sent on a socket) runs here, in this process, beside the plain loop: as the harness runs it
 (`loop:runs`, runs of timing.RUN calls queued and evaluated together; ratio to `loop:plain_runs`, the plain loop
-queuing as many), one call a run (`loop:worker`), and one call a run with one part taken out at a time: `loop:no_ring`
+queuing as many), in runs with a synchronise after each of the loop's evaluations (`loop:runs_settled`: MLX's
+completion thread idle when a run's clock starts), in runs with parts taken out (`loop:runs_no_stamp`: the pool's sets cycled; `loop:runs_bare`: no
+stamp, ring or fingerprint; `loop:runs_flush`: stamped, then the last-level cache cleaned by reading a buffer twice
+its size, so that the stamps' dirty lines are written back before the clock starts), one call a run (`loop:worker`), and one call a run with one part taken out at a time: `loop:no_ring`
 (outputs not kept), `loop:no_commit` (no fingerprint computed or read back), `loop:no_stamp` (the pool's sets cycled,
 no per-call stamp), `loop:bare` (all three out: what is left is the loop itself, its socket and its bookkeeping);
 ratio to `loop:plain` (one call at a time, each evaluated and synchronised).
 
     python benchmarks/harness_conditions.py [--backend B] [--tasks gqa_decode,softmax] [--out DIR] [--calls 60]
-                                            [--processes] [--worker-loop] [--only-extra] [--stem NAME]
+                                            [--processes] [--worker-loop [--runs-only]] [--only-extra] [--stem NAME]
 """
 
 from __future__ import annotations
@@ -185,7 +188,7 @@ def process_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
 
 
 def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], sets: int,
-                     calls: int) -> list[dict[str, Any]]:
+                     calls: int, llc_bytes: int, runs_only: bool = False) -> list[dict[str, Any]]:
     """Worker.go in this process (a socketpair for its commitments, drained by a thread) against the plain loop."""
     import collections
     import socket
@@ -227,7 +230,27 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
         def take(self, _batch: int, call: int) -> dict[str, Any]:
             return cycled[call % len(cycled)]
 
-    variants = ("runs", "worker", "no_ring", "no_commit", "no_stamp", "bare")
+    flush_buf = mx.zeros((max(1, int(llc_bytes)) // 2,), dtype=mx.float32)  # 2x the last-level cache, clean
+    mx.eval(flush_buf)
+
+    class Flushed:
+        """The timing pool, with the last-level cache cleaned after each stamp: dirty lines left by the stamps are
+        written back before the run's clock starts, not during its calls."""
+
+        def __init__(self) -> None:
+            self.real = TimingPool(task, w, 5, sets)
+            self.sets = self.real.sets
+
+        def take(self, batch: int, call: int) -> dict[str, Any]:
+            x = self.real.take(batch, call)
+            mx.eval(list(x.values()), flush_buf.sum())
+            return x
+
+    variants = ("runs", "runs_settled", "runs_no_stamp", "runs_flush", "runs_bare", "worker", "no_ring",
+                "no_commit", "no_stamp", "bare")
+    if runs_only:
+        variants = tuple(v for v in variants if v.startswith("runs"))
+    queued = {v for v in variants if v.startswith("runs")}
     run = min(sets, RUN)
     times: dict[tuple[str, str], list[float]] = {(v, k): [] for v in ("plain", "plain_runs", *variants)
                                                  for k in contenders}
@@ -240,10 +263,15 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
                 times[("plain_runs", k)].extend(v)
             worker.run = fn
             for v in variants:
-                worker.pool = Cycled() if v in ("no_stamp", "bare") else TimingPool(task, w, 5, sets)
-                worker.ring = collections.deque(maxlen=0 if v in ("no_ring", "bare") else RING)
-                digest.fingerprint_mx = (lambda _outs: constant) if v in ("no_commit", "bare") else real_fp
-                reply = worker.go({"offset": offset, "n": calls, "batch": offset, "run": run if v == "runs" else 1})
+                stamped = v not in ("no_stamp", "bare", "runs_no_stamp", "runs_bare")
+                worker.pool = Flushed() if v == "runs_flush" else TimingPool(task, w, 5, sets) if stamped else Cycled()
+                worker.ring = collections.deque(maxlen=0 if v in ("no_ring", "bare", "runs_bare") else RING)
+                bare = v in ("no_commit", "bare", "runs_bare")
+                digest.fingerprint_mx = (lambda _outs: constant) if bare else real_fp
+                # Every evaluation of the loop followed by a synchronise: MLX's completion thread idle when a run's
+                # clock starts (it still releases temporaries after mx.eval returns).
+                worker._eval = (lambda xs: (mx.eval(xs), mx.synchronize())) if v == "runs_settled" else mx.eval
+                reply = worker.go({"offset": offset, "n": calls, "batch": offset, "run": run if v in queued else 1})
                 digest.fingerprint_mx = real_fp
                 offset += calls
                 if not reply.get("ok"):
@@ -253,7 +281,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
     rows = []
     for (v, name), ts in times.items():
         # Queued runs against the plain loop's queued runs; one call at a time against one call at a time.
-        plain = statistics.median(times[("plain_runs" if v in ("runs", "plain_runs") else "plain", name)])
+        plain = statistics.median(times[("plain_runs" if v in queued or v == "plain_runs" else "plain", name)])
         rows.append({"task": task.name, "workload": w.name, "contender": name, "condition": f"loop:{v}",
                      "latency_s": statistics.median(ts), "min_s": min(ts),
                      "vs_plain_ratio": statistics.median(ts) / plain, "calls": len(ts)})
@@ -278,6 +306,7 @@ def main() -> None:
     ap.add_argument("--stem", default=None, help="the result file's name before -BACKEND-DEVICE.json")
     ap.add_argument("--processes", action="store_true", help="also the plain loop in a child process")
     ap.add_argument("--worker-loop", action="store_true", help="also the worker's timed loop, here, with ablations")
+    ap.add_argument("--runs-only", action="store_true", help="with --worker-loop: only the loops in runs")
     ap.add_argument("--only-extra", action="store_true", help="skip the in-loop conditions (with the two above)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -306,7 +335,7 @@ def main() -> None:
             sets = timing.plan(task, w, llc, b.is_gpu).pool_sets
             rows = [] if args.only_extra else measure(task, w, contenders, sets, args.calls)
             if args.worker_loop:
-                rows += worker_loop_rows(task, w, contenders, sets, args.calls)
+                rows += worker_loop_rows(task, w, contenders, sets, args.calls, llc, args.runs_only)
             if args.processes:
                 rows += process_rows(task, w, contenders, sources, sets, not b.is_gpu)
             for r in rows:

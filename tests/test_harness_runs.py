@@ -32,11 +32,51 @@ def test_per_run_means_fall_back_to_calls_when_runs_do_not_add_up() -> None:
     assert timing.per_run([1.0, 2.0], None) == [1.0, 2.0]
 
 
-def test_run_lengths_leave_a_batch_four_runs_and_the_ring_room() -> None:
+def test_a_batch_holds_four_runs_and_the_ring_room() -> None:
     assert timing.RUN * 2 <= timing.RING
-    assert timing.run_length(timing.RUN, 400) == timing.RUN
-    assert timing.run_length(timing.RUN, 8) == 2
-    assert timing.run_length(timing.RUN, 3) == 1
+    assert timing.batch_floor(timing.RUN) == timing.RUNS_PER_BATCH * timing.RUN
+    assert timing.batch_floor(1) == timing.MIN_BATCH_CALLS
+    plan = timing.TimingPlan(pool_sets=12, warmup=3, warmup_s=0.1, batches=5, target_batch_s=0.08, checks=2, run=6)
+    assert timing.run_for(plan, 0.0) == timing.run_for(plan, 1e-4) == timing.run_for(plan, 6e-3) == 6
+    # Calls of milliseconds: four runs of six would take over two batch targets.
+    assert timing.run_for(plan, 10e-3) == 4 and timing.run_for(plan, 0.5) == 1
+
+
+@pytest.mark.parametrize(("call_s", "run"), [(1e-5, 6), (1e-3, 6), (0.2, 1)])
+def test_timed_batches_run_the_plans_run_length_unless_calls_take_milliseconds(
+        monkeypatch: pytest.MonkeyPatch, call_s: float, run: int) -> None:
+    # Calls of 1 ms against a batch target of 50 ms: batches sized by time alone expect 50 calls, and the run length
+    # had followed that (a quarter: runs of three; with slower estimates runs of one, each call synchronised on its
+    # own) while a fast baseline ran six. Only calls of a fifth of a second, here, run shorter runs.
+    import random
+
+    from ksearch.harness import measure
+    from ksearch.harness.batch import Batch
+    from ksearch.tasks import get_task
+
+    asked: list[tuple[int, int]] = []
+
+    def fake_batch(worker: object, first: int, n_max: int, key: int, deadline: float, stop_at: object,
+                   run: int = 1) -> Batch:
+        asked.append((n_max, run))
+        n = min(n_max, 2 * run)
+        return Batch(first, key, n * call_s, {"ok": True, "times": [call_s] * n, "gaps": [0.0] * n, "lead": 0.0,
+                                              "runs": [run] * (n // run)}, ["0" * 16] * n, n)
+
+    class Worker:
+        def request(self, msg: dict, deadline: float, max_bytes: int | None = None) -> tuple[dict, dict]:
+            return {"ok": True}, {}
+
+    monkeypatch.setattr(measure, "run_batch", fake_batch)
+    task = get_task("softmax")
+    w = task.select_workloads("cpu")[0]
+    plan = timing.TimingPlan(pool_sets=12, warmup=2, warmup_s=0.0, batches=5, target_batch_s=0.05, checks=2, run=6)
+    timed = measure.time_workload(Worker(), task, w, plan, deadline=1e12, check=False,  # type: ignore[arg-type]
+                                  rng=random.SystemRandom())
+    timed_batches = asked[-len(timed.batches):]
+    assert {r for _, r in timed_batches} == {run}
+    assert all(n_max >= timing.batch_floor(run) for n_max, _ in timed_batches)
+    assert {r for _, r in asked[1:]} == {run}  # the warm-up's too, after its first call (MLX builds graphs for runs)
 
 
 def test_a_gpu_pool_has_sets_for_runs_where_memory_allows() -> None:

@@ -133,10 +133,9 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
     timed = Timed(pool_sets=plan.pool_sets)
     offset = 0
 
-    def batch(n_max: int, stop_at: float | None, expected: int, probe: bool = False) -> Batch:
+    def batch(n_max: int, stop_at: float | None, run: int, probe: bool = False) -> Batch:
         nonlocal offset
-        b = run_batch(worker, offset, n_max, rng.getrandbits(62), deadline, stop_at,
-                      1 if probe else timing.run_length(plan.run, expected))
+        b = run_batch(worker, offset, n_max, rng.getrandbits(62), deadline, stop_at, run)
         b.probe = probe
         if not b.reply.get("ok"):
             raise _failed(worker, b.reply)
@@ -152,11 +151,13 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
     # phantom speedup of a kernel over itself.
     n, calls, spent, per_call = 1, 0, 0.0, 0.0
     while calls < plan.warmup or spent < plan.warmup_s:
-        b = batch(n, None, n)
+        b = batch(n, None, timing.run_for(plan, per_call))
         calls, spent = calls + len(b.times), spent + b.elapsed
         per_call = b.elapsed / max(1, len(b.times))
         n = min(max(1, timing.batch_size(per_call, max(plan.warmup_s - spent, per_call))), 4 * n + 4)
-    n = max(timing.MIN_BATCH_CALLS, min(timing.batch_size(per_call, plan.target_batch_s), timing.FIRST_BATCH_MAX))
+    # Every timed batch holds whole runs of the plan's length (timing.run_for, timing.batch_floor).
+    run = timing.run_for(plan, per_call)
+    n = max(timing.batch_floor(run), min(timing.batch_size(per_call, plan.target_batch_s), timing.FIRST_BATCH_MAX))
     owed = set(rng.sample(range(plan.batches), min(plan.checks, plan.batches))) if check else set()
     # Probes: batches of one call a run, where calls of two kinds show (timing.PROBE_BATCHES).
     probes = set(rng.sample(range(plan.batches), timing.PROBE_BATCHES)) if check and plan.batches >= 3 else set()
@@ -179,7 +180,8 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         n_max = min(2 * n + 2, 4000)
         expected = n * per_call if per_call > 0 else plan.target_batch_s
         low, high = (0.5, 1.5) if missed else (0.05, 1.0)
-        b = batch(n_max, time.monotonic() + expected * rng.uniform(low, high), n, index in probes)
+        probe = index in probes
+        b = batch(n_max, time.monotonic() + expected * rng.uniform(low, high), 1 if probe else run, probe)
         if index in owed:
             owed.discard(index)
             pending_checks += 1
@@ -198,7 +200,8 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
             timed.batches.append(b)
             index += 1
         per_call = b.elapsed / m
-        n = max(timing.MIN_BATCH_CALLS, timing.batch_size(per_call, plan.target_batch_s))
+        run = timing.run_for(plan, per_call)
+        n = max(timing.batch_floor(run), timing.batch_size(per_call, plan.target_batch_s))
     if pending_checks:
         raise Fail("runtime_error", f"{workload.name}: no timed call could be checked: the worker's commitments "
                    "kept arriving after the parent had stopped its batches")

@@ -19,10 +19,16 @@ class TimingPlan:
     target_batch_s: float
     checks: int  # batches whose checked call is judged against the reference
     run: int = 1  # timed calls at most per run (see RUN)
+    run_span_s: float = 0.16  # seconds that RUNS_PER_BATCH runs may take before runs are shortened (run_for)
 
 
 #: A GPU pool holds at least this many sets where memory allows, so that runs are at least this long.
 MIN_GPU_SETS = 4
+#: Calls per run on the CPU, at most. A CPU call is rarely bound by its dispatch, so queuing gains little there, and
+#: every timed batch holds four whole runs (batch_floor): with runs of six, the softmax starter's later evaluations
+#: on the 2-core CPU took 3.3-4.5 s instead of 2.0-2.5 s. The CPU's runs also shorten sooner (run_span_s: a batch
+#: target, not two): with runs of two for its 12 ms calls, they took 2.2-3.1 s.
+CPU_RUN = 2
 
 
 def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, max_pool_bytes: int = 8 << 30) -> TimingPlan:
@@ -33,18 +39,35 @@ def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, max_pool_byt
     if gpu:
         sets = max(sets, min(MIN_GPU_SETS, max_pool_bytes // per_set))
         return TimingPlan(pool_sets=sets, warmup=3, warmup_s=0.1, batches=5, target_batch_s=0.08, checks=2,
-                          run=min(sets, RUN))
+                          run=min(sets, RUN), run_span_s=0.16)
     # CPU timings serve relative comparisons within one run: a pool of at most 8 sets (building 64 took longer than
-    # the rest of the timing of a small workload), and shorter batches.
+    # the rest of the timing of a small workload), shorter batches, and short runs (CPU_RUN).
     sets = min(sets, 8)
     return TimingPlan(pool_sets=sets, warmup=3, warmup_s=0.05, batches=4, target_batch_s=0.06, checks=2,
-                      run=min(sets, RUN))
+                      run=min(sets, CPU_RUN), run_span_s=0.06)
 
 
-def run_length(most: int, calls: int) -> int:
-    """Calls per run in a batch expected to take `calls` calls: at most `most`, and short enough that a batch holds
-    four runs (the parent's random stop must have runs' commitments to land between)."""
-    return max(1, min(most, calls // 4))
+def run_for(plan: TimingPlan, per_call_s: float) -> int:
+    """Calls per run for a batch whose calls (with what the harness does between them) take `per_call_s` each: the
+    plan's run, the candidate's and the baseline's alike, unless RUNS_PER_BATCH runs of it would take over the plan's
+    run_span_s; then as many as fit (at least one).
+
+    Run lengths had followed each batch's expected calls (a quarter of them), so a candidate whose calls were
+    estimated slow got runs of one (each call synchronised on its own, slower than queued) while its baseline ran
+    six, and the time between calls per call of a run, compared between the two by the gap bound, was not alike: an
+    honest selective_state_update was timed 3.7x its calls on the H200 (source "cycle"). Runs shorten only
+    for calls of milliseconds (over 6.7 ms on a GPU), where a synchronise's host time (250 us at most as measured:
+    MLX's attention, gqa_decode B 8) is under 4% of the call and the gap bound's share of the call (GAP_CALL_SHARE)
+    is larger than the harness's own work between runs."""
+    if not per_call_s > 0 or not math.isfinite(per_call_s):
+        return plan.run
+    fit = int(plan.run_span_s / (RUNS_PER_BATCH * per_call_s))
+    return max(1, min(plan.run, fit))
+
+
+def batch_floor(run: int) -> int:
+    """The fewest calls a timed batch is expected to take: MIN_BATCH_CALLS, and RUNS_PER_BATCH whole runs."""
+    return max(MIN_BATCH_CALLS, RUNS_PER_BATCH * run)
 
 
 def batch_size(estimate_s: float, target_s: float) -> int:
@@ -82,6 +105,8 @@ EXTRA_BATCHES = 8
 
 #: A timed batch is expected to take at least this many calls, so that its random stop has calls to land between.
 MIN_BATCH_CALLS = 4
+#: ... and at least this many runs (batch_floor): the stop must have runs' commitments to land between.
+RUNS_PER_BATCH = 4
 
 #: The first batch is at most this many calls: nothing the worker says sizes a batch of minutes.
 FIRST_BATCH_MAX = 20
