@@ -19,16 +19,17 @@ With --processes, the plain loop (the fidelity benchmark's, bench/fidelity.plain
 of its own, alternating with the same loop here (twice each): the harness times calls in worker processes, so a difference that
 follows the process and not the loop shows there (`process:here`, `process:child`; ratio to `process:here`).
 
-With --worker-loop, the worker's own timed loop (harness/worker.py `Worker.go`: the timing pool, the ring of the last
-outputs, the commitment sent on a socket) runs here, in this process, beside the plain loop: as the harness runs it
-(`loop:runs`, runs of timing.RUN calls queued and evaluated together; ratio to `loop:plain_runs`, the plain loop
-queuing as many), in runs with a synchronise after each of the loop's evaluations (`loop:runs_settled`: MLX's
-completion thread idle when a run's clock starts), in runs with parts taken out (`loop:runs_no_stamp`: the pool's sets cycled; `loop:runs_bare`: no
-stamp, ring or fingerprint; `loop:runs_flush`: stamped, then the last-level cache cleaned by reading a buffer twice
-its size, so that the stamps' dirty lines are written back before the clock starts), one call a run (`loop:worker`), and one call a run with one part taken out at a time: `loop:no_ring`
-(outputs not kept), `loop:no_commit` (no fingerprint computed or read back), `loop:no_stamp` (the pool's sets cycled,
-no per-call stamp), `loop:bare` (all three out: what is left is the loop itself, its socket and its bookkeeping);
-ratio to `loop:plain` (one call at a time, each evaluated and synchronised).
+With --worker-loop, the worker's own timed loop (harness/worker.py `Worker.go`: the timing pool, the ring of the
+last outputs, the commitment sent on a socket) runs here, in this process, beside the plain loop: as the harness
+runs it (`loop:runs`, runs of timing.RUN calls queued and evaluated together; ratio to `loop:plain_runs`, the plain
+loop queuing as many), in runs with a synchronise after each of the loop's evaluations (`loop:runs_settled`: MLX's
+completion thread idle when a run's clock starts), in runs with parts taken out (`loop:runs_no_stamp`: the pool's
+sets cycled; `loop:runs_bare`: no stamp, ring or fingerprint; `loop:runs_flush`: stamped, then the last-level cache
+cleaned by reading a buffer twice its size, so that the stamps' dirty lines are written back before the clock
+starts), one call a run (`loop:worker`), and one call a run with one part taken out at a time: `loop:no_ring`
+(outputs not kept), `loop:no_commit` (no fingerprint computed or read back), `loop:no_stamp` (the pool's sets
+cycled, no per-call stamp), `loop:bare` (all three out: what is left is the loop itself, its socket and its
+bookkeeping); ratio to `loop:plain` (one call at a time, each evaluated and synchronised).
 
     python benchmarks/harness_conditions.py [--backend B] [--tasks gqa_decode,softmax] [--out DIR] [--calls 60]
                                             [--processes] [--worker-loop [--runs-only]] [--only-extra] [--stem NAME]

@@ -45,9 +45,9 @@ def test_a_batch_holds_four_runs_and_the_ring_room() -> None:
 @pytest.mark.parametrize(("call_s", "run"), [(1e-5, 6), (1e-3, 6), (0.2, 1)])
 def test_timed_batches_run_the_plans_run_length_unless_calls_take_milliseconds(
         monkeypatch: pytest.MonkeyPatch, call_s: float, run: int) -> None:
-    # Calls of 1 ms against a batch target of 50 ms: batches sized by time alone expect 50 calls, and the run length
-    # had followed that (a quarter: runs of three; with slower estimates runs of one, each call synchronised on its
-    # own) while a fast baseline ran six. Only calls of a fifth of a second, here, run shorter runs.
+    # Calls of 1 ms against a batch target of 50 ms: the run length had followed the calls each batch expected (a
+    # quarter of them: five in a first batch of 20 calls, one where a batch was estimated slow, each call then
+    # synchronised on its own) while a fast baseline ran six. Only calls of a fifth of a second, here, run shorter runs.
     import random
 
     from ksearch.harness import measure
