@@ -26,13 +26,16 @@ loop queuing as many), in runs with a synchronise after each of the loop's evalu
 completion thread idle when a run's clock starts), in runs with parts taken out (`loop:runs_no_stamp`: the pool's
 sets cycled; `loop:runs_bare`: no stamp, ring or fingerprint; `loop:runs_flush`: stamped, then the last-level cache
 cleaned by reading a buffer twice its size, so that the stamps' dirty lines are written back before the clock
-starts), one call a run (`loop:worker`), and one call a run with one part taken out at a time: `loop:no_ring`
+starts), in runs of up to 24 calls (--long-run) from a pool of as many sets where 8 GiB allows (`loop:runs_long`, against
+`loop:plain_runs_long`, the plain loop queuing as many: is the cost of the harness's work between runs fixed per run,
+so that longer runs share it out?), one call a run (`loop:worker`), and one call a run with one part taken out at a time: `loop:no_ring`
 (outputs not kept), `loop:no_commit` (no fingerprint computed or read back), `loop:no_stamp` (the pool's sets
 cycled, no per-call stamp), `loop:bare` (all three out: what is left is the loop itself, its socket and its
 bookkeeping); ratio to `loop:plain` (one call at a time, each evaluated and synchronised).
 
     python benchmarks/harness_conditions.py [--backend B] [--tasks gqa_decode,softmax] [--out DIR] [--calls 60]
-                                            [--processes] [--worker-loop [--runs-only]] [--only-extra] [--stem NAME]
+                                            [--processes] [--worker-loop [--runs-only] [--long-run N]] [--only-extra]
+                                            [--stem NAME]
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+
+#: Calls per run of `loop:runs_long` by default (timing.RUN is six).
+LONG_RUN = 24
 
 
 def conditions(task: Any, w: Any, sets: int) -> dict[str, tuple[Callable[[], dict[str, Any]], Callable[[Any], None]]]:
@@ -189,7 +195,8 @@ def process_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
 
 
 def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], sets: int,
-                     calls: int, llc_bytes: int, runs_only: bool = False) -> list[dict[str, Any]]:
+                     calls: int, llc_bytes: int, runs_only: bool = False,
+                     long_run_most: int = LONG_RUN) -> list[dict[str, Any]]:
     """Worker.go in this process (a socketpair for its commitments, drained by a thread) against the plain loop."""
     import collections
     import socket
@@ -199,6 +206,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
 
     from ksearch.bench.fidelity import plain_times
     from ksearch.harness import digest
+    from ksearch.harness import worker as worker_module
     from ksearch.harness.pool import TimingPool, set_inputs
     from ksearch.harness.timing import RING, RUN
     from ksearch.harness.worker import Worker
@@ -247,34 +255,51 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
             mx.eval(list(x.values()), flush_buf.sum())
             return x
 
-    variants = ("runs", "runs_settled", "runs_no_stamp", "runs_flush", "runs_bare", "worker", "no_ring",
-                "no_commit", "no_stamp", "bare")
+    variants = ("runs", "runs_settled", "runs_no_stamp", "runs_flush", "runs_bare", "runs_long", "worker",
+                "no_ring", "no_commit", "no_stamp", "bare")
     if runs_only:
         variants = tuple(v for v in variants if v.startswith("runs"))
     queued = {v for v in variants if v.startswith("runs")}
     run = min(sets, RUN)
-    times: dict[tuple[str, str], list[float]] = {(v, k): [] for v in ("plain", "plain_runs", *variants)
-                                                 for k in contenders}
+    # Longer runs, from a pool of more sets where 8 GiB allows: does the harness's work between runs cost a fixed
+    # amount per run (then longer runs share it out), or a share of every call?
+    per_set = max(1, task.input_bytes(w) + task.output_bytes(w))
+    long_sets = max(sets, min(long_run_most, (8 << 30) // per_set))
+    long_run = min(long_sets, long_run_most)
+    times: dict[tuple[str, str], list[float]] = {(v, k): [] for v in ("plain", "plain_runs", "plain_runs_long",
+                                                                       *variants) for k in contenders}
     offset = 0
+    lengths = {"plain": 1, "plain_runs": run, "plain_runs_long": long_run}
     for _ in range(3):
         for name, fn in contenders.items():
             for k, v in plain_times(task, w, {name: fn}, sets, budget_s=0.3).items():
                 times[("plain", k)].extend(v)
             for k, v in plain_times(task, w, {name: fn}, sets, budget_s=0.3, run=run).items():
                 times[("plain_runs", k)].extend(v)
+            if "runs_long" in variants:
+                for k, v in plain_times(task, w, {name: fn}, long_sets, budget_s=0.3, run=long_run).items():
+                    times[("plain_runs_long", k)].extend(v)
             worker.run = fn
             for v in variants:
                 stamped = v not in ("no_stamp", "bare", "runs_no_stamp", "runs_bare")
-                worker.pool = Flushed() if v == "runs_flush" else TimingPool(task, w, 5, sets) if stamped else Cycled()
-                worker.ring = collections.deque(maxlen=0 if v in ("no_ring", "bare", "runs_bare") else RING)
+                pool_sets = long_sets if v == "runs_long" else sets
+                worker.pool = (Flushed() if v == "runs_flush" else TimingPool(task, w, 5, pool_sets) if stamped
+                               else Cycled())
+                ring = 2 * long_run if v == "runs_long" else RING
+                worker.ring = collections.deque(maxlen=0 if v in ("no_ring", "bare", "runs_bare") else ring)
                 bare = v in ("no_commit", "bare", "runs_bare")
                 digest.fingerprint_mx = (lambda _outs: constant) if bare else real_fp
                 # Every evaluation of the loop followed by a synchronise: MLX's completion thread idle when a run's
                 # clock starts (it still releases temporaries after mx.eval returns).
                 worker._eval = (lambda xs: (mx.eval(xs), mx.synchronize())) if v == "runs_settled" else mx.eval
-                reply = worker.go({"offset": offset, "n": calls, "batch": offset, "run": run if v in queued else 1})
+                length = long_run if v == "runs_long" else run if v in queued else 1
+                lengths[v] = length
+                n = calls
+                worker_module.RUN = max(RUN, length)  # the worker caps a run at timing.RUN
+                reply = worker.go({"offset": offset, "n": n, "batch": offset, "run": length})
+                worker_module.RUN = RUN
                 digest.fingerprint_mx = real_fp
-                offset += calls
+                offset += n
                 if not reply.get("ok"):
                     raise SystemExit(f"the worker's loop failed: {reply}")
                 times[(v, name)].extend(reply["times"][3:])
@@ -282,10 +307,12 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
     rows = []
     for (v, name), ts in times.items():
         # Queued runs against the plain loop's queued runs; one call at a time against one call at a time.
-        plain = statistics.median(times[("plain_runs" if v in queued or v == "plain_runs" else "plain", name)])
+        kind = "plain_runs_long" if v in ("runs_long", "plain_runs_long") else (
+            "plain_runs" if v in queued or v == "plain_runs" else "plain")
+        plain = statistics.median(times[(kind, name)])
         rows.append({"task": task.name, "workload": w.name, "contender": name, "condition": f"loop:{v}",
                      "latency_s": statistics.median(ts), "min_s": min(ts),
-                     "vs_plain_ratio": statistics.median(ts) / plain, "calls": len(ts)})
+                     "vs_plain_ratio": statistics.median(ts) / plain, "calls": len(ts), "run": lengths.get(v)})
     return rows
 
 
@@ -308,6 +335,7 @@ def main() -> None:
     ap.add_argument("--processes", action="store_true", help="also the plain loop in a child process")
     ap.add_argument("--worker-loop", action="store_true", help="also the worker's timed loop, here, with ablations")
     ap.add_argument("--runs-only", action="store_true", help="with --worker-loop: only the loops in runs")
+    ap.add_argument("--long-run", type=int, default=LONG_RUN, help="calls per run of loop:runs_long, at most")
     ap.add_argument("--only-extra", action="store_true", help="skip the in-loop conditions (with the two above)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -336,7 +364,7 @@ def main() -> None:
             sets = timing.plan(task, w, llc, b.is_gpu).pool_sets
             rows = [] if args.only_extra else measure(task, w, contenders, sets, args.calls)
             if args.worker_loop:
-                rows += worker_loop_rows(task, w, contenders, sets, args.calls, llc, args.runs_only)
+                rows += worker_loop_rows(task, w, contenders, sets, args.calls, llc, args.runs_only, args.long_run)
             if args.processes:
                 rows += process_rows(task, w, contenders, sources, sets, not b.is_gpu)
             for r in rows:

@@ -13,17 +13,19 @@ ROOT = Path(__file__).parents[1]
 
 def test_the_worker_loop_conditions_run_and_write_their_rows(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks/harness_conditions.py"), "--backend", "mlx-cpu",
-                           "--tasks", "rmsnorm", "--calls", "4", "--worker-loop", "--only-extra", "--stem", "hc",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+                           "--tasks", "rmsnorm", "--calls", "4", "--worker-loop", "--long-run", "8", "--only-extra",
+                           "--stem", "hc", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     (path,) = tmp_path.glob("hc-mlx-cpu-*.json")
     rows = json.loads(path.read_text())["figures"]
     conditions = {r["condition"] for r in rows}
-    assert conditions == {f"loop:{v}" for v in ("plain", "plain_runs", "runs", "runs_settled", "runs_no_stamp",
-                                                 "runs_flush", "runs_bare", "worker", "no_ring", "no_commit",
-                                                 "no_stamp", "bare")}
+    assert conditions == {f"loop:{v}" for v in ("plain", "plain_runs", "plain_runs_long", "runs", "runs_settled",
+                                                 "runs_no_stamp", "runs_flush", "runs_bare", "runs_long", "worker",
+                                                 "no_ring", "no_commit", "no_stamp", "bare")}
     assert all(r["latency_s"] > 0 and r["calls"] > 0 for r in rows)
     # Each loop against the plain loop of its own kind: queued runs against queued runs.
     for r in rows:
-        if r["condition"] in ("loop:plain", "loop:plain_runs"):
+        if r["condition"] in ("loop:plain", "loop:plain_runs", "loop:plain_runs_long"):
             assert r["vs_plain_ratio"] == 1.0
+    run = {r["condition"]: r["run"] for r in rows}
+    assert run["loop:runs_long"] == run["loop:plain_runs_long"] > run["loop:runs"] == run["loop:plain_runs"] > 1
