@@ -162,3 +162,29 @@ def test_an_honest_run_whose_first_call_is_slower_is_timed_by_its_median_call() 
     times = ([1.6e-4] + [1e-4] * 5) * 20
     measured = timing.combine([(sum(times), len(times), times)], runs=[[6] * 20])
     assert measured.source == "worker" and measured.latency_s == pytest.approx(1e-4)
+
+
+def test_the_run_length_can_be_set_for_measuring_and_every_result_says_so() -> None:
+    # KSEARCH_TIMING_RUN sets the run length (on the CPU too), the ring and the GPU pools' floor, in the parent and its
+    # workers alike; an evaluation under it passes and records the setting; a bad value is one line and exit 2.
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "KSEARCH_TIMING_RUN": "3"}
+    code = "import ksearch.harness.timing as t; print(t.RUN, t.RING, t.CPU_RUN, t.MIN_GPU_SETS, t.RUN_SETTING)"
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert shown.stdout.split() == ["3", "6", "3", "4", "3"]
+    starter = Path(__file__).resolve().parents[1] / "src/ksearch/tasks/starters/softmax_cpu.py"
+    cmd = [sys.executable, "-m", "ksearch.cli", "eval", "softmax", str(starter), "--backend", "mlx-cpu", "--json"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["status"] == "passed" and result["environment"]["timing_run"] == 3
+    bad = subprocess.run(cmd, env={**os.environ, "KSEARCH_TIMING_RUN": "0"}, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == ["error: KSEARCH_TIMING_RUN='0': give the most calls a timed run "
+                                               "queues, 1 to 32 (unset: 6)"]

@@ -202,7 +202,7 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
                "worst_baseline_deviation": worst["baseline_ratio"],
                "within_tolerance": bool(passed) and all(_agrees(f) for f in passed), "tolerance": TOLERANCE,
                "failed": sorted({f["task"] for f in figures if f["status"] != "passed"}),
-               "scores": _scores(passed)}
+               "scores": _scores(passed), "run": timing.RUN}
     data = make_result("fidelity", b, figures, shapes, sorted(dtypes), summary=summary,
                        notes="harness latency / plain side-by-side loop latency, per task and workload, for the "
                              "library kernel (or the starter) and the default baseline; 1.0 is agreement")

@@ -97,6 +97,8 @@ class Evaluator:
 
             self._env = environment(self.backend)
             self._env["hardware_profile"] = self.profile.get("id")
+            if timing.RUN_SETTING is not None:  # timed runs of a length other than the default
+                self._env["timing_run"] = timing.RUN_SETTING
         return self._env
 
     def close(self) -> None:

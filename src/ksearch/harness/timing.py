@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from ksearch.errors import ConfigError
 from ksearch.tasks.base import Task, Workload
 
 
@@ -98,6 +100,26 @@ RING = 12
 #: its own set, stamped anew) and is at most half the ring: the worker ends the run in progress at the parent's stop,
 #: and the ring must still hold calls committed to before the stop.
 RUN = RING // 2
+
+
+def _run_setting() -> int | None:
+    """KSEARCH_TIMING_RUN=N: runs of up to N calls (1 to 32; on the CPU too), a ring of 2N and GPU pools of at least N
+    sets where memory allows, instead of RUN (CPU_RUN), RING and MIN_GPU_SETS. For measuring the harness against the plain loop at other
+    run lengths (the extra time of a run, taken apart by harness_conditions.py --worker-loop, was about the same per
+    run at every run length measured, so longer runs share it out); the parent and its workers read the same
+    environment."""
+    raw = os.environ.get("KSEARCH_TIMING_RUN", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= 32:
+        raise ConfigError(f"KSEARCH_TIMING_RUN={raw!r}: give the most calls a timed run queues, 1 to 32 (unset: {RUN})")
+    return int(raw)
+
+
+#: KSEARCH_TIMING_RUN's value where it is set (every result's environment then records it), else None.
+RUN_SETTING = _run_setting()
+if RUN_SETTING is not None:
+    RUN, RING, MIN_GPU_SETS, CPU_RUN = RUN_SETTING, 2 * RUN_SETTING, max(MIN_GPU_SETS, RUN_SETTING), RUN_SETTING
 
 #: Batches past the plan's, at most, to take a check that found no committed call to name (a descheduled worker's
 #: commitments arrive after the stop: on a loaded 2-core machine three were seen to miss in a row).
