@@ -247,7 +247,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
         written back before the run's clock starts, not during its calls."""
 
         def __init__(self) -> None:
-            self.real = TimingPool(task, w, 5, sets)
+            self.real = pools[sets]
             self.sets = self.real.sets
 
         def take(self, batch: int, call: int) -> dict[str, Any]:
@@ -270,21 +270,24 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
                                                                        *variants) for k in contenders}
     offset = 0
     lengths = {"plain": 1, "plain_runs": run, "plain_runs_long": long_run}
+    # One timing pool of each size, shared by the loops (each call's take stamps its set anew).
+    pools = {n: TimingPool(task, w, 5, n) for n in {sets, long_sets if "runs_long" in variants else sets}}
     for _ in range(3):
         for name, fn in contenders.items():
-            for k, v in plain_times(task, w, {name: fn}, sets, budget_s=0.3).items():
+            # One block of each plain loop a round: the three rounds alternate them with the worker's loops.
+            for k, v in plain_times(task, w, {name: fn}, sets, budget_s=0.3, blocks=1).items():
                 times[("plain", k)].extend(v)
-            for k, v in plain_times(task, w, {name: fn}, sets, budget_s=0.3, run=run).items():
+            for k, v in plain_times(task, w, {name: fn}, sets, budget_s=0.3, blocks=1, run=run).items():
                 times[("plain_runs", k)].extend(v)
             if "runs_long" in variants:
-                for k, v in plain_times(task, w, {name: fn}, long_sets, budget_s=0.3, run=long_run).items():
+                for k, v in plain_times(task, w, {name: fn}, long_sets, budget_s=0.3, blocks=1,
+                                        run=long_run).items():
                     times[("plain_runs_long", k)].extend(v)
             worker.run = fn
             for v in variants:
                 stamped = v not in ("no_stamp", "bare", "runs_no_stamp", "runs_bare")
                 pool_sets = long_sets if v == "runs_long" else sets
-                worker.pool = (Flushed() if v == "runs_flush" else TimingPool(task, w, 5, pool_sets) if stamped
-                               else Cycled())
+                worker.pool = Flushed() if v == "runs_flush" else pools[pool_sets] if stamped else Cycled()
                 ring = 2 * long_run if v == "runs_long" else RING
                 worker.ring = collections.deque(maxlen=0 if v in ("no_ring", "bare", "runs_bare") else ring)
                 bare = v in ("no_commit", "bare", "runs_bare")
