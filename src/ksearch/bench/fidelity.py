@@ -1,17 +1,18 @@
 """The suite behind `ksearch bench fidelity`: does the harness time a kernel as a plain loop in one process does?
 
 For every task, on its search workloads of the backend's tier: the library kernel (ksearch.kernels, where the task
-has one and it runs its own kernel here; otherwise the task's starting candidate) and the task's default baseline are
-judged by the harness (isolated workers, the timing pool, commitments, checks), and the same two are timed side by
-side in this process by the one timing helper (bench/timing.py), as a caller's loop calls a kernel: each contender's
-calls back to back in blocks, queued in runs as long as the harness's (timing.plan's `run`) with each run's outputs
-evaluated and the device synchronised inside the clock, as the harness's timed runs are, the contenders' blocks in
-turn (so that drift hits all alike), medians of the runs' mean calls, on input sets laid out alike
-(pool.set_inputs: P standalone sets, rotated between calls, P from the same plan). One fixed protocol, whatever the
-figures say: the plain loop, the harness, the plain loop, the harness (a second evaluator, so that the baselines are
-timed again), the plain loop. Each side's figure is the median of its measurements, each kept with its drift (the
-largest over the smallest). The ratios harness / plain, for the candidate and for the baseline, say how far the
-harness's figures are from what a caller would see; 1.0 is agreement.
+has one and it runs its own kernel here; otherwise the task's starting candidate) and the task's default baseline
+are judged by the harness (isolated workers, the timing pool, commitments, checks), and the same two are timed side
+by side in this process by the one timing helper (bench/timing.py), as a caller's loop calls a kernel: each
+contender's calls back to back in blocks, queued in runs as long as the harness's (timing.plan's `run`; the harness
+shortens them only for calls of milliseconds, timing.run_for) with each run's outputs evaluated and the device
+synchronised inside the clock, as the harness's timed runs are, the contenders' blocks in turn (so that drift hits
+all alike), medians of the runs' mean calls, on input sets laid out alike (pool.set_inputs: P standalone sets,
+rotated between calls, P from the same plan). One fixed protocol, whatever the figures say: the plain loop, the
+harness, the plain loop, the harness (a second evaluator, so that the baselines are timed again), the plain loop.
+Each side's figure is the median of its measurements, each kept with its drift (the largest over the smallest). The
+ratios harness / plain, for the candidate and for the baseline, say how far the harness's figures are from what a
+caller would see; 1.0 is agreement.
 """
 
 from __future__ import annotations
