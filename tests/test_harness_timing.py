@@ -112,3 +112,15 @@ def test_a_probe_batch_whose_times_disagree_with_the_parents_clock_is_an_error()
     assert Timed(batches=[honest]).probe_error() is None
     assert Timed(batches=[honest, forged]).probe_error()
     assert Timed(batches=[Batch(0, 1, 0.012, forged.reply)]).probe_error() is None  # not a probe: combine's to judge
+
+
+def test_the_time_between_calls_comes_from_the_batches_the_latency_comes_from() -> None:
+    # A probe runs one call a run, so all of the harness's work between runs falls on each of its calls: its gaps
+    # per call are not comparable with queued runs' and stay out of the median gap, as out of the latency.
+    from ksearch.harness.batch import Batch
+    from ksearch.harness.measure import Timed
+
+    queued = Batch(0, 1, 0.01, {"times": [1e-4] * 12, "gaps": ([0.0] * 5 + [6e-4]) * 2, "runs": [6, 6]})
+    probe = Batch(12, 2, 0.01, {"times": [1e-4] * 12, "gaps": [6e-4] * 12, "runs": [1] * 12}, probe=True)
+    timed = Timed(batches=[queued, probe, probe])
+    assert timed.median_gap() == pytest.approx(1e-4)

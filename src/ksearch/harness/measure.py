@@ -108,8 +108,9 @@ class Timed:
         return [b.runs for b in self.timed()]
 
     def median_gap(self) -> float | None:
-        """The median over runs of a run's time between calls, per call (timing.per_run)."""
-        gaps = sorted(g for b in self.batches for g in timing.per_run(b.gaps, b.runs))
+        """The median over runs of a run's time between calls, per call (timing.per_run), from the batches the latency
+        comes from (a probe's runs of one call each are not comparable)."""
+        gaps = sorted(g for b in self.timed() for g in timing.per_run(b.gaps, b.runs))
         return gaps[len(gaps) // 2] if gaps else None
 
 
