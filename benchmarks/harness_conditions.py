@@ -227,8 +227,8 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
     worker.mx, worker._eval, worker._synchronize, worker.task = mx, mx.eval, mx.synchronize, task
     worker.params = dict(w.params)
     digest.capture_ops()
-    real_fp = digest.fingerprint_mx
-    constant = mx.zeros((2,), dtype=mx.uint32)
+    real_fp = digest.fingerprints_mx
+    constant = mx.zeros((RUN, 2), dtype=mx.uint32)
     mx.eval(constant)
     base = set_inputs(task, w, 1, 0)
     cycled = [base] + [set_inputs(task, w, 1, k, base) for k in range(1, sets)]
@@ -291,7 +291,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
                 ring = 2 * long_run if v == "runs_long" else RING
                 worker.ring = collections.deque(maxlen=0 if v in ("no_ring", "bare", "runs_bare") else ring)
                 bare = v in ("no_commit", "bare", "runs_bare")
-                digest.fingerprint_mx = (lambda _outs: constant) if bare else real_fp
+                digest.fingerprints_mx = (lambda calls: constant[:len(calls)]) if bare else real_fp
                 # Every evaluation of the loop followed by a synchronise: MLX's completion thread idle when a run's
                 # clock starts (it still releases temporaries after mx.eval returns).
                 worker._eval = (lambda xs: (mx.eval(xs), mx.synchronize())) if v == "runs_settled" else mx.eval
@@ -301,7 +301,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
                 worker_module.RUN = max(RUN, length)  # the worker caps a run at timing.RUN
                 reply = worker.go({"offset": offset, "n": n, "batch": offset, "run": length})
                 worker_module.RUN = RUN
-                digest.fingerprint_mx = real_fp
+                digest.fingerprints_mx = real_fp
                 offset += n
                 if not reply.get("ok"):
                     raise SystemExit(f"the worker's loop failed: {reply}")

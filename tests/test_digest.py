@@ -68,3 +68,33 @@ def test_device_fingerprint_equals_the_hosts_and_sees_every_change(dtype: str, k
                                                                                        D.raw_bits(y)])
     if dtype == "bfloat16":
         np.testing.assert_array_equal(D.from_raw_bits(D.raw_bits(x), "bfloat16"), np.array(x.astype(mx.float32)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int64", "bool_", "uint8"])
+def test_a_runs_fingerprints_taken_together_are_each_calls_own(dtype: str) -> None:
+    # The worker fingerprints a run's outputs in one pass (stacked); the parent checks each call's on the host.
+    import mlx.core as mx
+
+    mx.set_default_device(mx.cpu)
+    calls = [tuple(mx.random.randint(0, 3, (5, 7 + k), key=mx.random.key(10 * c + k)).astype(getattr(mx, dtype))
+                   for k in range(3)) for c in range(4)]
+    together = D.fingerprints_mx(calls)
+    assert together.shape == (4, 2)
+    lanes = together.tolist()
+    assert lanes == [D.fingerprint_mx(c).tolist() for c in calls]
+    assert [D.fingerprint_hex(x) for x in lanes] == [D.fingerprint_numpy([D.raw_bits(a) for a in c]) for c in calls]
+    assert len({tuple(x) for x in lanes}) == 4
+
+
+def test_a_runs_fingerprints_of_unlike_outputs_are_taken_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlx.core as mx
+
+    mx.set_default_device(mx.cpu)
+    unlike = [(mx.ones((3, 4)),), (mx.ones((4, 3)),), (mx.ones((3, 4), dtype=mx.float16),)]
+    assert D.fingerprints_mx(unlike).tolist() == [D.fingerprint_mx(c).tolist() for c in unlike]
+    assert D.fingerprints_mx([]).shape == (0, 2)
+    monkeypatch.setattr(D, "STACK_MAX_ELEMENTS", 10)  # too large to stack: call by call, the same lanes
+    like = [(mx.arange(12).reshape(3, 4),), (mx.arange(12).reshape(3, 4) + 1,)]
+    assert D.fingerprints_mx(like).tolist() == [D.fingerprint_mx(c).tolist() for c in like]
+    with pytest.raises(AttributeError):  # not MLX arrays: the worker reports the candidate's failure
+        D.fingerprints_mx([(1.0,), (2.0,)])

@@ -223,3 +223,30 @@ def test_timed_inputs_are_laid_out_as_callers_pass_them_and_never_repeat(task_na
         seen.add(tuple(np.array(got[task.inputs[0].name].astype(mx.float32)).reshape(-1).tolist()))
         del got
     assert len(seen) == 7
+
+
+def test_stamps_keep_each_inputs_sign_and_scale_and_change_every_call():
+    # A call's stamps are the set's own values times the call's factor (0.5 to 1.5, from the batch key): A of
+    # selective_state_update stays negative, small tensors are made anew whole, large ones change in one column a row.
+    import mlx.core as mx
+    import numpy as np
+
+    from ksearch.harness.pool import FACTOR_LOW, TimingPool, call_factor, set_inputs
+
+    mx.set_default_device(mx.cpu)
+    factors = [call_factor(b, c) for b in range(3) for c in range(50)]
+    assert all(FACTOR_LOW <= f < FACTOR_LOW + 1 for f in factors) and len(set(factors)) == len(factors)
+    task = get_task("selective_state_update")
+    w = task.select_workloads("gpu")[0]  # its states are large enough to be stamped (the CPU's are drawn whole)
+    pool = TimingPool(task, w, 5, 2)
+    first = set_inputs(task, w, 5, 0)
+    previous = {k: np.array(v.astype(mx.float32)) for k, v in first.items()}
+    for call in (0, 2, 4):  # set 0 each time
+        got = {k: np.array(v.astype(mx.float32)) for k, v in pool.take(9, call).items()}
+        assert (got["A"] < 0).all()
+        for name in ("x", "D"):  # small: drawn anew whole
+            assert not np.array_equal(got[name], previous[name])
+        rows = got["ssm_state"].reshape(-1, got["ssm_state"].shape[-1])
+        changed = rows != previous["ssm_state"].reshape(rows.shape)
+        assert changed.any(axis=1).mean() > 0.9 and (changed.sum(axis=1) <= 1).all()  # one column a row
+        previous = got

@@ -188,3 +188,36 @@ def test_the_run_length_can_be_set_for_measuring_and_every_result_says_so() -> N
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == ["error: KSEARCH_TIMING_RUN='0': give the most calls a timed run "
                                                "queues, 1 to 32 (unset: 6)"]
+
+
+def test_the_run_length_comes_from_the_calls_not_from_the_harness_work_between_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Calls of 100 us with 30-80 ms of the harness's work around each (a parent's clock per call of 30-80 ms): runs
+    # that followed the parent's time per call were one call long in some batches and six in others.
+    import random
+
+    from ksearch.harness import measure
+    from ksearch.harness.batch import Batch
+    from ksearch.tasks import get_task
+
+    asked: list[int] = []
+    rng = random.Random(3)
+
+    def fake_batch(worker: object, first: int, n_max: int, key: int, deadline: float, stop_at: object,
+                   run: int = 1) -> Batch:
+        asked.append(run)
+        n = min(n_max, 2 * run)
+        elapsed = n * (1e-4 + rng.uniform(0.03, 0.08))
+        return Batch(first, key, elapsed, {"ok": True, "times": [1e-4] * n, "gaps": [0.0] * n, "lead": 0.0,
+                                           "runs": [run] * (n // run)}, ["0" * 16] * n, n)
+
+    class Worker:
+        def request(self, msg: dict, deadline: float, max_bytes: int | None = None) -> tuple[dict, dict]:
+            return {"ok": True}, {}
+
+    monkeypatch.setattr(measure, "run_batch", fake_batch)
+    task = get_task("softmax")
+    plan = timing.TimingPlan(pool_sets=12, warmup=2, warmup_s=0.0, batches=5, target_batch_s=0.05, checks=2, run=6)
+    measure.time_workload(Worker(), task, task.select_workloads("cpu")[0], plan, deadline=1e12,  # type: ignore[arg-type]
+                          check=False, rng=random.SystemRandom())
+    assert set(asked) == {6}

@@ -78,10 +78,11 @@ def _op(name: str) -> Any:
     return _OPS[name]
 
 
-def _words_mx(x: Any) -> Any:
+def _words_mx(x: Any, rows: bool = False) -> Any:
+    """The 32-bit words the fingerprint mixes, flat (or per row of a 2-D array, with `rows`)."""
     import mlx.core as mx
 
-    flat = x.reshape(-1)
+    flat = x if rows else x.reshape(-1)
     size = x.dtype.size
     if x.dtype == mx.bool_:
         return flat.astype(mx.uint32)
@@ -132,6 +133,43 @@ def fingerprint_mx(arrays: Any) -> Any:
     for k, a in enumerate(seq):
         total = total + _mix_mx(_words_mx(a), k)
     return total
+
+
+#: A run's outputs are stacked for their fingerprints up to this many elements in all (a few hundred MB of words and
+#: temporaries); larger ones are fingerprinted call by call, where their own size makes the operations' count moot.
+STACK_MAX_ELEMENTS = 1 << 26
+
+
+def _alike(calls: list[tuple[Any, ...]]) -> bool:
+    """Whether every call returned MLX arrays of the same count, shapes and dtypes (what fingerprints_mx can stack)."""
+    import mlx.core as mx
+
+    first = calls[0]
+    return all(len(c) == len(first) and all(isinstance(a, mx.array) and isinstance(b, mx.array) and a.shape == b.shape
+                                            and a.dtype == b.dtype for a, b in zip(c, first, strict=True))
+               for c in calls)
+
+
+def fingerprints_mx(calls: list[tuple[Any, ...]]) -> Any:
+    """fingerprint_mx of each call's outputs, as a lazy uint32 array of shape (len(calls), 2): the same lanes, taken
+    for a run's calls together (about ten device operations per output rather than per call and output; per call, a
+    fingerprint's operations cost about as much as a short timed call on the H200). Calls whose outputs differ in
+    count, shape or dtype are fingerprinted one by one."""
+    import mlx.core as mx
+
+    if not calls:
+        return _op("zeros")((0, 2), dtype=mx.uint32)
+    stack = _op("stack")
+    if len(calls) == 1 or not _alike(calls) or len(calls) * sum(a.size for a in calls[0]) > STACK_MAX_ELEMENTS:
+        return stack([fingerprint_mx(c) for c in calls])
+    u32, array, total = mx.uint32, _op("array"), _op("sum")
+    lanes = _op("zeros")((len(calls), 2), dtype=u32)
+    for k in range(len(calls[0])):
+        words = _words_mx(stack([c[k].reshape(-1) for c in calls]), rows=True)
+        h = (words ^ _positions_mx(words.shape[1], k)) * array(_M1, u32)
+        h = h ^ (h >> 15)
+        lanes = lanes + stack([total(h, axis=1), total(h * array(_M3, u32), axis=1)], axis=1)
+    return lanes
 
 
 def fingerprint_hex(lanes: Any) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import re
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,14 +151,18 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
     # Warm-up: batches like the timed ones, at least plan.warmup calls and plan.warmup_s seconds. The first calls of
     # a shape build MLX's graph caches and JIT kernels; a cold start measured against a warm baseline showed a 1.2x
     # phantom speedup of a kernel over itself.
-    n, calls, spent, per_call = 1, 0, 0.0, 0.0
+    n, calls, spent, per_call, call = 1, 0, 0.0, 0.0, 0.0
     while calls < plan.warmup or spent < plan.warmup_s:
-        b = batch(n, None, timing.run_for(plan, per_call))
+        b = batch(n, None, timing.run_for(plan, call))
         calls, spent = calls + len(b.times), spent + b.elapsed
         per_call = b.elapsed / max(1, len(b.times))
+        call = statistics.median(b.times) if b.times else per_call
         n = min(max(1, timing.batch_size(per_call, max(plan.warmup_s - spent, per_call))), 4 * n + 4)
-    # Every timed batch holds whole runs of the plan's length (timing.run_for, timing.batch_floor).
-    run = timing.run_for(plan, per_call)
+    # Every timed batch holds whole runs of one length, fixed here from the last warm-up batch's calls as the worker
+    # timed them (timing.run_for, timing.batch_floor). Not from the parent's time per call: that includes the harness's
+    # work between calls, which varies, and run lengths that followed it varied from batch to batch (6 to 24 calls for
+    # selective_state_update on the H200 with KSEARCH_TIMING_RUN=24) and between the candidate and the baseline.
+    run = timing.run_for(plan, call)
     n = max(timing.batch_floor(run), min(timing.batch_size(per_call, plan.target_batch_s), timing.FIRST_BATCH_MAX))
     owed = set(rng.sample(range(plan.batches), min(plan.checks, plan.batches))) if check else set()
     # Probes: batches of one call a run, where calls of two kinds show (timing.PROBE_BATCHES).
@@ -201,7 +206,6 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
             timed.batches.append(b)
             index += 1
         per_call = b.elapsed / m
-        run = timing.run_for(plan, per_call)
         n = max(timing.batch_floor(run), timing.batch_size(per_call, plan.target_batch_s))
     if pending_checks:
         raise Fail("runtime_error", f"{workload.name}: no timed call could be checked: the worker's commitments "

@@ -9,9 +9,13 @@ What the defences against memoisation need is kept without changing that layout:
 - set k of the pool is the base inputs rotated by k * 256 bytes, as a copy (P distinct contents for one draw of the
   generator);
 - before every call, each large tensor of the set gets one fresh value per row (the "stamp": one column per row, the
-  columns fixed per set, the values drawn anew per call from a key that the parent reveals only when the batch starts),
-  and each small tensor is drawn anew whole. Every output row depends on its stamped inputs, so no two calls see the
-  same contents, and a candidate cannot compute a call before its batch starts;
+  columns and a value per row fixed per set, that value times the call's factor), and each small tensor is made anew
+  whole as the set's own times the factor. The factor (0.5 to 1.5) comes from the batch key, which the parent reveals
+  only when the batch starts, and the call's index. Every output row depends on its stamped inputs, so no two calls
+  see the same contents, and a candidate cannot compute a call before its batch starts. A call's stamps cost two
+  device operations per large tensor and one per small one: drawing the values anew per call, ten or so per tensor,
+  took 300-2,000 us per call on the H200 (selective_state_update's eleven inputs: 1-1.5 ms), several times the
+  calls being timed;
 - every call gets new array objects (the stamp is a scatter into the set's buffer, in place when nothing else holds
   it).
 The reference worker rebuilds any call's inputs from (seed, set, batch key, call) alone: `call_inputs`.
@@ -80,45 +84,58 @@ def _rows(v: Any) -> tuple[int, int]:
     return v.size // max(1, cols), cols
 
 
-def stamp_columns(task: Task, workload: Workload, seed: int, k: int, inputs: dict[str, Any]) -> dict[str, Any]:
-    """The column each row of each stamped tensor of set k gets its fresh value in (uint32, shape (rows, 1))."""
-    import mlx.core as mx
-
-    specs = _specs(task)
-    cols = {}
-    for name, v in inputs.items():
-        if _kind(task, specs.get(name), workload) == "stamp":
-            rows, width = _rows(v)
-            key = mx.random.key(key_for(seed, "columns", k, name))
-            cols[name] = mx.random.randint(0, width, (rows, 1), key=key).astype(mx.uint32)
-    mx.eval(list(cols.values()))
-    return cols
+#: A call's factor lies in [FACTOR_LOW, FACTOR_LOW + 1): positive, so a stamped value keeps its sign (A of the Mamba
+#: tasks must stay negative), and within a factor of two of the set's own, so the inputs keep their scale.
+FACTOR_LOW = 0.5
 
 
-def refresh(task: Task, workload: Workload, inputs: dict[str, Any], cols: dict[str, Any], batch_key: int,
-            call: int) -> dict[str, Any]:
-    """The inputs of timed call `call`: set `inputs` with this call's stamps (lazy; new objects throughout). The caller
-    drops its own references to `inputs` before evaluating, so the scatters reuse the set's buffers."""
+def call_factor(batch_key: int, call: int) -> float:
+    """The factor of timed call `call` of the batch keyed `batch_key` (the same in every process)."""
+    return FACTOR_LOW + key_for(batch_key, call, "factor") / float(1 << 63)
+
+
+def set_stamps(task: Task, workload: Workload, seed: int, k: int, inputs: dict[str, Any]) -> dict[str, Any]:
+    """What set k's calls are stamped from, per tensor that gets stamps: (columns, values) for a large tensor (one
+    column per row, uint32 of shape (rows, 1), and that row's value, of the tensor's dtype), the set's own tensor for a
+    small one (drawn anew whole, as the set's own times the call's factor)."""
     import mlx.core as mx
 
     from ksearch.tasks.inputs import draw
 
     specs = _specs(task)
-    out = {}
+    stamps: dict[str, Any] = {}
     for name, v in inputs.items():
         spec = specs.get(name)
         kind = _kind(task, spec, workload)
-        if kind == "keep" or spec is None:
-            out[name] = v.reshape(v.shape)  # a new object over the same buffer, same layout
-            continue
-        key = mx.random.key(key_for(batch_key, call, name))
-        dtype = spec.resolved_dtype(workload)
         if kind == "draw":
-            out[name] = draw(spec, tuple(v.shape), key, dtype)
-        else:
+            stamps[name] = v
+        elif kind == "stamp" and spec is not None:
             rows, width = _rows(v)
-            values = draw(spec, (rows, 1), key, dtype)
-            out[name] = mx.put_along_axis(v.reshape(rows, width), cols[name], values, axis=1).reshape(v.shape)
+            cols = mx.random.randint(0, width, (rows, 1), key=mx.random.key(key_for(seed, "columns", k, name)))
+            values = draw(spec, (rows, 1), mx.random.key(key_for(seed, "values", k, name)),
+                          spec.resolved_dtype(workload))
+            stamps[name] = (cols.astype(mx.uint32), values)
+    mx.eval([a for s in stamps.values() for a in (s if isinstance(s, tuple) else (s,))])
+    return stamps
+
+
+def refresh(inputs: dict[str, Any], stamps: dict[str, Any], batch_key: int, call: int) -> dict[str, Any]:
+    """The inputs of timed call `call`: set `inputs` with this call's stamps (lazy; new objects throughout). The caller
+    drops its own references to `inputs` before evaluating, so the scatters reuse the set's buffers."""
+    import mlx.core as mx
+
+    factor = call_factor(batch_key, call)
+    out = {}
+    for name, v in inputs.items():
+        stamp = stamps.get(name)
+        if stamp is None:
+            out[name] = v.reshape(v.shape)  # a new object over the same buffer, same layout
+        elif isinstance(stamp, tuple):
+            cols, values = stamp
+            rows, width = _rows(v)
+            out[name] = mx.put_along_axis(v.reshape(rows, width), cols, values * factor, axis=1).reshape(v.shape)
+        else:
+            out[name] = stamp * factor  # a standalone array of the set's shape and dtype
     return out
 
 
@@ -130,8 +147,8 @@ def call_inputs(task: Task, workload: Workload, seed: int, sets: int, batch_key:
 
     k = call % sets
     base = set_inputs(task, workload, seed, k, base)
-    cols = stamp_columns(task, workload, seed, k, base)
-    out = refresh(task, workload, base, cols, batch_key, call)
+    stamps = set_stamps(task, workload, seed, k, base)
+    out = refresh(base, stamps, batch_key, call)
     mx.eval(list(out.values()))
     return out
 
@@ -144,11 +161,11 @@ class TimingPool:
 
         self.task, self.workload, self.seed = task, workload, seed
         self.sets: list[dict[str, Any] | None] = []
-        self.cols: list[dict[str, Any]] = []
+        self.stamps: list[dict[str, Any]] = []
         base = set_inputs(task, workload, seed, 0)
         for k in range(sets):
             s = set_inputs(task, workload, seed, k, base) if k else base
-            self.cols.append(stamp_columns(task, workload, seed, k, s))
+            self.stamps.append(set_stamps(task, workload, seed, k, s))
             self.sets.append(s)
         mx.eval([v for s in self.sets if s for v in s.values()])
 
@@ -159,11 +176,11 @@ class TimingPool:
         current = self.sets[k]
         assert current is not None
         self.sets[k] = None
-        fresh = refresh(self.task, self.workload, current, self.cols[k], batch_key, call)
+        fresh = refresh(current, self.stamps[k], batch_key, call)
         del current
         self.sets[k] = fresh
         return dict(fresh)
 
     def release(self) -> None:
         self.sets = []
-        self.cols = []
+        self.stamps = []

@@ -50,7 +50,7 @@ def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, max_pool_byt
 
 
 def run_for(plan: TimingPlan, per_call_s: float) -> int:
-    """Calls per run for a batch whose calls (with what the harness does between them) take `per_call_s` each: the
+    """Calls per run for a workload whose calls take `per_call_s` each (as the worker timed them, after warm-up): the
     plan's run, the candidate's and the baseline's alike, unless RUNS_PER_BATCH runs of it would take over the plan's
     run_span_s; then as many as fit (at least one).
 

@@ -272,7 +272,7 @@ class Worker:
         from the ring and checks them against the commitment and the reference). The time outside the clocks is
         reported too (`gaps`, per call: from its end to the next call's start, 0 inside a run), so the parent can
         bound what happens there, with the runs' lengths (`runs`)."""
-        from ksearch.harness.digest import fingerprint_mx
+        from ksearch.harness.digest import fingerprints_mx
 
         assert self.pool is not None, "prepare first"
         start, n, batch = int(msg["offset"]), int(msg["n"]), int(msg["batch"])
@@ -312,10 +312,10 @@ class Worker:
                         gaps.append(0.0)
                 del queued
                 runs.append(r)
-                prints = [fingerprint_mx(outs) for _, outs in list(self.ring)[-r:]]
+                prints = fingerprints_mx([outs for _, outs in list(self.ring)[-r:]])
                 self._eval(prints)
-                for j, fp in enumerate(prints):
-                    _sendall(self.sock, protocol.COMMIT.pack(protocol.COMMIT_MAGIC, first + j, *fp.tolist()))
+                for j, fp in enumerate(prints.tolist()):
+                    _sendall(self.sock, protocol.COMMIT.pack(protocol.COMMIT_MAGIC, first + j, *fp))
                 del prints
                 if self._stop_requested():
                     break
