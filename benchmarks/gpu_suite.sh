@@ -28,6 +28,8 @@
 #   harness-loop [TASKS]            the worker's timed loop in one process beside the plain loop: in runs, one call a
 #                                   run, parts taken out (harness_conditions.py --worker-loop; default
 #                                   selective_state_update,gqa_decode: the short calls)
+#   gaps TASK...                    one evaluation's timed batches taken apart per task (harness_gaps.py): run
+#                                   lengths, calls and the harness's work between calls, candidate and baseline
 #   ncu                             Nsight Compute on the prefill kernels at L=8192, D=128
 #   profile-capture                 `ksearch eval --profile` on the gqa_decode and attention starters; ncu's raw CSV
 #                                   kept under $OUT/ncu/ (copy one to tests/data/ncu/ as the parser's real fixture)
@@ -325,6 +327,10 @@ case "$part" in
   eval-phases) setup && eval_phases ;;
   fidelity) setup && fidelity "$@" ;;
   harness-loop) setup && harness_loop "$@" ;;
+  gaps) setup && for t in "${@:-gqa_decode}"; do
+          timeout -k 10 150 "$PY" benchmarks/harness_gaps.py "$t" --backend mlx-cuda --out "$OUT" 2>&1 \
+            | tee "$OUT/harness-gaps-$t.txt" | tail -4
+        done ;;
   ncu) setup && ncu_part ;;
   profile-capture) setup && profile_capture ;;
   profile-feedback) setup && profile_feedback "$@" ;;
