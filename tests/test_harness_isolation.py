@@ -227,7 +227,7 @@ def test_timed_inputs_are_laid_out_as_callers_pass_them_and_never_repeat(task_na
 
 def test_stamps_keep_each_inputs_sign_and_scale_and_change_every_call():
     # A call's stamps are the set's own values times the call's factor (0.5 to 1.5, from the batch key): A of
-    # selective_state_update stays negative, small tensors are made anew whole, large ones change in one column a row.
+    # selective_state_update stays negative, large tensors change in one column a row, small ones are drawn anew.
     import mlx.core as mx
     import numpy as np
 
@@ -244,8 +244,9 @@ def test_stamps_keep_each_inputs_sign_and_scale_and_change_every_call():
     for call in (0, 2, 4):  # set 0 each time
         got = {k: np.array(v.astype(mx.float32)) for k, v in pool.take(9, call).items()}
         assert (got["A"] < 0).all()
-        for name in ("x", "D"):  # small: drawn anew whole
-            assert not np.array_equal(got[name], previous[name])
+        for name in ("x", "D"):  # small: drawn anew whole, not a scaled copy (a homogeneous function could use that)
+            ratio = got[name] / previous[name]
+            assert float(ratio.max() - ratio.min()) > 0.1
         rows = got["ssm_state"].reshape(-1, got["ssm_state"].shape[-1])
         changed = rows != previous["ssm_state"].reshape(rows.shape)
         assert changed.any(axis=1).mean() > 0.9 and (changed.sum(axis=1) <= 1).all()  # one column a row

@@ -221,3 +221,78 @@ def test_the_run_length_comes_from_the_calls_not_from_the_harness_work_between_t
     measure.time_workload(Worker(), task, task.select_workloads("cpu")[0], plan, deadline=1e12,  # type: ignore[arg-type]
                           check=False, rng=random.SystemRandom())
     assert set(asked) == {6}
+
+
+def test_a_priming_call_before_each_run_sees_inputs_of_its_own_and_commits_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # KSEARCH_TIMING_PRIME=1: one untimed call before each run's clock, waited for, on the pool's priming set (stamped
+    # anew every run): never a timed call's inputs, and the commitments and the ring hold only the timed calls.
+    import mlx.core as mx
+    import numpy as np
+
+    from ksearch.harness import digest, protocol
+    from ksearch.harness import worker as worker_module
+    from ksearch.harness.pool import TimingPool
+    from ksearch.harness.worker import Worker
+    from ksearch.tasks import get_task
+
+    mx.set_default_device(mx.cpu)
+    monkeypatch.setattr(worker_module, "PRIME", True)
+    task = get_task("softmax")
+    w = task.select_workloads("cpu")[0]
+    ours, theirs = socket.socketpair()
+    received = bytearray()
+
+    def drain() -> None:
+        while chunk := theirs.recv(1 << 16):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    seen: list[np.ndarray] = []
+
+    def run(x: Any) -> Any:
+        seen.append(np.array(x))
+        return mx.softmax(x, axis=-1)
+
+    worker = Worker(ours)
+    worker.mx, worker._eval, worker._synchronize, worker.task = mx, mx.eval, mx.synchronize, task
+    digest.capture_ops()
+    worker.pool = TimingPool(task, w, 3, 4)
+    timed_sets = [id(s["x"]) for s in worker.pool.sets if s]
+    worker.run, worker.params = run, dict(w.params)
+    reply = worker.go({"offset": 5, "n": 7, "batch": 7, "run": 3})
+    ours.close()
+    reader.join(5)
+    assert reply["ok"] and reply["runs"] == [3, 3, 1] and len(reply["times"]) == 7
+    assert len(seen) == 7 + 3  # a priming call before each of the three runs
+    primes, timed = [seen[0], seen[4], seen[8]], seen[1:4] + seen[5:8] + seen[9:]
+    assert all(not np.array_equal(p, t) for p in primes for t in timed)
+    assert not np.array_equal(primes[0], primes[1])  # stamped anew every run
+    assert worker.pool.prime_set is not None and id(worker.pool.prime_set["x"]) not in timed_sets
+    size = protocol.COMMIT.size
+    records = [protocol.COMMIT.unpack_from(received, off) for off in range(0, len(received), size)]
+    assert [r[1] for r in records[:-1]] == list(range(5, 12))
+    assert sorted(call for call, _ in worker.ring) == list(range(5, 12))
+
+
+def test_priming_can_be_switched_on_for_measuring_and_every_result_says_so() -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    starter = Path(__file__).resolve().parents[1] / "src/ksearch/tasks/starters/softmax_cpu.py"
+    cmd = [sys.executable, "-m", "ksearch.cli", "eval", "softmax", str(starter), "--backend", "mlx-cpu", "--json"]
+    done = subprocess.run(cmd, env={**os.environ, "KSEARCH_TIMING_PRIME": "1"}, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["status"] == "passed" and result["environment"]["timing_prime"] is True
+    assert all(w["timing_source"] in ("worker", "cycle") for w in result["workloads"])
+    bad = subprocess.run(cmd, env={**os.environ, "KSEARCH_TIMING_PRIME": "yes"}, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == ["error: KSEARCH_TIMING_PRIME='yes': give 1 for a priming call before "
+                                               "each timed run, 0 or unset for none"]

@@ -9,13 +9,15 @@ What the defences against memoisation need is kept without changing that layout:
 - set k of the pool is the base inputs rotated by k * 256 bytes, as a copy (P distinct contents for one draw of the
   generator);
 - before every call, each large tensor of the set gets one fresh value per row (the "stamp": one column per row, the
-  columns and a value per row fixed per set, that value times the call's factor), and each small tensor is made anew
-  whole as the set's own times the factor. The factor (0.5 to 1.5) comes from the batch key, which the parent reveals
-  only when the batch starts, and the call's index. Every output row depends on its stamped inputs, so no two calls
-  see the same contents, and a candidate cannot compute a call before its batch starts. A call's stamps cost two
-  device operations per large tensor and one per small one: drawing the values anew per call, ten or so per tensor,
-  took 300-2,000 us per call on the H200 (selective_state_update's eleven inputs: 1-1.5 ms), several times the
-  calls being timed;
+  columns and a value per row fixed per set, that value times the call's factor, 0.5 to 1.5), and each small tensor
+  is drawn anew whole (one draw of standard values for all of a call's small tensors, shaped per tensor). The factor
+  and the draw come from the batch key, which the parent reveals only when the batch starts, and the call's index.
+  Every output row depends on its stamped inputs, so no two calls see the same contents, and a candidate cannot
+  compute a call before its batch starts; small tensors are not scaled copies of the set's (a function homogeneous in
+  them could otherwise be served from one cached result times a power of the factor). A call's stamps cost two device
+  operations per large tensor, two or three per small one and a few for the call: drawing every tensor's values anew,
+  ten or so operations per tensor, took 220-1,300 us a call on the H200 (`benchmarks/harness_gaps.py`), several
+  times the calls being timed;
 - every call gets new array objects (the stamp is a scatter into the set's buffer, in place when nothing else holds
   it).
 The reference worker rebuilds any call's inputs from (seed, set, batch key, call) alone: `call_inputs`.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from ksearch.tasks.base import Task, TensorSpec, Workload
@@ -96,8 +99,8 @@ def call_factor(batch_key: int, call: int) -> float:
 
 def set_stamps(task: Task, workload: Workload, seed: int, k: int, inputs: dict[str, Any]) -> dict[str, Any]:
     """What set k's calls are stamped from, per tensor that gets stamps: (columns, values) for a large tensor (one
-    column per row, uint32 of shape (rows, 1), and that row's value, of the tensor's dtype), the set's own tensor for a
-    small one (drawn anew whole, as the set's own times the call's factor)."""
+    column per row, uint32 of shape (rows, 1), and that row's value, of the tensor's dtype), its spec, shape and dtype
+    for a small one (drawn anew whole for every call: `refresh`)."""
     import mlx.core as mx
 
     from ksearch.tasks.inputs import draw
@@ -107,16 +110,50 @@ def set_stamps(task: Task, workload: Workload, seed: int, k: int, inputs: dict[s
     for name, v in inputs.items():
         spec = specs.get(name)
         kind = _kind(task, spec, workload)
-        if kind == "draw":
-            stamps[name] = v
+        if kind == "draw" and spec is not None:
+            stamps[name] = Fresh(spec, tuple(v.shape), v.dtype)
         elif kind == "stamp" and spec is not None:
             rows, width = _rows(v)
             cols = mx.random.randint(0, width, (rows, 1), key=mx.random.key(key_for(seed, "columns", k, name)))
             values = draw(spec, (rows, 1), mx.random.key(key_for(seed, "values", k, name)),
                           spec.resolved_dtype(workload))
             stamps[name] = (cols.astype(mx.uint32), values)
-    mx.eval([a for s in stamps.values() for a in (s if isinstance(s, tuple) else (s,))])
+    mx.eval([a for s in stamps.values() if isinstance(s, tuple) for a in s])
     return stamps
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """A small tensor drawn anew whole for every call."""
+
+    spec: TensorSpec
+    shape: tuple[int, ...]
+    dtype: Any
+
+
+def _fresh_values(fresh: dict[str, Fresh], batch_key: int, call: int) -> dict[str, Any]:
+    """Every small tensor of one call, from one draw of standard normal and one of standard uniform values (each
+    tensor shaped from its slice, cast, standalone), rather than a draw of its own."""
+    import mlx.core as mx
+
+    from ksearch.tasks.inputs import NORMAL_INITS, shaped
+
+    normal = [n for n, f in fresh.items() if f.spec.init in NORMAL_INITS]
+    uniform = [n for n in fresh if n not in normal]
+    out = {}
+    for names, which in ((normal, "normal"), (uniform, "uniform")):
+        sizes = [math.prod(fresh[n].shape) for n in names]
+        if not names:
+            continue
+        key = mx.random.key(key_for(batch_key, call, which))
+        block = (mx.random.normal((sum(sizes),), key=key) if which == "normal"
+                 else mx.random.uniform(shape=(sum(sizes),), key=key))
+        start = 0
+        for name, size in zip(names, sizes, strict=True):
+            f = fresh[name]
+            out[name] = shaped(f.spec, block[start:start + size]).astype(f.dtype).reshape(f.shape)
+            start += size
+    return out
 
 
 def refresh(inputs: dict[str, Any], stamps: dict[str, Any], batch_key: int, call: int) -> dict[str, Any]:
@@ -125,17 +162,18 @@ def refresh(inputs: dict[str, Any], stamps: dict[str, Any], batch_key: int, call
     import mlx.core as mx
 
     factor = call_factor(batch_key, call)
+    drawn = _fresh_values({n: s for n, s in stamps.items() if isinstance(s, Fresh)}, batch_key, call)
     out = {}
     for name, v in inputs.items():
         stamp = stamps.get(name)
-        if stamp is None:
-            out[name] = v.reshape(v.shape)  # a new object over the same buffer, same layout
+        if name in drawn:
+            out[name] = drawn[name]
         elif isinstance(stamp, tuple):
             cols, values = stamp
             rows, width = _rows(v)
             out[name] = mx.put_along_axis(v.reshape(rows, width), cols, values * factor, axis=1).reshape(v.shape)
         else:
-            out[name] = stamp * factor  # a standalone array of the set's shape and dtype
+            out[name] = v.reshape(v.shape)  # a new object over the same buffer, same layout
     return out
 
 
@@ -168,6 +206,22 @@ class TimingPool:
             self.stamps.append(set_stamps(task, workload, seed, k, s))
             self.sets.append(s)
         mx.eval([v for s in self.sets if s for v in s.values()])
+        self.prime_set: dict[str, Any] | None = None
+        self.prime_stamps: dict[str, Any] = {}
+
+    def prime(self, batch_key: int, call: int) -> dict[str, Any]:
+        """The inputs of the untimed call before the run whose first timed call is `call` (timing.PRIME): a set of its
+        own, made on first use (set index `sets`, never a timed call's), stamped anew for every run with a factor no
+        timed call has."""
+        if self.prime_set is None:
+            k = len(self.sets)
+            self.prime_set = set_inputs(self.task, self.workload, self.seed, k)
+            self.prime_stamps = set_stamps(self.task, self.workload, self.seed, k, self.prime_set)
+        current, self.prime_set = self.prime_set, None
+        fresh = refresh(current, self.prime_stamps, batch_key, -1 - call)
+        del current
+        self.prime_set = fresh
+        return dict(fresh)
 
     def take(self, batch_key: int, call: int) -> dict[str, Any]:
         """Call `call`'s inputs (lazy): the set's previous arrays are handed over to the scatters, so that they update
@@ -184,3 +238,4 @@ class TimingPool:
     def release(self) -> None:
         self.sets = []
         self.stamps = []
+        self.prime_set, self.prime_stamps = None, {}

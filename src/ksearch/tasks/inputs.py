@@ -24,22 +24,35 @@ def tensor_key(seed: int, workload: Workload, spec: TensorSpec) -> Any:
     return mx.random.key((int(seed) * 1_000_003 + salt) % (2**63))
 
 
+#: Inits drawn from a standard normal; the others (uniform, positive, negative) from a standard uniform on [0, 1).
+NORMAL_INITS = ("normal",)
+INITS = ("normal", "uniform", "positive", "negative", "zeros")
+
+
+def shaped(spec: TensorSpec, standard: Any) -> Any:
+    """Values distributed as `spec.init` says, from standard ones (normal for NORMAL_INITS, uniform otherwise), in
+    float32: a new array."""
+    if spec.init in ("normal", "uniform"):
+        return standard * spec.scale
+    if spec.init == "positive":
+        return (standard + 0.5) * spec.scale
+    if spec.init == "negative":
+        return -(standard * spec.scale + 0.1)
+    raise ValueError(f"tensor {spec.name!r}: unknown init {spec.init!r} ({', '.join(INITS)})")
+
+
 def draw(spec: TensorSpec, shape: tuple[int, ...], key: Any, dtype: str) -> Any:
     """Values of `shape` distributed as `spec.init` says, from an explicit key (counter-based: the same key gives the
     same values in every process of one backend)."""
     mx = _mx()
-    if spec.init == "normal":
-        x = mx.random.normal(shape, key=key) * spec.scale
-    elif spec.init == "uniform":
-        x = mx.random.uniform(shape=shape, key=key) * spec.scale
-    elif spec.init == "positive":
-        x = (mx.random.uniform(shape=shape, key=key) + 0.5) * spec.scale
-    elif spec.init == "negative":
-        x = -(mx.random.uniform(shape=shape, key=key) * spec.scale + 0.1)
-    elif spec.init == "zeros":
+    if spec.init == "zeros":
         x = mx.zeros(shape)
+    elif spec.init in NORMAL_INITS:
+        x = shaped(spec, mx.random.normal(shape, key=key))
+    elif spec.init in INITS:
+        x = shaped(spec, mx.random.uniform(shape=shape, key=key))
     else:
-        raise ValueError(f"tensor {spec.name!r}: unknown init {spec.init!r} (normal, uniform, positive, negative, zeros)")
+        raise ValueError(f"tensor {spec.name!r}: unknown init {spec.init!r} ({', '.join(INITS)})")
     return x.astype(getattr(mx, dtype))
 
 
