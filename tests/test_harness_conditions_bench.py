@@ -20,8 +20,8 @@ def test_the_worker_loop_conditions_run_and_write_their_rows(tmp_path: Path) -> 
     rows = json.loads(path.read_text())["figures"]
     conditions = {r["condition"] for r in rows}
     assert conditions == {f"loop:{v}" for v in ("plain", "plain_runs", "plain_runs_long", "runs", "runs_settled",
-                                                 "runs_no_stamp", "runs_flush", "runs_bare", "runs_long", "worker",
-                                                 "no_ring", "no_commit", "no_stamp", "bare")}
+                                                 "runs_primed", "runs_no_stamp", "runs_flush", "runs_bare", "runs_long",
+                                                 "worker", "no_ring", "no_commit", "no_stamp", "bare")}
     assert all(r["latency_s"] > 0 and r["calls"] > 0 for r in rows)
     # Each loop against the plain loop of its own kind: queued runs against queued runs.
     for r in rows:
