@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -48,31 +50,7 @@ def test_timed_batches_run_the_plans_run_length_unless_calls_take_milliseconds(
     # Calls of 1 ms against a batch target of 50 ms: the run length had followed the calls each batch expected (a
     # quarter of them: five in a first batch of 20 calls, one where a batch was estimated slow, each call then
     # synchronised on its own) while a fast baseline ran six. Only calls of a fifth of a second, here, run shorter runs.
-    import random
-
-    from ksearch.harness import measure
-    from ksearch.harness.batch import Batch
-    from ksearch.tasks import get_task
-
-    asked: list[tuple[int, int]] = []
-
-    def fake_batch(worker: object, first: int, n_max: int, key: int, deadline: float, stop_at: object,
-                   run: int = 1) -> Batch:
-        asked.append((n_max, run))
-        n = min(n_max, 2 * run)
-        return Batch(first, key, n * call_s, {"ok": True, "times": [call_s] * n, "gaps": [0.0] * n, "lead": 0.0,
-                                              "runs": [run] * (n // run)}, ["0" * 16] * n, n)
-
-    class Worker:
-        def request(self, msg: dict, deadline: float, max_bytes: int | None = None) -> tuple[dict, dict]:
-            return {"ok": True}, {}
-
-    monkeypatch.setattr(measure, "run_batch", fake_batch)
-    task = get_task("softmax")
-    w = task.select_workloads("cpu")[0]
-    plan = timing.TimingPlan(pool_sets=12, warmup=2, warmup_s=0.0, batches=5, target_batch_s=0.05, checks=2, run=6)
-    timed = measure.time_workload(Worker(), task, w, plan, deadline=1e12, check=False,  # type: ignore[arg-type]
-                                  rng=random.SystemRandom())
+    asked, timed = _timed_on_made_up_batches(monkeypatch, call_s)
     timed_batches = asked[-len(timed.batches):]
     assert {r for _, r in timed_batches} == {run}
     assert all(n_max >= timing.batch_floor(run) for n_max, _ in timed_batches)
@@ -194,33 +172,9 @@ def test_the_run_length_comes_from_the_calls_not_from_the_harness_work_between_t
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Calls of 100 us with 30-80 ms of the harness's work around each (a parent's clock per call of 30-80 ms): runs
     # that followed the parent's time per call were one call long in some batches and six in others.
-    import random
-
-    from ksearch.harness import measure
-    from ksearch.harness.batch import Batch
-    from ksearch.tasks import get_task
-
-    asked: list[int] = []
     rng = random.Random(3)
-
-    def fake_batch(worker: object, first: int, n_max: int, key: int, deadline: float, stop_at: object,
-                   run: int = 1) -> Batch:
-        asked.append(run)
-        n = min(n_max, 2 * run)
-        elapsed = n * (1e-4 + rng.uniform(0.03, 0.08))
-        return Batch(first, key, elapsed, {"ok": True, "times": [1e-4] * n, "gaps": [0.0] * n, "lead": 0.0,
-                                           "runs": [run] * (n // run)}, ["0" * 16] * n, n)
-
-    class Worker:
-        def request(self, msg: dict, deadline: float, max_bytes: int | None = None) -> tuple[dict, dict]:
-            return {"ok": True}, {}
-
-    monkeypatch.setattr(measure, "run_batch", fake_batch)
-    task = get_task("softmax")
-    plan = timing.TimingPlan(pool_sets=12, warmup=2, warmup_s=0.0, batches=5, target_batch_s=0.05, checks=2, run=6)
-    measure.time_workload(Worker(), task, task.select_workloads("cpu")[0], plan, deadline=1e12,  # type: ignore[arg-type]
-                          check=False, rng=random.SystemRandom())
-    assert set(asked) == {6}
+    asked, _ = _timed_on_made_up_batches(monkeypatch, 1e-4, lambda: rng.uniform(0.03, 0.08))
+    assert {run for _, run in asked} == {6}
 
 
 def test_a_priming_call_before_each_run_sees_inputs_of_its_own_and_commits_nothing(
@@ -296,3 +250,34 @@ def test_priming_can_be_switched_on_for_measuring_and_every_result_says_so() -> 
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == ["error: KSEARCH_TIMING_PRIME='yes': give 1 for a priming call before "
                                                "each timed run, 0 or unset for none"]
+
+
+def _timed_on_made_up_batches(monkeypatch: pytest.MonkeyPatch, call_s: float,
+                              between_s: Callable[[], float] = lambda: 0.0) -> tuple[list[tuple[int, int]], Any]:
+    """measure.time_workload (softmax's first CPU workload, a plan of runs of six) on batches made up here: every call
+    takes call_s by the worker's clock and call_s + between_s() by the parent's. Returns the (n_max, run) each batch
+    was asked for, and the Timed."""
+    from ksearch.harness import measure
+    from ksearch.harness.batch import Batch
+    from ksearch.tasks import get_task
+
+    asked: list[tuple[int, int]] = []
+
+    def fake_batch(worker: object, first: int, n_max: int, key: int, deadline: float, stop_at: object,
+                   run: int = 1) -> Batch:
+        asked.append((n_max, run))
+        n = min(n_max, 2 * run)
+        elapsed = sum(call_s + between_s() for _ in range(n))
+        return Batch(first, key, elapsed, {"ok": True, "times": [call_s] * n, "gaps": [0.0] * n, "lead": 0.0,
+                                           "runs": [run] * (n // run)}, ["0" * 16] * n, n)
+
+    class Worker:
+        def request(self, msg: dict, deadline: float, max_bytes: int | None = None) -> tuple[dict, dict]:
+            return {"ok": True}, {}
+
+    monkeypatch.setattr(measure, "run_batch", fake_batch)
+    task = get_task("softmax")
+    plan = timing.TimingPlan(pool_sets=12, warmup=2, warmup_s=0.0, batches=5, target_batch_s=0.05, checks=2, run=6)
+    timed = measure.time_workload(Worker(), task, task.select_workloads("cpu")[0], plan,  # type: ignore[arg-type]
+                                  deadline=1e12, check=False, rng=random.SystemRandom())
+    return asked, timed
