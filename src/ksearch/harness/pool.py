@@ -97,6 +97,15 @@ def call_factor(batch_key: int, call: int) -> float:
     return FACTOR_LOW + key_for(batch_key, call, "factor") / float(1 << 63)
 
 
+@dataclass(frozen=True)
+class Fresh:
+    """A small tensor drawn anew whole for every call."""
+
+    spec: TensorSpec
+    shape: tuple[int, ...]
+    dtype: Any
+
+
 def set_stamps(task: Task, workload: Workload, seed: int, k: int, inputs: dict[str, Any]) -> dict[str, Any]:
     """What set k's calls are stamped from, per tensor that gets stamps: (columns, values) for a large tensor (one
     column per row, uint32 of shape (rows, 1), and that row's value, of the tensor's dtype), its spec, shape and dtype
@@ -122,15 +131,6 @@ def set_stamps(task: Task, workload: Workload, seed: int, k: int, inputs: dict[s
     return stamps
 
 
-@dataclass(frozen=True)
-class Fresh:
-    """A small tensor drawn anew whole for every call."""
-
-    spec: TensorSpec
-    shape: tuple[int, ...]
-    dtype: Any
-
-
 def _fresh_values(fresh: dict[str, Fresh], batch_key: int, call: int) -> dict[str, Any]:
     """Every small tensor of one call, from one draw of standard normal and one of standard uniform values (each
     tensor shaped from its slice, cast, standalone), rather than a draw of its own."""
@@ -142,9 +142,9 @@ def _fresh_values(fresh: dict[str, Fresh], batch_key: int, call: int) -> dict[st
     uniform = [n for n in fresh if n not in normal]
     out = {}
     for names, which in ((normal, "normal"), (uniform, "uniform")):
-        sizes = [math.prod(fresh[n].shape) for n in names]
         if not names:
             continue
+        sizes = [math.prod(fresh[n].shape) for n in names]
         key = mx.random.key(key_for(batch_key, call, which))
         block = (mx.random.normal((sum(sizes),), key=key) if which == "normal"
                  else mx.random.uniform(shape=(sum(sizes),), key=key))
