@@ -187,6 +187,9 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
                                    "baseline": base_name, "status": failed.status if failed else "passed",
                                    "message": failed.message[:300] if failed else "",
                                    "harness_timing_source": [wr.timing_source for wr in wrs],
+                                   "harness_run": [wr.timing_run for wr in wrs],
+                                   "harness_between_calls_s": [wr.between_calls_s for wr in wrs],
+                                   "harness_baseline_between_calls_s": [wr.baseline_between_calls_s for wr in wrs],
                                    "pool_sets": sets_of[w.name], "run": run_of[w.name]}
             _harness_figures(row, wrs)
             _plain_figures(row, plains[w.name])

@@ -351,6 +351,9 @@ class Evaluator:
             if error:
                 raise Fail("runtime_error", f"{w.name}: {error}")
             wr.latency_s, wr.latency_spread, wr.timing_source = measured.latency_s, measured.spread, measured.source
+            runs = [r for rs in timed[w.name].runs() for r in rs]
+            wr.timing_run = max(runs, default=None)
+            wr.between_calls_s, wr.baseline_between_calls_s = timed[w.name].median_gap(), gap
             floor = timing.floor_seconds(self.task, w, self.profile)
             if floor:
                 wr.roofline_fraction = floor / measured.latency_s

@@ -29,6 +29,12 @@ class WorkloadResult:
     #: "worker" (finer, checked against the parent clock), "parent", "cycle" (work moved between calls added back),
     #: "mean" (calls of two kinds: timing.BIMODAL) or "run" (work moved between the calls of a run: timing.RUN_BOUND)
     timing_source: str | None = None
+    #: How the timed calls ran: calls per run, and the median time between calls per call of a run (the harness's own
+    #: work: the next run's stamps, the last run's fingerprints), the candidate's and the baseline's (timing.combine
+    #: compares the two).
+    timing_run: int | None = None
+    between_calls_s: float | None = None
+    baseline_between_calls_s: float | None = None
     message: str = ""
 
 
