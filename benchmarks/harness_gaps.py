@@ -60,7 +60,12 @@ def main() -> None:
     ap.add_argument("--backend", default=None, help="backend (default: the best here)")
     ap.add_argument("--out", default=None, help="directory for the JSON (default: print only)")
     args = ap.parse_args()
-    b, rows, latencies = batches(args.task, args.backend)
+    from ksearch.errors import UsageError
+
+    try:
+        b, rows, latencies = batches(args.task, args.backend)
+    except UsageError as exc:  # an unknown task or backend: one line, not a traceback
+        raise SystemExit(f"harness_gaps: {exc}") from None
     for r in rows:
         us = [round(x * 1e6) for x in r["run_means_s"][:6]]
         gap = [round(x * 1e6) for x in r["gap_per_call_s"][:6]]

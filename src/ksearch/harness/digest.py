@@ -115,12 +115,13 @@ def _positions_mx(n: int, salt: int) -> Any:
 
 
 def _mix_mx(words: Any, salt: int) -> Any:
+    """Both lanes over the last axis of `words` (flat words: shape (2,); a run's stacked words: one pair a row)."""
     import mlx.core as mx
 
     u32, array, total = mx.uint32, _op("array"), _op("sum")
-    h = (words ^ _positions_mx(words.size, salt)) * array(_M1, u32)
+    h = (words ^ _positions_mx(words.shape[-1], salt)) * array(_M1, u32)
     h = h ^ (h >> 15)
-    return _op("stack")([total(h), total(h * array(_M3, u32))])
+    return _op("stack")([total(h, axis=-1), total(h * array(_M3, u32), axis=-1)], axis=-1)
 
 
 def fingerprint_mx(arrays: Any) -> Any:
@@ -162,13 +163,9 @@ def fingerprints_mx(calls: list[tuple[Any, ...]]) -> Any:
     stack = _op("stack")
     if len(calls) == 1 or not _alike(calls) or len(calls) * sum(a.size for a in calls[0]) > STACK_MAX_ELEMENTS:
         return stack([fingerprint_mx(c) for c in calls])
-    u32, array, total = mx.uint32, _op("array"), _op("sum")
-    lanes = _op("zeros")((len(calls), 2), dtype=u32)
+    lanes = _op("zeros")((len(calls), 2), dtype=mx.uint32)
     for k in range(len(calls[0])):
-        words = _words_mx(stack([c[k].reshape(-1) for c in calls]), rows=True)
-        h = (words ^ _positions_mx(words.shape[1], k)) * array(_M1, u32)
-        h = h ^ (h >> 15)
-        lanes = lanes + stack([total(h, axis=1), total(h * array(_M3, u32), axis=1)], axis=1)
+        lanes = lanes + _mix_mx(_words_mx(stack([c[k].reshape(-1) for c in calls]), rows=True), k)
     return lanes
 
 

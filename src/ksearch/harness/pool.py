@@ -191,6 +191,14 @@ def call_inputs(task: Task, workload: Workload, seed: int, sets: int, batch_key:
     return out
 
 
+def _restamped(current: dict[str, Any], stamps: dict[str, Any], batch_key: int, call: int) -> dict[str, Any]:
+    """refresh of a set whose holder has let go of it: once this returns, the scatters hold the set's only references,
+    so they update its buffers in place."""
+    fresh = refresh(current, stamps, batch_key, call)
+    current.clear()
+    return fresh
+
+
 class TimingPool:
     """The candidate's (or baseline's) pool: `sets` input sets, refreshed in place for each call."""
 
@@ -218,20 +226,16 @@ class TimingPool:
             self.prime_set = set_inputs(self.task, self.workload, self.seed, k)
             self.prime_stamps = set_stamps(self.task, self.workload, self.seed, k, self.prime_set)
         current, self.prime_set = self.prime_set, None
-        fresh = refresh(current, self.prime_stamps, batch_key, -1 - call)
-        del current
-        self.prime_set = fresh
-        return dict(fresh)
+        self.prime_set = _restamped(current, self.prime_stamps, batch_key, -1 - call)
+        return dict(self.prime_set)
 
     def take(self, batch_key: int, call: int) -> dict[str, Any]:
         """Call `call`'s inputs (lazy): the set's previous arrays are handed over to the scatters, so that they update
         the buffers in place when the previous call's candidate kept no reference to them."""
         k = call % len(self.sets)
-        current = self.sets[k]
+        current, self.sets[k] = self.sets[k], None
         assert current is not None
-        self.sets[k] = None
-        fresh = refresh(current, self.stamps[k], batch_key, call)
-        del current
+        fresh = _restamped(current, self.stamps[k], batch_key, call)
         self.sets[k] = fresh
         return dict(fresh)
 
