@@ -28,6 +28,8 @@
 #   harness-loop [TASKS]            the worker's timed loop in one process beside the plain loop: in runs, one call a
 #                                   run, parts taken out (harness_conditions.py --worker-loop; default
 #                                   selective_state_update,gqa_decode: the short calls)
+#   between-runs [TASKS]            what each part of the harness's work between runs does to the next run of a short
+#                                   kernel (between_runs.py; default softmax,gqa_decode,selective_state_update)
 #   gaps TASK...                    one evaluation's timed batches taken apart per task (harness_gaps.py): run
 #                                   lengths, calls and the harness's work between calls, candidate and baseline
 #   ncu                             Nsight Compute on the prefill kernels at L=8192, D=128
@@ -327,6 +329,9 @@ case "$part" in
   eval-phases) setup && eval_phases ;;
   fidelity) setup && fidelity "$@" ;;
   harness-loop) setup && harness_loop "$@" ;;
+  between-runs) setup && timeout -k 10 300 "$PY" benchmarks/between_runs.py --backend mlx-cuda \
+          --tasks "${1:-softmax,gqa_decode,selective_state_update}" --out "$OUT" 2>&1 | tee "$OUT/between-runs.txt" \
+          | cut -c1-130 ;;
   gaps) setup && for t in "${@:-gqa_decode}"; do
           timeout -k 10 150 "$PY" benchmarks/harness_gaps.py "$t" --backend mlx-cuda --out "$OUT" 2>&1 \
             | tee "$OUT/harness-gaps-$t.txt" | tail -4

@@ -23,8 +23,7 @@ With --worker-loop, the worker's own timed loop (harness/worker.py `Worker.go`: 
 last outputs, the commitment sent on a socket) runs here, in this process, beside the plain loop: as the harness
 runs it (`loop:runs`, runs of timing.RUN calls queued and evaluated together; ratio to `loop:plain_runs`, the plain
 loop queuing as many), in runs with a synchronise after each of the loop's evaluations (`loop:runs_settled`: MLX's
-completion thread idle when a run's clock starts), in runs each preceded by an untimed call on a set of its own
-(`loop:runs_primed`: KSEARCH_TIMING_PRIME), in runs with parts taken out (`loop:runs_no_stamp`: the pool's
+completion thread idle when a run's clock starts), in runs with parts taken out (`loop:runs_no_stamp`: the pool's
 sets cycled; `loop:runs_bare`: no stamp, ring or fingerprint; `loop:runs_flush`: stamped, then the last-level cache
 cleaned by reading a buffer twice its size, so that the stamps' dirty lines are written back before the clock
 starts), in runs of up to 24 calls (--long-run) from a pool of as many sets where 8 GiB allows (`loop:runs_long`, against
@@ -209,7 +208,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
     from ksearch.harness import digest
     from ksearch.harness import worker as worker_module
     from ksearch.harness.pool import TimingPool, set_inputs
-    from ksearch.harness.timing import PRIME, RING, RUN
+    from ksearch.harness.timing import RING, RUN
     from ksearch.harness.worker import Worker
 
     ours, theirs = socket.socketpair()
@@ -256,7 +255,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
             mx.eval(list(x.values()), flush_buf.sum())
             return x
 
-    variants = ("runs", "runs_settled", "runs_primed", "runs_no_stamp", "runs_flush", "runs_bare", "runs_long",
+    variants = ("runs", "runs_settled", "runs_no_stamp", "runs_flush", "runs_bare", "runs_long",
                 "worker", "no_ring", "no_commit", "no_stamp", "bare")
     if runs_only:
         variants = tuple(v for v in variants if v.startswith("runs"))
@@ -300,9 +299,8 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
                 lengths[v] = length
                 n = calls
                 worker_module.RUN = max(RUN, length)  # the worker caps a run at timing.RUN
-                worker_module.PRIME = v == "runs_primed"  # an untimed call before each run (KSEARCH_TIMING_PRIME)
                 reply = worker.go({"offset": offset, "n": n, "batch": offset, "run": length})
-                worker_module.RUN, worker_module.PRIME = RUN, PRIME
+                worker_module.RUN = RUN
                 digest.fingerprints_mx = real_fp
                 offset += n
                 if not reply.get("ok"):

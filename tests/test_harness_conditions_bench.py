@@ -20,7 +20,7 @@ def test_the_worker_loop_conditions_run_and_write_their_rows(tmp_path: Path) -> 
     rows = json.loads(path.read_text())["figures"]
     conditions = {r["condition"] for r in rows}
     assert conditions == {f"loop:{v}" for v in ("plain", "plain_runs", "plain_runs_long", "runs", "runs_settled",
-                                                 "runs_primed", "runs_no_stamp", "runs_flush", "runs_bare", "runs_long",
+                                                 "runs_no_stamp", "runs_flush", "runs_bare", "runs_long",
                                                  "worker", "no_ring", "no_commit", "no_stamp", "bare")}
     assert all(r["latency_s"] > 0 and r["calls"] > 0 for r in rows)
     # Each loop against the plain loop of its own kind: queued runs against queued runs.
@@ -29,3 +29,22 @@ def test_the_worker_loop_conditions_run_and_write_their_rows(tmp_path: Path) -> 
             assert r["vs_plain_ratio"] == 1.0
     run = {r["condition"]: r["run"] for r in rows}
     assert run["loop:runs_long"] == run["loop:plain_runs_long"] > run["loop:runs"] == run["loop:plain_runs"] > 1
+
+
+def test_between_runs_times_every_condition_beside_nothing_and_refuses_an_unknown_task(tmp_path: Path) -> None:
+    script = str(ROOT / "benchmarks/between_runs.py")
+    done = subprocess.run([sys.executable, script, "--backend", "mlx-cpu", "--tasks", "rmsnorm", "--runs", "2",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (path,) = tmp_path.glob("between-runs-mlx-cpu-*.json")
+    rows = json.loads(path.read_text())["figures"]
+    groups = {(r["workload"], r["contender"]) for r in rows}
+    assert len(groups) >= 2  # the starter and the baseline, on every CPU workload
+    for group in groups:
+        mine = {r["condition"]: r for r in rows if (r["workload"], r["contender"]) == group}
+        assert list(mine) == ["none", "idle_300us", "fingerprint", "busy_300us"]
+        assert mine["none"]["vs_none_ratio"] == 1.0
+        assert all(r["latency_s"] > 0 and r["runs"] == 2 and r["run"] >= 1 for r in mine.values())
+    bad = subprocess.run([sys.executable, script, "--tasks", "nope"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines()[-1].startswith("between_runs: unknown task 'nope'")

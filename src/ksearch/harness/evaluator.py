@@ -99,8 +99,6 @@ class Evaluator:
             self._env["hardware_profile"] = self.profile.get("id")
             if timing.RUN_SETTING is not None:  # timed runs of a length other than the default
                 self._env["timing_run"] = timing.RUN_SETTING
-            if timing.PRIME:  # each run's clock started after an untimed priming call
-                self._env["timing_prime"] = True
         return self._env
 
     def close(self) -> None:

@@ -121,22 +121,6 @@ RUN_SETTING = _run_setting()
 if RUN_SETTING is not None:
     RUN, RING, MIN_GPU_SETS, CPU_RUN = RUN_SETTING, 2 * RUN_SETTING, max(MIN_GPU_SETS, RUN_SETTING), RUN_SETTING
 
-def _prime_setting() -> bool:
-    """KSEARCH_TIMING_PRIME=1: before each run's clock the worker makes one untimed call on a set of its own (the
-    priming set, stamped anew every run, never a timed call's inputs) and waits for it. For measuring whether the harness's
-    short calls are slow because the first call after the harness's work between runs starts cold (fidelity, H200:
-    calls under 100 us 1.1-1.8x the plain loop's, whose runs follow runs of the same kernel); off by default."""
-    raw = os.environ.get("KSEARCH_TIMING_PRIME", "").strip()
-    if raw not in ("", "0", "1"):
-        raise ConfigError(f"KSEARCH_TIMING_PRIME={raw!r}: give 1 for a priming call before each timed run, 0 or "
-                          "unset for none")
-    return raw == "1"
-
-
-#: KSEARCH_TIMING_PRIME's value: whether each run's clock starts after an untimed priming call (every result's
-#: environment then records `timing_prime`).
-PRIME = _prime_setting()
-
 #: Batches past the plan's, at most, to take a check that found no committed call to name (a descheduled worker's
 #: commitments arrive after the stop: on a loaded 2-core machine three were seen to miss in a row).
 EXTRA_BATCHES = 8
