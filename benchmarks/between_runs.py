@@ -11,6 +11,9 @@ each run (outside the clock, after the previous run, whose outputs the fingerpri
     idle_300us        the host spins 300 us, the GPU idles
     fingerprint       the run's outputs fingerprinted and read back, as the worker commits to them
     busy_300us        unrelated device work (matmuls, each waited for) until 300 us have passed
+    host_scalar       one value made on the host (4 bytes: on CUDA, MLX's pool of small managed-memory blocks, which
+                      the harness's per-call factors and the fingerprint's constants use) read by one device operation
+    host_array        the same with 64 values (256 bytes: the allocator's ordinary buffers)
 
 The conditions take turns run by run (so that drift hits all alike). Each row: the median time per call and its ratio
 to `none`, and, where NVML is present, the median SM clock read after each run (MHz).
@@ -28,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-CONDITIONS = ("none", "idle_300us", "fingerprint", "busy_300us")
+CONDITIONS = ("none", "idle_300us", "fingerprint", "busy_300us", "host_scalar", "host_array")
 
 
 def sm_clock_reader() -> Callable[[], int | None]:
@@ -82,11 +85,21 @@ def between_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
             if time.perf_counter() >= end:
                 break
 
+    made = [0.0]
+
+    def host_made(n: int) -> None:
+        made[0] += 1.0
+        a = mx.array(made[0]) if n == 1 else mx.array([made[0]] * n)
+        mx.eval(a * 2)
+        mx.synchronize()
+
     before: dict[str, Callable[[list[tuple[Any, ...]]], None]] = {
         "none": lambda _o: None,
         "idle_300us": lambda _o: _spin(300),
         "fingerprint": fingerprint,
         "busy_300us": lambda _o: busy(),
+        "host_scalar": lambda _o: host_made(1),
+        "host_array": lambda _o: host_made(64),
     }
     rows = []
     for name, fn in contenders.items():

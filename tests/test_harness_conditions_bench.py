@@ -42,7 +42,7 @@ def test_between_runs_times_every_condition_beside_nothing_and_refuses_an_unknow
     assert len(groups) >= 2  # the starter and the baseline, on every CPU workload
     for group in groups:
         mine = {r["condition"]: r for r in rows if (r["workload"], r["contender"]) == group}
-        assert list(mine) == ["none", "idle_300us", "fingerprint", "busy_300us"]
+        assert list(mine) == ["none", "idle_300us", "fingerprint", "busy_300us", "host_scalar", "host_array"]
         assert mine["none"]["vs_none_ratio"] == 1.0
         assert all(r["latency_s"] > 0 and r["runs"] == 2 and r["run"] >= 1 for r in mine.values())
     bad = subprocess.run([sys.executable, script, "--tasks", "nope"], capture_output=True, text=True, timeout=120)
