@@ -200,3 +200,14 @@ def test_input_generator_is_deterministic_across_processes():
     assert len(first) == sum(2 * len(get_task(t).select_workloads("cpu", holdout=True)) for t in TASKS)
     # different seeds give different inputs
     assert first["softmax/cpu_256x1024_f32/0"] != first["softmax/cpu_256x1024_f32/987654321987"]
+
+
+def test_an_unknown_init_is_named_with_the_known_ones():
+    from ksearch.tasks.base import TensorSpec
+    from ksearch.tasks.inputs import draw
+
+    known = r"\(normal, uniform, positive, negative, zeros\)"
+    with pytest.raises(ValueError, match=r"tensor 'x': unknown init 'weird' " + known):
+        draw(TensorSpec("x", ("n",), init="weird"), (3,), mx.random.key(1), "float32")
+    negative = draw(TensorSpec("x", ("n",), init="negative", scale=2.0), (64,), mx.random.key(1), "float32")
+    assert float(negative.max()) <= -0.1 and float(negative.min()) >= -2.1

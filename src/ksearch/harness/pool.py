@@ -191,14 +191,6 @@ def call_inputs(task: Task, workload: Workload, seed: int, sets: int, batch_key:
     return out
 
 
-def _restamped(current: dict[str, Any], stamps: dict[str, Any], batch_key: int, call: int) -> dict[str, Any]:
-    """refresh of a set whose holder has let go of it: once this returns, the scatters hold the set's only references,
-    so they update its buffers in place."""
-    fresh = refresh(current, stamps, batch_key, call)
-    current.clear()
-    return fresh
-
-
 class TimingPool:
     """The candidate's (or baseline's) pool: `sets` input sets, refreshed in place for each call."""
 
@@ -221,7 +213,8 @@ class TimingPool:
         k = call % len(self.sets)
         current, self.sets[k] = self.sets[k], None
         assert current is not None
-        fresh = _restamped(current, self.stamps[k], batch_key, call)
+        fresh = refresh(current, self.stamps[k], batch_key, call)
+        current.clear()  # the scatters now hold the set's only references: they update its buffers in place
         self.sets[k] = fresh
         return dict(fresh)
 
