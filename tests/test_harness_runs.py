@@ -165,7 +165,7 @@ def test_the_run_length_can_be_set_for_measuring_and_every_result_says_so() -> N
                          timeout=120)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == ["error: KSEARCH_TIMING_RUN='0': give the most calls a timed run "
-                                               "queues, 1 to 32 (unset: 6)"]
+                                               "queues, 1 to 32 (unset: 24 on a GPU, 2 on the CPU)"]
 
 
 def test_the_run_length_comes_from_the_calls_not_from_the_harness_work_between_them(

@@ -24,8 +24,10 @@ class TimingPlan:
     run_span_s: float = 0.16  # seconds that RUNS_PER_BATCH runs may take before runs are shortened (run_for)
 
 
-#: A GPU pool holds at least this many sets where memory allows, so that runs are at least this long.
-MIN_GPU_SETS = 4
+#: A GPU pool holds at least this many sets where memory allows, so that runs are this long (RUN).
+MIN_GPU_SETS = 24
+#: The least a GPU pool holds where memory allows when KSEARCH_TIMING_RUN sets shorter runs.
+_MIN_GPU_SETS_SHORT = 4
 #: Calls per run on the CPU, at most. A CPU call is rarely bound by its dispatch, so queuing gains little there, and
 #: every timed batch holds four whole runs (batch_floor): with runs of six, the softmax starter's later evaluations
 #: on the 2-core CPU took 3.3-4.5 s instead of 2.0-2.5 s. The CPU's runs also shorten sooner (run_span_s: a batch
@@ -89,7 +91,7 @@ class Measured:
 #: The worker keeps the outputs of its last RING timed calls. The parent stops each batch at a uniformly random moment
 #: of its expected length and names one call among the last ones whose commitment had arrived before its stop: every
 #: call of a batch is as likely to be the one checked.
-RING = 12
+RING = 48
 
 #: The worker times its calls in runs: the inputs of a run's calls are made (stamped) together before its first call,
 #: the run's calls follow each other with nothing but the clock between them, and their commitments go out after the
@@ -98,7 +100,11 @@ RING = 12
 #: than a plain loop, and 0.87-1.22x with the stamps, fingerprints and ring taken out. With runs, one call in a run
 #: follows that work; the latency is the median of all calls. A run uses distinct pool sets (each call's inputs are
 #: its own set, stamped anew) and is at most half the ring: the worker ends the run in progress at the parent's stop,
-#: and the ring must still hold calls committed to before the stop.
+#: and the ring must still hold calls committed to before the stop. Runs of 24 rather than six: what happens between
+#: runs costs about the same per run at any length (the fingerprint most: between_runs.py, the next run of a 40-60 us
+#: kernel 1.08-1.40x after it, 1.03-1.17x after as long of unrelated device work), so longer runs share it out. On
+#: the H200, native softmax's harness latency was 1.29-1.39x its plain loop's with runs of six and 1.03-1.12x with 24
+#: (fidelity-factor-stamps-TASK-* and fidelity-runs-of-24-TASK-*.json, benchmarks/results/).
 RUN = RING // 2
 
 
@@ -112,14 +118,44 @@ def _run_setting() -> int | None:
     if not raw:
         return None
     if not raw.isdigit() or not 1 <= int(raw) <= 32:
-        raise ConfigError(f"KSEARCH_TIMING_RUN={raw!r}: give the most calls a timed run queues, 1 to 32 (unset: {RUN})")
+        raise ConfigError(f"KSEARCH_TIMING_RUN={raw!r}: give the most calls a timed run queues, 1 to 32 "
+                          f"(unset: {RUN} on a GPU, {CPU_RUN} on the CPU)")
     return int(raw)
 
 
 #: KSEARCH_TIMING_RUN's value where it is set (every result's environment then records it), else None.
 RUN_SETTING = _run_setting()
 if RUN_SETTING is not None:
-    RUN, RING, MIN_GPU_SETS, CPU_RUN = RUN_SETTING, 2 * RUN_SETTING, max(MIN_GPU_SETS, RUN_SETTING), RUN_SETTING
+    RUN, RING, MIN_GPU_SETS, CPU_RUN = (RUN_SETTING, 2 * RUN_SETTING, max(_MIN_GPU_SETS_SHORT, RUN_SETTING),
+                                        RUN_SETTING)
+
+
+def _prime_setting() -> bool:
+    """KSEARCH_TIMING_PRIME=1: after a run's inputs are stamped and before its clock starts, the worker makes one
+    untimed call on a set of its own (the priming set, stamped anew every run, never a timed call's inputs) and waits
+    for it. Its time is reported per run and left out of the time between calls up to PRIME_CALLS of the run's calls
+    and PRIME_SLACK_S (beyond that it counts, so that the gap bound still sees work done there). For measuring whether
+    short calls are slow in the harness because a run's first calls start cold; off by default."""
+    raw = os.environ.get("KSEARCH_TIMING_PRIME", "").strip()
+    if raw not in ("", "0", "1"):
+        raise ConfigError(f"KSEARCH_TIMING_PRIME={raw!r}: give 1 for a priming call before each timed run, 0 or "
+                          "unset for none")
+    return raw == "1"
+
+
+#: KSEARCH_TIMING_PRIME's value (every result's environment then records `timing_prime`).
+PRIME = _prime_setting()
+#: A priming call's time left out of the time between calls, at most: this many of the run's calls, plus a waited
+#: call's own host time (a synchronise: 250 us at most as measured on the H200).
+PRIME_CALLS = 2
+PRIME_SLACK_S = 300e-6
+
+
+def prime_allowance(prime_s: float, run_call_s: float) -> float:
+    """How much of a priming call's `prime_s` seconds is left out of the gap before a run of `run_call_s` calls."""
+    if not (math.isfinite(prime_s) and prime_s > 0):
+        return 0.0
+    return min(prime_s, PRIME_CALLS * max(0.0, run_call_s) + PRIME_SLACK_S)
 
 #: Batches past the plan's, at most, to take a check that found no committed call to name (a descheduled worker's
 #: commitments arrive after the stop: on a loaded 2-core machine three were seen to miss in a row).
@@ -206,13 +242,15 @@ def per_run(values: list[float], runs: list[int] | None) -> list[float]:
 
 def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float]] | None = None,
             trusted_gap: float | None = None, slack: float = 0.0, leads: list[float] | None = None,
-            runs: list[list[int]] | None = None) -> Measured:
+            runs: list[list[int]] | None = None, bounded: list[list[float]] | None = None) -> Measured:
     """batches: (parent elapsed seconds, calls, worker per-call times); gaps: per batch, the worker's time between
     calls; runs: per batch, the lengths of its runs (RUN). The worker's times are finer but only believed when they
     fit inside the parent's clock; a worker that claims more time than passed, or far less, is lying (a patched timer)
     and the evaluation fails. With a trusted gap (the baseline's time between calls on this workload, per call of a
     run), a call is as long as its own time, or its run's time plus gaps per call less what the harness itself needs
-    there (GAP_FACTOR), whichever is longer: work moved out of the clock, into any gap of a run, is counted."""
+    there (GAP_FACTOR), whichever is longer: work moved out of the clock, into any gap of a run, is counted. bounded:
+    the gaps that bound reads where they differ from `gaps` (a priming call's allowed time out, Batch.bounded_gaps);
+    the clock cross-check reads `gaps`."""
     all_worker: list[float] = []
     cycles: list[float] = []
     run_means: list[float] = []
@@ -224,8 +262,9 @@ def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float
             return Measured(elapsed / n, 0.0, "parent", error)
         all_worker.extend(times)
         run_means.extend(per_run(times, runs[k] if runs else None))
-        if g:
-            cycles.extend(per_run([t + gg for t, gg in zip(times, g, strict=True)], runs[k] if runs else None))
+        gb = bounded[k] if bounded is not None and len(bounded[k]) == len(g) else g
+        if gb:
+            cycles.extend(per_run([t + gg for t, gg in zip(times, gb, strict=True)], runs[k] if runs else None))
     med = statistics.median(all_worker)
     q = statistics.quantiles(all_worker, n=4) if len(all_worker) >= 4 else [med, med, med]
     source = "worker"
