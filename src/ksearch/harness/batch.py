@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ksearch.harness import protocol, timing
+from ksearch.harness import protocol
 from ksearch.harness.process import WorkerDied, WorkerProcess
 
 
@@ -40,22 +40,6 @@ class Batch:
         if isinstance(runs, list) and all(isinstance(r, int) for r in runs):
             return list(runs)
         return [1] * len(self.times)
-
-    @property
-    def bounded_gaps(self) -> list[float]:
-        """The gaps the gap bound reads: each priming call's time (timing.PRIME) taken out of the gap before its run,
-        up to timing.prime_allowance of the run's mean call (the first run's is in the lead, which the bound does not
-        read)."""
-        gaps, runs, primes = self.gaps, self.runs, self.reply.get("primes")
-        if not isinstance(primes, list) or len(primes) != len(runs) or sum(runs) != len(gaps):
-            return gaps
-        start = 0
-        for r, p in zip(runs, primes, strict=True):
-            if start and isinstance(p, (int, float)):
-                mean = sum(self.times[start:start + r]) / r
-                gaps[start - 1] = max(0.0, gaps[start - 1] - timing.prime_allowance(float(p), mean))
-            start += r
-        return gaps
 
 
 def _fail(worker: WorkerProcess, exc: BaseException) -> WorkerDied:

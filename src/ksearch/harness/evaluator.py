@@ -99,8 +99,6 @@ class Evaluator:
             self._env["hardware_profile"] = self.profile.get("id")
             if timing.RUN_SETTING is not None:  # timed runs of a length other than the default
                 self._env["timing_run"] = timing.RUN_SETTING
-            if timing.PRIME:  # each run's clock started after an untimed priming call
-                self._env["timing_prime"] = True
         return self._env
 
     def close(self) -> None:
@@ -346,7 +344,7 @@ class Evaluator:
             latency, gap = base[w.name]
             measured = timing.combine(timed[w.name].rows(), timed[w.name].gaps(), gap,
                                       timing.GAP_SLACK_S["gpu" if self.backend.is_gpu else "cpu"],
-                                      timed[w.name].leads(), timed[w.name].runs(), timed[w.name].bounded_gaps())
+                                      timed[w.name].leads(), timed[w.name].runs())
             error = measured.error or timed[w.name].probe_error()
             if error:
                 raise Fail("runtime_error", f"{w.name}: {error}")

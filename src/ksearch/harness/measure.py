@@ -102,10 +102,6 @@ class Timed:
     def gaps(self) -> list[list[float]]:
         return [b.gaps for b in self.timed()]
 
-    def bounded_gaps(self) -> list[list[float]]:
-        """The gaps the gap bound reads (Batch.bounded_gaps: priming calls' allowed time taken out)."""
-        return [b.bounded_gaps for b in self.timed()]
-
     def leads(self) -> list[float]:
         return [float(b.reply.get("lead") or 0.0) for b in self.timed()]
 
@@ -115,7 +111,7 @@ class Timed:
     def median_gap(self) -> float | None:
         """The median over runs of a run's time between calls, per call (timing.per_run), from the batches the latency
         comes from (a probe's runs of one call each are not comparable)."""
-        gaps = sorted(g for b in self.timed() for g in timing.per_run(b.bounded_gaps, b.runs))
+        gaps = sorted(g for b in self.timed() for g in timing.per_run(b.gaps, b.runs))
         return gaps[len(gaps) // 2] if gaps else None
 
 

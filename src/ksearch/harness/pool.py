@@ -206,22 +206,6 @@ class TimingPool:
             self.stamps.append(set_stamps(task, workload, seed, k, s))
             self.sets.append(s)
         mx.eval([v for s in self.sets if s for v in s.values()])
-        self.prime_set: dict[str, Any] | None = None
-        self.prime_stamps: dict[str, Any] = {}
-
-    def prime(self, batch_key: int, call: int) -> dict[str, Any]:
-        """The inputs of the untimed call before the run whose first timed call is `call` (timing.PRIME): a set of its
-        own, made on first use (set index `sets`, never a timed call's), stamped anew for every run with a call index
-        no timed call has."""
-        if self.prime_set is None:
-            k = len(self.sets)
-            self.prime_set = set_inputs(self.task, self.workload, self.seed, k)
-            self.prime_stamps = set_stamps(self.task, self.workload, self.seed, k, self.prime_set)
-        current, self.prime_set = self.prime_set, None
-        fresh = refresh(current, self.prime_stamps, batch_key, -1 - call)
-        current.clear()
-        self.prime_set = fresh
-        return dict(fresh)
 
     def take(self, batch_key: int, call: int) -> dict[str, Any]:
         """Call `call`'s inputs (lazy): the set's previous arrays are handed over to the scatters, so that they update
@@ -237,4 +221,3 @@ class TimingPool:
     def release(self) -> None:
         self.sets = []
         self.stamps = []
-        self.prime_set, self.prime_stamps = None, {}

@@ -129,34 +129,6 @@ if RUN_SETTING is not None:
     RUN, RING, MIN_GPU_SETS, CPU_RUN = (RUN_SETTING, 2 * RUN_SETTING, max(_MIN_GPU_SETS_SHORT, RUN_SETTING),
                                         RUN_SETTING)
 
-
-def _prime_setting() -> bool:
-    """KSEARCH_TIMING_PRIME=1: after a run's inputs are stamped and before its clock starts, the worker makes one
-    untimed call on a set of its own (the priming set, stamped anew every run, never a timed call's inputs) and waits
-    for it. Its time is reported per run and left out of the time between calls up to PRIME_CALLS of the run's calls
-    and PRIME_SLACK_S (beyond that it counts, so that the gap bound still sees work done there). For measuring whether
-    short calls are slow in the harness because a run's first calls start cold; off by default."""
-    raw = os.environ.get("KSEARCH_TIMING_PRIME", "").strip()
-    if raw not in ("", "0", "1"):
-        raise ConfigError(f"KSEARCH_TIMING_PRIME={raw!r}: give 1 for a priming call before each timed run, 0 or "
-                          "unset for none")
-    return raw == "1"
-
-
-#: KSEARCH_TIMING_PRIME's value (every result's environment then records `timing_prime`).
-PRIME = _prime_setting()
-#: A priming call's time left out of the time between calls, at most: this many of the run's calls, plus a waited
-#: call's own host time (a synchronise: 250 us at most as measured on the H200).
-PRIME_CALLS = 2
-PRIME_SLACK_S = 300e-6
-
-
-def prime_allowance(prime_s: float, run_call_s: float) -> float:
-    """How much of a priming call's `prime_s` seconds is left out of the gap before a run of `run_call_s` calls."""
-    if not (math.isfinite(prime_s) and prime_s > 0):
-        return 0.0
-    return min(prime_s, PRIME_CALLS * max(0.0, run_call_s) + PRIME_SLACK_S)
-
 #: Batches past the plan's, at most, to take a check that found no committed call to name (a descheduled worker's
 #: commitments arrive after the stop: on a loaded 2-core machine three were seen to miss in a row).
 EXTRA_BATCHES = 8
@@ -242,15 +214,13 @@ def per_run(values: list[float], runs: list[int] | None) -> list[float]:
 
 def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float]] | None = None,
             trusted_gap: float | None = None, slack: float = 0.0, leads: list[float] | None = None,
-            runs: list[list[int]] | None = None, bounded: list[list[float]] | None = None) -> Measured:
+            runs: list[list[int]] | None = None) -> Measured:
     """batches: (parent elapsed seconds, calls, worker per-call times); gaps: per batch, the worker's time between
     calls; runs: per batch, the lengths of its runs (RUN). The worker's times are finer but only believed when they
     fit inside the parent's clock; a worker that claims more time than passed, or far less, is lying (a patched timer)
     and the evaluation fails. With a trusted gap (the baseline's time between calls on this workload, per call of a
     run), a call is as long as its own time, or its run's time plus gaps per call less what the harness itself needs
-    there (GAP_FACTOR), whichever is longer: work moved out of the clock, into any gap of a run, is counted. bounded:
-    the gaps that bound reads where they differ from `gaps` (a priming call's allowed time out, Batch.bounded_gaps);
-    the clock cross-check reads `gaps`."""
+    there (GAP_FACTOR), whichever is longer: work moved out of the clock, into any gap of a run, is counted."""
     all_worker: list[float] = []
     cycles: list[float] = []
     run_means: list[float] = []
@@ -262,9 +232,8 @@ def combine(batches: list[tuple[float, int, list[float]]], gaps: list[list[float
             return Measured(elapsed / n, 0.0, "parent", error)
         all_worker.extend(times)
         run_means.extend(per_run(times, runs[k] if runs else None))
-        gb = bounded[k] if bounded is not None and len(bounded[k]) == len(g) else g
-        if gb:
-            cycles.extend(per_run([t + gg for t, gg in zip(times, gb, strict=True)], runs[k] if runs else None))
+        if g:
+            cycles.extend(per_run([t + gg for t, gg in zip(times, g, strict=True)], runs[k] if runs else None))
     med = statistics.median(all_worker)
     q = statistics.quantiles(all_worker, n=4) if len(all_worker) >= 4 else [med, med, med]
     source = "worker"

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ksearch.harness import protocol
-from ksearch.harness.timing import PRIME, RING, RUN
+from ksearch.harness.timing import RING, RUN
 
 # Captured before any candidate code exists in this process.
 _clock = time.perf_counter
@@ -271,9 +271,7 @@ class Worker:
         at once (a commitment: the parent later names one of the last calls before its stop, takes that call's outputs
         from the ring and checks them against the commitment and the reference). The time outside the clocks is
         reported too (`gaps`, per call: from its end to the next call's start, 0 inside a run), so the parent can
-        bound what happens there, with the runs' lengths (`runs`). With timing.PRIME, an untimed call on the pool's
-        priming set follows the stamps and precedes each run's clock; its time is part of the gap before the run (or
-        of the lead) and reported per run (`primes`)."""
+        bound what happens there, with the runs' lengths (`runs`)."""
         from ksearch.harness.digest import fingerprints_mx
 
         assert self.pool is not None, "prepare first"
@@ -282,7 +280,6 @@ class Worker:
         times: list[float] = []
         gaps: list[float] = []
         runs: list[int] = []
-        primes: list[float] = []
         self.ring.clear()
         t_begin = _clock()
         lead, last_end = 0.0, 0.0
@@ -292,13 +289,6 @@ class Worker:
                 r = min(run, n - len(times))
                 inputs: list[dict[str, Any] | None] = [self.pool.take(batch, first + j) for j in range(r)]
                 self._eval([v for x in inputs if x for v in x.values()])
-                if PRIME:  # one untimed call on inputs of its own, waited for (timing.PRIME)
-                    tp = _clock()
-                    primed = self._as_tuple(self.run(**self.pool.prime(batch, first), **self.params))
-                    self._eval(list(primed))
-                    self._sync()
-                    del primed
-                    primes.append(_clock() - tp)
                 t0 = _clock()
                 if times:
                     gaps.append(t0 - last_end)
@@ -337,10 +327,7 @@ class Worker:
             _sendall(self.sock, protocol.COMMIT.pack(protocol.END_MAGIC, len(times), 0, 0))
             return _failure(exc)
         _sendall(self.sock, protocol.COMMIT.pack(protocol.END_MAGIC, len(times), 0, 0))
-        reply: dict[str, Any] = {"ok": True, "times": times, "gaps": gaps, "runs": runs, "lead": lead}
-        if PRIME:
-            reply["primes"] = primes[:len(runs)]
-        return reply
+        return {"ok": True, "times": times, "gaps": gaps, "runs": runs, "lead": lead}
 
     def spot(self, msg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """Ship one of the last timed calls' outputs, named by its call index, for the parent to judge."""
