@@ -10,6 +10,9 @@ each run (outside the clock, after the previous run, whose outputs the fingerpri
     none              nothing (the plain loop's runs)
     idle_300us        the host spins 300 us, the GPU idles
     fingerprint       the run's outputs fingerprinted and read back, as the worker commits to them
+    fingerprint_fused (on a GPU) the same lanes, each call's outputs on their own through one `mx.compile`d function:
+                      a fused kernel and two sums an output, no stacked copy (is it the fingerprint's memory traffic
+                      and temporaries that slow the next run?); checked equal to the worker's lanes on first use
     busy_300us        unrelated device work (matmuls, each waited for) until 300 us have passed
     host_scalar       one value made on the host (4 bytes: on CUDA, MLX's pool of small managed-memory blocks, which
                       the harness's per-call factors and the fingerprint's constants use) read by one device operation
@@ -32,6 +35,38 @@ from collections.abc import Callable
 from typing import Any
 
 CONDITIONS = ("none", "idle_300us", "fingerprint", "busy_300us", "host_scalar", "host_array")
+#: Conditions timed on a GPU only: on the CPU, `mx.compile` builds C++ for seconds in every fresh process.
+GPU_CONDITIONS = ("fingerprint_fused",)
+
+
+def fused_fingerprinter() -> Callable[[list[tuple[Any, ...]]], Any]:
+    """A function giving what digest.fingerprints_mx gives for a run's outputs (a lazy uint32 array, one pair of lanes
+    a call), each call's outputs taken on their own through one compiled function (words, keys, mix and both sums)."""
+    import mlx.core as mx
+
+    from ksearch.harness import digest
+
+    u32 = mx.uint32
+    m1, m3 = mx.array(digest._M1, u32), mx.array(digest._M3, u32)
+
+    def lanes(a: Any, keys: Any) -> Any:
+        h = (digest._words_mx(a) ^ keys) * m1
+        h = h ^ (h >> 15)
+        return mx.stack([mx.sum(h), mx.sum(h * m3)])
+
+    fused = mx.compile(lanes)
+
+    def prints(calls: list[tuple[Any, ...]]) -> Any:
+        rows = []
+        for outs in calls:
+            total = mx.zeros((2,), dtype=u32)
+            for k, a in enumerate(outs):
+                words = a.size * (2 if a.dtype.size == 8 else 1)
+                total = total + fused(a, digest._positions_mx(words, k))
+            rows.append(total)
+        return mx.stack(rows)
+
+    return prints
 
 
 def sm_clock_reader() -> Callable[[], int | None]:
@@ -77,6 +112,16 @@ def between_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
         mx.eval(prints)
         prints.tolist()
 
+    fused = fused_fingerprinter()
+    checked = [False]
+
+    def fingerprint_fused(outs: list[tuple[Any, ...]]) -> None:
+        prints = fused(outs).tolist()
+        if not checked[0]:
+            if prints != fingerprints_mx(outs).tolist():
+                raise SystemExit("between_runs: the fused fingerprint's lanes differ from the worker's")
+            checked[0] = True
+
     def busy() -> None:
         end = time.perf_counter() + 300e-6
         while True:  # one matmul at least, each waited for, until 300 us have passed
@@ -100,15 +145,17 @@ def between_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
         "busy_300us": lambda _o: busy(),
         "host_scalar": lambda _o: host_made(1),
         "host_array": lambda _o: host_made(64),
+        "fingerprint_fused": fingerprint_fused,
     }
+    conditions = CONDITIONS + (GPU_CONDITIONS if mx.default_device() == mx.gpu else ())
     rows = []
     for name, fn in contenders.items():
         cycle = itertools.cycle(pool)
-        times: dict[str, list[float]] = {c: [] for c in CONDITIONS}
-        clocks: dict[str, list[int]] = {c: [] for c in CONDITIONS}
+        times: dict[str, list[float]] = {c: [] for c in conditions}
+        clocks: dict[str, list[int]] = {c: [] for c in conditions}
         last: list[tuple[Any, ...]] = []
         for k in range(runs + 2):  # the first two rounds warm up
-            for cond in CONDITIONS:
+            for cond in conditions:
                 if last:
                     before[cond](last)  # on the previous run's outputs, as the worker commits to them
                 t0 = time.perf_counter()
@@ -124,7 +171,7 @@ def between_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
                     if mhz is not None:
                         clocks[cond].append(mhz)
         plain = statistics.median(times["none"])
-        for cond in CONDITIONS:
+        for cond in conditions:
             rows.append({"task": task.name, "workload": w.name, "contender": name, "condition": cond, "run": run,
                          "latency_s": statistics.median(times[cond]), "vs_none_ratio":
                          statistics.median(times[cond]) / plain, "runs": len(times[cond]),

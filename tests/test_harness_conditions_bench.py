@@ -48,3 +48,27 @@ def test_between_runs_times_every_condition_beside_nothing_and_refuses_an_unknow
     bad = subprocess.run([sys.executable, script, "--tasks", "nope"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines()[-1].startswith("between_runs: unknown task 'nope'")
+
+
+def test_the_fused_fingerprint_gives_the_workers_lanes() -> None:
+    # between_runs.py's `fingerprint_fused` (timed on a GPU only) must measure the same commitment, not a cheaper one.
+    import importlib.util
+
+    import mlx.core as mx
+
+    from ksearch.harness import digest
+
+    spec = importlib.util.spec_from_file_location("between_runs", ROOT / "benchmarks/between_runs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fused = module.fused_fingerprinter()
+    for dtype in (mx.float16, mx.float32, mx.bfloat16, mx.int8, mx.bool_, mx.int64):
+        calls = [(mx.random.normal((33, 17), key=mx.random.key(i)).astype(dtype), mx.arange(5, dtype=mx.int32) * i)
+                 for i in range(3)]
+        assert fused(calls).tolist() == digest.fingerprints_mx(calls).tolist()
+    # A different output changes its call's lanes and only those.
+    calls = [(mx.ones((64,)),), (mx.ones((64,)),)]
+    changed = [(mx.ones((64,)),), (mx.ones((64,)) * 2,)]
+    a, b = fused(calls).tolist(), fused(changed).tolist()
+    assert a[0] == b[0] and a[1] != b[1]
