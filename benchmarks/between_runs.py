@@ -214,7 +214,7 @@ def main() -> None:
             module = _load(bsource, f"{task.name}_base")
             contenders |= {f"baseline:{v}": getattr(module, v) for v in baseline_variants(bsource)}
         for w in workloads:
-            plan = timing.plan(task, w, llc, b.is_gpu)
+            plan = timing.plan(task, w, llc, b.is_gpu, memory_gb=b.profile().get("memory_gb"))
             rows = between_rows(task, w, contenders, plan.pool_sets, min(plan.pool_sets, timing.RUN), args.runs)
             for r in rows:
                 mhz = f"{r['sm_clock_mhz']} MHz" if r["sm_clock_mhz"] else ""

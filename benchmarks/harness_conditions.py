@@ -364,7 +364,7 @@ def main() -> None:
             contenders |= {f"baseline:{v}": getattr(module, v) for v in baseline_variants(bsource)}
             sources |= {f"baseline:{v}": bsource for v in baseline_variants(bsource)}
         for w in workloads:
-            sets = timing.plan(task, w, llc, b.is_gpu).pool_sets
+            sets = timing.plan(task, w, llc, b.is_gpu, memory_gb=b.profile().get("memory_gb")).pool_sets
             rows = [] if args.only_extra else measure(task, w, contenders, sets, args.calls)
             if args.worker_loop:
                 rows += worker_loop_rows(task, w, contenders, sets, args.calls, llc, args.runs_only, args.long_run)

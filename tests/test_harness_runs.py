@@ -206,3 +206,19 @@ def _timed_on_made_up_batches(monkeypatch: pytest.MonkeyPatch, call_s: float,
     timed = measure.time_workload(Worker(), task, task.select_workloads("cpu")[0], plan,  # type: ignore[arg-type]
                                   deadline=1e12, check=False, rng=random.SystemRandom())
     return asked, timed
+
+
+def test_a_gpu_pool_fits_the_device_it_runs_on() -> None:
+    # Pools of 24 sets: 8 GiB at most, and a sixteenth of the device's memory (the candidate's and the baseline's
+    # pools, their rings and the reference worker share it). Unknown memory: the 8 GiB limit alone.
+    from ksearch.tasks import get_task
+
+    assert timing.pool_bytes(141) == timing.pool_bytes(None) == timing.pool_bytes(0) == 8 << 30
+    assert timing.pool_bytes(24) == 3 << 29 and timing.pool_bytes(16) == 1 << 30
+    task = get_task("rmsnorm")
+    for w in task.select_workloads("gpu"):
+        per_set = task.input_bytes(w) + task.output_bytes(w)
+        big, small = (timing.plan(task, w, 50 << 20, gpu=True, memory_gb=m) for m in (141, 16))
+        assert big.pool_sets == big.run == timing.RUN
+        assert small.pool_sets * per_set <= 1 << 30 < (small.pool_sets + 1) * per_set
+        assert small.run == small.pool_sets < big.run

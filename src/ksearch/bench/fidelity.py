@@ -161,7 +161,8 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
             module = _load(base_source, f"{task.name}_baseline")
             variants = {f"baseline:{v}": getattr(module, v) for v in baseline_variants(base_source)}
         contenders = {"candidate": cand, **variants}
-        plans = {w.name: timing.plan(task, w, llc, b.is_gpu) for w in workloads}
+        plans = {w.name: timing.plan(task, w, llc, b.is_gpu, memory_gb=b.profile().get("memory_gb"))
+                 for w in workloads}
         sets_of = {n: p.pool_sets for n, p in plans.items()}
         run_of = {n: p.run for n, p in plans.items()}
         # One fixed protocol (never "measure again until it agrees"): plain, harness, plain, harness, plain. Calls of

@@ -205,7 +205,8 @@ class Evaluator:
             self.reference(w, seed)
 
     def _plan(self, w: Workload) -> timing.TimingPlan:
-        return timing.plan(self.task, w, int(self.profile.get("llc_bytes") or (32 << 20)), self.backend.is_gpu)
+        return timing.plan(self.task, w, int(self.profile.get("llc_bytes") or (32 << 20)), self.backend.is_gpu,
+                           memory_gb=self.profile.get("memory_gb"))
 
     # -- the verdict -----------------------------------------------------------------------------------------------
     def evaluate(self, source: str, options: EvalOptions | None = None) -> EvalResult:

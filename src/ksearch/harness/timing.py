@@ -24,7 +24,7 @@ class TimingPlan:
     run_span_s: float = 0.16  # seconds that RUNS_PER_BATCH runs may take before runs are shortened (run_for)
 
 
-#: A GPU pool holds at least this many sets where memory allows, so that runs are this long (RUN).
+#: A GPU pool holds at least this many sets where its limit allows (pool_bytes), so that runs are this long (RUN).
 MIN_GPU_SETS = 24
 #: The least a GPU pool holds where memory allows when KSEARCH_TIMING_RUN sets shorter runs.
 _MIN_GPU_SETS_SHORT = 4
@@ -35,7 +35,26 @@ _MIN_GPU_SETS_SHORT = 4
 CPU_RUN = 2
 
 
-def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, max_pool_bytes: int = 8 << 30) -> TimingPlan:
+#: A timing pool's bytes at most (each worker's): 8 GiB, and a sixteenth of the device's memory (pool_bytes).
+MAX_POOL_BYTES = 8 << 30
+
+
+def pool_bytes(memory_gb: float | None) -> int:
+    """The most a timing pool may hold on a device with `memory_gb` of memory (None: unknown, MAX_POOL_BYTES). The
+    candidate's and the baseline's pools, their rings of outputs, the reference worker and the candidate's own arrays
+    share the device, and runs of 24 ask pools of 24 sets: on an H200 (141 GB) 8 GiB, on a 24 GB GPU 1.5 GiB, on a
+    16 GB Mac 1 GiB."""
+    if not memory_gb or not math.isfinite(memory_gb) or memory_gb <= 0:
+        return MAX_POOL_BYTES
+    return int(min(MAX_POOL_BYTES, memory_gb * (1 << 30) / 16))
+
+
+def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, max_pool_bytes: int | None = None,
+         memory_gb: float | None = None) -> TimingPlan:
+    """The timing plan of one workload on a device with `llc_bytes` of last-level cache and `memory_gb` of memory
+    (max_pool_bytes, when given, instead of pool_bytes(memory_gb))."""
+    if max_pool_bytes is None:
+        max_pool_bytes = pool_bytes(memory_gb)
     per_set = max(1, task.input_bytes(workload) + task.output_bytes(workload))
     # More distinct input sets than twice the last-level cache holds: every timed call reads from DRAM.
     sets = math.ceil(2 * llc_bytes / per_set) + 1
