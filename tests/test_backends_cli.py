@@ -28,3 +28,16 @@ def test_tasks_json_lists_every_builtin_task() -> None:
     assert res.returncode == 0, res.stderr
     names = {t["name"] for t in json.loads(res.stdout)}
     assert names == {"softmax", "rmsnorm", "selective_scan", "selective_state_update", "attention", "gqa_decode"}
+
+
+def test_a_mac_profile_counts_the_memory_this_machine_has() -> None:
+    # A chip's profile gives its largest configuration (an M3 Max: 128 GB); unified memory is what the OS counts, and
+    # the timing pools are sized from it (timing.pool_bytes).
+    import psutil
+
+    from ksearch.backends.profiles import profile_for
+
+    here = round(psutil.virtual_memory().total / 2**30, 1)
+    mac = profile_for("metal", "Apple M3 Max")
+    assert mac["matched"] and mac["memory_gb"] == min(128, here)
+    assert profile_for("cuda", "NVIDIA H200")["memory_gb"] == 141  # a discrete GPU's own memory

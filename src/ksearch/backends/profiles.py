@@ -80,6 +80,9 @@ def profile_for(family: str, name: str) -> dict[str, Any]:
                 "bandwidth_gbs": None, "peak_tflops": {}, "matched": False}
     out = dict(prof)
     out["llc_bytes"] = int(prof.get("l2_mb", 64) * (1 << 20))
+    if family == "metal" and prof.get("memory_gb"):
+        # Unified memory: a chip's profile gives its largest configuration; this machine has what the OS counts.
+        out["memory_gb"] = min(float(prof["memory_gb"]), round(psutil.virtual_memory().total / 2**30, 1))
     out["matched"] = True
     out["detected_name"] = name
     return out
