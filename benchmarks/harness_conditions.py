@@ -208,7 +208,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
     from ksearch.harness import digest
     from ksearch.harness import worker as worker_module
     from ksearch.harness.pool import TimingPool, set_inputs
-    from ksearch.harness.timing import RING, RUN
+    from ksearch.harness.timing import RING, RUN, ring_for
     from ksearch.harness.worker import Worker
 
     ours, theirs = socket.socketpair()
@@ -289,7 +289,9 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
                 pool_sets = long_sets if v == "runs_long" else sets
                 worker.pool = Flushed() if v == "runs_flush" else pools[pool_sets] if stamped else Cycled()
                 ring = 2 * long_run if v == "runs_long" else RING
-                worker.ring = collections.deque(maxlen=0 if v in ("no_ring", "bare", "runs_bare") else ring)
+                keep = 0 if v in ("no_ring", "bare", "runs_bare") else ring
+                worker.ring = collections.deque(maxlen=keep)
+                worker_module.ring_for = lambda _run, n=keep: n  # the worker keeps this variant's ring
                 bare = v in ("no_commit", "bare", "runs_bare")
                 digest.fingerprints_mx = (lambda calls: constant[:len(calls)]) if bare else real_fp
                 # Every evaluation of the loop followed by a synchronise: MLX's completion thread idle when a run's
@@ -301,6 +303,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
                 worker_module.RUN = max(RUN, length)  # the worker caps a run at timing.RUN
                 reply = worker.go({"offset": offset, "n": n, "batch": offset, "run": length})
                 worker_module.RUN = RUN
+                worker_module.ring_for = ring_for
                 digest.fingerprints_mx = real_fp
                 offset += n
                 if not reply.get("ok"):

@@ -112,6 +112,8 @@ def test_the_worker_times_calls_in_runs_and_commits_to_each() -> None:
     assert [r[1] for r in records[:-1]] == list(range(5, 15)) and records[-1][0] == protocol.END_MAGIC
     # Each committed fingerprint is the fingerprint of the outputs the ring holds for that call.
     held = {call: outs for call, outs in worker.ring}
+    # Runs of three keep timing.RING_MIN calls (twice the run, at least twelve): all ten here.
+    assert worker.ring.maxlen == timing.ring_for(3) == timing.RING_MIN and sorted(held) == list(range(5, 15))
     for magic, call, a, b in records[:-1]:
         assert magic == protocol.COMMIT_MAGIC
         if call in held:
@@ -222,3 +224,10 @@ def test_a_gpu_pool_fits_the_device_it_runs_on() -> None:
         assert big.pool_sets == big.run == timing.RUN
         assert small.pool_sets * per_set <= 1 << 30 < (small.pool_sets + 1) * per_set
         assert small.run == small.pool_sets < big.run
+
+
+def test_a_batch_keeps_twice_its_run_and_the_parent_names_a_call_among_them() -> None:
+    # Twice the run the parent asked for, at least RING_MIN (late commitments), at most RING: a ring of 48 outputs
+    # beside pools sized to a small device would outweigh the pools.
+    assert [timing.ring_for(r) for r in (1, 3, 6, 7, 24, 32)] == [12, 12, 12, 14, 48, 48]
+    assert timing.ring_for(timing.RUN) == timing.RING

@@ -192,7 +192,8 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
             owed.discard(index)
             pending_checks += 1
         if (pending_checks or bonus) and check:
-            if _take_check(worker, task, workload, seed, plan.pool_sets, b, rng, timed, deadline):
+            if _take_check(worker, task, workload, seed, plan.pool_sets, b, rng, timed, deadline,
+                           timing.ring_for(1 if probe else run)):
                 if pending_checks:
                     pending_checks -= 1
                 else:
@@ -215,11 +216,12 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
 
 
 def _take_check(worker: WorkerProcess, task: Task, w: Workload, seed: int, sets: int, b: Batch,
-                rng: random.SystemRandom, timed: Timed, deadline: float) -> bool:
-    """Name one of the batch's last calls committed to before the stop, take its outputs and hold them against the
-    commitment. False when no call qualifies (the check moves to a later batch)."""
+                rng: random.SystemRandom, timed: Timed, deadline: float, ring: int) -> bool:
+    """Name one of the batch's last `ring` calls (timing.ring_for the run the parent asked for) committed to before
+    the stop, take its outputs and hold them against the commitment. False when no call qualifies (the check moves to
+    a later batch)."""
     m = len(b.times)
-    lo, hi = max(0, m - timing.RING), b.before_stop
+    lo, hi = max(0, m - ring), b.before_stop
     if hi <= lo:
         return False
     call = b.first + rng.randrange(lo, hi)

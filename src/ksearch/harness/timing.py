@@ -109,8 +109,17 @@ class Measured:
 
 #: The worker keeps the outputs of its last RING timed calls. The parent stops each batch at a uniformly random moment
 #: of its expected length and names one call among the last ones whose commitment had arrived before its stop: every
-#: call of a batch is as likely to be the one checked.
+#: call of a batch is as likely to be the one checked. A batch of runs of `run` calls keeps ring_for(run) of them.
 RING = 48
+#: A batch's ring, at least: room for commitments that arrive late (a descheduled worker), whatever the run.
+RING_MIN = 12
+
+
+def ring_for(run: int) -> int:
+    """The calls a batch asked to run in runs of `run` keeps (and the parent names one among): twice the run, at least
+    RING_MIN, at most RING. Twice the run, not RING whatever the run: a ring of 48 outputs of a workload that runs
+    only seven a run (pools sized to a small device, pool_bytes) would hold 3 GB of rmsnorm's outputs on a 16 GB Mac."""
+    return max(RING_MIN, min(RING, 2 * max(1, run)))
 
 #: The worker times its calls in runs: the inputs of a run's calls are made (stamped) together before its first call,
 #: the run's calls follow each other with nothing but the clock between them, and their commitments go out after the

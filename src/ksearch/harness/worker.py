@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ksearch.harness import protocol
-from ksearch.harness.timing import RING, RUN
+from ksearch.harness.timing import RING, RUN, ring_for
 
 # Captured before any candidate code exists in this process.
 _clock = time.perf_counter
@@ -276,7 +276,10 @@ class Worker:
 
         assert self.pool is not None, "prepare first"
         start, n, batch = int(msg["offset"]), int(msg["n"]), int(msg["batch"])
-        run = max(1, min(int(msg.get("run") or 1), RUN, len(self.pool.sets)))
+        asked = max(1, int(msg.get("run") or 1))
+        run = min(asked, RUN, len(self.pool.sets))
+        if self.ring.maxlen != ring_for(asked):  # the calls the parent may name: twice the run it asked for
+            self.ring = collections.deque(maxlen=ring_for(asked))
         times: list[float] = []
         gaps: list[float] = []
         runs: list[int] = []
