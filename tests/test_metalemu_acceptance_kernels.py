@@ -90,6 +90,21 @@ def test_split_k_decode(dtype: mx.Dtype, d: int, length: int) -> None:
     _close(out, want, 1e-2 if dtype == mx.float16 else 1e-4, 1e-2 if dtype == mx.float16 else 1e-4)
 
 
+@pytest.mark.parametrize("warps,unroll,length,d", [(4, 4, 300, 128), (2, 2, 1000, 64), (8, 4, 77, 64)])
+def test_split_k_decode_with_key_rows_in_flight(warps: int, unroll: int, length: int, d: int) -> None:
+    """Each lane loading `unroll` key rows before using them (the CUDA kernel's unroll), partial last steps and
+    splits included: the same result as with one row at a time."""
+    from ksearch.kernels.decode.metal_split_k import decode_metal
+
+    cap = length + 24
+    q, kc, vc = _rand((2, 8, 1, d), mx.float16, 13), _rand((2, 2, cap, d), mx.float16, 14), \
+        _rand((2, 2, cap, d), mx.float16, 15)
+    want = _sdpa(q, kc[:, :, :length], vc[:, :, :length], False)
+    for target_blocks in (1, 64):  # one split, and several
+        out = decode_metal(q, kc, vc, length, warps=warps, target_blocks=target_blocks, unroll=unroll)
+        _close(out, want, 1e-2, 1e-2)
+
+
 @pytest.mark.parametrize("length,h0", [(50, False), (300, True)])
 def test_selective_scan_on_strided_views(length: int, h0: bool) -> None:
     """The model's layout: u, delta, z, B, C are transposed slices of (batch, L, features) buffers, read in place

@@ -24,7 +24,7 @@ from exemplar_candidates import candidate  # noqa: E402
 
 # Template values for arguments a static read of the call site cannot resolve (the library's own choices).
 INTS = {"N": 16, "CH": 8, "NCH": 32, "MAXD": 2048, "D": 64, "HEAD_DIM": 64, "G": 4, "NW": 4, "BK": 16, "BN": 16,
-        "NT": 64, "K": 4, "R": 64, "CPB": 128, "MAX_N": 16, "TPB": 256, "ITEMS": 4, "TILE": 16}
+        "NT": 64, "K": 4, "R": 64, "CPB": 128, "MAX_N": 16, "TPB": 256, "ITEMS": 4, "TILE": 16, "U": 2}
 BOOLS = {"HAS_H0", "Y_BLD", "HAS_BIAS", "HAS_STATE", "CAUSAL", "GQA"}
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent / "data" / "cuda"))
 # Template values the kernels take from shapes at call time (the static extractor cannot see them).
 DEFAULTS = {"D": 64, "HEAD_DIM": 64, "MAXD": 64, "BK": 32, "N": 16, "MAX_N": 16, "CH": 8, "NCH": 32, "K": 4, "R": 4,
             "CPB": 4, "G": 4, "NW": 4, "NT": 64, "BN": 16, "TPB": 256, "THREADS": 256, "TILE": 16, "ITEMS": 4,
-            "NSPLIT": 8}
+            "NSPLIT": 8, "U": 2}
 BOOLS = {"Y_BLD"}
 
 

@@ -12,11 +12,12 @@ import math
 from functools import cache
 from typing import Any
 
-# Template: T, D, G (query heads per kv head), NW (simdgroups per threadgroup). meta = [length, chunk, nsplit].
+# Template: T, D, G (query heads per kv head), NW (simdgroups per threadgroup), U (key rows each lane loads before
+# using them: the CUDA kernel's unroll, loads in flight to hide memory latency). meta = [length, chunk, nsplit].
 DECODE_SPLIT_SOURCE = r"""
     constexpr int LPK = D / 4;
     constexpr int KPW = 32 / LPK;
-    constexpr int STEP = NW * KPW;
+    constexpr int STEP = NW * KPW * U;
     const uint warp = simdgroup_index_in_threadgroup, lane = thread_index_in_simdgroup;
     const int sub = lane / LPK, part = lane % LPK;
     const int bh = threadgroup_position_in_grid.x, split = threadgroup_position_in_grid.y;
@@ -34,22 +35,29 @@ DECODE_SPLIT_SOURCE = r"""
     }
     const device T* kb = k_cache + size_t(bh) * cap * D + part * 4;
     const device T* vb = v_cache + size_t(bh) * cap * D + part * 4;
-    for (int j = start + int(warp) * KPW + sub; j - sub < end; j += STEP) {
-      bool valid = j < end;
-      float kf[4], vf[4];
-      for (int i = 0; i < 4; ++i) {
-        kf[i] = valid ? float(kb[size_t(j) * D + i]) : 0.0f;
-        vf[i] = valid ? float(vb[size_t(j) * D + i]) : 0.0f;
+    // Each simdgroup takes KPW * U consecutive keys a step: U rows a lane, all loaded before any is used.
+    for (int j0 = start + int(warp) * KPW * U + sub; j0 - sub < end; j0 += STEP) {
+      bool valid[U];
+      float kf[U][4], vf[U][4];
+      for (int u = 0; u < U; ++u) {
+        const int j = j0 + u * KPW;
+        valid[u] = j < end;
+        for (int i = 0; i < 4; ++i) {
+          kf[u][i] = valid[u] ? float(kb[size_t(j) * D + i]) : 0.0f;
+          vf[u][i] = valid[u] ? float(vb[size_t(j) * D + i]) : 0.0f;
+        }
       }
-      for (int g = 0; g < G; ++g) {
-        float s = qf[g][0] * kf[0] + qf[g][1] * kf[1] + qf[g][2] * kf[2] + qf[g][3] * kf[3];
-        for (int off = LPK / 2; off > 0; off /= 2) s += simd_shuffle_xor(s, ushort(off));
-        s = valid ? s : -INFINITY;
-        float mn = max(m[g], s);
-        float corr = fast::exp2(m[g] - mn), p = fast::exp2(s - mn);
-        l[g] = l[g] * corr + p;
-        for (int i = 0; i < 4; ++i) acc[g][i] = acc[g][i] * corr + p * vf[i];
-        m[g] = mn;
+      for (int u = 0; u < U; ++u) {
+        for (int g = 0; g < G; ++g) {
+          float s = qf[g][0] * kf[u][0] + qf[g][1] * kf[u][1] + qf[g][2] * kf[u][2] + qf[g][3] * kf[u][3];
+          for (int off = LPK / 2; off > 0; off /= 2) s += simd_shuffle_xor(s, ushort(off));
+          s = valid[u] ? s : -INFINITY;
+          float mn = max(m[g], s);
+          float corr = fast::exp2(m[g] - mn), p = fast::exp2(s - mn);
+          l[g] = l[g] * corr + p;
+          for (int i = 0; i < 4; ++i) acc[g][i] = acc[g][i] * corr + p * vf[u][i];
+          m[g] = mn;
+        }
       }
     }
     for (int off = LPK; off < 32; off *= 2) {
@@ -118,13 +126,16 @@ def _decode_kernels() -> tuple[Any, Any]:
     return split, merge
 
 
-def decode_metal(q: Any, k_cache: Any, v_cache: Any, length: int, warps: int = 4, target_blocks: int = 256) -> Any:
+def decode_metal(q: Any, k_cache: Any, v_cache: Any, length: int, warps: int = 4, target_blocks: int = 256,
+                 unroll: int = 1) -> Any:
+    """unroll: key rows each lane loads before using them (1, as measured nowhere yet on Apple hardware: the CUDA
+    kernel's best on the H200 is 4, `DecodeConfig`)."""
     import mlx.core as mx
 
     b, hq, _, d = q.shape
     hkv = k_cache.shape[1]
     g = hq // hkv
-    step = warps * (32 // (d // 4))
+    step = warps * (32 // (d // 4)) * unroll
     chunk = max(128, math.ceil(length / max(1, target_blocks // (b * hkv))))
     chunk = math.ceil(chunk / step) * step
     nsplit = math.ceil(length / chunk)
@@ -132,7 +143,7 @@ def decode_metal(q: Any, k_cache: Any, v_cache: Any, length: int, warps: int = 4
     meta = mx.array([length, chunk, nsplit], dtype=mx.int32)
     nt = warps * 32
     part_acc, part_ml = split_k(
-        inputs=[q, k_cache, v_cache, meta], template=[("T", q.dtype), ("D", d), ("G", g), ("NW", warps)],
+        inputs=[q, k_cache, v_cache, meta], template=[("T", q.dtype), ("D", d), ("G", g), ("NW", warps), ("U", unroll)],
         grid=(b * hkv * nt, nsplit, 1), threadgroup=(nt, 1, 1),
         output_shapes=[(b * hkv, nsplit, g, d), (b * hkv, nsplit, g, 2)], output_dtypes=[mx.float32, mx.float32])
     return merge_k(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],

@@ -94,7 +94,7 @@ import mlx.core as mx
 
 SPLIT = {metal_split_k.DECODE_SPLIT_SOURCE!r}
 MERGE = {metal_split_k.DECODE_MERGE_SOURCE!r}
-WARPS, TARGET_BLOCKS, MIN_CHUNK = {p["warps"]}, {p["target_blocks"]}, {p["min_chunk"]}
+WARPS, TARGET_BLOCKS, MIN_CHUNK, UNROLL = {p["warps"]}, {p["target_blocks"]}, {p["min_chunk"]}, {p["unroll"]}
 
 _split = mx.fast.metal_kernel(name="gqa_split_k", input_names=["q", "k_cache", "v_cache", "meta"],
                               output_names=["part_acc", "part_ml"], source=SPLIT)
@@ -108,14 +108,15 @@ def run(q, k_cache, v_cache, length):
     if d not in (64, 128) or hq // hkv > 8:
         return _ops(q, k_cache, v_cache, length)
     g = hq // hkv
-    step = WARPS * (32 // (d // 4))
+    step = WARPS * (32 // (d // 4)) * UNROLL
     chunk = max(MIN_CHUNK, math.ceil(length / max(1, TARGET_BLOCKS // (b * hkv))))
     chunk = math.ceil(chunk / step) * step
     nsplit = math.ceil(length / chunk)
     nt = WARPS * 32
     meta = mx.array([length, chunk, nsplit], dtype=mx.int32)
     part_acc, part_ml = _split(
-        inputs=[q, k_cache, v_cache, meta], template=[("T", q.dtype), ("D", d), ("G", g), ("NW", WARPS)],
+        inputs=[q, k_cache, v_cache, meta],
+        template=[("T", q.dtype), ("D", d), ("G", g), ("NW", WARPS), ("U", UNROLL)],
         grid=(b * hkv * nt, nsplit, 1), threadgroup=(nt, 1, 1),
         output_shapes=[(b * hkv, nsplit, g, d), (b * hkv, nsplit, g, 2)], output_dtypes=[mx.float32, mx.float32])
     return _merge(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
@@ -184,9 +185,11 @@ FAMILIES = [
     TemplateFamily(
         id="gqa_decode.metal.split_k", tasks=("gqa_decode",), backends=("mlx-metal",),
         patterns=("split_k_decode_lse_merge", "gqa_head_grouping", "vectorized_loads", "simd_register_reduction",
-                  "online_softmax", "exp2_trick"),
-        params={"target_blocks": (1, 128, 256, 512), "warps": (4, 2, 8), "min_chunk": (128, 256, 512)},
+                  "online_softmax", "exp2_trick", "loop_unrolling"),
+        params={"target_blocks": (1, 128, 256, 512), "warps": (4, 2, 8), "min_chunk": (128, 256, 512),
+                "unroll": (1, 2, 4)},
         render=render_metal,
+        valid=lambda p: p["warps"] * p["unroll"] <= 32,
         description="split-K flash-decoding in MSL (opt-in; not yet measured on Apple hardware)"),
     TemplateFamily(
         id="gqa_decode.cpu.grouped_ops", tasks=("gqa_decode",), backends=("mlx-cpu",),
