@@ -30,11 +30,17 @@ def test_fidelity_runs_on_the_cpu_and_writes_its_json(tmp_path, cpu_backend):
         assert len(f["harness_candidate_each_s"]) == len(f["harness_baseline_each_s"]) == 2
         assert min(f["harness_baseline_each_s"]) <= f["harness_baseline_s"] <= max(f["harness_baseline_each_s"])
         assert f["plain_drift"] >= 1.0 and f["harness_drift"] >= 1.0
+        # The speedup each side gives (baseline / candidate) and how far the harness's is from the plain loop's.
+        assert f["harness_speedup"] == pytest.approx(f["harness_baseline_s"] / f["harness_candidate_s"])
+        assert f["plain_speedup"] == pytest.approx(f["plain_baseline_s"] / f["plain_candidate_s"])
+        assert f["speedup_ratio"] == pytest.approx(f["baseline_ratio"] / f["candidate_ratio"])
         # How the harness ran its timed calls, per evaluation: run lengths as the plan has them (runs of at most two
         # on the CPU) and the time between calls, the candidate's and the baseline's, which the gap bound compares.
         assert all(1 <= r <= f["run"] for r in f["harness_run"]) and len(f["harness_run"]) == 2
         assert all(g > 0 for g in f["harness_between_calls_s"] + f["harness_baseline_between_calls_s"])
     assert "within_tolerance" in data["summary"]
+    assert data["summary"]["worst_speedup_deviation"] == pytest.approx(
+        max(abs(f["speedup_ratio"] - 1) for f in data["figures"]))
     # Each task's score as a search would give it (the geomean of baseline / candidate over the workloads), per
     # harness evaluation and for the plain loop: one workload per task here, so the score is that workload's ratio.
     for f in data["figures"]:

@@ -203,8 +203,9 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
     passed = [f for f in figures if f["status"] == "passed"]
     worst = {k: max((abs(f[k] - 1.0) for f in passed if f.get(k)), default=None)
              for k in ("candidate_ratio", "baseline_ratio")}
+    worst_speedup = max((abs(f["speedup_ratio"] - 1.0) for f in passed if f.get("speedup_ratio")), default=None)
     summary = {"worst_candidate_deviation": worst["candidate_ratio"],
-               "worst_baseline_deviation": worst["baseline_ratio"],
+               "worst_baseline_deviation": worst["baseline_ratio"], "worst_speedup_deviation": worst_speedup,
                "within_tolerance": bool(passed) and all(_agrees(f) for f in passed), "tolerance": TOLERANCE,
                "failed": sorted({f["task"] for f in figures if f["status"] != "passed"}),
                "scores": _scores(passed), "run": timing.RUN}
@@ -266,9 +267,16 @@ def _scores(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _ratios(row: dict[str, Any]) -> None:
+    """Each side's latency against the plain loop's, and the speedup the harness gives (baseline / candidate, what
+    a search scores) against the plain loop's: the ratios agree where both sides are slowed alike."""
     for who in ("candidate", "baseline"):
         h, p = row.get(f"harness_{who}_s"), row.get(f"plain_{who}_s")
         row[f"{who}_ratio"] = h / p if h and p else None
+    for side in ("harness", "plain"):
+        c, b = row.get(f"{side}_candidate_s"), row.get(f"{side}_baseline_s")
+        row[f"{side}_speedup"] = b / c if b and c else None
+    h, p = row["harness_speedup"], row["plain_speedup"]
+    row["speedup_ratio"] = h / p if h and p else None
 
 
 def _agrees(row: dict[str, Any]) -> bool:

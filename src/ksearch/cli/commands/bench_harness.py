@@ -25,7 +25,8 @@ def fidelity_cmd(
             return f"{x:.3f}" if x is not None else "-"
 
         console.print(f"{row['task']:24s} {row['workload']:36s} {row['status']:12s} candidate ({row['candidate']}) "
-                      f"{f(row.get('candidate_ratio'))}  baseline ({row['baseline']}) {f(row.get('baseline_ratio'))}")
+                      f"{f(row.get('candidate_ratio'))}  baseline ({row['baseline']}) {f(row.get('baseline_ratio'))}  "
+                      f"speedup {f(row.get('harness_speedup'))} against {f(row.get('plain_speedup'))}")
 
     names = [t.strip() for t in tasks.split(",")] if tasks else None
     path = run_fidelity(backend, names, out, workloads, on_row=show)
