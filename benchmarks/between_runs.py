@@ -46,20 +46,12 @@ def fused_fingerprinter() -> Callable[[list[tuple[Any, ...]]], Any]:
 
     from ksearch.harness import digest
 
-    u32 = mx.uint32
-    m1, m3 = mx.array(digest._M1, u32), mx.array(digest._M3, u32)
-
-    def lanes(a: Any, keys: Any) -> Any:
-        h = (digest._words_mx(a) ^ keys) * m1
-        h = h ^ (h >> 15)
-        return mx.stack([mx.sum(h), mx.sum(h * m3)])
-
-    fused = mx.compile(lanes)
+    fused = mx.compile(lambda a, keys: digest.lanes_mx(digest._words_mx(a), keys))
 
     def prints(calls: list[tuple[Any, ...]]) -> Any:
         rows = []
         for outs in calls:
-            total = mx.zeros((2,), dtype=u32)
+            total = mx.zeros((2,), dtype=mx.uint32)
             for k, a in enumerate(outs):
                 words = a.size * (2 if a.dtype.size == 8 else 1)
                 total = total + fused(a, digest._positions_mx(words, k))

@@ -114,14 +114,20 @@ def _positions_mx(n: int, salt: int) -> Any:
     return i
 
 
-def _mix_mx(words: Any, salt: int) -> Any:
-    """Both lanes over the last axis of `words` (flat words: shape (2,); a run's stacked words: one pair a row)."""
+def lanes_mx(words: Any, keys: Any) -> Any:
+    """Both lanes over the last axis of `words` mixed with their position keys (_positions_mx): elementwise work and
+    two sums, nothing cached, so that it can also run inside `mx.compile` (benchmarks/between_runs.py)."""
     import mlx.core as mx
 
     u32, array, total = mx.uint32, _op("array"), _op("sum")
-    h = (words ^ _positions_mx(words.shape[-1], salt)) * array(_M1, u32)
+    h = (words ^ keys) * array(_M1, u32)
     h = h ^ (h >> 15)
     return _op("stack")([total(h, axis=-1), total(h * array(_M3, u32), axis=-1)], axis=-1)
+
+
+def _mix_mx(words: Any, salt: int) -> Any:
+    """Both lanes over the last axis of `words` (flat words: shape (2,); a run's stacked words: one pair a row)."""
+    return lanes_mx(words, _positions_mx(words.shape[-1], salt))
 
 
 def fingerprint_mx(arrays: Any) -> Any:

@@ -49,12 +49,9 @@ def pool_bytes(memory_gb: float | None) -> int:
     return int(min(MAX_POOL_BYTES, memory_gb * (1 << 30) / 16))
 
 
-def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, max_pool_bytes: int | None = None,
-         memory_gb: float | None = None) -> TimingPlan:
-    """The timing plan of one workload on a device with `llc_bytes` of last-level cache and `memory_gb` of memory
-    (max_pool_bytes, when given, instead of pool_bytes(memory_gb))."""
-    if max_pool_bytes is None:
-        max_pool_bytes = pool_bytes(memory_gb)
+def plan(task: Task, workload: Workload, llc_bytes: int, gpu: bool, memory_gb: float | None = None) -> TimingPlan:
+    """The timing plan of one workload on a device with `llc_bytes` of last-level cache and `memory_gb` of memory."""
+    max_pool_bytes = pool_bytes(memory_gb)
     per_set = max(1, task.input_bytes(workload) + task.output_bytes(workload))
     # More distinct input sets than twice the last-level cache holds: every timed call reads from DRAM.
     sets = math.ceil(2 * llc_bytes / per_set) + 1
