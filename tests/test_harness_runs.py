@@ -226,7 +226,7 @@ def test_a_gpu_pool_fits_the_device_it_runs_on() -> None:
         assert small.run == small.pool_sets < big.run
 
 
-def test_a_batch_keeps_twice_its_run_and_the_parent_names_a_call_among_them() -> None:
+def test_a_batch_keeps_twice_its_run_between_twelve_and_forty_eight_calls() -> None:
     # Twice the run the parent asked for, at least RING_MIN (late commitments), at most RING: a ring of 48 outputs
     # beside pools sized to a small device would outweigh the pools.
     assert [timing.ring_for(r) for r in (1, 3, 6, 7, 24, 32)] == [12, 12, 12, 14, 48, 48]
