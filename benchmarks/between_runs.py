@@ -10,6 +10,9 @@ each run (outside the clock, after the previous run, whose outputs the fingerpri
     none              nothing (the plain loop's runs)
     idle_300us        the host spins 300 us, the GPU idles
     fingerprint       the run's outputs fingerprinted and read back, as the worker commits to them
+    fingerprint_kept  the same device work, waited for but not read back (is it the host's read of a managed-memory
+                      buffer that slows the next run, its pages moving to the host and back?)
+    read_back         one value of the previous run's last output summed on the device and read back (8 bytes)
     fingerprint_fused (on a GPU) the same lanes, each call's outputs on their own through one `mx.compile`d function:
                       a fused kernel and two sums an output, no stacked copy (is it the fingerprint's memory traffic
                       and temporaries that slow the next run?); checked equal to the worker's lanes on first use
@@ -19,9 +22,11 @@ each run (outside the clock, after the previous run, whose outputs the fingerpri
     host_array        the same with 64 values (256 bytes: the allocator's ordinary buffers)
 
 The conditions take turns run by run (so that drift hits all alike). Each row: the median time per call and its ratio
-to `none`, and, where NVML is present, the median SM clock read after each run (MHz).
+to `none`, and, where NVML is present, the median SM clock read after each run (MHz). MLX's own settings in the
+environment (MLX_USE_CUDA_GRAPHS, MLX_CUDA_GRAPH_CACHE_SIZE, MLX_MAX_OPS_PER_BUFFER, ...) are recorded with the
+figures, and `--stem` names the file, so that runs under different settings sit side by side.
 
-    python benchmarks/between_runs.py [--backend B] [--tasks softmax,gqa_decode] [--runs 150] [--out DIR]
+    python benchmarks/between_runs.py [--backend B] [--tasks softmax,gqa_decode] [--runs 150] [--out DIR] [--stem S]
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ from __future__ import annotations
 import argparse
 import ctypes
 import itertools
+import os
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
-CONDITIONS = ("none", "idle_300us", "fingerprint", "busy_300us", "host_scalar", "host_array")
+CONDITIONS = ("none", "idle_300us", "fingerprint", "fingerprint_kept", "read_back", "busy_300us", "host_scalar",
+              "host_array")
 #: Conditions timed on a GPU only: on the CPU, `mx.compile` builds C++ for seconds in every fresh process.
 GPU_CONDITIONS = ("fingerprint_fused",)
 
@@ -104,6 +111,13 @@ def between_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
         mx.eval(prints)
         prints.tolist()
 
+    def fingerprint_kept(outs: list[tuple[Any, ...]]) -> None:
+        mx.eval(fingerprints_mx(outs))
+        mx.synchronize()
+
+    def read_back(outs: list[tuple[Any, ...]]) -> None:
+        mx.sum(outs[-1][0].reshape(-1)[:1]).item()
+
     fused = fused_fingerprinter()
     checked = [False]
 
@@ -134,6 +148,8 @@ def between_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
         "none": lambda _o: None,
         "idle_300us": lambda _o: _spin(300),
         "fingerprint": fingerprint,
+        "fingerprint_kept": fingerprint_kept,
+        "read_back": read_back,
         "busy_300us": lambda _o: busy(),
         "host_scalar": lambda _o: host_made(1),
         "host_array": lambda _o: host_made(64),
@@ -175,11 +191,10 @@ def main() -> None:
     import mlx.core as mx
 
     from ksearch.backends import get_backend
-    from ksearch.bench.fidelity import _load, candidate_for
+    from ksearch.bench.fidelity import side_by_side
     from ksearch.bench.results import make_result, write_result
     from ksearch.errors import UsageError
     from ksearch.harness import timing
-    from ksearch.harness.baselines import baseline_variants
     from ksearch.tasks import get_task
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -187,6 +202,7 @@ def main() -> None:
     ap.add_argument("--tasks", default="softmax,gqa_decode")
     ap.add_argument("--runs", type=int, default=150, help="timed runs per condition and contender")
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--stem", default="between-runs", help="the result file's name before the backend and device")
     args = ap.parse_args()
     try:
         b = get_backend(args.backend)
@@ -197,14 +213,10 @@ def main() -> None:
         mx.set_default_device(mx.cpu)
     llc = int(b.profile().get("llc_bytes") or (32 << 20))
     figures: list[dict[str, Any]] = []
+    mlx_env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("MLX_")}
     for task in tasks:
         workloads = task.select_workloads(b.tier)
-        cname, csource = candidate_for(task, b, workloads)
-        contenders = {f"candidate:{cname}": _load(csource, f"{task.name}_cand").run}
-        bsource = task.baseline(task.default_baseline).source_for(b.family)
-        if bsource is not None:
-            module = _load(bsource, f"{task.name}_base")
-            contenders |= {f"baseline:{v}": getattr(module, v) for v in baseline_variants(bsource)}
+        contenders = side_by_side(task, b, workloads)
         for w in workloads:
             plan = timing.plan(task, w, llc, b.is_gpu, memory_gb=b.profile().get("memory_gb"))
             rows = between_rows(task, w, contenders, plan.pool_sets, min(plan.pool_sets, timing.RUN), args.runs)
@@ -212,9 +224,9 @@ def main() -> None:
                 mhz = f"{r['sm_clock_mhz']} MHz" if r["sm_clock_mhz"] else ""
                 print(f"{r['task']:12s} {r['workload']:22s} {r['contender'][:30]:30s} {r['condition']:17s} "
                       f"{r['latency_s'] * 1e6:8.1f} us  x{r['vs_none_ratio']:.2f}  {mhz}", flush=True)
-            figures.extend(rows)
+            figures.extend(r | {"mlx_env": mlx_env} for r in rows)
     result = make_result("between-runs", b, shapes=[], dtypes=[], figures=figures)
-    print(write_result(result, args.out, stem="between-runs"))
+    print(write_result(result, args.out, stem=args.stem))
 
 
 if __name__ == "__main__":

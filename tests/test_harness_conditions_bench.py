@@ -4,6 +4,7 @@ taken out) runs in one process beside the plain loop and writes its JSON."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,8 @@ def test_between_runs_times_every_condition_beside_nothing_and_refuses_an_unknow
     assert len(groups) >= 2  # the starter and the baseline, on every CPU workload
     for group in groups:
         mine = {r["condition"]: r for r in rows if (r["workload"], r["contender"]) == group}
-        assert list(mine) == ["none", "idle_300us", "fingerprint", "busy_300us", "host_scalar", "host_array"]
+        assert list(mine) == ["none", "idle_300us", "fingerprint", "fingerprint_kept", "read_back", "busy_300us",
+                              "host_scalar", "host_array"]
         assert mine["none"]["vs_none_ratio"] == 1.0
         assert all(r["latency_s"] > 0 and r["runs"] == 2 and r["run"] >= 1 for r in mine.values())
     bad = subprocess.run([sys.executable, script, "--tasks", "nope"], capture_output=True, text=True, timeout=120)
@@ -72,3 +74,25 @@ def test_the_fused_fingerprint_gives_the_workers_lanes() -> None:
     changed = [(mx.ones((64,)),), (mx.ones((64,)) * 2,)]
     a, b = fused(calls).tolist(), fused(changed).tolist()
     assert a[0] == b[0] and a[1] != b[1]
+
+
+def test_process_spread_measures_free_and_pinned_processes_and_refuses_bad_input(tmp_path: Path) -> None:
+    script = str(ROOT / "benchmarks/process_spread.py")
+    done = subprocess.run([sys.executable, script, "--backend", "mlx-cpu", "--tasks", "rmsnorm", "--processes", "2",
+                           "--workloads", "1", "--budget", "0.1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (path,) = tmp_path.glob("process-spread-mlx-cpu-*.json")
+    data = json.loads(path.read_text())
+    rows = data["figures"]
+    assert {r["mode"] for r in rows} == {"free", "pinned"}
+    assert {r["contender"].split(":")[0] for r in rows} == {"candidate", "baseline"}
+    for r in rows:
+        assert len(r["process_s"]) == 2 and all(t > 0 for t in r["process_s"])
+        assert r["spread"] == max(r["process_s"]) / min(r["process_s"]) and r["within_process"] >= 1.0
+    assert data["summary"]["pinned_cpu"] in os.sched_getaffinity(0)
+    bad_cpu = subprocess.run([sys.executable, script, "--cpu", "4096"], capture_output=True, text=True, timeout=120)
+    assert bad_cpu.returncode == 1 and "process_spread: CPU 4096 is not one this process may use" in bad_cpu.stderr
+    bad_task = subprocess.run([sys.executable, script, "--tasks", "nope"], capture_output=True, text=True, timeout=120)
+    assert bad_task.returncode == 1
+    assert bad_task.stderr.strip().splitlines()[-1].startswith("process_spread: unknown task 'nope'")

@@ -37,8 +37,16 @@ def test_fidelity_runs_on_the_cpu_and_writes_its_json(tmp_path, cpu_backend):
         # How the harness ran its timed calls, per evaluation: run lengths as the plan has them (runs of at most two
         # on the CPU) and the time between calls, the candidate's and the baseline's, which the gap bound compares.
         assert all(1 <= r <= f["run"] for r in f["harness_run"]) and len(f["harness_run"]) == 2
+        assert all(1 <= r <= f["run"] for r in f["harness_baseline_run"]) and len(f["harness_baseline_run"]) == 2
         assert all(g > 0 for g in f["harness_between_calls_s"] + f["harness_baseline_between_calls_s"])
+        # Whether each harness figure is one the plain loop itself gives, within the tolerance of its own range.
+        for who in ("candidate", "baseline"):
+            plain = f[f"plain_{who}_each_s"]
+            assert f[f"{who}_within_plain_spread"] == all(
+                min(plain) / 1.1 <= h <= max(plain) * 1.1 for h in f[f"harness_{who}_each_s"])
     assert "within_tolerance" in data["summary"]
+    assert data["summary"]["within_plain_spread"] == all(
+        f[f"{who}_within_plain_spread"] for f in data["figures"] for who in ("candidate", "baseline"))
     assert data["summary"]["worst_speedup_deviation"] == pytest.approx(
         max(abs(f["speedup_ratio"] - 1) for f in data["figures"]))
     # Each task's score as a search would give it (the geomean of baseline / candidate over the workloads), per
@@ -87,3 +95,13 @@ def test_the_plain_loop_calls_each_contender_back_to_back_in_blocks(cpu_backend)
     assert [b[0] for b in blocks] == ["a", "b"] * 3
     assert all(n >= 6 for _, n in blocks)
     assert len(times["a"]) == sum(n for name, n in blocks if name == "a")
+
+
+def test_a_harness_figure_is_within_the_plain_loops_spread_only_inside_its_range_widened_by_the_tolerance():
+    from ksearch.bench.fidelity import TOLERANCE, _within_plain_spread
+
+    plain = [40e-6, 52e-6, 60e-6]  # a plain loop that disagrees with itself by 1.5x
+    assert _within_plain_spread([58e-6, 65e-6], plain) is True  # 1.13x its median, yet inside 60 us + 10%
+    assert _within_plain_spread([40e-6 / (1 + TOLERANCE) * 0.99], plain) is False
+    assert _within_plain_spread([60e-6 * (1 + TOLERANCE) * 1.01, 50e-6], plain) is False  # every evaluation counts
+    assert _within_plain_spread([], plain) is None and _within_plain_spread([50e-6], []) is None

@@ -179,11 +179,59 @@ def test_the_run_length_comes_from_the_calls_not_from_the_harness_work_between_t
     assert {run for _, run in asked} == {6}
 
 
+@pytest.mark.parametrize("slow_batch", [0, 1, 2])
+def test_one_slow_warm_up_batch_does_not_shorten_the_runs(monkeypatch: pytest.MonkeyPatch, slow_batch: int) -> None:
+    # Calls of 100 us, one warm-up batch's at 20 ms (a compile, a first allocation): the runs had followed the last
+    # warm-up batch, so such a batch shortened them (to 7-19 calls of 24 for 0.45-1 ms calls on the H200, timed up to
+    # 1.3x the plain loop). The fastest of three warm-up batches sets them.
+    asked, timed = _timed_on_made_up_batches(monkeypatch, 1e-4, slow={slow_batch: 0.02})
+    warm_up = asked[:len(asked) - len(timed.batches)]
+    assert len(warm_up) >= 3 and len(warm_up) > slow_batch + 1  # it ends on a batch as fast as the fastest
+    assert sum(min(n_max, 2 * run) for n_max, run in warm_up) >= timing.ring_for(6)  # a ring's outputs made
+    assert {run for _, run in asked[-len(timed.batches):]} == {6}
+    # A workload whose calls all take 20 ms still gets runs short enough for its batches (timing.run_for).
+    asked, timed = _timed_on_made_up_batches(monkeypatch, 0.02)
+    assert {run for _, run in asked[-len(timed.batches):]} == {timing.run_for(timing.TimingPlan(
+        pool_sets=12, warmup=2, warmup_s=0.0, batches=5, target_batch_s=0.05, checks=2, run=6), 0.02)} == {2}
+
+
+def test_a_warm_up_that_never_settles_ends_at_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ksearch.harness import measure
+
+    # Every warm-up batch slower than the one before: never as fast as the fastest, so the limit ends it.
+    asked, timed = _timed_on_made_up_batches(monkeypatch, 1e-4, slow={i: 1e-4 * 1.5 ** i for i in range(40)})
+    assert len(asked) - len(timed.batches) == measure.WARMUP_MAX_BATCHES
+
+
+def test_a_first_warm_up_batch_longer_than_the_time_limit_still_gets_the_whole_warm_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from ksearch.harness import measure
+
+    # A fresh worker's first call compiles for longer than the warm-up's time limit: had the limit counted from the
+    # start, the warm-up would have ended on that one batch, its compile-inflated estimate giving runs of one call
+    # (the H200's baselines then timed at 1.5-3.5x their plain loop).
+    first = [True]
+
+    def slow_first() -> float:
+        if first[0]:
+            first[0] = False
+            time.sleep(0.1)
+        return 0.0
+
+    asked, timed = _timed_on_made_up_batches(monkeypatch, 1e-4, slow_first, slow={0: 0.5}, settle_s=0.05)
+    assert len(asked) - len(timed.batches) >= measure.WARMUP_BATCHES
+    assert {run for _, run in asked[-len(timed.batches):]} == {6}
+
+
 def _timed_on_made_up_batches(monkeypatch: pytest.MonkeyPatch, call_s: float,
-                              between_s: Callable[[], float] = lambda: 0.0) -> tuple[list[tuple[int, int]], Any]:
+                              between_s: Callable[[], float] = lambda: 0.0,
+                              slow: dict[int, float] | None = None,
+                              settle_s: float = 0.3) -> tuple[list[tuple[int, int]], Any]:
     """measure.time_workload (softmax's first CPU workload, a plan of runs of six) on batches made up here: every call
-    takes call_s by the worker's clock and call_s + between_s() by the parent's. Returns the (n_max, run) each batch
-    was asked for, and the Timed."""
+    takes call_s by the worker's clock (slow[i] in the i-th batch) and call_s + between_s() by the parent's. Returns
+    the (n_max, run) each batch was asked for, and the Timed."""
     from ksearch.harness import measure
     from ksearch.harness.batch import Batch
     from ksearch.tasks import get_task
@@ -192,10 +240,11 @@ def _timed_on_made_up_batches(monkeypatch: pytest.MonkeyPatch, call_s: float,
 
     def fake_batch(worker: object, first: int, n_max: int, key: int, deadline: float, stop_at: object,
                    run: int = 1) -> Batch:
+        each = (slow or {}).get(len(asked), call_s)
         asked.append((n_max, run))
         n = min(n_max, 2 * run)
-        elapsed = sum(call_s + between_s() for _ in range(n))
-        return Batch(first, key, elapsed, {"ok": True, "times": [call_s] * n, "gaps": [0.0] * n, "lead": 0.0,
+        elapsed = sum(each + between_s() for _ in range(n))
+        return Batch(first, key, elapsed, {"ok": True, "times": [each] * n, "gaps": [0.0] * n, "lead": 0.0,
                                            "runs": [run] * (n // run)}, ["0" * 16] * n, n)
 
     class Worker:
@@ -204,7 +253,8 @@ def _timed_on_made_up_batches(monkeypatch: pytest.MonkeyPatch, call_s: float,
 
     monkeypatch.setattr(measure, "run_batch", fake_batch)
     task = get_task("softmax")
-    plan = timing.TimingPlan(pool_sets=12, warmup=2, warmup_s=0.0, batches=5, target_batch_s=0.05, checks=2, run=6)
+    plan = timing.TimingPlan(pool_sets=12, warmup=2, warmup_s=0.0, batches=5, target_batch_s=0.05, checks=2, run=6,
+                             settle_s=settle_s)
     timed = measure.time_workload(Worker(), task, task.select_workloads("cpu")[0], plan,  # type: ignore[arg-type]
                                   deadline=1e12, check=False, rng=random.SystemRandom())
     return asked, timed

@@ -4,7 +4,9 @@ for every candidate an evaluator judges, the fastest variant kept."""
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ksearch.harness import timing
 from ksearch.harness.measure import time_workload
@@ -29,38 +31,50 @@ def baseline_variants(source: str) -> list[str]:
     return ["run"]
 
 
+@dataclass(frozen=True)
+class BaselineTiming:
+    """A baseline's timing on one workload: its latency (None: no baseline; NaN: no variant measured), the harness's
+    own time between two of its calls (timing.combine bounds a candidate's by it) and its calls per run."""
+
+    latency_s: float | None = None
+    between_calls_s: float | None = None
+    run: int | None = None
+
+
+def _latency(t: BaselineTiming) -> float:
+    return math.inf if t.latency_s is None else t.latency_s
+
+
 class Baselines:
-    """(baseline, workload) -> (latency, the harness's own time between two calls there), measured on first use."""
+    """(baseline, workload) -> BaselineTiming, measured on first use."""
 
     def __init__(self, task: Task, family: str, emulation: str | None, device: str,
                  plan: Callable[[Workload], timing.TimingPlan]) -> None:
         self.task, self.family, self.emulation, self.device, self.plan = task, family, emulation, device, plan
-        self._known: dict[tuple[str, str], tuple[float | None, float | None]] = {}
+        self._known: dict[tuple[str, str], BaselineTiming] = {}
 
-    def timings(self, name: str, workloads: list[Workload],
-                deadline: float) -> dict[str, tuple[float | None, float | None]]:
-        """(latency, median time between calls) per workload, each variant timed in one trusted worker for all the
-        workloads not yet known, the fastest variant kept per workload."""
+    def timings(self, name: str, workloads: list[Workload], deadline: float) -> dict[str, BaselineTiming]:
+        """A BaselineTiming per workload, each variant timed in one trusted worker for all the workloads not yet
+        known, the fastest variant kept per workload."""
         todo = [w for w in workloads if (name, w.name) not in self._known]
         source = self.task.baseline(name).source_for(self.family)
         if todo and source is None:
             for w in todo:
-                self._known[(name, w.name)] = (None, None)
+                self._known[(name, w.name)] = BaselineTiming()
         elif todo:
             assert source is not None
-            best: dict[str, tuple[float, float | None]] = {}
+            best: dict[str, BaselineTiming] = {}
             for entry in baseline_variants(source):
                 for wname, measured in self._time(source, entry, todo, deadline).items():
-                    if wname not in best or measured[0] < best[wname][0]:
+                    if wname not in best or _latency(measured) < _latency(best[wname]):
                         best[wname] = measured
             for w in todo:
-                lat, gap = best.get(w.name, (float("nan"), None))
-                self._known[(name, w.name)] = (lat, gap)
+                self._known[(name, w.name)] = best.get(w.name, BaselineTiming(float("nan")))
         return {w.name: self._known[(name, w.name)] for w in workloads}
 
     def _time(self, source: str, entry: str, workloads: list[Workload],
-              deadline: float) -> dict[str, tuple[float, float | None]]:
-        out: dict[str, tuple[float, float | None]] = {}
+              deadline: float) -> dict[str, BaselineTiming]:
+        out: dict[str, BaselineTiming] = {}
         worker: WorkerProcess | None = None
         try:
             for w in workloads:
@@ -78,7 +92,8 @@ class Baselines:
                     measured = timing.combine(timed.rows(), timed.gaps(), leads=timed.leads(), runs=timed.runs())
                     if worker.stops_seen == stops and measured.error is None:
                         break
-                out[w.name] = (measured.latency_s, timed.median_gap())
+                runs = [r for rs in timed.runs() for r in rs]
+                out[w.name] = BaselineTiming(measured.latency_s, timed.median_gap(), max(runs, default=None))
         finally:
             if worker is not None:
                 worker.close()

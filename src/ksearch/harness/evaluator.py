@@ -342,7 +342,7 @@ class Evaluator:
         with self._phase("baselines"):
             base = self.baselines.timings(result.baseline, workloads, time.monotonic() + 1800)
         for w, wr in zip(workloads, result.workloads, strict=True):
-            latency, gap = base[w.name]
+            latency, gap = base[w.name].latency_s, base[w.name].between_calls_s
             measured = timing.combine(timed[w.name].rows(), timed[w.name].gaps(), gap,
                                       timing.GAP_SLACK_S["gpu" if self.backend.is_gpu else "cpu"],
                                       timed[w.name].leads(), timed[w.name].runs())
@@ -353,6 +353,7 @@ class Evaluator:
             runs = [r for rs in timed[w.name].runs() for r in rs]
             wr.timing_run = max(runs, default=None)
             wr.between_calls_s, wr.baseline_between_calls_s = timed[w.name].median_gap(), gap
+            wr.baseline_timing_run = base[w.name].run
             floor = timing.floor_seconds(self.task, w, self.profile)
             if floor:
                 wr.roofline_fraction = floor / measured.latency_s

@@ -14,6 +14,7 @@ The worker runs the calls and keeps the clock (see worker.Worker.go); nothing it
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import statistics
@@ -28,6 +29,24 @@ from ksearch.harness.batch import Batch, run_batch
 from ksearch.harness.digest import fingerprint_numpy
 from ksearch.harness.process import WorkerProcess
 from ksearch.tasks.base import Task, Workload
+
+#: Warm-up batches at least, so that the run length (timing.run_for) comes from a batch with no compile in it.
+WARMUP_BATCHES = 3
+#: The warm-up ends when its last batch's calls take at most this much more than its fastest batch's (or after the
+#: plan's settle_s seconds, WARMUP_MAX_BATCHES batches): calls of 40-80 us move 15-50% between one-second measurements
+#: in one process on the H200 (process_spread.py), so a tighter rule would only run to the limit there.
+WARMUP_STEADY = 0.15
+WARMUP_MAX_BATCHES = 12
+
+
+def _least_warm_up(plan: timing.TimingPlan, calls: int, spent: float, estimates: list[float]) -> bool:
+    """Whether the warm-up so far (its calls, seconds and per-batch call estimates) is the least it must be."""
+    return calls >= plan.warmup and spent >= plan.warmup_s and len(estimates) >= WARMUP_BATCHES
+
+
+def _settled(estimates: list[float], calls: int, run: int) -> bool:
+    """Whether a ring's outputs have been made for runs of `run` and the last batch was as fast as the fastest."""
+    return calls >= timing.ring_for(run) and estimates[-1] <= (1 + WARMUP_STEADY) * min(estimates)
 
 _COMPILE_PATTERNS = re.compile(r"compil|nvrtc|metal library|ptxas|program_source|jit", re.IGNORECASE)
 
@@ -148,21 +167,36 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         offset += max(m, 1)
         return b
 
-    # Warm-up: batches like the timed ones, at least plan.warmup calls and plan.warmup_s seconds. The first calls of
-    # a shape build MLX's graph caches and JIT kernels; a cold start measured against a warm baseline showed a 1.2x
-    # phantom speedup of a kernel over itself.
-    n, calls, spent, per_call, call = 1, 0, 0.0, 0.0, 0.0
-    while calls < plan.warmup or spent < plan.warmup_s:
-        b = batch(n, None, timing.run_for(plan, call))
+    # Warm-up: batches like the timed ones, at least plan.warmup calls, plan.warmup_s seconds and WARMUP_BATCHES
+    # batches, until the worker has made the outputs of a ring's worth of calls (every allocation the timed runs make
+    # then comes from MLX's cache) and the last batch's calls are as fast as the fastest batch's (WARMUP_STEADY), for
+    # plan.settle_s at most. The first calls of a shape build MLX's graph caches and JIT kernels: a cold start measured
+    # against a warm baseline showed a 1.2x phantom speedup of a kernel over itself; and on the H200, after three
+    # warm-up calls, 5 of 12 workload evaluations of 0.45-1 ms calls ran slow warm-ups (runs of 7-19 calls of 24
+    # followed) and were timed 0.88-1.29x the plain loop, where the others agreed within 3%
+    # (fidelity-runs-of-24-softmax|rmsnorm-*.json); the softmax starter then agreed within 1%.
+    n, calls, spent, per_call = 1, 0, 0.0, 0.0
+    estimates: list[float] = []
+    warm_until = math.inf  # settle_s from the end of the first batch, whose compiles may take longer
+    while True:
+        b = batch(n, None, timing.run_for(plan, min(estimates, default=0.0)))
         calls, spent = calls + len(b.times), spent + b.elapsed
         per_call = b.elapsed / max(1, len(b.times))
-        call = statistics.median(b.times) if b.times else per_call
-        n = min(max(1, timing.batch_size(per_call, max(plan.warmup_s - spent, per_call))), 4 * n + 4)
-    # Every timed batch holds whole runs of one length, fixed here from the last warm-up batch's calls as the worker
-    # timed them (timing.run_for, timing.batch_floor). Not from the parent's time per call: that includes the harness's
-    # work between calls, which varies, and run lengths that followed it varied from batch to batch (6 to 24 calls for
+        estimates.append(statistics.median(b.times) if b.times else per_call)
+        warm_until = min(warm_until, time.monotonic() + plan.settle_s)
+        run = timing.run_for(plan, min(estimates))
+        if _least_warm_up(plan, calls, spent, estimates) and (
+                _settled(estimates, calls, run) or len(estimates) >= WARMUP_MAX_BATCHES
+                or time.monotonic() > warm_until):
+            break
+        n = min(max(run, timing.batch_size(per_call, max(plan.warmup_s - spent, per_call))), 4 * n + 4)
+    # Every timed batch holds whole runs of one length, fixed here from the warm-up's calls as the worker timed them
+    # (timing.run_for, timing.batch_floor). Not from the parent's time per call: that includes the harness's work
+    # between calls, which varies, and run lengths that followed it varied from batch to batch (6 to 24 calls for
     # selective_state_update on the H200 with KSEARCH_TIMING_RUN=24) and between the candidate and the baseline.
-    run = timing.run_for(plan, call)
+    # And from the fastest warm-up batch, not the last: a batch's calls are its runs' means and warm-up batches are
+    # short, so one slow call there (a compile, a first allocation) inflated the estimate and shortened the runs (to
+    # 7-19 calls of 24). A longer run leaves no more room between calls than a shorter.
     n = max(timing.batch_floor(run), min(timing.batch_size(per_call, plan.target_batch_s), timing.FIRST_BATCH_MAX))
     owed = set(rng.sample(range(plan.batches), min(plan.checks, plan.batches))) if check else set()
     # Probes: batches of one call a run, where calls of two kinds show (timing.PROBE_BATCHES).

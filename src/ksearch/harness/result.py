@@ -35,6 +35,7 @@ class WorkloadResult:
     timing_run: int | None = None
     between_calls_s: float | None = None
     baseline_between_calls_s: float | None = None
+    baseline_timing_run: int | None = None
     message: str = ""
 
 
