@@ -30,6 +30,8 @@
 #                                   selective_state_update,gqa_decode: the short calls)
 #   between-runs [TASKS]            what each part of the harness's work between runs does to the next run of a short
 #                                   kernel (between_runs.py; default softmax,gqa_decode,selective_state_update)
+#   process-spread [TASKS]          the plain loop in fresh processes, free and held to one CPU (process_spread.py;
+#                                   default gqa_decode,selective_state_update,softmax): the floor under fidelity
 #   gaps TASK...                    one evaluation's timed batches taken apart per task (harness_gaps.py): run
 #                                   lengths, calls and the harness's work between calls, candidate and baseline
 #   ncu                             Nsight Compute on the prefill kernels at L=8192, D=128
@@ -332,6 +334,9 @@ case "$part" in
   between-runs) setup && timeout -k 10 300 "$PY" benchmarks/between_runs.py --backend mlx-cuda \
           --tasks "${1:-softmax,gqa_decode,selective_state_update}" --out "$OUT" 2>&1 | tee "$OUT/between-runs.txt" \
           | cut -c1-130 ;;
+  process-spread) setup && timeout -k 10 420 "$PY" benchmarks/process_spread.py --backend mlx-cuda \
+          --tasks "${1:-gqa_decode,selective_state_update,softmax}" --processes 4 --out "$OUT" 2>&1 \
+          | tee "$OUT/process-spread.txt" | cut -c1-150 ;;
   gaps) setup && for t in "${@:-gqa_decode}"; do
           timeout -k 10 150 "$PY" benchmarks/harness_gaps.py "$t" --backend mlx-cuda --out "$OUT" 2>&1 \
             | tee "$OUT/harness-gaps-$t.txt" | tail -4

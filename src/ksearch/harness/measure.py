@@ -48,6 +48,7 @@ def _settled(estimates: list[float], calls: int, run: int) -> bool:
     """Whether a ring's outputs have been made for runs of `run` and the last batch was as fast as the fastest."""
     return calls >= timing.ring_for(run) and estimates[-1] <= (1 + WARMUP_STEADY) * min(estimates)
 
+
 _COMPILE_PATTERNS = re.compile(r"compil|nvrtc|metal library|ptxas|program_source|jit", re.IGNORECASE)
 
 
