@@ -44,9 +44,11 @@ def _least_warm_up(plan: timing.TimingPlan, calls: int, spent: float, estimates:
     return calls >= plan.warmup and spent >= plan.warmup_s and len(estimates) >= WARMUP_BATCHES
 
 
-def _settled(estimates: list[float], calls: int, run: int) -> bool:
-    """Whether a ring's outputs have been made for runs of `run` and the last batch was as fast as the fastest."""
-    return calls >= timing.ring_for(run) and estimates[-1] <= (1 + WARMUP_STEADY) * min(estimates)
+def _settled(plan: timing.TimingPlan, estimates: list[float], calls: int, run: int) -> bool:
+    """Whether a ring's outputs have been made for runs of `run` (where the plan asks it) and the last batch was as
+    fast as the fastest."""
+    filled = calls >= timing.ring_for(run) or not plan.fill_ring
+    return filled and estimates[-1] <= (1 + WARMUP_STEADY) * min(estimates)
 
 
 _COMPILE_PATTERNS = re.compile(r"compil|nvrtc|metal library|ptxas|program_source|jit", re.IGNORECASE)
@@ -169,9 +171,9 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         return b
 
     # Warm-up: batches like the timed ones, at least plan.warmup calls, plan.warmup_s seconds and WARMUP_BATCHES
-    # batches, until the worker has made the outputs of a ring's worth of calls (every allocation the timed runs make
-    # then comes from MLX's cache) and the last batch's calls are as fast as the fastest batch's (WARMUP_STEADY), for
-    # plan.settle_s at most. The first calls of a shape build MLX's graph caches and JIT kernels: a cold start measured
+    # batches, until the worker has made the outputs of a ring's worth of calls (plan.fill_ring: every allocation the
+    # runs make then comes from MLX's cache) and the last batch's calls are as fast as the fastest batch's
+    # (WARMUP_STEADY), for plan.settle_s at most. The first calls of a shape build MLX's graph caches and JIT kernels: a cold start measured
     # against a warm baseline showed a 1.2x phantom speedup of a kernel over itself; and on the H200, after three
     # warm-up calls, 5 of 12 workload evaluations of 0.45-1 ms calls ran slow warm-ups (runs of 7-19 calls of 24
     # followed) and were timed 0.88-1.29x the plain loop, where the others agreed within 3%
@@ -187,7 +189,7 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
         warm_until = min(warm_until, time.monotonic() + plan.settle_s)
         run = timing.run_for(plan, min(estimates))
         if _least_warm_up(plan, calls, spent, estimates) and (
-                _settled(estimates, calls, run) or len(estimates) >= WARMUP_MAX_BATCHES
+                _settled(plan, estimates, calls, run) or len(estimates) >= WARMUP_MAX_BATCHES
                 or time.monotonic() > warm_until):
             break
         n = min(max(run, timing.batch_size(per_call, max(plan.warmup_s - spent, per_call))), 4 * n + 4)
