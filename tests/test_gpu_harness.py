@@ -41,7 +41,8 @@ def test_harness_timings_agree_with_a_plain_loop(cuda_backend, task_name, tmp_pa
     # Each miss says, too, whether the harness's figures are ones the plain loop itself gave (its own range widened by
     # the tolerance): at calls whose plain loop disagrees with itself that tells noise from a harness fault.
     off = [f"{f['workload']}: candidate ({f['candidate']}) {f['candidate_ratio']:.3f}, baseline "
-           f"({f['baseline']}) {f['baseline_ratio']:.3f}; plain loop's own spread {f['plain_drift'] or 0:.2f}x, within it: "
-           f"{f['candidate_within_plain_spread']} / {f['baseline_within_plain_spread']}" for f in data["figures"]
+           f"({f['baseline']}) {f['baseline_ratio']:.3f}; plain loop's own spread {f['plain_drift'] or 0:.2f}x, "
+           f"within it: {f['candidate_within_plain_spread']} / {f['baseline_within_plain_spread']}"
+           for f in data["figures"]
            if abs(f["candidate_ratio"] - 1) > TOLERANCE or abs(f["baseline_ratio"] - 1) > TOLERANCE]
     assert not off, off

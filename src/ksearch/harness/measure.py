@@ -173,10 +173,10 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
     # Warm-up: batches like the timed ones, at least plan.warmup calls, plan.warmup_s seconds and WARMUP_BATCHES
     # batches, until the worker has made the outputs of a ring's worth of calls (plan.fill_ring: every allocation the
     # runs make then comes from MLX's cache) and the last batch's calls are as fast as the fastest batch's
-    # (WARMUP_STEADY), for plan.settle_s at most. The first calls of a shape build MLX's graph caches and JIT kernels: a cold start measured
-    # against a warm baseline showed a 1.2x phantom speedup of a kernel over itself; and on the H200, after three
-    # warm-up calls, 5 of 12 workload evaluations of 0.45-1 ms calls ran slow warm-ups (runs of 7-19 calls of 24
-    # followed) and were timed 0.88-1.29x the plain loop, where the others agreed within 3%
+    # (WARMUP_STEADY), for plan.settle_s at most. The first calls of a shape build MLX's graph caches and JIT kernels: a
+    # cold start measured against a warm baseline showed a 1.2x phantom speedup of a kernel over itself; and on the
+    # H200, after three warm-up calls, 5 of 12 workload evaluations of 0.45-1 ms calls ran slow warm-ups (runs of 7-19
+    # calls of 24 followed) and were timed 0.88-1.29x the plain loop, where the others agreed within 3%
     # (fidelity-runs-of-24-softmax|rmsnorm-*.json); the softmax starter then agreed within 1%.
     n, calls, spent, per_call = 1, 0, 0.0, 0.0
     estimates: list[float] = []
