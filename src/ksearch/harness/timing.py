@@ -133,10 +133,11 @@ def ring_for(run: int) -> int:
 #: follows that work; the latency is the median of all calls. A run uses distinct pool sets (each call's inputs are
 #: its own set, stamped anew) and is at most half the ring: the worker ends the run in progress at the parent's stop,
 #: and the ring must still hold calls committed to before the stop. Runs of 24 rather than six: what happens between
-#: runs costs about the same per run at any length (the fingerprint most: between_runs.py, the next run of a 40-60 us
-#: kernel 1.08-1.40x after it, 1.03-1.17x after as long of unrelated device work), so longer runs share it out. On
-#: the H200, native softmax's harness latency was 1.29-1.39x its plain loop's with runs of six and 1.03-1.12x with 24
-#: (fidelity-factor-stamps-TASK-* and fidelity-runs-of-24-TASK-*.json, benchmarks/results/).
+#: runs costs about the same per run at any length (the fingerprint most: between_runs.py, with runs of 4-6 the next
+#: run of a 40-60 us kernel 1.08-1.40x after it, 1.03-1.17x after as long of unrelated device work; with runs of 24
+#: 1.02-1.20x, within the noise of such calls), so longer runs share it out. On the H200, native softmax's harness
+#: latency was 1.29-1.39x its plain loop's with runs of six and 1.03-1.12x with 24 (fidelity-factor-stamps-TASK-* and
+#: fidelity-runs-of-24-TASK-*.json, benchmarks/results/).
 RUN = RING // 2
 
 
