@@ -3,7 +3,7 @@ the benchmarks with the best configuration (JSON into the output directory).
 
     python benchmarks/attention_gpu.py check-decode | check-prefill     # correctness, one process per kind
     python benchmarks/attention_gpu.py sweep-decode | sweep-prefill      # timings per configuration (JSON)
-    python benchmarks/attention_gpu.py versus-native OUT_DIR [CONFIG ...] # decode configurations beside native
+    python benchmarks/attention_gpu.py versus-native OUT_DIR [--queued] [CONFIG ...]  # decode configs beside native
     python benchmarks/attention_gpu.py bench OUT_DIR                     # ksearch bench decode + attention
 """
 
@@ -24,12 +24,16 @@ from ksearch.bench.timing import time_rounds  # noqa: E402
 from ksearch.kernels.attention.mma_sync import PrefillConfig, attention_cuda  # noqa: E402
 from ksearch.kernels.attention.wgmma import WgmmaConfig, attention_wgmma  # noqa: E402
 from ksearch.kernels.attention.wgmma_ws import WsConfig, attention_wgmma_ws  # noqa: E402
-from ksearch.kernels.decode.cuda_split_k import DecodeConfig, decode_cuda  # noqa: E402
+from ksearch.kernels.decode import decode  # noqa: E402
+from ksearch.kernels.decode.cuda_cluster import ClusterConfig  # noqa: E402
+from ksearch.kernels.decode.cuda_split_k import DecodeConfig  # noqa: E402
 from ksearch.kernels.device import hopper  # noqa: E402
 
 DECODE_CONFIGS = [DecodeConfig(),  # the library default: 4 warps, 4 steps in flight, separate merge kernel
                   DecodeConfig(fused=True), DecodeConfig(group_heads=False),
                   DecodeConfig(unroll=2, target_blocks=528, min_chunk=256), DecodeConfig(warps=8, unroll=2)]
+# The tensor-core decode without clusters (safe under MLX's CUDA graphs; Hopper): the default and 4 + 2 warps.
+MMA_CONFIGS = [ClusterConfig(cluster=False), ClusterConfig(consumers=4, producers=2, cluster=False)]
 PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), PrefillConfig(64, 64, False),
                    PrefillConfig(128, 32, True), PrefillConfig(64, 32, True)]
 # Hopper only; the first is the library default there.
@@ -65,10 +69,12 @@ def check(kind: str) -> int:
     mx.random.seed(1)
     if kind == "decode":
         cases = [(2, 8, 2, 1300, 1000, 128), (1, 8, 2, 600, 37, 64), (1, 32, 8, 4352, 4096, 128),
-                 (3, 16, 4, 9000, 8191, 128)]
-        # Every dtype/head dim for the default configuration; the others at D=128 fp16 (each instance JIT-compiles).
-        runs = [(DECODE_CONFIGS[0], c, t) for c in cases for t in (mx.float16, mx.bfloat16)]
-        runs += [(cfg, c, mx.float16) for cfg in DECODE_CONFIGS[1:] for c in cases[2:]]
+                 (3, 16, 4, 9000, 8191, 128), (1, 8, 8, 2100, 2048, 128), (2, 8, 1, 5000, 4999, 64)]
+        # Every dtype/head dim/group size for the default and the fused configuration (the fused merge's lanes
+        # depend on G x D); the others at D=128 fp16 (each instance JIT-compiles).
+        runs = [(cfg, c, t) for cfg in [*DECODE_CONFIGS[:2], MMA_CONFIGS[0]] for c in cases
+                for t in (mx.float16, mx.bfloat16)]
+        runs += [(cfg, c, mx.float16) for cfg in [*DECODE_CONFIGS[2:], *MMA_CONFIGS[1:]] for c in cases[2:4]]
         for cfg, (b, hq, hkv, cap, length, d), dt in runs:
             if True:
                 q = mx.random.normal((b, hq, 1, d)).astype(dt)
@@ -77,7 +83,7 @@ def check(kind: str) -> int:
                 # Garbage past `length` must not leak into the result.
                 kc[:, :, length:] = mx.nan
                 vc[:, :, length:] = mx.nan
-                out = decode_cuda(q, kc, vc, length, cfg).astype(mx.float32)
+                out = decode(q, kc, vc, length, config=cfg).astype(mx.float32)
                 ref = ref_attention(q, kc[:, :, :length], vc[:, :, :length], False)
                 err = float(mx.max(mx.abs(out - ref)).item())
                 ok = err < (2e-2 if dt == mx.bfloat16 else 4e-3)
@@ -91,12 +97,14 @@ def check(kind: str) -> int:
             q = mx.random.normal((b, hq, 1, d + 2)).astype(mx.float16)[..., 1:d + 1]
             kc = mx.random.normal((b, hkv, cap, d + 4)).astype(mx.float16)[..., :d]
             vc = mx.random.normal((b, hkv, cap, d)).astype(mx.float16)
-            out = decode_cuda(q, kc, vc, length, DECODE_CONFIGS[0]).astype(mx.float32)
-            err = float(mx.max(mx.abs(out - ref_attention(q, kc[:, :, :length], vc[:, :, :length], False))).item())
-            ok = err < 4e-3 or bool(mx.all(mx.isnan(out)).item())
-            bad += not ok
-            print(f"decode unaligned rows {(b, hq, hkv, cap, length, d)}: err {err:.2e} {'ok' if ok else 'FAIL'}",
-                  flush=True)
+            for cfg in (DECODE_CONFIGS[0], MMA_CONFIGS[0]):
+                out = decode(q, kc, vc, length, config=cfg).astype(mx.float32)
+                err = float(mx.max(mx.abs(out - ref_attention(q, kc[:, :, :length], vc[:, :, :length],
+                                                              False))).item())
+                ok = err < 4e-3 or bool(mx.all(mx.isnan(out)).item())
+                bad += not ok
+                print(f"decode unaligned rows {cfg} {(b, hq, hkv, cap, length, d)}: err {err:.2e} "
+                      f"{'ok' if ok else 'FAIL'}", flush=True)
     else:
         cases = [(1, 4, 2, 256, 256, 64), (2, 4, 4, 256, 256, 128), (1, 8, 2, 256, 512, 128), (1, 2, 1, 512, 512, 64)]
         runs = [(PREFILL_CONFIGS[1], c, t, cz) for c in cases for t in (mx.float16, mx.bfloat16) for cz in (False, True)]
@@ -143,7 +151,7 @@ def sweep(kind: str, out: str) -> None:
             kc, vc = (mx.random.normal((b, hkv, cap, d)).astype(dt) for _ in range(2))
             mx.eval(q, kc, vc)
             for cfg in _passing("decode", DECODE_CONFIGS):
-                fn = lambda c=cfg, q=q, kc=kc, vc=vc, n=n: decode_cuda(q, kc, vc, n, c)  # noqa: E731
+                fn = lambda c=cfg, q=q, kc=kc, vc=vc, n=n: decode(q, kc, vc, n, config=c)  # noqa: E731
                 t = statistics.median(time_rounds({"o": fn}, 5, 10)["o"])
                 gbs = 2 * b * hkv * n * d * 2 / t / 1e9
                 rows.append({"shape": shape, "config": repr(cfg), "latency_s": t, "gbs": gbs})
@@ -167,17 +175,20 @@ def sweep(kind: str, out: str) -> None:
 
 
 def versus_native(out: str, texts: list[str]) -> None:
-    """Decode configurations and MLX's SDPA on the cache slice, side by side on `bench decode`'s shapes, each call
-    evaluated and synchronised (the latency of one waited-for call; `ksearch bench decode` queues calls), each
+    """Decode configurations and MLX's SDPA on the cache slice, side by side on `bench decode`'s shapes, each
     contender's calls back to back in blocks (the blocks in turn, 5 times): the configurations' speedups over native
-    per shape and as a geomean (JSON)."""
+    per shape and as a geomean (JSON). Each call evaluated and synchronised (the latency of one waited-for call), or
+    with `--queued` ten calls queued before one evaluation (as `ksearch bench decode` times them)."""
+    queued = "--queued" in texts
+    texts = [t for t in texts if t != "--queued"]
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
     from ksearch.bench.timing import geomean
     from ksearch.kernels.decode import native_decode
 
-    try:
-        configs = [DecodeConfig()] + [DecodeConfig.parse(t) for t in texts]
+    try:  # `mma` or `mma:FIELD=VALUE,...`: the tensor-core kernel without clusters (cuda_cluster.py, cluster=False)
+        configs = [DecodeConfig()] + [ClusterConfig.parse("cluster=0," + t[4:]) if t.split(":")[0] == "mma"
+                                      else DecodeConfig.parse(t) for t in texts]
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     figures, shapes = [], []
@@ -186,12 +197,13 @@ def versus_native(out: str, texts: list[str]) -> None:
         n = shape["length"]
         fns = {"native": lambda q=q, kc=kc, vc=vc, n=n: native_decode(q, kc, vc, n)}
         for cfg in configs:
-            fns[repr(cfg)] = lambda c=cfg, q=q, kc=kc, vc=vc, n=n: decode_cuda(q, kc, vc, n, c)
+            fns[repr(cfg)] = lambda c=cfg, q=q, kc=kc, vc=vc, n=n: decode(q, kc, vc, n, config=c)
         time_rounds(fns, 2, warmup=3, sync_each=True)
         times: dict[str, list[float]] = {k: [] for k in fns}
         for _ in range(5):
             for name, fn in fns.items():
-                times[name] += time_rounds({name: fn}, 20, warmup=0, sync_each=True)[name]
+                times[name] += (time_rounds({name: fn}, 4, 10, warmup=0) if queued
+                                else time_rounds({name: fn}, 20, warmup=0, sync_each=True))[name]
         native = statistics.median(times["native"])
         kv = 2 * shape["B"] * shape["Hkv"] * n * shape["D"] * kc.dtype.size  # K and V, as bench decode counts them
         for cfg in configs:
@@ -206,10 +218,11 @@ def versus_native(out: str, texts: list[str]) -> None:
                for c in configs}
     for name, s in summary.items():
         print(f"{name}: geomean x{s['geomean_speedup']:.3f}, min x{s['min_speedup']:.3f}", flush=True)
-    data = make_result("decode-versus-native", get_backend("mlx-cuda"), figures, shapes,
-                       sorted({s["dtype"] for s in shapes}), summary=summary,
-                       notes="each call evaluated and synchronised, blocks of 20 calls per "
-                             "contender in turn, 5 times; native = SDPA on the cache slice")
+    how = ("blocks of 4 rounds of 10 queued calls" if queued
+           else "each call evaluated and synchronised, blocks of 20 calls")
+    data = make_result("decode-versus-native-queued" if queued else "decode-versus-native", get_backend("mlx-cuda"),
+                       figures, shapes, sorted({s["dtype"] for s in shapes}), summary=summary,
+                       notes=f"{how} per contender in turn, 5 times; native = SDPA on the cache slice")
     print(write_result(data, out), flush=True)
 
 

@@ -18,7 +18,7 @@
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
 #   decode                          `ksearch bench decode`, check-decode, the configuration sweep, MLX-CUDA overheads
 #   decode-versus-native [CONFIG...]  split-K configurations (e.g. warps=8,unroll=4) beside native on `bench decode`'s
-#                                   shapes, each call synchronised (attention_gpu.py versus-native)
+#                                   shapes, each call synchronised, or `--queued` (attention_gpu.py versus-native)
 #   decode-cluster                  the opt-in cluster decode with CUDA graphs off: check, sweep, bench; the hazard
 #   mamba                           `ksearch bench mamba` on the default and on the fused layout
 #   scan                            scan / decode-step micro benchmark; the best scan kernel through the harness

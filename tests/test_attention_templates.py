@@ -77,8 +77,9 @@ def _decode_units() -> list[str]:
                           [("T", dt), ("D", d), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", True)]))
         units.append(wrap(f"merge_{dt}_{d}", cuda_split_k.MERGE_SOURCE, "", outs, [("o", "T")],
                           [("T", dt), ("D", d), ("G", 4)]))
-        units.append(wrap(f"fused_{dt}_{d}", cuda_split_k.FUSED_SOURCE, "", ins, [("o", "T"), *outs, ("counter", "int32")],
-                          [("T", dt), ("D", d), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", True)]))
+        for g in (1, 4, 8):  # the fused merge's lanes cover G x D / 4 float4s: fewer than a warp to eight per lane
+            units.append(wrap(f"fused_{dt}_{d}_{g}", cuda_split_k.FUSED_SOURCE, "", ins, [("o", "T"), ("work", "float32")],
+                              [("T", dt), ("D", d), ("G", g), ("NW", 4), ("U", 4), ("PREFETCH", True)]))
     return [cuda_split_k.HEADER, *units]
 
 

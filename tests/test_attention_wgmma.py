@@ -300,11 +300,11 @@ def test_bench_rejects_an_unwritable_out_dir_before_timing(tmp_path: pathlib.Pat
 
 
 @pytest.mark.parametrize(("extra", "env", "says"), [(["--kernel", "cluster"], {}, "MLX_USE_CUDA_GRAPHS=0"),
-                                                    (["--kernel", "fused"], {}, "split_k or cluster"),
+                                                    (["--kernel", "fused"], {}, "split_k, mma_split or cluster"),
                                                     (["--config", "warp=8"], {}, "fields: warps, unroll"),
                                                     (["--config", "unroll=two"], {}, "give an integer"),
                                                     (["--config", "unroll=2", "--kernel", "cluster"],
-                                                     {"MLX_USE_CUDA_GRAPHS": "0"}, "for the split_k kernel")])
+                                                     {"MLX_USE_CUDA_GRAPHS": "0"}, "for the split_k and mma_split kernels")])
 def test_bench_decode_refuses_a_kernel_it_cannot_run_in_one_line(tmp_path: pathlib.Path, extra: list[str],
                                                                   env: dict[str, str], says: str) -> None:
     import subprocess

@@ -27,3 +27,35 @@ def test_an_unknown_field_is_refused_with_the_fields_there_are():
                           "warp=8"], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "unknown DecodeConfig field 'warp'" in out.stderr and "warps" in out.stderr
+
+
+def test_the_tensor_core_kernel_is_named_mma_and_parsed_as_a_cluster_config():
+    from ksearch.kernels.decode.cuda_cluster import ClusterConfig
+
+    assert ClusterConfig.parse("cluster=0,consumers=4,producers=2") == ClusterConfig(consumers=4, producers=2,
+                                                                                      cluster=False)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks/attention_gpu.py"), "versus-native", "/tmp/unused",
+                          "--queued", "mma:consumer=4"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "unknown ClusterConfig field 'consumer'" in out.stderr and "consumers" in out.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--kernel", "mma_split", "--config", "keys=24x"], "keys='24x': give an integer"),
+    (["--kernel", "mma_split", "--config", "warps=2"], "unknown ClusterConfig field 'warps'"),
+    (["--config", "consumers=2"], "unknown DecodeConfig field 'consumers'"),
+])
+def test_bench_decode_refuses_a_bad_kernel_or_configuration_in_one_line(args, message, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "ksearch.cli", "bench", "decode", "--out", str(tmp_path), *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert message in " ".join(out.stderr.split()), out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and not list(tmp_path.iterdir())
+
+
+def test_the_decode_summary_counts_bandwidth_over_256_mib_only():
+    from ksearch.bench.attention import summarize_decode
+
+    rows = [{"speedup": 1.0, "kv_bytes": 2**28, "roofline_fraction": 0.4, "gbs": 1800.0},
+            {"speedup": 1.0, "kv_bytes": 2**29, "roofline_fraction": 0.8, "gbs": 3900.0}]
+    assert summarize_decode(rows)["min_tbs_kv_over_256MB"] == pytest.approx(3.9)

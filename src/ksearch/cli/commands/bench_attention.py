@@ -48,30 +48,36 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("decode")
     def decode_cmd(full: bool = typer.Option(True, help="add a bf16 and a D=64 shape to the B x length grid"),
                    out: str = typer.Option("benchmarks/results", help="directory for the JSON result"),
-                   kernel: str = typer.Option("split_k", help="split_k (the default kernel), or cluster: the opt-in "
-                                              "one-launch kernel (Hopper, MLX_USE_CUDA_GRAPHS=0)"),
-                   config: str = typer.Option("", help="a split-K configuration other than the library's, e.g. "
-                                              "'target_blocks=528,min_chunk=256' (written as decode-config-*.json)")
+                   kernel: str = typer.Option("split_k", help="split_k (the default kernel); mma_split: tensor "
+                                              "cores, splits merged by a second kernel (Hopper); cluster: the same "
+                                              "in one launch (Hopper, MLX_USE_CUDA_GRAPHS=0)"),
+                   config: str = typer.Option("", help="a configuration other than the kernel's default, e.g. "
+                                              "'target_blocks=528,min_chunk=256' for split_k, 'consumers=4,"
+                                              "producers=2' for mma_split (written as decode-config-*.json)")
                    ) -> None:
         """GQA decode: our kernel vs MLX's attention on the cache (the faster of two ways)."""
         from ksearch.bench.attention import run_bench
         from ksearch.kernels.decode.cuda_cluster import GRAPHS_ERROR, ClusterConfig, graphs_off
         from ksearch.kernels.decode.cuda_split_k import DecodeConfig
 
-        if kernel not in ("split_k", "cluster"):
-            raise typer.BadParameter(f"{kernel!r}: use split_k or cluster", param_hint="--kernel")
+        if kernel not in ("split_k", "mma_split", "cluster"):
+            raise typer.BadParameter(f"{kernel!r}: use split_k, mma_split or cluster", param_hint="--kernel")
         if kernel == "cluster" and not graphs_off():
             raise typer.BadParameter(GRAPHS_ERROR, param_hint="--kernel")
-        if config and kernel != "split_k":
-            raise typer.BadParameter("a configuration is for the split_k kernel", param_hint="--config")
+        if config and kernel == "cluster":
+            raise typer.BadParameter("a configuration is for the split_k and mma_split kernels", param_hint="--config")
         try:
-            split_k = DecodeConfig.parse(config) if config else None
+            chosen = (DecodeConfig.parse(config) if kernel == "split_k" and config else
+                      ClusterConfig.parse("cluster=0," + config) if kernel == "mma_split" else None)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--config") from None
         check_out_dir(out)
-        if kernel == "cluster":  # its own file: the default kernel's results stay as they are
+        # Anything but the default kernel in its default configuration gets a file of its own.
+        if kernel == "cluster":
             run_bench("decode", full, out, config=ClusterConfig(), name="decode-cluster")
-        elif split_k is not None:  # its own file too
-            run_bench("decode", full, out, config=split_k, name="decode-config")
+        elif kernel == "mma_split":
+            run_bench("decode", full, out, config=chosen, name="decode-config" if config else "decode-mma-split")
+        elif chosen is not None:
+            run_bench("decode", full, out, config=chosen, name="decode-config")
         else:
             run_bench("decode", full, out)

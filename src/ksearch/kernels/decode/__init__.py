@@ -1,7 +1,7 @@
 """One GQA decode step as a plain function, `decode`: the dispatch over the decode kernels of this package.
 
 q (B, Hq, 1, D) against positions [0, length) of K / V caches (B, Hkv, capacity, D). On CUDA the split-K kernel
-(cuda_split_k.py; cuda_cluster.py, the one-launch cluster kernel, on request); on Metal, when opted in
+(cuda_split_k.py; cuda_cluster.py's tensor-core kernels on request); on Metal, when opted in
 (`KSEARCH_METAL_KERNELS=1` or `use_metal=True`), the split-K kernel of metal_split_k.py; MLX's own
 `mx.fast.scaled_dot_product_attention` wherever no kernel of ours fits.
 """
@@ -19,7 +19,9 @@ from ksearch.kernels.decode.cuda_split_k import DecodeConfig
 
 
 def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
-    """The sweep's best on the H200 over B 1/8/16 x 4k/16k/32k (benchmarks/results/decode-config-sweep-*.json)."""
+    """The library's configuration: the sweep's best on the H200 over B 1/8/16 x 4k/16k/32k
+    (benchmarks/results/decode-config-sweep-*.json), with 512-key chunks at least
+    (decode-versus-native-queued-*.json)."""
     return DecodeConfig()
 
 
@@ -34,18 +36,20 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
                 config: DecodeConfig | ClusterConfig | None = None) -> tuple[str, Callable[[], Any]]:
     """(name of the kernel `decode` runs: split_k, cluster, metal_split_k or native, a call that runs it).
 
-    A ClusterConfig asks for the one-launch cluster kernel (cuda_cluster.py): Hopper only, and only with MLX's CUDA
-    graphs off (ValueError otherwise, before anything runs: under MLX 0.32's graphs it would stop later custom kernels
-    from running); where it does not fit, native."""
+    A ClusterConfig asks for the tensor-core kernel of cuda_cluster.py (Hopper only): in one launch with clusters,
+    only with MLX's CUDA graphs off (ValueError otherwise, before anything runs: under MLX 0.32's graphs it would stop
+    later custom kernels from running), or with `cluster=False` as mma_split (no clusters, a merge kernel after it),
+    under graphs too; where it does not fit, native."""
     length = int(length)
     where = device.backend()
     if isinstance(config, ClusterConfig):
         cl = config
         if where == "cuda" and device.hopper() and cuda_cluster.supports(q, k_cache, length, cl) and \
                 v_cache.shape == k_cache.shape:
-            if not cuda_cluster.graphs_off():
+            if cl.cluster and not cuda_cluster.graphs_off():
                 raise ValueError(cuda_cluster.GRAPHS_ERROR)
-            return "cluster", lambda: cuda_cluster.decode_cluster(q, k_cache, v_cache, length, cl)
+            return ("cluster" if cl.cluster else "mma_split",
+                    lambda: cuda_cluster.decode_cluster(q, k_cache, v_cache, length, cl))
         return "native", lambda: native_decode(q, k_cache, v_cache, length)
     if where == "cuda":
         if cuda_split_k.supports(q, k_cache, length) and v_cache.shape == k_cache.shape:

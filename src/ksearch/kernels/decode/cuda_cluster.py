@@ -53,7 +53,7 @@ __device__ __forceinline__ float ks_dsmem_ld(const float* p, unsigned rank) {
 # Template constants: T, D (64 | 128), G (query heads per kv head, <= 16), NC (consumer warps), PW (producer warps),
 # BK (keys per tile, multiple of 16), SPW (slots per consumer warp), CS (splits = cluster size, as in the header's
 # __cluster_dims__).
-SOURCE = r"""
+BODY = r"""
     constexpr int NS = NC * SPW;             // slots; tile i goes to warp i % NC, slot warp * SPW + (i / NC) % SPW
     constexpr int SLOT = 2 * BK * D;         // K rows, then V rows; 16-byte chunks swizzled by row (ks_sw)
     constexpr int NT = (NC + PW) * 32, CPR = D / 8;
@@ -63,7 +63,7 @@ SOURCE = r"""
     T* slots = reinterpret_cast<T*>(ks_smem + 128 * ((16 * NS + 127) / 128));
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int gq = lane >> 2, tq = lane & 3;
-    const int bh = blockIdx.x, split = blockIdx.y;  // split == rank in the cluster: cluster dims (1, CS, 1)
+    const int bh = blockIdx.x, split = blockIdx.y;  // with a cluster, split == rank: cluster dims (1, CS, 1)
     const int Hkv = k_shape[1], len = k_shape[2];  // k / v are views cache[:, :, :length]: the shape is the length
     const int b = bh / Hkv, hk = bh % Hkv;
     // 16-byte copies need 16-byte aligned rows: a layout we cannot copy gives NaN, never a silently wrong number.
@@ -71,7 +71,7 @@ SOURCE = r"""
         && ((k_strides[0] | k_strides[1] | k_strides[2] | v_strides[0] | v_strides[1] | v_strides[2]) & 7) == 0
         && ((q_strides[0] | q_strides[1]) & 1) == 0 && (reinterpret_cast<unsigned long long>(q) & 3) == 0
         && ((reinterpret_cast<unsigned long long>(k) | reinterpret_cast<unsigned long long>(v)) & 15) == 0;
-    const int all_tiles = (len + BK - 1) / BK, per = (all_tiles + CS - 1) / CS;
+    const int all_tiles = (len + BK - 1) / BK, per = (all_tiles + gridDim.y - 1) / gridDim.y;
     const int t0 = split * per;
     const int ntiles = layout_ok ? max(0, min(all_tiles, t0 + per) - t0) : 0;
     const T* kb = k + b * k_strides[0] + hk * k_strides[1];
@@ -212,6 +212,10 @@ SOURCE = r"""
       }
     }
     __syncthreads();
+"""
+
+# The ending of the one-launch kernel: the warps' partials merged, then (CS > 1) the cluster's through DSMEM.
+CLUSTER_TAIL = r"""
     T* ob = o + ((size_t)b * Hkv + hk) * G * D;  // o is (B, Hq, 1, D), row-contiguous: heads hk * G .. + G - 1
     for (int e = threadIdx.x; e < G * D; e += NT) {
       const int g = e / D, d = e % D;
@@ -253,6 +257,32 @@ SOURCE = r"""
     }
 """
 
+# The ending of the graph-safe variant (no cluster dims; any number of splits): each block writes its split's
+# un-normalised partial in cuda_split_k's layout, part_acc[bh][split][g][d] and part_ml[bh][split][g][2], for that
+# module's merge kernel.
+PARTS_TAIL = r"""
+    const int nsplit = gridDim.y;
+    for (int e = threadIdx.x; e < G * D; e += NT) {
+      const int g = e / D, d = e % D;
+      float mn = -1e30f;
+      #pragma unroll
+      for (int w = 0; w < NC; ++w) mn = fmaxf(mn, wm[w * G + g]);
+      float ls = 0.f, as = 0.f;
+      #pragma unroll
+      for (int w = 0; w < NC; ++w) {
+        const float c = exp2f(wm[w * G + g] - mn);
+        ls += wl[w * G + g] * c;
+        as += wacc[(w * G + g) * D + d] * c;
+      }
+      const size_t row = ((size_t)bh * nsplit + split) * G + g;
+      part_acc[row * D + d] = layout_ok ? as : __int_as_float(0x7fc00000);
+      if (d == 0) { part_ml[row * 2] = mn; part_ml[row * 2 + 1] = ls; }
+    }
+"""
+SOURCE = BODY + CLUSTER_TAIL
+PARTS_SOURCE = BODY + PARTS_TAIL
+
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -264,9 +294,19 @@ class ClusterConfig:
     slots: int = 2         # tiles in flight per consumer warp (SPW)
     max_cluster: int = 8   # most splits of one (batch, kv head): a cluster of at most 8 blocks is portable
     sms: int = 132         # H200 / H100 SXM; the split count aims at one wave over them
+    # False: no cluster dims (safe under MLX's CUDA graphs): as many splits as one wave holds, each writing its
+    # partial to global memory, merged by cuda_split_k's merge kernel (a second launch).
+    cluster: bool = True
 
     def threads(self) -> int:
         return 32 * (self.consumers + self.producers)
+
+    @classmethod
+    def parse(cls, text: str) -> ClusterConfig:
+        """`consumers=4,producers=2,cluster=0` -> ClusterConfig (fields not named keep their defaults)."""
+        from ksearch.kernels.decode.cuda_split_k import parse_fields
+
+        return cls(**parse_fields(cls, text))
 
     def smem_bytes(self, d: int, g: int) -> int:
         slots = self.consumers * self.slots * 2 * self.keys * d * 2
@@ -324,6 +364,13 @@ def cluster_size(bh: int, length: int, d: int, g: int, cfg: ClusterConfig) -> in
     return cs
 
 
+def wave_splits(bh: int, length: int, d: int, g: int, cfg: ClusterConfig) -> int:
+    """Splits per (batch, kv head) without a cluster: as many as keep every block in one wave, at least two tiles
+    each (one split where the (batch, kv head) pairs alone fill a wave)."""
+    room = cfg.sms * cfg.blocks_per_sm(d, g)
+    return max(1, min(room // max(1, bh), math.ceil(length / cfg.keys) // 2))
+
+
 def header(cfg: ClusterConfig, cs: int) -> str:
     """MLX writes the `__global__` line, so launch bounds and the cluster shape ride on a redefinition of it."""
     cluster = f" __cluster_dims__(1, {cs}, 1)" if cs > 1 else ""
@@ -342,18 +389,30 @@ def _kernel(cfg: ClusterConfig, cs: int, smem: int) -> Any:
                                header=header(cfg, cs), ensure_row_contiguous=False, shared_memory=smem)
 
 
+@cache
+def _parts_kernel(cfg: ClusterConfig, smem: int) -> Any:
+    import mlx.core as mx
+
+    name = f"ks_decode_mma_split_w{cfg.consumers}_p{cfg.producers}_k{cfg.keys}_s{cfg.slots}_m{smem}"
+    return mx.fast.cuda_kernel(name=name, input_names=["q", "k", "v"], output_names=["part_acc", "part_ml"],
+                               source=PARTS_SOURCE, header=header(cfg, 1), ensure_row_contiguous=False,
+                               shared_memory=smem)
+
+
 def template(dtype: Any, d: int, g: int, cfg: ClusterConfig, cs: int) -> list[tuple[str, Any]]:
     return [("T", dtype), ("D", d), ("G", g), ("NC", cfg.consumers), ("PW", cfg.producers), ("BK", cfg.keys),
             ("SPW", cfg.slots), ("CS", cs)]
 
 
 def decode_cluster(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig | None = None) -> Any:
-    if not graphs_off():
-        raise ValueError(GRAPHS_ERROR)
     cfg = cfg or ClusterConfig()
+    if cfg.cluster and not graphs_off():
+        raise ValueError(GRAPHS_ERROR)
     b, hq, _, d = q.shape
     hkv = k_cache.shape[1]
     g = hq // hkv
+    if not cfg.cluster:
+        return _decode_parts(q, k_cache, v_cache, length, cfg)
     cs = cluster_size(b * hkv, length, d, g, cfg)
     nt = cfg.threads()
     kern = _kernel(cfg, cs, cfg.smem_bytes(d, g))
@@ -361,3 +420,21 @@ def decode_cluster(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: Cluster
     return kern(inputs=[q, k_cache[:, :, :length], v_cache[:, :, :length]], template=template(q.dtype, d, g, cfg, cs),
                 grid=(b * hkv * nt, cs, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
                 output_dtypes=[q.dtype])[0]
+
+
+def _decode_parts(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig) -> Any:
+    """The graph-safe variant: one launch of BODY + PARTS_TAIL over (batch x kv head, splits), then the merge."""
+    import mlx.core as mx
+
+    from ksearch.kernels.decode import cuda_split_k
+
+    b, hq, _, d = q.shape
+    hkv = k_cache.shape[1]
+    g = hq // hkv
+    ns = wave_splits(b * hkv, length, d, g, cfg)
+    nt = cfg.threads()
+    part_acc, part_ml = _parts_kernel(cfg, cfg.smem_bytes(d, g))(
+        inputs=[q, k_cache[:, :, :length], v_cache[:, :, :length]], template=template(q.dtype, d, g, cfg, 0),
+        grid=(b * hkv * nt, ns, 1), threadgroup=(nt, 1, 1), output_shapes=[(b * hkv, ns, g, d), (b * hkv, ns, g, 2)],
+        output_dtypes=[mx.float32, mx.float32])
+    return cuda_split_k.merge_partials(part_acc, part_ml, q)

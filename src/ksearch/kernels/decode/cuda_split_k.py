@@ -14,6 +14,7 @@ compiled kernel serves every length and a call creates no device scalars.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -219,9 +220,23 @@ SPLIT_SOURCE = r"""
     }
 """
 
-# FUSED variant: the split kernel above plus this tail, with outputs (o, part_acc, part_ml, counter) zero-initialised.
-# The last block of a (batch, head block) to finish merges every split, so a decode step is one launch and one graph
-# node (the separate merge kernel costs ~8 us of MLX dispatch, as much as the whole memory read at B=1, 4k keys).
+# FUSED variant: one launch and one graph node (the separate merge kernel is a second MLX primitive, ~8 us of host
+# dispatch at B=1, as much as the whole 4k-key read). Its outputs are o and one float32 work buffer, both
+# zero-initialised (`init_value`: one fill each): per (batch, head block) an arrival counter, then the splits' (max,
+# sum) pairs, then their accumulators, each region 16-byte aligned. The last block of a (batch, head block) to arrive
+# merges every split, all its warps at once: the largest max per head first, then each warp sums a share of the splits
+# with independent 16-byte L2 reads, then the warps' sums through shared memory (a merge of one thread per output
+# element walking every split in turn was latency-bound: 37.3 against the two-launch 30.6 us a call at B=1, S=4096,
+# benchmarks/results/mlx-cuda-overhead-nvidia-h200.json).
+FUSED_HEAD = r"""
+    // The work buffer's regions (floats): counters, (max, sum) pairs, accumulators.
+    const size_t ks_nbh = gridDim.x, ks_ns = gridDim.y;
+    const size_t ks_ml_off = (ks_nbh + 3) / 4 * 4;
+    const size_t ks_acc_off = ks_ml_off + (ks_nbh * ks_ns * G * 2 + 3) / 4 * 4;
+    int* counter = reinterpret_cast<int*>(work);
+    float* part_ml = work + ks_ml_off;
+    float* part_acc = work + ks_acc_off;
+"""
 FUSED_TAIL = r"""
     __threadfence();  // this block's partials reach L2 before the counter says so
     __syncthreads();
@@ -232,24 +247,86 @@ FUSED_TAIL = r"""
     __threadfence();
     const float* ml = part_ml + (size_t)bh * nsplit * G * 2;
     const float* pa = part_acc + (size_t)bh * nsplit * G * D;
-    for (int e = threadIdx.x; e < G * D; e += NW * 32) {
-      int g = e / D, d = e % D;
-      float mn = -1e30f;
-      for (int s = 0; s < nsplit; ++s) mn = fmaxf(mn, __ldcg(ml + (s * G + g) * 2));
-      float ls = 0.f, as = 0.f;
-      for (int s = 0; s < nsplit; ++s) {
-        float c = exp2f(__ldcg(ml + (s * G + g) * 2) - mn);  // L2 reads: other blocks wrote these
-        ls += __ldcg(ml + (s * G + g) * 2 + 1) * c;
-        as += __ldcg(pa + (s * G + g) * D + d) * c;
+    // 1. The largest max per head over every split (other blocks wrote these: L2 reads).
+    __shared__ float ks_top[G];
+    float top[G];
+    #pragma unroll
+    for (int g = 0; g < G; ++g) top[g] = -1e30f;
+    for (int sp = threadIdx.x; sp < nsplit; sp += NW * 32) {
+      #pragma unroll
+      for (int g = 0; g < G; ++g) top[g] = fmaxf(top[g], __ldcg(ml + (sp * G + g) * 2));
+    }
+    #pragma unroll
+    for (int g = 0; g < G; ++g) {
+      #pragma unroll
+      for (int off = 16; off > 0; off /= 2) top[g] = fmaxf(top[g], __shfl_xor_sync(0xffffffffu, top[g], off));
+      if (lane == 0) sm_m[warp][g] = top[g];
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+      float t = -1e30f;
+      #pragma unroll
+      for (int w = 0; w < NW; ++w) t = fmaxf(t, sm_m[w][threadIdx.x]);
+      ks_top[threadIdx.x] = t;
+    }
+    __syncthreads();
+    // 2. Warp w sums splits w, w + NW, ...; lane i holds float4 number i, i + 32, ... of the G x D accumulator.
+    constexpr int V4 = G * D / 4, PER = (V4 + 31) / 32;
+    float4 as[PER];
+    float ls[PER];
+    #pragma unroll
+    for (int p = 0; p < PER; ++p) { as[p] = make_float4(0.f, 0.f, 0.f, 0.f); ls[p] = 0.f; }
+    #pragma unroll 2
+    for (int sp = warp; sp < nsplit; sp += NW) {
+      #pragma unroll
+      for (int p = 0; p < PER; ++p) {
+        const int i = lane + p * 32;
+        if (i < V4) {
+          const int g = i * 4 / D;
+          const float2 mlv = __ldcg(reinterpret_cast<const float2*>(ml + (sp * G + g) * 2));
+          const float c = exp2f(mlv.x - ks_top[g]);
+          const float4 a = __ldcg(reinterpret_cast<const float4*>(pa + (size_t)sp * G * D) + i);
+          as[p].x = fmaf(c, a.x, as[p].x); as[p].y = fmaf(c, a.y, as[p].y);
+          as[p].z = fmaf(c, a.z, as[p].z); as[p].w = fmaf(c, a.w, as[p].w);
+          ls[p] = fmaf(c, mlv.y, ls[p]);
+        }
       }
-      o[((size_t)bh * G + g) * D + d] = (T)(as / ls);
+    }
+    // 3. The warps' sums through shared memory (sm_acc, sm_l: free since the partial above was written).
+    __syncthreads();
+    #pragma unroll
+    for (int p = 0; p < PER; ++p) {
+      const int i = lane + p * 32;
+      if (i < V4) {
+        const int g = i * 4 / D, d = i * 4 % D;
+        sm_acc[warp][g][d] = as[p].x; sm_acc[warp][g][d + 1] = as[p].y;
+        sm_acc[warp][g][d + 2] = as[p].z; sm_acc[warp][g][d + 3] = as[p].w;
+        if (d == 0) sm_l[warp][g] = ls[p];
+      }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < G * D; e += NW * 32) {
+      const int g = e / D, d = e % D;
+      float num = 0.f, den = 0.f;
+      #pragma unroll
+      for (int w = 0; w < NW; ++w) { num += sm_acc[w][g][d]; den += sm_l[w][g]; }
+      o[((size_t)bh * G + g) * D + d] = (T)(num / den);
     }
 """
-FUSED_SOURCE = SPLIT_SOURCE + FUSED_TAIL
+FUSED_SOURCE = FUSED_HEAD + SPLIT_SOURCE + FUSED_TAIL
 
-# One block of D threads per (batch, query head); T, D, G as above.
+
+def work_floats(blocks: int, nsplit: int, g: int, d: int) -> int:
+    """The fused kernel's work buffer in floats: the regions FUSED_HEAD lays out, each rounded up to 4 floats."""
+    def up(n: int) -> int:
+        return (n + 3) // 4 * 4
+
+    return up(blocks) + up(blocks * nsplit * g * 2) + blocks * nsplit * g * d
+
+# One block of D threads per (batch, query head); T, D, G as above. (A merge with the splits shared among 256 threads,
+# each taking every 8th split online, measured no faster on the H200: benchmarks/findings.md.)
 MERGE_SOURCE = r"""
-    const int bq = blockIdx.x;            // b * Hq + h  ==  (b * Hq / G + head block) * G + g
+    const int bq = blockIdx.x;
     const int d = threadIdx.x;
     if (d >= D) return;
     const int nsplit = part_ml_shape[1];
@@ -273,10 +350,11 @@ class DecodeConfig:
     unroll: int = 4         # key steps in flight per warp (the sweep's best on the H200, with the defaults below)
     prefetch: bool = True   # load step i+1 into registers while computing step i
     target_blocks: int = 1056  # aim for ~8 blocks per SM on an H200 (132 SMs); 1 = no split
-    min_chunk: int = 128    # keys per split at least: below that the merge costs more than it saves
+    # Keys per split at least: 512 beat 128 by 3-6% as a geomean over `bench decode`'s shapes, in two processes on
+    # the H200, mostly at B 1 (findings.md); at B 16 the chunks are longer anyway.
+    min_chunk: int = 512
     group_heads: bool = True  # all query heads of a kv head in one block (K/V read once) vs one head per block
-    # Last block merges (one launch) vs a separate merge kernel. Off by default: correct on the H200 but slower there
-    # (37.3 vs 30.6 us a call at B=1, S=4096: benchmarks/results/mlx-cuda-overhead-nvidia-h200.json).
+    # Last block merges (one launch, FUSED_SOURCE) vs a separate merge kernel.
     fused: bool = False
 
     def keys_per_step(self, d: int) -> int:
@@ -286,19 +364,24 @@ class DecodeConfig:
     def parse(cls, text: str) -> DecodeConfig:
         """`warps=8,unroll=4,fused=1` -> DecodeConfig (fields not named keep their defaults); ValueError naming the
         fields there are for an unknown one, and for a value that is not an integer."""
-        fields = {f: type(getattr(cls(), f)) for f in cls.__dataclass_fields__}
-        kwargs: dict[str, Any] = {}
-        for item in filter(None, text.replace(" ", "").split(",")):
-            key, _, value = item.partition("=")
-            if key not in fields:
-                raise ValueError(f"unknown DecodeConfig field {key!r}; fields: {', '.join(fields)}")
-            try:
-                number = int(value)
-            except ValueError:
-                raise ValueError(f"{key}={value!r}: give an integer (0 or 1 for {key})" if fields[key] is bool
-                                 else f"{key}={value!r}: give an integer") from None
-            kwargs[key] = bool(number) if fields[key] is bool else number
-        return cls(**kwargs)
+        return cls(**parse_fields(cls, text))
+
+
+def parse_fields(cls: type, text: str) -> dict[str, Any]:
+    """`a=1,b=0` -> keyword arguments for the dataclass `cls`, whose fields are all integers or booleans."""
+    fields = {f.name: type(getattr(cls(), f.name)) for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for item in filter(None, text.replace(" ", "").split(",")):
+        key, _, value = item.partition("=")
+        if key not in fields:
+            raise ValueError(f"unknown {cls.__name__} field {key!r}; fields: {', '.join(fields)}")
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"{key}={value!r}: give an integer (0 or 1 for {key})" if fields[key] is bool
+                             else f"{key}={value!r}: give an integer") from None
+        kwargs[key] = bool(number) if fields[key] is bool else number
+    return kwargs
 
 
 def supports(q: Any, k_cache: Any, length: int) -> bool:
@@ -329,7 +412,7 @@ def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
     if cfg.fused:
         fused = mx.fast.cuda_kernel(
             name=f"ks_decode_fused_{tag}", input_names=["q", "k", "v"],
-            output_names=["o", "part_acc", "part_ml", "counter"], source=FUSED_SOURCE, header=HEADER,
+            output_names=["o", "work"], source=FUSED_SOURCE, header=HEADER,
             ensure_row_contiguous=False)
         return fused, None
     split = mx.fast.cuda_kernel(
@@ -349,7 +432,7 @@ def decode_cuda(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: DecodeConf
     g = hq // hkv if cfg.group_heads else 1
     blocks = b * hq // g
     nsplit, _ = plan(blocks, length, d, cfg)
-    split_k, merge_k = _kernels(cfg)
+    split_k, _ = _kernels(cfg)
     tmpl = [("T", q.dtype), ("D", d), ("G", g), ("NW", cfg.warps), ("U", cfg.unroll), ("PREFETCH", cfg.prefetch)]
     nt = cfg.warps * 32
     # Views, not copies: the kernel reads strides, and the K view's shape tells it the length (no per-call scalars).
@@ -357,10 +440,18 @@ def decode_cuda(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: DecodeConf
     launch = {"grid": (blocks * nt, nsplit, 1), "threadgroup": (nt, 1, 1), "template": tmpl}
     parts = [(blocks, nsplit, g, d), (blocks, nsplit, g, 2)]
     if cfg.fused:
-        return split_k(inputs=inputs, output_shapes=[q.shape, *parts, (blocks,)],
-                       output_dtypes=[q.dtype, mx.float32, mx.float32, mx.int32], init_value=0, **launch)[0]
+        return split_k(inputs=inputs, output_shapes=[q.shape, (work_floats(blocks, nsplit, g, d),)],
+                       output_dtypes=[q.dtype, mx.float32], init_value=0, **launch)[0]
     part_acc, part_ml = split_k(inputs=inputs, output_shapes=parts, output_dtypes=[mx.float32, mx.float32], **launch)
+    return merge_partials(part_acc, part_ml, q)
+
+
+def merge_partials(part_acc: Any, part_ml: Any, q: Any) -> Any:
+    """The log-sum-exp merge of split partials part_acc (blocks, nsplit, G, D) and part_ml (blocks, nsplit, G, 2),
+    blocks = B x Hq / G, into the output (q's shape and dtype)."""
+    b, hq, _, d = q.shape
+    merge_k = _kernels(DecodeConfig())[1]
     assert merge_k is not None
-    return merge_k(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
+    return merge_k(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", part_acc.shape[2])],
                    grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
                    output_dtypes=[q.dtype])[0]

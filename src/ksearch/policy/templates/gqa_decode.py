@@ -32,13 +32,18 @@ def render_cuda(p: dict[str, Any]) -> str:
     # Literal template lists and module-level kernel names keep the candidate readable by the project's linter.
     if fused:
         kernels = '''_kernel = mx.fast.cuda_kernel(name="gqa_decode_fused", input_names=["q", "k", "v"],
-                              output_names=["o", "part_acc", "part_ml", "counter"], source=SOURCE, header=HEADER,
+                              output_names=["o", "work"], source=SOURCE, header=HEADER,
                               ensure_row_contiguous=False)'''
         launch = f'''    return _kernel(
         inputs=[q, k, v], template={tmpl},
         grid=(blocks * nt, nsplit, 1), threadgroup=(nt, 1, 1),
-        output_shapes=[q.shape, (blocks, nsplit, g, d), (blocks, nsplit, g, 2), (blocks,)],
-        output_dtypes=[q.dtype, mx.float32, mx.float32, mx.int32], init_value=0)[0]'''
+        output_shapes=[q.shape, (_work_floats(blocks, nsplit, g, d),)],
+        output_dtypes=[q.dtype, mx.float32], init_value=0)[0]
+
+
+def _work_floats(blocks, nsplit, g, d):
+    # The work buffer SOURCE lays out: counters, (max, sum) pairs, accumulators, each region 16-byte aligned.
+    return (blocks + 3) // 4 * 4 + (blocks * nsplit * g * 2 + 3) // 4 * 4 + blocks * nsplit * g * d'''
     else:
         kernels = '''_split = mx.fast.cuda_kernel(name="gqa_split_k", input_names=["q", "k", "v"],
                              output_names=["part_acc", "part_ml"], source=SOURCE, header=HEADER,
