@@ -33,6 +33,12 @@ def test_cluster_decode_compiles_for_sm90a_without_spills() -> None:
         units.append(wrap(f"cl{i}", DC.SOURCE, header, [("q", "T"), ("k", "T"), ("v", "T")], [("o", "T")],
                           DC.template(dt, d, g, cfg, cs)))
         budgets.append(65536 // cfg.threads())
+    # The graph-safe variant's ending (partials to global memory) at two of them.
+    for i, (cfg, dt, d, g) in enumerate([(CONFIGS[0], "float16", 128, 4), (CONFIGS[1], "bfloat16", 64, 8)]):
+        units.append(wrap(f"parts{i}", DC.PARTS_SOURCE, DC.header(cfg, 1)[prefix:],
+                          [("q", "T"), ("k", "T"), ("v", "T")], [("part_acc", "float32"), ("part_ml", "float32")],
+                          DC.template(dt, d, g, cfg, 0)))
+        budgets.append(65536 // cfg.threads())
     ok, log = compile_check(units)
     assert ok, log[-3000:]
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
@@ -82,3 +88,26 @@ def test_the_cluster_kernel_runs_only_with_cuda_graphs_off(monkeypatch: pytest.M
     assert kd.decode_plan(q, kc, kc, 300)[0] == "split_k"  # the default is unchanged
     assert kd.decode_plan(q.astype(mx.float32), kc.astype(mx.float32), kc.astype(mx.float32), 300,
                           config=cfg)[0] == "native"
+
+
+@pytest.mark.parametrize("bh,length,d,g", [(8, 4096, 128, 4), (128, 16384, 128, 4), (512, 4096, 128, 4),
+                                           (3, 100, 128, 16), (1, 1, 64, 1)])
+def test_without_clusters_the_splits_fill_one_wave(bh: int, length: int, d: int, g: int) -> None:
+    cfg = DC.ClusterConfig(cluster=False)
+    ns = DC.wave_splits(bh, length, d, g, cfg)
+    assert ns >= 1
+    room = cfg.sms * cfg.blocks_per_sm(d, g)
+    if ns > 1:
+        assert bh * ns <= room and -(-length // cfg.keys) >= 2 * ns  # one wave, two tiles a split at least
+        assert bh * (ns + 1) > room or -(-length // cfg.keys) < 2 * (ns + 1)  # and no more would fit
+
+
+def test_the_kernel_without_clusters_runs_under_cuda_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    q = mx.zeros((1, 8, 1, 128), dtype=mx.float16)
+    kc = mx.zeros((1, 2, 512, 128), dtype=mx.float16)
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    monkeypatch.setattr(device, "hopper", lambda: True)
+    monkeypatch.delenv("MLX_USE_CUDA_GRAPHS", raising=False)
+    assert kd.decode_plan(q, kc, kc, 300, config=DC.ClusterConfig(cluster=False))[0] == "mma_split"
+    monkeypatch.setattr(device, "hopper", lambda: False)
+    assert kd.decode_plan(q, kc, kc, 300, config=DC.ClusterConfig(cluster=False))[0] == "native"

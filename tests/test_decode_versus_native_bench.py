@@ -59,3 +59,20 @@ def test_the_decode_summary_counts_bandwidth_over_256_mib_only():
     rows = [{"speedup": 1.0, "kv_bytes": 2**28, "roofline_fraction": 0.4, "gbs": 1800.0},
             {"speedup": 1.0, "kv_bytes": 2**29, "roofline_fraction": 0.8, "gbs": 3900.0}]
     assert summarize_decode(rows)["min_tbs_kv_over_256MB"] == pytest.approx(3.9)
+
+
+@pytest.mark.skipif(__import__("ksearch.backends.nvcc", fromlist=["nvcc_path"]).nvcc_path() is None,
+                    reason="nvcc not installed")
+def test_min_blocks_caps_the_split_kernels_registers_through_launch_bounds():
+    import re
+
+    from ksearch.backends.nvcc import compile_check, wrap
+    from ksearch.kernels.decode import cuda_split_k as sk
+
+    unit = wrap("bounded", sk.SPLIT_SOURCE, sk.launch_bounds(128, 4), [("q", "T"), ("k", "T"), ("v", "T")],
+                [("part_acc", "float32"), ("part_ml", "float32")],
+                [("T", "float16"), ("D", 128), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", False)])
+    ok, log = compile_check([sk.HEADER, unit])
+    assert ok, log[-2000:]
+    (regs,) = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
+    assert regs <= 128  # 65,536 registers / (4 blocks x 128 threads); ptxas's own choice is 142 without bounds

@@ -1,5 +1,6 @@
-"""GQA decode for Hopper in one launch: the splits of a (batch, kv head) merged across a thread-block cluster, scores
-and P V on tensor cores.
+"""GQA decode for Hopper with scores and P V on tensor cores: in one launch, the splits of a (batch, kv head) merged
+across a thread-block cluster (SOURCE), or without clusters, each split's partial merged by split-K's merge kernel in
+a second launch (PARTS_SOURCE, `ClusterConfig(cluster=False)`: "mma_split", safe under MLX's CUDA graphs).
 
 Why not the split-K kernel (cuda_split_k.py): it spends ~46 instructions a key a warp on CUDA cores (FMAs, shuffles,
 conversions), reaching 3.1-3.5 TB/s at the large shapes (0.80x-0.97x of cuDNN), and it merges its splits in a second
@@ -16,11 +17,14 @@ warps merge in shared memory; the CS splits of one (batch, kv head) form one clu
 blocks) and merge through distributed shared memory, each rank writing a slice of the output. One kernel, one graph
 node, no zero-initialised scratch (the one-launch split-K variant needed an atomic counter and MLX's fill for it).
 
-Opt-in, and only with MLX's CUDA graphs off (MLX_USE_CUDA_GRAPHS=0 before MLX starts): under MLX 0.32.4's graphs,
+Both opt-in. The cluster kernel only with MLX's CUDA graphs off (MLX_USE_CUDA_GRAPHS=0 before MLX starts): under MLX
+0.32.4's graphs,
 once a kernel with cluster dims has run, later custom kernels without them silently do not run (reproduced by
 benchmarks/experiments/cluster_graph_hazard.py; docs/kernels-attention.md). Measured on the H200 with graphs off: 1.22x of
 native as a geometric mean over `ksearch bench decode`'s shapes, where split-K gives 1.14x; but graphs off slows
-native as well (B 16, 16k: 373 us, 258 us with graphs on), so it pays only where graphs are off anyway.
+native as well (B 16, 16k: 373 us, 258 us with graphs on), so it pays only where graphs are off anyway. mma_split,
+under graphs: 0.82x-0.94x of native side by side (split-K 0.84x-0.95x), ahead of split-K at B 16 and behind at B 1
+(docs/kernels-attention.md).
 """
 
 from __future__ import annotations
@@ -281,7 +285,6 @@ PARTS_TAIL = r"""
 """
 SOURCE = BODY + CLUSTER_TAIL
 PARTS_SOURCE = BODY + PARTS_TAIL
-
 
 
 @dataclass(frozen=True)

@@ -356,6 +356,9 @@ class DecodeConfig:
     group_heads: bool = True  # all query heads of a kv head in one block (K/V read once) vs one head per block
     # Last block merges (one launch, FUSED_SOURCE) vs a separate merge kernel.
     fused: bool = False
+    # > 0: launch bounds asking ptxas for this many resident blocks an SM (registers capped to fit; it spills past
+    # that). 0: ptxas's choice (168 registers with the defaults: three blocks of four warps an SM on Hopper).
+    min_blocks: int = 0
 
     def keys_per_step(self, d: int) -> int:
         return self.warps * (32 // (d // 8)) * self.unroll
@@ -404,20 +407,28 @@ def plan(blocks: int, length: int, d: int, cfg: DecodeConfig) -> tuple[int, int]
     return math.ceil(length / chunk), chunk
 
 
+def launch_bounds(threads: int, min_blocks: int) -> str:
+    """MLX writes the `__global__` line itself, so launch bounds ride on a redefinition of `__global__`."""
+    return ("\n#undef __global__\n#define __global__ __attribute__((global)) "
+            f"__attribute__((launch_bounds({threads}, {min_blocks})))\n")
+
+
 @cache
 def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
     import mlx.core as mx
 
-    tag = f"w{cfg.warps}_u{cfg.unroll}"
+    # MLX keys a compiled kernel by its name and template arguments, not its header: the bounds go in the name.
+    tag = f"w{cfg.warps}_u{cfg.unroll}" + (f"_b{cfg.min_blocks}" if cfg.min_blocks else "")
+    header = HEADER + (launch_bounds(cfg.warps * 32, cfg.min_blocks) if cfg.min_blocks else "")
     if cfg.fused:
         fused = mx.fast.cuda_kernel(
             name=f"ks_decode_fused_{tag}", input_names=["q", "k", "v"],
-            output_names=["o", "work"], source=FUSED_SOURCE, header=HEADER,
+            output_names=["o", "work"], source=FUSED_SOURCE, header=header,
             ensure_row_contiguous=False)
         return fused, None
     split = mx.fast.cuda_kernel(
         name=f"ks_decode_split_{tag}", input_names=["q", "k", "v"],
-        output_names=["part_acc", "part_ml"], source=SPLIT_SOURCE, header=HEADER, ensure_row_contiguous=False)
+        output_names=["part_acc", "part_ml"], source=SPLIT_SOURCE, header=header, ensure_row_contiguous=False)
     merge = mx.fast.cuda_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
                                 source=MERGE_SOURCE)
     return split, merge
