@@ -218,9 +218,8 @@ BODY = r"""
     __syncthreads();
 """
 
-# The ending of the one-launch kernel: the warps' partials merged, then (CS > 1) the cluster's through DSMEM.
-CLUSTER_TAIL = r"""
-    T* ob = o + ((size_t)b * Hkv + hk) * G * D;  // o is (B, Hq, 1, D), row-contiguous: heads hk * G .. + G - 1
+# Both endings open a loop over this block's G x D outputs with the warps' partials merged into (mn, ls, as).
+WARPS_MERGED = r"""
     for (int e = threadIdx.x; e < G * D; e += NT) {
       const int g = e / D, d = e % D;
       float mn = -1e30f;
@@ -233,7 +232,12 @@ CLUSTER_TAIL = r"""
         ls += wl[w * G + g] * c;
         as += wacc[(w * G + g) * D + d] * c;
       }
-      if (CS == 1) {
+"""
+
+# The ending of the one-launch kernel: the warps' partials merged, then (CS > 1) the cluster's through DSMEM.
+CLUSTER_TAIL = r"""
+    T* ob = o + ((size_t)b * Hkv + hk) * G * D;  // o is (B, Hq, 1, D), row-contiguous: heads hk * G .. + G - 1""" + \
+    WARPS_MERGED + r"""      if (CS == 1) {
         ob[e] = layout_ok ? (T)(as / ls) : (T)__int_as_float(0x7fc00000);
       } else {
         bacc[e] = as;
@@ -265,20 +269,7 @@ CLUSTER_TAIL = r"""
 # un-normalised partial in cuda_split_k's layout, part_acc[bh][split][g][d] and part_ml[bh][split][g][2], for that
 # module's merge kernel.
 PARTS_TAIL = r"""
-    const int nsplit = gridDim.y;
-    for (int e = threadIdx.x; e < G * D; e += NT) {
-      const int g = e / D, d = e % D;
-      float mn = -1e30f;
-      #pragma unroll
-      for (int w = 0; w < NC; ++w) mn = fmaxf(mn, wm[w * G + g]);
-      float ls = 0.f, as = 0.f;
-      #pragma unroll
-      for (int w = 0; w < NC; ++w) {
-        const float c = exp2f(wm[w * G + g] - mn);
-        ls += wl[w * G + g] * c;
-        as += wacc[(w * G + g) * D + d] * c;
-      }
-      const size_t row = ((size_t)bh * nsplit + split) * G + g;
+    const int nsplit = gridDim.y;""" + WARPS_MERGED + r"""      const size_t row = ((size_t)bh * nsplit + split) * G + g;
       part_acc[row * D + d] = layout_ok ? as : __int_as_float(0x7fc00000);
       if (d == 0) { part_ml[row * 2] = mn; part_ml[row * 2 + 1] = ls; }
     }
