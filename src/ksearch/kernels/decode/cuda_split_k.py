@@ -225,9 +225,10 @@ SPLIT_SOURCE = r"""
 # zero-initialised (`init_value`: one fill each): per (batch, head block) an arrival counter, then the splits' (max,
 # sum) pairs, then their accumulators, each region 16-byte aligned. The last block of a (batch, head block) to arrive
 # merges every split, all its warps at once: the largest max per head first, then each warp sums a share of the splits
-# with independent 16-byte L2 reads, then the warps' sums through shared memory (a merge of one thread per output
-# element walking every split in turn was latency-bound: 37.3 against the two-launch 30.6 us a call at B=1, S=4096,
-# benchmarks/results/mlx-cuda-overhead-nvidia-h200.json).
+# with independent 16-byte L2 reads, then the warps' sums through shared memory. Neither this nor the first version
+# (one thread per output element walking every split in turn: 37.3 against two launches' 30.6 us a call at B=1,
+# S=4096, mlx-cuda-overhead-nvidia-h200.json) beat two launches: 0.875x-0.928x of native against 0.886x-0.953x side
+# by side (benchmarks/results/decode-versus-native-queued-*.json), so it stays opt-in.
 FUSED_HEAD = r"""
     // The work buffer's regions (floats): counters, (max, sum) pairs, accumulators.
     const size_t ks_nbh = gridDim.x, ks_ns = gridDim.y;
