@@ -72,12 +72,12 @@ def _decode_units() -> list[str]:
     for i, (w, u, pf, g) in enumerate(spread(sorted(combos), 4)):
         units.append(wrap(f"split{i}", cuda_split_k.SPLIT_SOURCE, "", ins, outs,
                           [("T", "float16"), ("D", 128), ("G", g), ("NW", w), ("U", u), ("PREFETCH", pf)]))
-    for dt, d in spread(list(itertools.product(("float16", "bfloat16"), (64, 128))), 2):
+    for k, (dt, d) in enumerate(spread(list(itertools.product(("float16", "bfloat16"), (64, 128))), 2)):
         units.append(wrap(f"split_{dt}_{d}", cuda_split_k.SPLIT_SOURCE, "", ins, outs,
                           [("T", dt), ("D", d), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", True)]))
         units.append(wrap(f"merge_{dt}_{d}", cuda_split_k.MERGE_SOURCE, "", outs, [("o", "T")],
                           [("T", dt), ("D", d), ("G", 4)]))
-        for g in (1, 4, 8):  # the fused merge's lanes cover G x D / 4 float4s: fewer than a warp to eight per lane
+        for g in ((1, 8), (4,))[k]:  # the fused merge's lanes cover G x D / 4 float4s: under a warp to 8 a lane
             units.append(wrap(f"fused_{dt}_{d}_{g}", cuda_split_k.FUSED_SOURCE, "", ins, [("o", "T"), ("work", "float32")],
                               [("T", dt), ("D", d), ("G", g), ("NW", 4), ("U", 4), ("PREFETCH", True)]))
     return [cuda_split_k.HEADER, *units]

@@ -36,8 +36,8 @@ def test_offline_ksearch_beats_the_naive_start_on_the_scan(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("strategy", ["greedy", "evolve"])
 def test_comparison_strategies_run(tmp_path: Path, strategy: str) -> None:
-    store, out = _run(tmp_path, "softmax", strategy, 4)
-    assert out.state.evaluations_done == 4
+    store, out = _run(tmp_path, "softmax", strategy, 3)
+    assert out.state.evaluations_done == 3
     assert store.get_meta("strategy") == strategy
     assert out.state.best_candidate is not None
 
