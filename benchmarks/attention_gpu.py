@@ -187,7 +187,7 @@ def versus_native(out: str, texts: list[str]) -> None:
     from ksearch.kernels.decode import native_decode
 
     try:  # `mma` or `mma:FIELD=VALUE,...`: the tensor-core kernel without clusters (cuda_cluster.py, cluster=False)
-        configs = [DecodeConfig()] + [ClusterConfig.parse("cluster=0," + t[4:]) if t.split(":")[0] == "mma"
+        configs = [DecodeConfig()] + [ClusterConfig.parse_mma_split(t[4:]) if t.split(":")[0] == "mma"
                                       else DecodeConfig.parse(t) for t in texts]
     except ValueError as exc:
         raise SystemExit(str(exc)) from None

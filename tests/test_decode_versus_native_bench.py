@@ -34,6 +34,7 @@ def test_the_tensor_core_kernel_is_named_mma_and_parsed_as_a_cluster_config():
 
     assert ClusterConfig.parse("cluster=0,consumers=4,producers=2") == ClusterConfig(consumers=4, producers=2,
                                                                                       cluster=False)
+    assert ClusterConfig.parse_mma_split("cluster=1,consumers=4") == ClusterConfig(consumers=4, cluster=False)
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks/attention_gpu.py"), "versus-native", "/tmp/unused",
                           "--queued", "mma:consumer=4"], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0

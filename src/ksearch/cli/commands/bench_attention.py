@@ -68,7 +68,7 @@ def register(bench_app: typer.Typer) -> None:
             raise typer.BadParameter("a configuration is for the split_k and mma_split kernels", param_hint="--config")
         try:
             chosen = (DecodeConfig.parse(config) if kernel == "split_k" and config else
-                      ClusterConfig.parse("cluster=0," + config) if kernel == "mma_split" else None)
+                      ClusterConfig.parse_mma_split(config) if kernel == "mma_split" else None)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--config") from None
         check_out_dir(out)

@@ -29,6 +29,7 @@ under graphs: 0.82x-0.94x of native side by side (split-K 0.84x-0.95x), ahead of
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -302,6 +303,11 @@ class ClusterConfig:
 
         return cls(**parse_fields(cls, text))
 
+    @classmethod
+    def parse_mma_split(cls, text: str) -> ClusterConfig:
+        """`consumers=4,producers=2` -> the graph-safe variant's configuration (cluster=False whatever the text says)."""
+        return dataclasses.replace(cls.parse(text), cluster=False)
+
     def smem_bytes(self, d: int, g: int) -> int:
         slots = self.consumers * self.slots * 2 * self.keys * d * 2
         merge = 4 * (self.consumers * g * (d + 2) + g * (d + 2))
@@ -400,13 +406,13 @@ def template(dtype: Any, d: int, g: int, cfg: ClusterConfig, cs: int) -> list[tu
 
 def decode_cluster(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig | None = None) -> Any:
     cfg = cfg or ClusterConfig()
-    if cfg.cluster and not graphs_off():
+    if not cfg.cluster:
+        return _decode_parts(q, k_cache, v_cache, length, cfg)
+    if not graphs_off():
         raise ValueError(GRAPHS_ERROR)
     b, hq, _, d = q.shape
     hkv = k_cache.shape[1]
     g = hq // hkv
-    if not cfg.cluster:
-        return _decode_parts(q, k_cache, v_cache, length, cfg)
     cs = cluster_size(b * hkv, length, d, g, cfg)
     nt = cfg.threads()
     kern = _kernel(cfg, cs, cfg.smem_bytes(d, g))
