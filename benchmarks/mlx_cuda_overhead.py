@@ -1,5 +1,7 @@
 """Where a small MLX-CUDA call spends its time: per-node cost of tiny ops and tiny custom kernels, eager vs
-mx.compile, and the decode kernel (split + merge vs one fused launch) at a launch-bound shape.
+mx.compile, the decode kernel (split + merge vs one fused launch) at a launch-bound shape, and the host's cost of
+building one call's graph (`build_*_s`: Python and MLX's graph construction, nothing evaluated) for the library
+decode, its kernel call, MLX's attention on the cache slice and their parts.
 
     python benchmarks/mlx_cuda_overhead.py OUT.json
 
@@ -43,6 +45,19 @@ def tiny(y: mx.array) -> mx.array:
                 output_dtypes=[y.dtype])[0]
 
 
+def build_seconds(fn: Callable[[], Any], n: int = 2000) -> float:
+    """Median seconds to build one call's graph (nothing evaluated) over 5 rounds of n calls."""
+    import time
+
+    rounds = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        rounds.append((time.perf_counter() - t0) / n)
+    return statistics.median(rounds)
+
+
 def main(out: str) -> None:
     res: dict[str, Any] = {"mlx": mx.__version__}
     x = mx.zeros((256,), dtype=mx.float32)
@@ -68,6 +83,16 @@ def main(out: str) -> None:
     for n in (10, 100):
         res[f"decode_native_slice_n{n}_s"] = per_call(
             lambda: mx.fast.scaled_dot_product_attention(q, kc[:, :, :4096], vc[:, :, :4096], scale=128 ** -0.5), n)
+    from ksearch.kernels.decode import decode, native_decode
+
+    for label, fn in (("decode", lambda: decode(q, kc, vc, 4096)),
+                      ("decode_cuda", lambda: decode_cuda(q, kc, vc, 4096)),
+                      ("native_slice", lambda: native_decode(q, kc, vc, 4096)),
+                      ("one_slice", lambda: kc[:, :, :4096]),
+                      ("tiny_custom_kernel", lambda: tiny(x))):
+        fn()
+        res[f"build_{label}_s"] = build_seconds(fn)
+        print(f"build {label}: {res[f'build_{label}_s'] * 1e6:.2f} us", flush=True)
     print(json.dumps(res, indent=1), flush=True)
     with open(out, "w") as fh:
         json.dump(res, fh, indent=1)

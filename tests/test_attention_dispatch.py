@@ -114,3 +114,25 @@ def test_softmax_scale_is_made_once_per_head_dim():
     assert cuda_prefill.softmax_scale(128) is s128  # no new array (allocation and copy) per call
     assert s128.dtype == mx.float32 and s128.shape == (1,)
     assert abs(s128.item() - 128 ** -0.5) < 1e-7 and abs(cuda_prefill.softmax_scale(64).item() - 0.125) < 1e-7
+
+
+def test_a_launch_splits_as_plan_does_and_refuses_what_the_kernel_does_not_take():
+    cuda_split_k._launch.cache_clear()
+    cuda_split_k._checked_launch.cache_clear()
+    f16 = mx.float16
+    kc = mx.zeros((2, 8, 1024, 128), dtype=f16)
+    qd = mx.zeros((2, 32, 1, 128), dtype=f16)
+    for cfg in (cuda_split_k.DecodeConfig(), cuda_split_k.DecodeConfig(min_chunk=128, target_blocks=528, warps=2)):
+        launch = cuda_split_k.launch_for(qd, kc, kc, cfg)
+        assert launch is not None and launch.blocks == 16 and launch.g == 4
+        for length in (1, 37, 511, 512, 513, 1000, 1024, 4096, 32768):
+            assert launch.nsplit(length) == cuda_split_k.plan(16, length, 128, cfg)[0]
+    cfg = cuda_split_k.DEFAULT
+    assert cuda_split_k.launch_for(qd.astype(mx.float32), kc.astype(mx.float32), kc.astype(mx.float32), cfg) is None
+    assert cuda_split_k.launch_for(qd, kc.astype(mx.bfloat16), kc.astype(mx.bfloat16), cfg) is None
+    assert cuda_split_k.launch_for(qd, kc, mx.zeros((2, 8, 1000, 128), dtype=f16), cfg) is None
+    assert cuda_split_k.launch_for(mx.zeros((2, 32, 2, 128), dtype=f16), kc, kc, cfg) is None
+    assert cuda_split_k.launch_for(mx.zeros((2, 36, 1, 128), dtype=f16), kc, kc, cfg) is None  # 36 % 8
+    assert cuda_split_k.launch_for(mx.zeros((2, 32, 1, 128), dtype=f16), kc[:, :2], kc[:, :2], cfg) is None  # G 16
+    cuda_split_k._launch.cache_clear()
+    cuda_split_k._checked_launch.cache_clear()

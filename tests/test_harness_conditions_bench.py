@@ -96,3 +96,22 @@ def test_process_spread_measures_free_and_pinned_processes_and_refuses_bad_input
     bad_task = subprocess.run([sys.executable, script, "--tasks", "nope"], capture_output=True, text=True, timeout=120)
     assert bad_task.returncode == 1
     assert bad_task.stderr.strip().splitlines()[-1].startswith("process_spread: unknown task 'nope'")
+
+
+def test_process_trace_splits_every_run_into_host_and_device_parts(tmp_path: Path) -> None:
+    script = str(ROOT / "benchmarks/process_spread.py")
+    done = subprocess.run([sys.executable, script, "--backend", "mlx-cpu", "--tasks", "rmsnorm", "--workloads", "1",
+                           "--trace", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (path,) = tmp_path.glob("process-trace-mlx-cpu-*.json")
+    rows = json.loads(path.read_text())["figures"]
+    assert {r["contender"].split(":")[0] for r in rows} == {"candidate", "baseline"}
+    for r in rows:
+        assert 1 <= len(r["fifths"]) <= 5 and r["runs"] >= len(r["fifths"])
+        calls = [p["call_s"] for p in r["fifths"]]
+        assert r["spread"] == max(calls) / min(calls)
+        for p in r["fifths"]:
+            # Each part is a median of its own, so the parts of a fifth need not add up exactly.
+            assert all(p[f] >= 0 for f in ("build_s", "dispatch_s", "dispatch_cpu_s", "wait_s"))
+            assert 0.5 < (p["build_s"] + p["dispatch_s"] + p["wait_s"]) / p["call_s"] < 2.0
+            assert p["cpus"] and all(c >= -1 for c in p["cpus"])

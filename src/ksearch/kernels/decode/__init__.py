@@ -21,8 +21,8 @@ from ksearch.kernels.decode.cuda_split_k import DecodeConfig
 def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
     """The library's configuration: the sweep's best on the H200 over B 1/8/16 x 4k/16k/32k
     (benchmarks/results/decode-config-sweep-*.json), with 512-key chunks at least
-    (decode-versus-native-queued-*.json)."""
-    return DecodeConfig()
+    (decode-versus-native-queued-*.json). One instance: a call's Python work counts at B 1."""
+    return cuda_split_k.DEFAULT
 
 
 def native_decode(q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
@@ -52,9 +52,9 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
                     lambda: cuda_cluster.decode_cluster(q, k_cache, v_cache, length, cl))
         return "native", lambda: native_decode(q, k_cache, v_cache, length)
     if where == "cuda":
-        if cuda_split_k.supports(q, k_cache, length) and v_cache.shape == k_cache.shape:
-            cfg = config or decode_config(q, k_cache, length)
-            return "split_k", lambda: cuda_split_k.decode_cuda(q, k_cache, v_cache, length, cfg)
+        launch = cuda_split_k.launch_for(q, k_cache, v_cache, config or decode_config(q, k_cache, length))
+        if launch is not None and 0 < length <= k_cache.shape[2]:
+            return "split_k", lambda: cuda_split_k.run(launch, q, k_cache, v_cache, length)
     elif where == "metal" and device.metal_enabled(use_metal):
         from ksearch.kernels.decode import metal_split_k
 

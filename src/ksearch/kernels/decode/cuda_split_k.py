@@ -15,9 +15,8 @@ compiled kernel serves every length and a call creates no device scalars.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 HEADER = r"""
@@ -401,11 +400,14 @@ def supports(q: Any, k_cache: Any, length: int) -> bool:
 def plan(blocks: int, length: int, d: int, cfg: DecodeConfig) -> tuple[int, int]:
     """(nsplit, chunk) for `blocks` (batch x head-block) blocks: enough splits to fill the GPU, chunks a multiple of
     the block's key step."""
-    step = cfg.keys_per_step(d)
-    want = max(1, cfg.target_blocks // max(1, blocks))
-    chunk = max(cfg.min_chunk, math.ceil(length / want))
-    chunk = math.ceil(chunk / step) * step
-    return math.ceil(length / chunk), chunk
+    chunk = chunk_keys(length, max(1, cfg.target_blocks // max(1, blocks)), cfg.keys_per_step(d), cfg.min_chunk)
+    return -(-length // chunk), chunk
+
+
+def chunk_keys(length: int, want: int, step: int, min_chunk: int) -> int:
+    """Keys a split reads: the length over `want` splits, at least `min_chunk`, rounded up to whole steps."""
+    chunk = max(min_chunk, -(-length // want))
+    return -(-chunk // step) * step
 
 
 def launch_bounds(threads: int, min_blocks: int) -> str:
@@ -435,34 +437,96 @@ def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
     return split, merge
 
 
-def decode_cuda(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: DecodeConfig | None = None) -> Any:
+@dataclass(frozen=True)
+class Launch:
+    """What a call's launch needs that does not depend on the length, worked out once per shapes, dtype and
+    configuration: at B 1 a call's Python work (this module's arithmetic and argument lists as much as MLX's graph
+    building) was half its time on the H200 (benchmarks/results/process-trace-*.json). The kernels themselves are
+    made at the first call (`_kernels`), so that a launch can be planned where CUDA is absent."""
+    cfg: DecodeConfig
+    blocks: int
+    g: int
+    d: int
+    step: int     # keys per block iteration
+    want: int     # splits that would fill the GPU
+    template: list[tuple[str, Any]]
+    threadgroup: tuple[int, int, int]
+    threads: int
+    merge: dict[str, Any]
+
+    def nsplit(self, length: int) -> int:
+        """plan()'s split count."""
+        return -(-length // chunk_keys(length, self.want, self.step, self.cfg.min_chunk))
+
+
+def launch_for(q: Any, k_cache: Any, v_cache: Any, cfg: DecodeConfig) -> Launch | None:
+    """The launch for these inputs, or None where the kernel does not fit them (supports(), length aside, and
+    caches of one shape)."""
+    return _checked_launch(q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype, cfg)
+
+
+@lru_cache(maxsize=256)
+def _checked_launch(qshape: tuple[int, ...], kshape: tuple[int, ...], vshape: tuple[int, ...], dtype: Any,
+                    kdtype: Any, cfg: DecodeConfig) -> Launch | None:
     import mlx.core as mx
 
-    cfg = cfg or DecodeConfig()
-    b, hq, _, d = q.shape
-    hkv = k_cache.shape[1]
+    b, hq, t, d = qshape
+    hkv = kshape[1]
+    if dtype not in (mx.float16, mx.bfloat16) or kdtype != dtype or vshape != kshape or t != 1 or d not in (64, 128) \
+            or hq % hkv or hq // hkv > 8:
+        return None
+    return _launch(b, hq, hkv, d, dtype, cfg)
+
+
+@lru_cache(maxsize=256)
+def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) -> Launch:
     g = hq // hkv if cfg.group_heads else 1
-    blocks = b * hq // g
-    nsplit, _ = plan(blocks, length, d, cfg)
-    split_k, _ = _kernels(cfg)
-    tmpl = [("T", q.dtype), ("D", d), ("G", g), ("NW", cfg.warps), ("U", cfg.unroll), ("PREFETCH", cfg.prefetch)]
     nt = cfg.warps * 32
+    blocks = b * hq // g
+    merge = {"template": [("T", dtype), ("D", d), ("G", g)], "grid": (b * hq * d, 1, 1),
+             "threadgroup": (d, 1, 1), "output_shapes": [(b, hq, 1, d)], "output_dtypes": [dtype]}
+    return Launch(cfg, blocks, g, d, cfg.keys_per_step(d),
+                  max(1, cfg.target_blocks // max(1, blocks)),
+                  [("T", dtype), ("D", d), ("G", g), ("NW", cfg.warps), ("U", cfg.unroll), ("PREFETCH", cfg.prefetch)],
+                  (nt, 1, 1), nt, merge)
+
+
+DEFAULT = DecodeConfig()
+
+
+def decode_cuda(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: DecodeConfig | None = None) -> Any:
+    """v_cache must have k_cache's shape (decode_plan checks)."""
+    b, hq, _, d = q.shape
+    return run(_launch(b, hq, k_cache.shape[1], d, q.dtype, cfg or DEFAULT), q, k_cache, v_cache, length)
+
+
+def run(launch: Launch, q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
+    """One call with a launch worked out before. The kernel takes the length from K's view and V's layout from V's
+    strides, so V goes in whole (one slice less to build and dispatch a call)."""
+    import mlx.core as mx
+
+    split, merge = _kernels(launch.cfg)
+    nsplit = launch.nsplit(length)
     # Views, not copies: the kernel reads strides, and the K view's shape tells it the length (no per-call scalars).
-    inputs = [q, k_cache[:, :, :length], v_cache[:, :, :length]]
-    launch = {"grid": (blocks * nt, nsplit, 1), "threadgroup": (nt, 1, 1), "template": tmpl}
-    parts = [(blocks, nsplit, g, d), (blocks, nsplit, g, 2)]
-    if cfg.fused:
-        return split_k(inputs=inputs, output_shapes=[q.shape, (work_floats(blocks, nsplit, g, d),)],
-                       output_dtypes=[q.dtype, mx.float32], init_value=0, **launch)[0]
-    part_acc, part_ml = split_k(inputs=inputs, output_shapes=parts, output_dtypes=[mx.float32, mx.float32], **launch)
-    return merge_partials(part_acc, part_ml, q)
+    inputs = [q, k_cache[:, :, :length], v_cache]
+    grid = (launch.blocks * launch.threads, nsplit, 1)
+    blocks, g, d = launch.blocks, launch.g, launch.d
+    if launch.cfg.fused:
+        return split(inputs=inputs, output_shapes=[q.shape, (work_floats(blocks, nsplit, g, d),)],
+                            output_dtypes=[q.dtype, mx.float32], init_value=0, grid=grid,
+                            threadgroup=launch.threadgroup, template=launch.template)[0]
+    part_acc, part_ml = split(
+        inputs=inputs, output_shapes=[(blocks, nsplit, g, d), (blocks, nsplit, g, 2)],
+        output_dtypes=[mx.float32, mx.float32], grid=grid, threadgroup=launch.threadgroup, template=launch.template)
+    assert merge is not None
+    return merge(inputs=[part_acc, part_ml], **launch.merge)[0]
 
 
 def merge_partials(part_acc: Any, part_ml: Any, q: Any) -> Any:
     """The log-sum-exp merge of split partials part_acc (blocks, nsplit, G, D) and part_ml (blocks, nsplit, G, 2),
     blocks = B x Hq / G, into the output (q's shape and dtype)."""
     b, hq, _, d = q.shape
-    merge_k = _kernels(DecodeConfig())[1]
+    merge_k = _kernels(DEFAULT)[1]
     assert merge_k is not None
     return merge_k(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", part_acc.shape[2])],
                    grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
