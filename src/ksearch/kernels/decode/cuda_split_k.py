@@ -323,24 +323,56 @@ def work_floats(blocks: int, nsplit: int, g: int, d: int) -> int:
 
     return up(blocks) + up(blocks * nsplit * g * 2) + blocks * nsplit * g * d
 
-# One block of D threads per (batch, query head); T, D, G as above. (A merge with the splits shared among 256 threads,
-# each taking every 8th split online, measured no faster on the H200: benchmarks/findings.md.)
+# One block of D threads per (batch, query head); T, D, G as above. The splits' weights exp2(max_s - max) go through
+# shared memory a tile of D splits at a time, so a thread's reads of the accumulators are independent of each other
+# and several are in flight (unrolled); walking the splits one by one, each read waiting for the one before, took 11
+# and 20 us at B 1 with 32 and 64 splits (ncu, base clocks), a third of the split kernel's own time. (A merge with the
+# splits shared among 256 threads, each taking every 8th split online, measured no faster when a call's Python work
+# still hid the GPU's: benchmarks/findings.md.)
 MERGE_SOURCE = r"""
     const int bq = blockIdx.x;
     const int d = threadIdx.x;
-    if (d >= D) return;
     const int nsplit = part_ml_shape[1];
     const int bh = bq / G, g = bq % G;
-    float mn = -1e30f;
-    for (int s = 0; s < nsplit; ++s) mn = fmaxf(mn, part_ml[(((size_t)bh * nsplit + s) * G + g) * 2]);
-    float ls = 0.f, as = 0.f;
-    for (int s = 0; s < nsplit; ++s) {
-      size_t row = ((size_t)bh * nsplit + s) * G + g;
-      float c = exp2f(part_ml[row * 2] - mn);
-      ls += part_ml[row * 2 + 1] * c;
-      as += part_acc[row * D + d] * c;
+    const float* ml = part_ml + (size_t)bh * nsplit * G * 2 + g * 2;      // split s: ml[s * G * 2], (max, sum)
+    const float* pa = part_acc + (size_t)bh * nsplit * G * D + g * D + d;  // split s: pa[s * G * D]
+    __shared__ float ks_w[D];
+    __shared__ float ks_red[D / 32];
+    // 1. The largest max over the splits.
+    float top = -1e30f;
+    for (int s = d; s < nsplit; s += D) top = fmaxf(top, ml[(size_t)s * G * 2]);
+    #pragma unroll
+    for (int off = 16; off > 0; off /= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, off));
+    if (d % 32 == 0) ks_red[d / 32] = top;
+    __syncthreads();
+    top = -1e30f;
+    #pragma unroll
+    for (int w = 0; w < D / 32; ++w) top = fmaxf(top, ks_red[w]);
+    // 2. Tiles of D splits: their weights into shared memory, then each thread's element of the weighted sum.
+    float acc = 0.f, lsum = 0.f;
+    for (int base = 0; base < nsplit; base += D) {
+      const int n = min(D, nsplit - base);
+      __syncthreads();  // everyone is done with the previous tile's weights (and with ks_red)
+      if (d < n) {
+        const float2 v = *reinterpret_cast<const float2*>(ml + (size_t)(base + d) * G * 2);
+        const float w = exp2f(v.x - top);
+        ks_w[d] = w;
+        lsum = fmaf(w, v.y, lsum);
+      }
+      __syncthreads();
+      #pragma unroll 8
+      for (int j = 0; j < n; ++j) acc = fmaf(ks_w[j], pa[(size_t)(base + j) * G * D], acc);
     }
-    o[(size_t)bq * D + d] = (T)(as / ls);
+    // 3. The denominator: the threads' shares of the weighted sums.
+    #pragma unroll
+    for (int off = 16; off > 0; off /= 2) lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
+    __syncthreads();
+    if (d % 32 == 0) ks_red[d / 32] = lsum;
+    __syncthreads();
+    float den = 0.f;
+    #pragma unroll
+    for (int w = 0; w < D / 32; ++w) den += ks_red[w];
+    o[(size_t)bq * D + d] = (T)(acc / den);
 """
 
 
