@@ -34,6 +34,7 @@ cycled, no per-call stamp), `loop:bare` (all three out: what is left is the loop
 bookkeeping); ratio to `loop:plain` (one call at a time, each evaluated and synchronised).
 
     python benchmarks/harness_conditions.py [--backend B] [--tasks gqa_decode,softmax] [--out DIR] [--calls 60]
+                                            [--workloads K]
                                             [--processes] [--worker-loop [--runs-only] [--long-run N]] [--only-extra]
                                             [--stem NAME]
 """
@@ -337,6 +338,7 @@ def main() -> None:
     ap.add_argument("--tasks", default="gqa_decode,softmax")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--calls", type=int, default=60)
+    ap.add_argument("--workloads", type=int, default=None, help="the first K workloads of each task")
     ap.add_argument("--stem", default=None, help="the result file's name before -BACKEND-DEVICE.json")
     ap.add_argument("--processes", action="store_true", help="also the plain loop in a child process")
     ap.add_argument("--worker-loop", action="store_true", help="also the worker's timed loop, here, with ablations")
@@ -357,7 +359,7 @@ def main() -> None:
     dtypes: set[str] = set()
     for tname in args.tasks.split(","):
         task = get_task(tname)
-        workloads = task.select_workloads(b.tier)
+        workloads = task.select_workloads(b.tier)[:args.workloads]
         cname, csource = candidate_for(task, b, workloads)
         contenders = {f"candidate:{cname}": _load(csource, f"{task.name}_cand").run}
         sources = {f"candidate:{cname}": csource}

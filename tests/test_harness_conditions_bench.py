@@ -14,7 +14,8 @@ ROOT = Path(__file__).parents[1]
 
 def test_the_worker_loop_conditions_run_and_write_their_rows(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks/harness_conditions.py"), "--backend", "mlx-cpu",
-                           "--tasks", "rmsnorm", "--calls", "4", "--worker-loop", "--long-run", "16", "--only-extra",
+                           "--tasks", "rmsnorm", "--workloads", "1", "--calls", "4", "--worker-loop", "--long-run", "16",
+                           "--only-extra",
                            "--stem", "hc", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     (path,) = tmp_path.glob("hc-mlx-cpu-*.json")
