@@ -54,7 +54,7 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
     if where == "cuda":
         launch = cuda_split_k.launch_for(q, k_cache, v_cache, config or decode_config(q, k_cache, length))
         if launch is not None and 0 < length <= k_cache.shape[2]:
-            return "split_k", lambda: cuda_split_k.run(launch, q, k_cache, v_cache, length)
+            return "split_k", lambda: cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
     elif where == "metal" and device.metal_enabled(use_metal):
         from ksearch.kernels.decode import metal_split_k
 

@@ -420,13 +420,8 @@ def parse_fields(cls: type, text: str) -> dict[str, Any]:
 
 
 def supports(q: Any, k_cache: Any, length: int) -> bool:
-    import mlx.core as mx
-
-    if q.dtype not in (mx.float16, mx.bfloat16) or k_cache.dtype != q.dtype:
-        return False
-    b, hq, t, d = q.shape
-    hkv = k_cache.shape[1]
-    return t == 1 and d in (64, 128) and hq % hkv == 0 and hq // hkv <= 8 and 0 < length <= k_cache.shape[2]
+    """Whether the kernel takes q against positions [0, length) of this cache (launch_for's checks)."""
+    return launch_for(q, k_cache, k_cache, DEFAULT) is not None and 0 < length <= k_cache.shape[2]
 
 
 def plan(blocks: int, length: int, d: int, cfg: DecodeConfig) -> tuple[int, int]:
@@ -529,10 +524,10 @@ DEFAULT = DecodeConfig()
 def decode_cuda(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: DecodeConfig | None = None) -> Any:
     """v_cache must have k_cache's shape (decode_plan checks)."""
     b, hq, _, d = q.shape
-    return run(_launch(b, hq, k_cache.shape[1], d, q.dtype, cfg or DEFAULT), q, k_cache, v_cache, length)
+    return decode_with(_launch(b, hq, k_cache.shape[1], d, q.dtype, cfg or DEFAULT), q, k_cache, v_cache, length)
 
 
-def run(launch: Launch, q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
+def decode_with(launch: Launch, q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
     """One call with a launch worked out before. The kernel takes the length from K's view and V's layout from V's
     strides, so V goes in whole (one slice less to build and dispatch a call)."""
     import mlx.core as mx
@@ -545,8 +540,8 @@ def run(launch: Launch, q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
     blocks, g, d = launch.blocks, launch.g, launch.d
     if launch.cfg.fused:
         return split(inputs=inputs, output_shapes=[q.shape, (work_floats(blocks, nsplit, g, d),)],
-                            output_dtypes=[q.dtype, mx.float32], init_value=0, grid=grid,
-                            threadgroup=launch.threadgroup, template=launch.template)[0]
+                     output_dtypes=[q.dtype, mx.float32], init_value=0, grid=grid, threadgroup=launch.threadgroup,
+                     template=launch.template)[0]
     part_acc, part_ml = split(
         inputs=inputs, output_shapes=[(blocks, nsplit, g, d), (blocks, nsplit, g, 2)],
         output_dtypes=[mx.float32, mx.float32], grid=grid, threadgroup=launch.threadgroup, template=launch.template)
