@@ -32,6 +32,8 @@ from ksearch.kernels.device import hopper  # noqa: E402
 DECODE_CONFIGS = [DecodeConfig(),  # the library default: 4 warps, 4 steps in flight, separate merge kernel
                   DecodeConfig(fused=True), DecodeConfig(group_heads=False),
                   DecodeConfig(unroll=2, target_blocks=528, min_chunk=256), DecodeConfig(warps=8, unroll=2)]
+# Split-K with the steps' rows through a ring in shared memory (cp.async): 3 and 4 steps of 2 keys a lane.
+RING_CONFIGS = [DecodeConfig(ring=3, unroll=2), DecodeConfig(ring=4, unroll=2)]
 # The tensor-core decode without clusters (safe under MLX's CUDA graphs; Hopper): the default and 4 + 2 warps.
 MMA_CONFIGS = [ClusterConfig(cluster=False), ClusterConfig(consumers=4, producers=2, cluster=False)]
 PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), PrefillConfig(64, 64, False),
@@ -70,11 +72,12 @@ def check(kind: str) -> int:
     if kind == "decode":
         cases = [(2, 8, 2, 1300, 1000, 128), (1, 8, 2, 600, 37, 64), (1, 32, 8, 4352, 4096, 128),
                  (3, 16, 4, 9000, 8191, 128), (1, 8, 8, 2100, 2048, 128), (2, 8, 1, 5000, 4999, 64)]
-        # Every dtype/head dim/group size for the default and the fused configuration (the fused merge's lanes
-        # depend on G x D); the others at D=128 fp16 (each instance JIT-compiles).
-        runs = [(cfg, c, t) for cfg in [*DECODE_CONFIGS[:2], MMA_CONFIGS[0]] for c in cases
+        # Every dtype/head dim/group size for the default, the fused (its merge's lanes depend on G x D) and a ring
+        # configuration; the others at D=128 fp16 (each instance JIT-compiles).
+        runs = [(cfg, c, t) for cfg in [*DECODE_CONFIGS[:2], RING_CONFIGS[0], MMA_CONFIGS[0]] for c in cases
                 for t in (mx.float16, mx.bfloat16)]
-        runs += [(cfg, c, mx.float16) for cfg in [*DECODE_CONFIGS[2:], *MMA_CONFIGS[1:]] for c in cases[2:4]]
+        runs += [(cfg, c, mx.float16) for cfg in [*DECODE_CONFIGS[2:], *RING_CONFIGS[1:], *MMA_CONFIGS[1:]]
+                 for c in cases[2:4]]
         for cfg, (b, hq, hkv, cap, length, d), dt in runs:
             if True:
                 q = mx.random.normal((b, hq, 1, d)).astype(dt)
@@ -97,7 +100,7 @@ def check(kind: str) -> int:
             q = mx.random.normal((b, hq, 1, d + 2)).astype(mx.float16)[..., 1:d + 1]
             kc = mx.random.normal((b, hkv, cap, d + 4)).astype(mx.float16)[..., :d]
             vc = mx.random.normal((b, hkv, cap, d)).astype(mx.float16)
-            for cfg in (DECODE_CONFIGS[0], MMA_CONFIGS[0]):
+            for cfg in (DECODE_CONFIGS[0], RING_CONFIGS[0], MMA_CONFIGS[0]):
                 out = decode(q, kc, vc, length, config=cfg).astype(mx.float32)
                 err = float(mx.max(mx.abs(out - ref_attention(q, kc[:, :, :length], vc[:, :, :length],
                                                               False))).item())

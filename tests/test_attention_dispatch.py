@@ -136,3 +136,24 @@ def test_a_launch_splits_as_plan_does_and_refuses_what_the_kernel_does_not_take(
     assert cuda_split_k.launch_for(mx.zeros((2, 32, 1, 128), dtype=f16), kc[:, :2], kc[:, :2], cfg) is None  # G 16
     cuda_split_k._launch.cache_clear()
     cuda_split_k._checked_launch.cache_clear()
+
+
+def test_a_ring_that_does_not_fit_in_shared_memory_is_refused_before_anything_runs():
+    cuda_split_k._launch.cache_clear()
+    cuda_split_k._checked_launch.cache_clear()
+    f16 = mx.float16
+    kc = mx.zeros((1, 8, 1024, 128), dtype=f16)
+    q4 = mx.zeros((1, 32, 1, 128), dtype=f16)
+    q8 = mx.zeros((1, 64, 1, 128), dtype=f16)
+    ring = cuda_split_k.DecodeConfig(ring=4, unroll=2)
+    launch = cuda_split_k.launch_for(q4, kc, kc, ring)
+    assert launch is not None and ("RING", 4) in launch.template
+    assert ("RING", 4) not in cuda_split_k.launch_for(q4, kc, kc, cuda_split_k.DEFAULT).template
+    with pytest.raises(ValueError, match="49408 bytes of shared memory a block at G 8, D 128"):
+        cuda_split_k.launch_for(q8, kc, kc, ring)  # the warps' merge grows with G
+    with pytest.raises(ValueError, match="not made for the fused kernel"):
+        cuda_split_k.launch_for(q4, kc, kc, cuda_split_k.DecodeConfig(ring=3, unroll=2, fused=True))
+    with pytest.raises(ValueError, match="2 steps at least"):
+        cuda_split_k.launch_for(q4, kc, kc, cuda_split_k.DecodeConfig(ring=1))
+    cuda_split_k._launch.cache_clear()
+    cuda_split_k._checked_launch.cache_clear()

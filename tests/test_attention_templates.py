@@ -72,6 +72,10 @@ def _decode_units() -> list[str]:
     for i, (w, u, pf, g) in enumerate(spread(sorted(combos), 4)):
         units.append(wrap(f"split{i}", cuda_split_k.SPLIT_SOURCE, "", ins, outs,
                           [("T", "float16"), ("D", 128), ("G", g), ("NW", w), ("U", u), ("PREFETCH", pf)]))
+    for i, (ring, u, dt, d, g) in enumerate(spread([(3, 2, "float16", 128, 4), (4, 2, "bfloat16", 64, 8),
+                                                    (2, 4, "float16", 128, 4)], 2)):
+        units.append(wrap(f"ring{i}", cuda_split_k.SPLIT_RING_SOURCE, "", ins, outs,
+                          [("T", dt), ("D", d), ("G", g), ("NW", 4), ("U", u), ("PREFETCH", True), ("RING", ring)]))
     for k, (dt, d) in enumerate(spread(list(itertools.product(("float16", "bfloat16"), (64, 128))), 2)):
         units.append(wrap(f"split_{dt}_{d}", cuda_split_k.SPLIT_SOURCE, "", ins, outs,
                           [("T", dt), ("D", d), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", True)]))

@@ -43,7 +43,7 @@ template <typename T> __device__ __forceinline__ void ks_unpack8(const uint4& r,
 """
 
 # Template constants: T, D (head dim), G (query heads per kv head), NW (warps per block), U (key steps in flight).
-SPLIT_SOURCE = r"""
+SPLIT_HEAD = r"""
     constexpr int LPK = D / 8;          // lanes sharing one key row (16 B each)
     constexpr int KPW = 32 / LPK;       // keys per warp per step
     constexpr int STEP = NW * KPW * U;  // keys per block iteration
@@ -90,26 +90,9 @@ SPLIT_SOURCE = r"""
     const T* vb = v + b * v_strides[0] + hk * v_strides[1] + part * 8;
     const int64_t ksj = k_strides[2], vsj = v_strides[2];
 
-    uint4 kr[U], vr[U];
-    int j0 = start + warp * KPW * U;
-    #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      int j = j0 + u * KPW + sub;
-      kr[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(kb + j * ksj)) : make_uint4(0, 0, 0, 0);
-      vr[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(vb + j * vsj)) : make_uint4(0, 0, 0, 0);
-    }
-    for (; j0 < end; j0 += STEP) {
-      // Issue the next step's loads before this step's math (PREFETCH): HBM latency hides behind the FMAs.
-      uint4 kn[U], vn[U];
-      if (PREFETCH) {
-        #pragma unroll
-        for (int u = 0; u < U; ++u) {
-          int j = j0 + STEP + u * KPW + sub;
-          kn[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(kb + j * ksj)) : make_uint4(0, 0, 0, 0);
-          vn[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(vb + j * vsj)) : make_uint4(0, 0, 0, 0);
-        }
-      }
-      float s[U][G];
+"""
+# One step of U keys a lane: scores, their butterfly, the online softmax (kr, vr hold the step's rows).
+STEP_MATH = r"""      float s[U][G];
       #pragma unroll
       for (int u = 0; u < U; ++u) {
         float kf[8];
@@ -159,7 +142,28 @@ SPLIT_SOURCE = r"""
           for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(p, vf[i], acc[g][i]);
         }
       }
-      #pragma unroll
+"""
+# The steps' rows through registers: the next step's loads issued before this step's math (PREFETCH).
+REGISTER_LOOP = r"""    uint4 kr[U], vr[U];
+    int j0 = start + warp * KPW * U;
+    #pragma unroll
+    for (int u = 0; u < U; ++u) {
+      int j = j0 + u * KPW + sub;
+      kr[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(kb + j * ksj)) : make_uint4(0, 0, 0, 0);
+      vr[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(vb + j * vsj)) : make_uint4(0, 0, 0, 0);
+    }
+    for (; j0 < end; j0 += STEP) {
+      // Issue the next step's loads before this step's math (PREFETCH): HBM latency hides behind the FMAs.
+      uint4 kn[U], vn[U];
+      if (PREFETCH) {
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+          int j = j0 + STEP + u * KPW + sub;
+          kn[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(kb + j * ksj)) : make_uint4(0, 0, 0, 0);
+          vn[u] = j < end ? __ldcs(reinterpret_cast<const uint4*>(vb + j * vsj)) : make_uint4(0, 0, 0, 0);
+        }
+      }
+""" + STEP_MATH + r"""      #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (PREFETCH) {
           kr[u] = kn[u]; vr[u] = vn[u];
@@ -170,7 +174,45 @@ SPLIT_SOURCE = r"""
         }
       }
     }
-    // Merge the KPW key groups of the warp (lanes part, part + LPK, ...).
+"""
+# The steps' rows through shared memory instead (RING stages, DecodeConfig.ring): each lane copies its own 16-byte
+# rows of the step RING - 1 ahead with cp.async (zero-filled past the end) and reads back only what it copied, so no
+# barrier is needed and the bytes in flight take no registers.
+RING_LOOP = r"""
+    __shared__ __align__(16) uint4 ks_ring[RING][2 * U][NW * 32];
+    uint4 kr[U], vr[U];
+    int j0 = start + warp * KPW * U;
+    auto issue = [&](int first, int slot) {
+      #pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = first + u * KPW + sub;
+        const int n = j < end ? 16 : 0;
+        const T* ksrc = kb + (n ? j : start) * ksj;
+        const T* vsrc = vb + (n ? j : start) * vsj;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::
+                     "r"((unsigned)__cvta_generic_to_shared(&ks_ring[slot][u][threadIdx.x])), "l"(ksrc), "r"(n));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::
+                     "r"((unsigned)__cvta_generic_to_shared(&ks_ring[slot][U + u][threadIdx.x])), "l"(vsrc), "r"(n));
+      }
+      asm volatile("cp.async.commit_group;\n" ::);
+    };
+    if (j0 < end) {
+      #pragma unroll
+      for (int r = 0; r < RING - 1; ++r) issue(j0 + r * STEP, r);
+    }
+    for (int it = 0; j0 < end; j0 += STEP, ++it) {
+      issue(j0 + (RING - 1) * STEP, (it + RING - 1) % RING);
+      asm volatile("cp.async.wait_group %0;\n" :: "n"(RING - 1));
+      const int slot = it % RING;
+      #pragma unroll
+      for (int u = 0; u < U; ++u) {
+        kr[u] = ks_ring[slot][u][threadIdx.x];
+        vr[u] = ks_ring[slot][U + u][threadIdx.x];
+      }
+""" + STEP_MATH + r"""    }
+    asm volatile("cp.async.wait_all;\n" ::);
+"""
+SPLIT_TAIL = r"""    // Merge the KPW key groups of the warp (lanes part, part + LPK, ...).
     #pragma unroll
     for (int off = LPK; off < 32; off *= 2) {
       #pragma unroll
@@ -218,6 +260,8 @@ SPLIT_SOURCE = r"""
       if (d == 0) { part_ml[row * 2] = mn; part_ml[row * 2 + 1] = ls; }
     }
 """
+SPLIT_SOURCE = SPLIT_HEAD + REGISTER_LOOP + SPLIT_TAIL
+SPLIT_RING_SOURCE = SPLIT_HEAD + RING_LOOP + SPLIT_TAIL
 
 # FUSED variant: one launch and one graph node (the separate merge kernel is a second MLX primitive, ~8 us of host
 # dispatch at B=1, as much as the whole 4k-key read). Its outputs are o and one float32 work buffer, both
@@ -391,9 +435,16 @@ class DecodeConfig:
     # > 0: launch bounds asking ptxas for this many resident blocks an SM (registers capped to fit; it spills past
     # that). 0: ptxas's choice (168 registers with the defaults: three blocks of four warps an SM on Hopper).
     min_blocks: int = 0
+    # > 0: the steps' rows go through shared memory, this many steps in the ring (RING_LOOP), instead of registers.
+    ring: int = 0
 
     def keys_per_step(self, d: int) -> int:
         return self.warps * (32 // (d // 8)) * self.unroll
+
+    def shared_bytes(self, g: int, d: int) -> int:
+        """Static shared memory of the split kernel a block: the warps' merge, and the ring where there is one."""
+        merge = self.warps * g * (d + 2) * 4
+        return merge + (self.ring * 2 * self.unroll * self.warps * 32 * 16 if self.ring else 0)
 
     @classmethod
     def parse(cls, text: str) -> DecodeConfig:
@@ -448,7 +499,8 @@ def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
     import mlx.core as mx
 
     # MLX keys a compiled kernel by its name and template arguments, not its header: the bounds go in the name.
-    tag = f"w{cfg.warps}_u{cfg.unroll}" + (f"_b{cfg.min_blocks}" if cfg.min_blocks else "")
+    tag = f"w{cfg.warps}_u{cfg.unroll}" + (f"_b{cfg.min_blocks}" if cfg.min_blocks else "") \
+        + (f"_r{cfg.ring}" if cfg.ring else "")
     header = HEADER + (launch_bounds(cfg.warps * 32, cfg.min_blocks) if cfg.min_blocks else "")
     if cfg.fused:
         fused = mx.fast.cuda_kernel(
@@ -458,7 +510,8 @@ def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
         return fused, None
     split = mx.fast.cuda_kernel(
         name=f"ks_decode_split_{tag}", input_names=["q", "k", "v"],
-        output_names=["part_acc", "part_ml"], source=SPLIT_SOURCE, header=header, ensure_row_contiguous=False)
+        output_names=["part_acc", "part_ml"], source=SPLIT_RING_SOURCE if cfg.ring else SPLIT_SOURCE, header=header,
+        ensure_row_contiguous=False)
     merge = mx.fast.cuda_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
                                 source=MERGE_SOURCE)
     return split, merge
@@ -508,17 +561,25 @@ def _checked_launch(qshape: tuple[int, ...], kshape: tuple[int, ...], vshape: tu
 @lru_cache(maxsize=256)
 def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) -> Launch:
     g = hq // hkv if cfg.group_heads else 1
+    if cfg.ring and (cfg.fused or cfg.ring < 2):
+        raise ValueError(f"ring={cfg.ring}: a ring has 2 steps at least and is not made for the fused kernel")
+    if cfg.shared_bytes(g, d) > MAX_STATIC_SHARED:
+        raise ValueError(f"{cfg} needs {cfg.shared_bytes(g, d)} bytes of shared memory a block at G {g}, D {d}; "
+                         f"MLX's kernels get {MAX_STATIC_SHARED}: lower ring, unroll or warps")
     nt = cfg.warps * 32
     blocks = b * hq // g
     merge = {"template": [("T", dtype), ("D", d), ("G", g)], "grid": (b * hq * d, 1, 1),
              "threadgroup": (d, 1, 1), "output_shapes": [(b, hq, 1, d)], "output_dtypes": [dtype]}
     return Launch(cfg, blocks, g, d, cfg.keys_per_step(d),
                   max(1, cfg.target_blocks // max(1, blocks)),
-                  [("T", dtype), ("D", d), ("G", g), ("NW", cfg.warps), ("U", cfg.unroll), ("PREFETCH", cfg.prefetch)],
+                  [("T", dtype), ("D", d), ("G", g), ("NW", cfg.warps), ("U", cfg.unroll), ("PREFETCH", cfg.prefetch)]
+                  + ([("RING", cfg.ring)] if cfg.ring else []),
                   (nt, 1, 1), nt, merge)
 
 
 DEFAULT = DecodeConfig()
+#: Static shared memory a block may declare (MLX's custom kernels set no larger dynamic size).
+MAX_STATIC_SHARED = 48 * 1024
 
 
 def decode_cuda(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: DecodeConfig | None = None) -> Any:

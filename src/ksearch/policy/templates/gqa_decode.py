@@ -73,7 +73,8 @@ MERGE = {cuda_split_k.MERGE_SOURCE!r}
 def run(q, k_cache, v_cache, length):
     b, hq, _, d = q.shape
     hkv = k_cache.shape[1]
-    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or hq // hkv > 8:
+    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or hq // hkv > 8 or \
+            v_cache.shape != k_cache.shape:
         return _ops(q, k_cache, v_cache, length)
     g = hq // hkv if {p["group_heads"]} else 1
     blocks = b * hq // g
@@ -82,10 +83,11 @@ def run(q, k_cache, v_cache, length):
     chunk = math.ceil(chunk / step) * step
     nsplit = math.ceil(length / chunk)
     nt = {p["warps"]} * 32
-    # K/V as views: their shape carries the length, their strides the layout (no copy; astype to the same dtype is a
-    # no-op that tells static checkers the views keep q's dtype).
+    # K as a view: its shape carries the length, K's and V's strides the layout (no copy); V goes in whole, one
+    # slice less to build and dispatch a call (astype to the same dtype is a no-op that tells static checkers the
+    # arrays keep q's dtype).
     k = k_cache[:, :, :length].astype(q.dtype)
-    v = v_cache[:, :, :length].astype(q.dtype)
+    v = v_cache.astype(q.dtype)
 {launch}
 '''
 
