@@ -105,6 +105,19 @@ def test_split_k_decode_with_key_rows_in_flight(warps: int, unroll: int, length:
         _close(out, want, 1e-2, 1e-2)
 
 
+def test_split_k_decode_merges_more_splits_than_a_tile() -> None:
+    """The merge takes the splits' weights a tile of D splits at a time: more splits than D (two tiles, the second
+    partial) give the same result."""
+    from ksearch.kernels.decode.metal_split_k import decode_metal
+
+    length, d = 9000, 64
+    q, kc, vc = _rand((2, 8, 1, d), mx.float16, 16), _rand((2, 2, length, d), mx.float16, 17), \
+        _rand((2, 2, length, d), mx.float16, 18)
+    # 4 (batch, kv head) groups x 256 wanted splits: 128-key chunks, ceil(9000 / 128) = 71 splits > D = 64.
+    out = decode_metal(q, kc, vc, length, warps=4, target_blocks=1024, unroll=1)
+    _close(out, _sdpa(q, kc, vc, False), 1e-2, 1e-2)
+
+
 @pytest.mark.parametrize("length,h0", [(50, False), (300, True)])
 def test_selective_scan_on_strided_views(length: int, h0: bool) -> None:
     """The model's layout: u, delta, z, B, C are transposed slices of (batch, L, features) buffers, read in place
