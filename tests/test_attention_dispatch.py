@@ -157,3 +157,30 @@ def test_a_ring_that_does_not_fit_in_shared_memory_is_refused_before_anything_ru
         cuda_split_k.launch_for(q4, kc, kc, cuda_split_k.DecodeConfig(ring=1))
     cuda_split_k._launch.cache_clear()
     cuda_split_k._checked_launch.cache_clear()
+
+
+def test_a_split_k_call_passes_one_view_and_v_whole(monkeypatch):
+    """A call's host work counts in full at small batch: the split kernel gets K as the only view (its shape carries
+    the length) and V whole, and the merge gets the split's partials; nothing else is built."""
+    calls = []
+
+    def kernel(name):
+        def call(*, inputs, output_shapes, output_dtypes, **launch):
+            calls.append((name, inputs, output_shapes, launch))
+            return [mx.zeros(s, dtype=t) for s, t in zip(output_shapes, output_dtypes, strict=True)]
+        return call
+
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    monkeypatch.setattr(cuda_split_k, "_kernels", lambda cfg: (kernel("split"), kernel("merge")))
+    f16 = mx.float16
+    q = mx.zeros((2, 32, 1, 128), dtype=f16)
+    kc, vc = mx.zeros((2, 8, 5000, 128), dtype=f16), mx.zeros((2, 8, 5000, 128), dtype=f16)
+    name, run = kd.decode_plan(q, kc, vc, 4321)
+    assert name == "split_k"
+    out = run()
+    (split_name, split_in, split_shapes, split_launch), (merge_name, merge_in, _, merge_launch) = calls
+    assert (split_name, merge_name) == ("split", "merge") and out.shape == q.shape
+    assert split_in[0] is q and split_in[2] is vc and split_in[1].shape == (2, 8, 4321, 128)
+    nsplit = cuda_split_k.plan(16, 4321, 128, cuda_split_k.DEFAULT)[0]
+    assert split_shapes == [(16, nsplit, 4, 128), (16, nsplit, 4, 2)]
+    assert split_launch["grid"] == (16 * 128, nsplit, 1) and merge_launch["grid"] == (2 * 32 * 128, 1, 1)
