@@ -37,12 +37,14 @@ from typing import Any
 MODES = ("free", "pinned")
 
 
-def child(backend: str | None, task_name: str, workloads: int | None, budget_s: float) -> None:
-    """Measure one task's contenders twice in this process; print one JSON line a workload and contender."""
+def _contenders(backend: str | None, task_name: str, workloads: int | None) -> tuple[Any, list[tuple[Any, Any]],
+                                                                                  dict[str, Any]]:
+    """(task, [(workload, timing plan)], contenders) as the fidelity benchmark's plain loop has them, in a process
+    whose default device is the backend's."""
     import mlx.core as mx
 
     from ksearch.backends import get_backend
-    from ksearch.bench.fidelity import plain_times, side_by_side
+    from ksearch.bench.fidelity import side_by_side
     from ksearch.harness import timing
     from ksearch.tasks import get_task
 
@@ -51,10 +53,19 @@ def child(backend: str | None, task_name: str, workloads: int | None, budget_s: 
         mx.set_default_device(mx.cpu)
     task = get_task(task_name)
     chosen = task.select_workloads(b.tier)[:workloads]
-    contenders = side_by_side(task, b, chosen)
     llc = int(b.profile().get("llc_bytes") or (32 << 20))
-    for w in chosen:
-        plan = timing.plan(task, w, llc, b.is_gpu, memory_gb=b.profile().get("memory_gb"))
+    plans = [(w, timing.plan(task, w, llc, b.is_gpu, memory_gb=b.profile().get("memory_gb"))) for w in chosen]
+    return task, plans, side_by_side(task, b, chosen)
+
+
+def child(backend: str | None, task_name: str, workloads: int | None, budget_s: float) -> None:
+    """Measure one task's contenders twice in this process; print one JSON line a workload and contender."""
+    import mlx.core as mx
+
+    from ksearch.bench.fidelity import plain_times
+
+    task, plans, contenders = _contenders(backend, task_name, workloads)
+    for w, plan in plans:
         first = plain_times(task, w, contenders, plan.pool_sets, budget_s, run=plan.run)
         second = plain_times(task, w, contenders, plan.pool_sets, budget_s, run=plan.run)
         for name in contenders:
@@ -96,21 +107,10 @@ def trace_child(backend: str | None, task_name: str, workloads: int | None, seco
 
     import mlx.core as mx
 
-    from ksearch.backends import get_backend
-    from ksearch.bench.fidelity import side_by_side
-    from ksearch.harness import timing
     from ksearch.harness.pool import set_inputs
-    from ksearch.tasks import get_task
 
-    b = get_backend(backend)
-    if not b.is_gpu:
-        mx.set_default_device(mx.cpu)
-    task = get_task(task_name)
-    chosen = task.select_workloads(b.tier)[:workloads]
-    contenders = side_by_side(task, b, chosen)
-    llc = int(b.profile().get("llc_bytes") or (32 << 20))
-    for w in chosen:
-        plan = timing.plan(task, w, llc, b.is_gpu, memory_gb=b.profile().get("memory_gb"))
+    task, plans, contenders = _contenders(backend, task_name, workloads)
+    for w, plan in plans:
         base = set_inputs(task, w, 1, 0)
         pool = [base] + [set_inputs(task, w, 1, k, base) for k in range(1, plan.pool_sets)]
         params = dict(w.params)

@@ -116,9 +116,17 @@ def test_softmax_scale_is_made_once_per_head_dim():
     assert abs(s128.item() - 128 ** -0.5) < 1e-7 and abs(cuda_prefill.softmax_scale(64).item() - 0.125) < 1e-7
 
 
-def test_a_launch_splits_as_plan_does_and_refuses_what_the_kernel_does_not_take():
+@pytest.fixture
+def fresh_launches():
+    """Launches are kept per shapes and configuration: these tests start and end without any."""
     cuda_split_k._launch.cache_clear()
     cuda_split_k._checked_launch.cache_clear()
+    yield
+    cuda_split_k._launch.cache_clear()
+    cuda_split_k._checked_launch.cache_clear()
+
+
+def test_a_launch_splits_as_plan_does_and_refuses_what_the_kernel_does_not_take(fresh_launches):
     f16 = mx.float16
     kc = mx.zeros((2, 8, 1024, 128), dtype=f16)
     qd = mx.zeros((2, 32, 1, 128), dtype=f16)
@@ -134,13 +142,9 @@ def test_a_launch_splits_as_plan_does_and_refuses_what_the_kernel_does_not_take(
     assert cuda_split_k.launch_for(mx.zeros((2, 32, 2, 128), dtype=f16), kc, kc, cfg) is None
     assert cuda_split_k.launch_for(mx.zeros((2, 36, 1, 128), dtype=f16), kc, kc, cfg) is None  # 36 % 8
     assert cuda_split_k.launch_for(mx.zeros((2, 32, 1, 128), dtype=f16), kc[:, :2], kc[:, :2], cfg) is None  # G 16
-    cuda_split_k._launch.cache_clear()
-    cuda_split_k._checked_launch.cache_clear()
 
 
-def test_a_ring_that_does_not_fit_in_shared_memory_is_refused_before_anything_runs():
-    cuda_split_k._launch.cache_clear()
-    cuda_split_k._checked_launch.cache_clear()
+def test_a_ring_that_does_not_fit_in_shared_memory_is_refused_before_anything_runs(fresh_launches):
     f16 = mx.float16
     kc = mx.zeros((1, 8, 1024, 128), dtype=f16)
     q4 = mx.zeros((1, 32, 1, 128), dtype=f16)
@@ -155,11 +159,9 @@ def test_a_ring_that_does_not_fit_in_shared_memory_is_refused_before_anything_ru
         cuda_split_k.launch_for(q4, kc, kc, cuda_split_k.DecodeConfig(ring=3, unroll=2, fused=True))
     with pytest.raises(ValueError, match="2 steps at least"):
         cuda_split_k.launch_for(q4, kc, kc, cuda_split_k.DecodeConfig(ring=1))
-    cuda_split_k._launch.cache_clear()
-    cuda_split_k._checked_launch.cache_clear()
 
 
-def test_a_split_k_call_passes_one_view_and_v_whole(monkeypatch):
+def test_a_split_k_call_passes_one_view_and_v_whole(monkeypatch, fresh_launches):
     """A call's host work counts in full at small batch: the split kernel gets K as the only view (its shape carries
     the length) and V whole, and the merge gets the split's partials; nothing else is built."""
     calls = []
