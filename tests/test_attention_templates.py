@@ -14,7 +14,7 @@ from full import spread
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels.attention import metal_rows, mma_sync
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER
-from ksearch.kernels.decode import cuda_split_k, metal_split_k
+from ksearch.kernels.decode import cuda_split_k_text, metal_split_k
 from ksearch.policy.templates import attention as attn_t
 from ksearch.policy.templates import gqa_decode as dec_t
 
@@ -70,21 +70,21 @@ def _decode_units() -> list[str]:
     fam = next(f for f in dec_t.FAMILIES if f.id == "gqa_decode.cuda.split_k")
     combos = {(p["warps"], p["unroll"], p["prefetch"], 4 if p["group_heads"] else 1) for p in fam.all_params()}
     for i, (w, u, pf, g) in enumerate(spread(sorted(combos), 4)):
-        units.append(wrap(f"split{i}", cuda_split_k.SPLIT_SOURCE, "", ins, outs,
+        units.append(wrap(f"split{i}", cuda_split_k_text.SPLIT_SOURCE, "", ins, outs,
                           [("T", "float16"), ("D", 128), ("G", g), ("NW", w), ("U", u), ("PREFETCH", pf)]))
     for i, (ring, u, dt, d, g) in enumerate(spread([(3, 2, "float16", 128, 4), (4, 2, "bfloat16", 64, 8),
                                                     (2, 4, "float16", 128, 4)], 2)):
-        units.append(wrap(f"ring{i}", cuda_split_k.SPLIT_RING_SOURCE, "", ins, outs,
+        units.append(wrap(f"ring{i}", cuda_split_k_text.SPLIT_RING_SOURCE, "", ins, outs,
                           [("T", dt), ("D", d), ("G", g), ("NW", 4), ("U", u), ("PREFETCH", True), ("RING", ring)]))
     for k, (dt, d) in enumerate(spread(list(itertools.product(("float16", "bfloat16"), (64, 128))), 2)):
-        units.append(wrap(f"split_{dt}_{d}", cuda_split_k.SPLIT_SOURCE, "", ins, outs,
+        units.append(wrap(f"split_{dt}_{d}", cuda_split_k_text.SPLIT_SOURCE, "", ins, outs,
                           [("T", dt), ("D", d), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", True)]))
-        units.append(wrap(f"merge_{dt}_{d}", cuda_split_k.MERGE_SOURCE, "", outs, [("o", "T")],
+        units.append(wrap(f"merge_{dt}_{d}", cuda_split_k_text.MERGE_SOURCE, "", outs, [("o", "T")],
                           [("T", dt), ("D", d), ("G", 4)]))
         for g in ((1, 8), (4,))[k]:  # the fused merge's lanes cover G x D / 4 float4s: under a warp to 8 a lane
-            units.append(wrap(f"fused_{dt}_{d}_{g}", cuda_split_k.FUSED_SOURCE, "", ins, [("o", "T"), ("work", "float32")],
+            units.append(wrap(f"fused_{dt}_{d}_{g}", cuda_split_k_text.FUSED_SOURCE, "", ins, [("o", "T"), ("work", "float32")],
                               [("T", dt), ("D", d), ("G", g), ("NW", 4), ("U", 4), ("PREFETCH", True)]))
-    return [cuda_split_k.HEADER, *units]
+    return [cuda_split_k_text.HEADER, *units]
 
 
 def _flash_units() -> list[str]:

@@ -93,7 +93,7 @@ DECODE_SPLIT_SOURCE = r"""
     }
 """
 
-# One threadgroup of D threads per (batch, query head), as in cuda_split_k.MERGE_SOURCE: the splits' weights
+# One threadgroup of D threads per (batch, query head), as in cuda_split_k_text.MERGE_SOURCE: the splits' weights
 # exp2(max_s - max) go through threadgroup memory a tile of D splits at a time, so a thread's reads of the partial
 # accumulators do not wait on each other (walking the splits one read after another took 11-21 us at B 1 on the H200,
 # the tiles 6-8 us; on Apple GPUs not measured).

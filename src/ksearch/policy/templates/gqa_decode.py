@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ksearch.kernels.decode import cuda_split_k, metal_split_k
+from ksearch.kernels.decode import cuda_split_k_text, metal_split_k
 from ksearch.policy.templates.base import TemplateFamily
 
 _OPS_FALLBACK = '''
@@ -64,9 +64,9 @@ import math
 
 import mlx.core as mx
 
-HEADER = {cuda_split_k.HEADER!r}
-SOURCE = {(cuda_split_k.FUSED_SOURCE if fused else cuda_split_k.SPLIT_SOURCE)!r}
-MERGE = {cuda_split_k.MERGE_SOURCE!r}
+HEADER = {cuda_split_k_text.HEADER!r}
+SOURCE = {(cuda_split_k_text.FUSED_SOURCE if fused else cuda_split_k_text.SPLIT_SOURCE)!r}
+MERGE = {cuda_split_k_text.MERGE_SOURCE!r}
 {kernels}
 {_OPS_FALLBACK}
 
