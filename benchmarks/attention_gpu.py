@@ -24,16 +24,17 @@ from ksearch.bench.timing import time_rounds  # noqa: E402
 from ksearch.kernels.attention.mma_sync import PrefillConfig, attention_cuda  # noqa: E402
 from ksearch.kernels.attention.wgmma import WgmmaConfig, attention_wgmma  # noqa: E402
 from ksearch.kernels.attention.wgmma_ws import WsConfig, attention_wgmma_ws  # noqa: E402
-from ksearch.kernels.decode import decode  # noqa: E402
+from ksearch.kernels.decode import cuda_split_k, decode  # noqa: E402
 from ksearch.kernels.decode.cuda_cluster import ClusterConfig  # noqa: E402
 from ksearch.kernels.decode.cuda_split_k import DecodeConfig  # noqa: E402
 from ksearch.kernels.device import hopper  # noqa: E402
 
-DECODE_CONFIGS = [DecodeConfig(),  # the library default: 4 warps, 4 steps in flight, separate merge kernel
+DECODE_CONFIGS = [DecodeConfig(),  # 4 warps, 4 steps in flight in registers, separate merge kernel
                   DecodeConfig(fused=True), DecodeConfig(group_heads=False),
                   DecodeConfig(unroll=2, target_blocks=528, min_chunk=256), DecodeConfig(warps=8, unroll=2)]
-# Split-K with the steps' rows through a ring in shared memory (cp.async): 3 and 4 steps of 2 keys a lane.
-RING_CONFIGS = [DecodeConfig(ring=3, unroll=2), DecodeConfig(ring=4, unroll=2)]
+# Split-K with the steps' rows through a ring in shared memory (cp.async): the library default (2 steps of 4 keys a
+# lane), 3 and 4 steps of 2.
+RING_CONFIGS = [cuda_split_k.DEFAULT, DecodeConfig(ring=3, unroll=2), DecodeConfig(ring=4, unroll=2)]
 # The tensor-core decode without clusters (safe under MLX's CUDA graphs; Hopper): the default and 4 + 2 warps.
 MMA_CONFIGS = [ClusterConfig(cluster=False), ClusterConfig(consumers=4, producers=2, cluster=False)]
 PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), PrefillConfig(64, 64, False),
@@ -190,7 +191,7 @@ def versus_native(out: str, texts: list[str]) -> None:
     from ksearch.kernels.decode import native_decode
 
     try:  # `mma` or `mma:FIELD=VALUE,...`: the tensor-core kernel without clusters (cuda_cluster.py, cluster=False)
-        configs = [DecodeConfig()] + [ClusterConfig.parse_mma_split(t[4:]) if t.split(":")[0] == "mma"
+        configs = [cuda_split_k.DEFAULT] + [ClusterConfig.parse_mma_split(t[4:]) if t.split(":")[0] == "mma"
                                       else DecodeConfig.parse(t) for t in texts]
     except ValueError as exc:
         raise SystemExit(str(exc)) from None

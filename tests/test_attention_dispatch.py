@@ -161,6 +161,27 @@ def test_a_ring_that_does_not_fit_in_shared_memory_is_refused_before_anything_ru
         cuda_split_k.launch_for(q4, kc, kc, cuda_split_k.DecodeConfig(ring=1))
 
 
+def test_the_library_takes_its_ring_where_it_fits_and_the_registers_where_it_does_not(monkeypatch, fresh_launches):
+    f16 = mx.float16
+    kc = mx.zeros((1, 8, 1024, 128), dtype=f16)
+    q4, q8 = mx.zeros((1, 32, 1, 128), dtype=f16), mx.zeros((1, 64, 1, 128), dtype=f16)
+    assert kd.decode_config(q4, kc, 1000) == cuda_split_k.DEFAULT and cuda_split_k.DEFAULT.ring == 2
+    assert cuda_split_k.DEFAULT.shared_bytes(4, 128) <= cuda_split_k.MAX_STATIC_SHARED
+    # G 8 at D 128: the ring and the warps' merge need more than MLX's 48 KB, so the same steps in registers.
+    assert cuda_split_k.DEFAULT.shared_bytes(8, 128) > cuda_split_k.MAX_STATIC_SHARED
+    assert kd.decode_config(q8, kc, 1000) == cuda_split_k.PLAIN and cuda_split_k.PLAIN.ring == 0
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    for q, ring in ((q4, ("RING", 2)), (q8, None)):
+        name, _ = kd.decode_plan(q, kc, kc, 1000)
+        launch = cuda_split_k.launch_for(q, kc, kc, kd.decode_config(q, kc, 1000))
+        assert name == "split_k" and launch is not None
+        assert (ring in launch.template) if ring else not any(k == "RING" for k, _ in launch.template)
+    fused = cuda_split_k.launch_for(q4, kc, kc, cuda_split_k.DecodeConfig(fused=True))
+    assert fused is not None
+    with pytest.raises(ValueError, match="no partials"):
+        cuda_split_k.split_partials(fused, q4, kc, kc, 1000)
+
+
 def test_a_split_k_call_passes_one_view_and_v_whole(monkeypatch, fresh_launches):
     """A call's host work counts in full at small batch: the split kernel gets K as the only view (its shape carries
     the length) and V whole, and the merge gets the split's partials; nothing else is built."""

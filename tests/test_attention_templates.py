@@ -134,6 +134,9 @@ def _gpu_renders():
             if backend in fam.backends:
                 params = fam.all_params()
                 out += [(fam, backend, fam.default()), (fam, backend, params[-1])]
+                # The shared-memory ring renders a second split kernel and a choice between the two.
+                ringed = [p for p in params if p.get("ring")]
+                out += [(fam, backend, ringed[-1])] if ringed else []
     return out
 
 

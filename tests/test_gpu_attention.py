@@ -47,6 +47,9 @@ def _samples():
         if "mlx-cuda" in fam.backends:
             params = fam.all_params()
             out += [(fam, fam.default()), (fam, params[len(params) // 2]), (fam, params[-1])]
+            # The library decode's configuration (its kernels through a shared-memory ring) as a rendered candidate.
+            out += [(fam, p) for p in params if p.get("ring") and p["warps"] == 4 and p["unroll"] == 4
+                    and p["target_blocks"] == 1056 and p["min_chunk"] == 512 and p["group_heads"] and p["prefetch"]]
     return out
 
 

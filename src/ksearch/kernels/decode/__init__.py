@@ -20,9 +20,10 @@ from ksearch.kernels.decode.cuda_split_k import DecodeConfig
 
 def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
     """The library's configuration: the sweep's best on the H200 over B 1/8/16 x 4k/16k/32k
-    (benchmarks/results/decode-config-sweep-*.json), with 512-key chunks at least
-    (decode-versus-native-queued-*.json). One instance: a call's Python work counts at B 1."""
-    return cuda_split_k.DEFAULT
+    (benchmarks/results/decode-config-sweep-*.json), with 512-key chunks at least and the steps' rows through a
+    shared-memory ring where it fits (decode-versus-native-queued-*.json). Kept per (G, D): a call's Python work
+    counts at B 1."""
+    return cuda_split_k.default_for(q.shape[1] // k_cache.shape[1], q.shape[-1])
 
 
 def native_decode(q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:

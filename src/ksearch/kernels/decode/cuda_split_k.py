@@ -81,7 +81,7 @@ def parse_fields(cls: type, text: str) -> dict[str, Any]:
 
 def supports(q: Any, k_cache: Any, length: int) -> bool:
     """Whether the kernel takes q against positions [0, length) of this cache (launch_for's checks)."""
-    return launch_for(q, k_cache, k_cache, DEFAULT) is not None and 0 < length <= k_cache.shape[2]
+    return launch_for(q, k_cache, k_cache, PLAIN) is not None and 0 < length <= k_cache.shape[2]
 
 
 def plan(blocks: int, length: int, d: int, cfg: DecodeConfig) -> tuple[int, int]:
@@ -186,15 +186,26 @@ def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) ->
                   (nt, 1, 1), nt, merge)
 
 
-DEFAULT = DecodeConfig()
 #: Static shared memory a block may declare (MLX's custom kernels set no larger dynamic size).
 MAX_STATIC_SHARED = 48 * 1024
+#: The library's configuration: 4 warps, 4 steps in flight through a ring of 2 steps in shared memory
+#: (benchmarks/results/decode-versus-native-queued-ring-*.json), where that fits in MLX's 48 KB (G <= 4 at D 128).
+DEFAULT = DecodeConfig(ring=2)
+#: The same steps in flight in registers: where DEFAULT's ring does not fit.
+PLAIN = DecodeConfig()
+
+
+@lru_cache(maxsize=64)
+def default_for(g: int, d: int) -> DecodeConfig:
+    """DEFAULT where its shared memory fits a block of G query heads of D, PLAIN elsewhere."""
+    return DEFAULT if DEFAULT.shared_bytes(g, d) <= MAX_STATIC_SHARED else PLAIN
 
 
 def decode_cuda(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: DecodeConfig | None = None) -> Any:
     """v_cache must have k_cache's shape (decode_plan checks)."""
     b, hq, _, d = q.shape
-    return decode_with(_launch(b, hq, k_cache.shape[1], d, q.dtype, cfg or DEFAULT), q, k_cache, v_cache, length)
+    hkv = k_cache.shape[1]
+    return decode_with(_launch(b, hq, hkv, d, q.dtype, cfg or default_for(hq // hkv, d)), q, k_cache, v_cache, length)
 
 
 def decode_with(launch: Launch, q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
@@ -203,20 +214,30 @@ def decode_with(launch: Launch, q: Any, k_cache: Any, v_cache: Any, length: int)
     import mlx.core as mx
 
     split, merge = _kernels(launch.cfg)
-    nsplit = launch.nsplit(length)
-    # Views, not copies: the kernel reads strides, and the K view's shape tells it the length (no per-call scalars).
-    inputs = [q, k_cache[:, :, :length], v_cache]
-    grid = (launch.blocks * launch.threads, nsplit, 1)
-    blocks, g, d = launch.blocks, launch.g, launch.d
     if launch.cfg.fused:
-        return split(inputs=inputs, output_shapes=[q.shape, (work_floats(blocks, nsplit, g, d),)],
-                     output_dtypes=[q.dtype, mx.float32], init_value=0, grid=grid, threadgroup=launch.threadgroup,
-                     template=launch.template)[0]
-    part_acc, part_ml = split(
-        inputs=inputs, output_shapes=[(blocks, nsplit, g, d), (blocks, nsplit, g, 2)],
-        output_dtypes=[mx.float32, mx.float32], grid=grid, threadgroup=launch.threadgroup, template=launch.template)
+        nsplit = launch.nsplit(length)
+        return split(inputs=[q, k_cache[:, :, :length], v_cache],
+                     output_shapes=[q.shape, (work_floats(launch.blocks, nsplit, launch.g, launch.d),)],
+                     output_dtypes=[q.dtype, mx.float32], init_value=0, grid=(launch.blocks * launch.threads, nsplit, 1),
+                     threadgroup=launch.threadgroup, template=launch.template)[0]
     assert merge is not None
-    return merge(inputs=[part_acc, part_ml], **launch.merge)[0]
+    return merge(inputs=list(split_partials(launch, q, k_cache, v_cache, length)), **launch.merge)[0]
+
+
+def split_partials(launch: Launch, q: Any, k_cache: Any, v_cache: Any, length: int) -> tuple[Any, Any]:
+    """The split kernel's (part_acc, part_ml), as merge_partials takes them (also to time the split kernel alone)."""
+    import mlx.core as mx
+
+    if launch.cfg.fused:
+        raise ValueError("the fused kernel merges in its own launch: it has no partials to return")
+    nsplit = launch.nsplit(length)
+    blocks, g, d = launch.blocks, launch.g, launch.d
+    # Views, not copies: the kernel reads strides, and the K view's shape tells it the length (no per-call scalars).
+    part_acc, part_ml = _kernels(launch.cfg)[0](
+        inputs=[q, k_cache[:, :, :length], v_cache], output_shapes=[(blocks, nsplit, g, d), (blocks, nsplit, g, 2)],
+        output_dtypes=[mx.float32, mx.float32], grid=(blocks * launch.threads, nsplit, 1),
+        threadgroup=launch.threadgroup, template=launch.template)
+    return part_acc, part_ml
 
 
 def merge_partials(part_acc: Any, part_ml: Any, q: Any) -> Any:

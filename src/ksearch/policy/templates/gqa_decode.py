@@ -25,10 +25,25 @@ def _ops(q, k_cache, v_cache, length):
 '''
 
 
+def _split_call(kernel: str, template: str, indent: str) -> str:
+    # A literal template list in each call: the project's linter reads the kernel's template arguments from it.
+    return f'''{indent}part_acc, part_ml = {kernel}(
+{indent}    inputs=[q, k, v], template={template},
+{indent}    grid=(blocks * nt, nsplit, 1), threadgroup=(nt, 1, 1),
+{indent}    output_shapes=[(blocks, nsplit, g, d), (blocks, nsplit, g, 2)],
+{indent}    output_dtypes=[mx.float32, mx.float32])
+'''
+
+
 def render_cuda(p: dict[str, Any]) -> str:
     fused = bool(p["fused"])
+    ring = int(p.get("ring", 0))
     tmpl = (f'[("T", q.dtype), ("D", d), ("G", g), ("NW", {p["warps"]}), ("U", {p["unroll"]}), '
             f'("PREFETCH", {p["prefetch"]})]')
+    # The ring's static shared memory beside the warps' merge (DecodeConfig.shared_bytes): past MLX's 48 KB a block
+    # (G 8 at D 128) the same steps go through registers.
+    ring_bytes = ring * 2 * p["unroll"] * p["warps"] * 32 * 16
+    ring_tmpl = tmpl[:-1] + f', ("RING", {ring})]'
     # Literal template lists and module-level kernel names keep the candidate readable by the project's linter.
     if fused:
         kernels = '''_kernel = mx.fast.cuda_kernel(name="gqa_decode_fused", input_names=["q", "k", "v"],
@@ -50,16 +65,22 @@ def _work_floats(blocks, nsplit, g, d):
                              ensure_row_contiguous=False)
 _merge = mx.fast.cuda_kernel(name="gqa_lse_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
                              source=MERGE)'''
-        launch = f'''    part_acc, part_ml = _split(
-        inputs=[q, k, v], template={tmpl},
-        grid=(blocks * nt, nsplit, 1), threadgroup=(nt, 1, 1),
-        output_shapes=[(blocks, nsplit, g, d), (blocks, nsplit, g, 2)], output_dtypes=[mx.float32, mx.float32])
-    return _merge(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
+        launch = _split_call("_split", tmpl, "    ")
+        if ring:
+            kernels += '''
+_ring = mx.fast.cuda_kernel(name="gqa_split_k_ring", input_names=["q", "k", "v"],
+                            output_names=["part_acc", "part_ml"], source=RING_SOURCE, header=HEADER,
+                            ensure_row_contiguous=False)'''
+            launch = (f'''    if {p["warps"]} * g * (d + 2) * 4 + {ring_bytes} <= 48 * 1024:
+''' + _split_call("_ring", ring_tmpl, "        ") + '''    else:
+''' + _split_call("_split", tmpl, "        "))
+        launch += '''    return _merge(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
                   grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
                   output_dtypes=[q.dtype])[0]'''
     return f'''# gqa_decode.cuda.split_k {p}
 # Split-K flash-decoding: (batch, head block, split) blocks, 16-byte loads, online softmax in exp2, then a log-sum-exp
-# merge: by the last block to finish (fused, one launch) or by a second kernel.
+# merge: by the last block to finish (fused, one launch) or by a second kernel. With a ring, each lane's rows come
+# through shared memory by cp.async, ring - 1 steps ahead.
 import math
 
 import mlx.core as mx
@@ -67,6 +88,7 @@ import mlx.core as mx
 HEADER = {cuda_split_k_text.HEADER!r}
 SOURCE = {(cuda_split_k_text.FUSED_SOURCE if fused else cuda_split_k_text.SPLIT_SOURCE)!r}
 MERGE = {cuda_split_k_text.MERGE_SOURCE!r}
+RING_SOURCE = {(cuda_split_k_text.SPLIT_RING_SOURCE if ring else "")!r}
 {kernels}
 {_OPS_FALLBACK}
 
@@ -185,9 +207,10 @@ FAMILIES = [
                   "online_softmax", "exp2_trick", "loop_unrolling", "double_buffering", "fused_epilogue"),
         # First choices: one block per query head, no split, no prefetch: the naive starter with 16-byte loads.
         params={"group_heads": (False, True), "target_blocks": (1, 264, 528, 1056, 2112), "unroll": (1, 2, 4, 8),
-                "prefetch": (False, True), "warps": (4, 2, 8), "min_chunk": (128, 256, 512), "fused": (False, True)},
+                "prefetch": (False, True), "warps": (4, 2, 8), "min_chunk": (128, 256, 512), "fused": (False, True),
+                "ring": (0, 2)},
         render=render_cuda,
-        valid=lambda p: p["warps"] * p["unroll"] <= 32,
+        valid=lambda p: p["warps"] * p["unroll"] <= 32 and not (p["ring"] and p["fused"]),
         description="split-K flash-decoding with an LSE merge (last block or a kernel); GQA heads grouped per block"),
     TemplateFamily(
         id="gqa_decode.metal.split_k", tasks=("gqa_decode",), backends=("mlx-metal",),

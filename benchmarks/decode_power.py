@@ -1,0 +1,177 @@
+"""Decode calls in a sustained stream, with the board's power, SM clock and throttle reasons sampled by nvidia-smi.
+
+Nsight Compute times one kernel at a time, the board idle around it; a decode step in a model, and `ksearch bench
+decode`, run the calls back to back, where a memory-bound kernel at B 8-16 can hold the board at its power limit and
+the clock drops. Per shape and contender (MLX's attention on the cache slices, the library decode, its split kernel
+without the merge, other split-K configurations): ten calls queued before each evaluation for SECONDS, the time a call,
+and over that window the median and largest power, the median SM clock, and the share of samples in which the driver
+reported the software power cap (throttle reason bit 0x4). Beside it, one call waited for alone (the median of 30).
+
+    python benchmarks/decode_power.py OUT_DIR [--shapes 16x16384,1x4096] [--seconds 2] [--configs ring=0 ...]
+
+Hq 32, Hkv 8, D 128, fp16, capacity = length + 256. Writes decode-power-*.json to OUT_DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+POWER_CAP = 0x4  # nvmlClocksThrottleReasonSwPowerCap
+QUERY = "power.draw,clocks.sm,clocks_event_reasons.active"
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """`16x16384,1x4096` -> [(16, 16384), (1, 4096)]; ValueError naming the part it cannot read."""
+    out = []
+    for part in text.split(","):
+        try:
+            b, length = (int(x) for x in part.split("x"))
+        except ValueError:
+            raise ValueError(f"shape {part!r}: write BxLENGTH, e.g. 16x16384") from None
+        if b < 1 or length < 1:
+            raise ValueError(f"shape {part!r}: batch and length must be positive")
+        out.append((b, length))
+    return out
+
+
+def parse_sample(line: str, at: float) -> tuple[float, float, float, int] | None:
+    """One `nvidia-smi --format=csv,noheader,nounits` line of QUERY -> (time, watts, MHz, reasons); None where the
+    driver reports a field as unavailable."""
+    try:
+        watts, mhz, reasons = (x.strip() for x in line.split(","))
+        return at, float(watts), float(mhz), int(reasons, 16)
+    except ValueError:
+        return None
+
+
+def window_stats(samples: list[tuple[float, float, float, int]], start: float, end: float) -> dict[str, Any]:
+    """Power, clock and power-cap share over the samples taken in [start, end]."""
+    inside = [s for s in samples if start <= s[0] <= end]
+    if not inside:
+        return {"samples": 0}
+    return {"samples": len(inside), "power_w_median": statistics.median(s[1] for s in inside),
+            "power_w_max": max(s[1] for s in inside), "sm_mhz_median": statistics.median(s[2] for s in inside),
+            "power_capped_share": sum(1 for s in inside if s[3] & POWER_CAP) / len(inside)}
+
+
+class Sampler:
+    """nvidia-smi every `period_ms`, each line stamped with this process's clock as it arrives."""
+
+    def __init__(self, period_ms: int = 100) -> None:
+        self.samples: list[tuple[float, float, float, int]] = []
+        self._proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
+                                       f"-lms={period_ms}"], stdout=subprocess.PIPE, text=True)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            sample = parse_sample(line, time.time())
+            if sample is not None:
+                self.samples.append(sample)
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        self._proc.wait(timeout=10)
+
+
+def contenders(q: Any, kc: Any, vc: Any, length: int, configs: list[Any]) -> dict[str, Callable[[], Any]]:
+    from ksearch.kernels.decode import decode, decode_config, native_decode
+    from ksearch.kernels.decode.cuda_split_k import launch_for, split_partials
+
+    launch = launch_for(q, kc, vc, decode_config(q, kc, length))
+    assert launch is not None, "the library's split-K kernel does not take these shapes"
+    calls: dict[str, Callable[[], Any]] = {
+        "native": lambda: native_decode(q, kc, vc, length),
+        "library": lambda: decode(q, kc, vc, length),
+        "library split kernel alone": lambda: split_partials(launch, q, kc, vc, length)[0]}
+    for cfg in configs:
+        calls[repr(cfg)] = lambda c=cfg: decode(q, kc, vc, length, config=c)
+    return calls
+
+
+def sustained(fn: Callable[[], Any], seconds: float) -> tuple[float, float, float]:
+    """(time a call, window start, window end), ten calls queued before each evaluation."""
+    import mlx.core as mx
+
+    mx.eval([fn() for _ in range(10)])
+    mx.synchronize()
+    start = time.time()
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        mx.eval([fn() for _ in range(10)])
+        n += 10
+    mx.synchronize()
+    return (time.perf_counter() - t0) / n, start, time.time()
+
+
+def waited(fn: Callable[[], Any], reps: int = 30) -> float:
+    import mlx.core as mx
+
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        mx.eval(fn())
+        mx.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="directory for decode-power-*.json")
+    ap.add_argument("--shapes", default="16x16384,8x16384,1x4096", help="BxLENGTH,...")
+    ap.add_argument("--seconds", type=float, default=2.0, help="sustained stream per contender and shape")
+    ap.add_argument("--configs", nargs="*", default=["ring=0"], help="split-K configurations besides the library's")
+    args = ap.parse_args()
+    from ksearch.kernels.decode.cuda_split_k import DecodeConfig
+
+    try:
+        shapes = parse_shapes(args.shapes)
+        configs = [DecodeConfig.parse(c) for c in args.configs]
+    except ValueError as exc:
+        raise SystemExit(f"decode_power: {exc} (configurations as ring=0,unroll=2)") from None
+    if shutil.which("nvidia-smi") is None:
+        raise SystemExit("decode_power: nvidia-smi is not on the PATH; run this on the CUDA machine")
+    import mlx.core as mx
+
+    from ksearch.backends import get_backend
+    from ksearch.bench.results import make_result, write_result
+
+    sampler = Sampler()
+    figures = []
+    try:
+        for b, length in shapes:
+            mx.random.seed(0)
+            q = mx.random.normal((b, 32, 1, 128)).astype(mx.float16)
+            kc, vc = (mx.random.normal((b, 8, length + 256, 128)).astype(mx.float16) for _ in range(2))
+            mx.eval(q, kc, vc)
+            kv = 2 * b * 8 * length * 128 * 2
+            for rnd in range(2):  # two rounds in turn: the second shows whether the first one's order mattered
+                for name, fn in contenders(q, kc, vc, length, configs).items():
+                    per_call, start, end = sustained(fn, args.seconds)
+                    row = {"B": b, "length": length, "contender": name, "round": rnd, "per_call_s": per_call,
+                           "waited_s": waited(fn), "tbs": kv / per_call / 1e12,
+                           **window_stats(sampler.samples, start, end)}
+                    figures.append(row)
+                    print(f"{b:>2} {length:>6} {name[:48]:<48} {per_call * 1e6:7.1f} us  {row['tbs']:.2f} TB/s  "
+                          f"{row.get('power_w_median', 0):5.0f} W  {row.get('sm_mhz_median', 0):5.0f} MHz  "
+                          f"capped {row.get('power_capped_share', 0):.0%}", flush=True)
+    finally:
+        sampler.stop()
+    data = make_result("decode-power", get_backend("mlx-cuda"), figures, [list(s) for s in shapes], ["float16"],
+                       notes=f"ten calls queued per evaluation for {args.seconds} s per contender; nvidia-smi every "
+                             "100 ms; power_capped_share: samples with throttle reason 0x4 (software power cap)")
+    print(write_result(data, args.out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
