@@ -24,7 +24,7 @@ from ksearch.bench.timing import time_rounds  # noqa: E402
 from ksearch.kernels.attention.mma_sync import PrefillConfig, attention_cuda  # noqa: E402
 from ksearch.kernels.attention.wgmma import WgmmaConfig, attention_wgmma  # noqa: E402
 from ksearch.kernels.attention.wgmma_ws import WsConfig, attention_wgmma_ws  # noqa: E402
-from ksearch.kernels.decode import cuda_split_k, decode  # noqa: E402
+from ksearch.kernels.decode import cuda_split_k, decode, parse_config  # noqa: E402
 from ksearch.kernels.decode.cuda_cluster import ClusterConfig  # noqa: E402
 from ksearch.kernels.decode.cuda_split_k import DecodeConfig  # noqa: E402
 from ksearch.kernels.device import hopper  # noqa: E402
@@ -191,8 +191,7 @@ def versus_native(out: str, texts: list[str]) -> None:
     from ksearch.kernels.decode import native_decode
 
     try:  # `mma` or `mma:FIELD=VALUE,...`: the tensor-core kernel without clusters (cuda_cluster.py, cluster=False)
-        configs = [cuda_split_k.DEFAULT] + [ClusterConfig.parse_mma_split(t[4:]) if t.split(":")[0] == "mma"
-                                      else DecodeConfig.parse(t) for t in texts]
+        configs = [cuda_split_k.DEFAULT] + [parse_config(t) for t in texts]
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     figures, shapes = [], []

@@ -3,11 +3,11 @@
 Nsight Compute times one kernel at a time, the board idle around it; a decode step in a model, and `ksearch bench
 decode`, run the calls back to back, where a memory-bound kernel at B 8-16 can hold the board at its power limit and
 the clock drops. Per shape and contender (MLX's attention on the cache slices, the library decode, its split kernel
-without the merge, other split-K configurations): ten calls queued before each evaluation for SECONDS, the time a call,
+without the merge, other split-K configurations, the tensor-core kernel): ten calls queued before each evaluation for SECONDS, the time a call,
 and over that window the median and largest power, the median SM clock, and the share of samples in which the driver
 reported the software power cap (throttle reason bit 0x4). Beside it, one call waited for alone (the median of 30).
 
-    python benchmarks/decode_power.py OUT_DIR [--shapes 16x16384,1x4096] [--seconds 2] [--configs ring=0 ...]
+    python benchmarks/decode_power.py OUT_DIR [--shapes 16x16384,1x4096] [--seconds 2] [--configs ring=0 mma ...]
 
 Hq 32, Hkv 8, D 128, fp16, capacity = length + 256. Writes decode-power-*.json to OUT_DIR.
 """
@@ -130,15 +130,16 @@ def main() -> None:
     ap.add_argument("out", help="directory for decode-power-*.json")
     ap.add_argument("--shapes", default="16x16384,8x16384,1x4096", help="BxLENGTH,...")
     ap.add_argument("--seconds", type=float, default=2.0, help="sustained stream per contender and shape")
-    ap.add_argument("--configs", nargs="*", default=["ring=0"], help="split-K configurations besides the library's")
+    ap.add_argument("--configs", nargs="*", default=["ring=0", "mma"],
+                    help="split-K configurations besides the library's; `mma[:FIELD=VALUE,...]` the tensor-core kernel")
     args = ap.parse_args()
-    from ksearch.kernels.decode.cuda_split_k import DecodeConfig
+    from ksearch.kernels.decode import parse_config
 
     try:
         shapes = parse_shapes(args.shapes)
-        configs = [DecodeConfig.parse(c) for c in args.configs]
+        configs = [parse_config(c) for c in args.configs]
     except ValueError as exc:
-        raise SystemExit(f"decode_power: {exc} (configurations as ring=0,unroll=2)") from None
+        raise SystemExit(f"decode_power: {exc} (configurations as ring=0,unroll=2 or mma:consumers=4)") from None
     if shutil.which("nvidia-smi") is None:
         raise SystemExit("decode_power: nvidia-smi is not on the PATH; run this on the CUDA machine")
     import mlx.core as mx

@@ -207,3 +207,15 @@ def test_a_split_k_call_passes_one_view_and_v_whole(monkeypatch, fresh_launches)
     nsplit = cuda_split_k.plan(16, 4321, 128, cuda_split_k.DEFAULT)[0]
     assert split_shapes == [(16, nsplit, 4, 128), (16, nsplit, 4, 2)]
     assert split_launch["grid"] == (16 * 128, nsplit, 1) and merge_launch["grid"] == (2 * 32 * 128, 1, 1)
+
+
+def test_a_configuration_reads_as_split_k_fields_or_the_tensor_core_kernel():
+    from ksearch.kernels.decode.cuda_cluster import ClusterConfig
+
+    assert kd.parse_config("ring=0,unroll=2") == cuda_split_k.DecodeConfig(ring=0, unroll=2)
+    assert kd.parse_config("mma") == ClusterConfig(cluster=False)
+    assert kd.parse_config("mma:consumers=4,producers=2") == ClusterConfig(consumers=4, producers=2, cluster=False)
+    with pytest.raises(ValueError, match="nope"):
+        kd.parse_config("nope=1")
+    with pytest.raises(ValueError, match="nope"):
+        kd.parse_config("mma:nope=1")

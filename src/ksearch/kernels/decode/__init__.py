@@ -26,6 +26,14 @@ def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
     return cuda_split_k.default_for(q.shape[1] // k_cache.shape[1], q.shape[-1])
 
 
+def parse_config(text: str) -> DecodeConfig | ClusterConfig:
+    """`mma` or `mma:FIELD=VALUE,...` -> the tensor-core kernel without clusters (graph-safe); otherwise split-K's
+    fields (`ring=0,unroll=2`). ValueError naming the field it cannot read."""
+    if text.split(":")[0] == "mma":
+        return ClusterConfig.parse_mma_split(text[4:])
+    return DecodeConfig.parse(text)
+
+
 def native_decode(q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
     import mlx.core as mx
 

@@ -211,6 +211,8 @@ FAMILIES = [
                 "ring": (0, 2)},
         render=render_cuda,
         valid=lambda p: p["warps"] * p["unroll"] <= 32 and not (p["ring"] and p["fused"]),
+        # Double buffering on sm_80+: each lane's next rows copied into shared memory by cp.async (the library's ring).
+        pattern_params={"double_buffering": {"ring": (2,), "fused": (False,)}},
         description="split-K flash-decoding with an LSE merge (last block or a kernel); GQA heads grouped per block"),
     TemplateFamily(
         id="gqa_decode.metal.split_k", tasks=("gqa_decode",), backends=("mlx-metal",),
