@@ -45,6 +45,8 @@ WS_COMBOS += [("float16", 128, 3, 64, c, 3, 4, False) for c in (False, True)]
 WS_COMBOS += [("bfloat16", 64, 3, 64, True, 3, 4, False)]
 # K / V by bulk copies from tile images
 WS_COMBOS += [("float16", 128, 3, 64, c, 3, 4, True) for c in (False, True)] + [("bfloat16", 64, 3, 64, True, 3, 4, True)]
+# ... two consumer warpgroups on 128-key tiles (168 registers, no spills at either head dim)
+WS_COMBOS += [("float16", 128, 2, 128, c, 3, 4, True) for c in (False, True)] + [("bfloat16", 64, 2, 128, True, 4, 4, True)]
 # ... with the consumer warpgroups taking turns (ping-pong)
 PP_COMBOS = [("float16", 128, 3, 64, c, 4, 4, True) for c in (False, True)] + [("bfloat16", 64, 2, 64, True, 4, 4, True)]
 COMBOS = [("float16", 128, wg, bn, c) for wg, bn, c in itertools.product((1, 2, 3), (64, 128), (False, True))
