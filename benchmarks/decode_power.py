@@ -2,10 +2,12 @@
 
 Nsight Compute times one kernel at a time, the board idle around it; a decode step in a model, and `ksearch bench
 decode`, run the calls back to back, where a memory-bound kernel at B 8-16 can hold the board at its power limit and
-the clock drops. Per shape and contender (MLX's attention on the cache slices, the library decode, its split kernel
-without the merge, other split-K configurations, the tensor-core kernel): ten calls queued before each evaluation for SECONDS, the time a call,
-and over that window the median and largest power, the median SM clock, and the share of samples in which the driver
-reported the software power cap (throttle reason bit 0x4). Beside it, one call waited for alone (the median of 30).
+the clock drops. Per shape and contender (MLX's attention on the cache slices, the library decode, its split
+kernel without the merge, other split-K configurations, the tensor-core kernel): ten calls queued before each
+evaluation for SECONDS, the time a call, and over that window the median and largest power, the median SM clock, the
+share of samples in which the driver reported the software power cap (throttle reason bit 0x4), and from them the
+board's energy a call and the K/V bytes read per joule (the whole board's, idle draw included). Beside it, one call
+waited for alone (the median of 30).
 
     python benchmarks/decode_power.py OUT_DIR [--shapes 16x16384,1x4096] [--seconds 2] [--configs ring=0 mma ...]
 
@@ -162,6 +164,9 @@ def main() -> None:
                     row = {"B": b, "length": length, "contender": name, "round": rnd, "per_call_s": per_call,
                            "waited_s": waited(fn), "tbs": kv / per_call / 1e12,
                            **window_stats(sampler.samples, start, end)}
+                    if "power_w_median" in row:  # the board's energy a call, and K/V bytes read per joule
+                        row["joules_per_call"] = row["power_w_median"] * per_call
+                        row["gb_per_joule"] = kv / 1e9 / row["joules_per_call"]
                     figures.append(row)
                     print(f"{b:>2} {length:>6} {name[:48]:<48} {per_call * 1e6:7.1f} us  {row['tbs']:.2f} TB/s  "
                           f"{row.get('power_w_median', 0):5.0f} W  {row.get('sm_mhz_median', 0):5.0f} MHz  "
