@@ -19,6 +19,8 @@
 #   decode                          `ksearch bench decode`, check-decode, the configuration sweep, MLX-CUDA overheads
 #   decode-versus-native [CONFIG...]  split-K configurations (e.g. warps=8,unroll=4) beside native on `bench decode`'s
 #                                   shapes, each call synchronised, or `--queued` (attention_gpu.py versus-native)
+#   decode-power [CONFIG...]        decode calls back to back with the board's power, clock and power-cap share
+#                                   sampled (decode_power.py; default contenders: ring=0 mma beside the library)
 #   decode-cluster                  the opt-in cluster decode with CUDA graphs off: check, sweep, bench; the hazard
 #   mamba                           `ksearch bench mamba` on the default and on the fused layout
 #   scan                            scan / decode-step micro benchmark; the best scan kernel through the harness
@@ -324,6 +326,9 @@ case "$part" in
   decode) setup && decode ;;
   decode-versus-native) setup && timeout -k 10 500 "$PY" benchmarks/attention_gpu.py versus-native "$OUT" "$@" 2>&1 \
                           | tee "$OUT/decode-versus-native.log" | tail -16 ;;
+  decode-power) setup && { [ $# -gt 0 ] || set -- ring=0 mma; } \
+          && timeout -k 10 300 "$PY" benchmarks/decode_power.py "$OUT" --configs "$@" 2>&1 \
+          | tee "$OUT/decode-power.log" | tail -30 ;;
   decode-cluster) setup && decode_cluster ;;
   mamba) setup && mamba ;;
   scan) setup && scan ;;
