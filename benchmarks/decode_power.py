@@ -29,20 +29,6 @@ POWER_CAP = 0x4  # nvmlClocksThrottleReasonSwPowerCap
 QUERY = "power.draw,clocks.sm,clocks_event_reasons.active"
 
 
-def parse_shapes(text: str) -> list[tuple[int, int]]:
-    """`16x16384,1x4096` -> [(16, 16384), (1, 4096)]; ValueError naming the part it cannot read."""
-    out = []
-    for part in text.split(","):
-        try:
-            b, length = (int(x) for x in part.split("x"))
-        except ValueError:
-            raise ValueError(f"shape {part!r}: write BxLENGTH, e.g. 16x16384") from None
-        if b < 1 or length < 1:
-            raise ValueError(f"shape {part!r}: batch and length must be positive")
-        out.append((b, length))
-    return out
-
-
 def parse_sample(line: str, at: float) -> tuple[float, float, float, int] | None:
     """One `nvidia-smi --format=csv,noheader,nounits` line of QUERY -> (time, watts, MHz, reasons); None where the
     driver reports a field as unavailable."""
@@ -135,10 +121,11 @@ def main() -> None:
     ap.add_argument("--configs", nargs="*", default=["ring=0", "mma"],
                     help="split-K configurations besides the library's; `mma[:FIELD=VALUE,...]` the tensor-core kernel")
     args = ap.parse_args()
+    from ksearch.bench.attention import parse_batch_lengths
     from ksearch.kernels.decode import parse_config
 
     try:
-        shapes = parse_shapes(args.shapes)
+        shapes = parse_batch_lengths(args.shapes)
         configs = [parse_config(c) for c in args.configs]
     except ValueError as exc:
         raise SystemExit(f"decode_power: {exc} (configurations as ring=0,unroll=2 or mma:consumers=4)") from None

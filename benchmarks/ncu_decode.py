@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
+from ksearch.bench.attention import parse_batch_lengths
 from ksearch.kernels.decode import decode, native_decode
 from ksearch.kernels.decode.cuda_split_k import DecodeConfig
 
@@ -36,7 +37,7 @@ def main() -> None:
     ap.add_argument("--configs", nargs="*", default=["min_chunk=1024"], help="split-K configurations besides the default")
     args = ap.parse_args()
     try:
-        shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+        shapes = parse_batch_lengths(args.shapes)
         configs = [DecodeConfig.parse(c) for c in args.configs]
     except ValueError as exc:
         raise SystemExit(f"ncu_decode: {exc} (shapes as 1x16384,16x16384; configurations as min_chunk=1024)") from None

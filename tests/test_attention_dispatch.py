@@ -119,11 +119,11 @@ def test_softmax_scale_is_made_once_per_head_dim():
 @pytest.fixture
 def fresh_launches():
     """Launches are kept per shapes and configuration: these tests start and end without any."""
-    cuda_split_k._launch.cache_clear()
-    cuda_split_k._checked_launch.cache_clear()
+    for cached in (cuda_split_k._launch, cuda_split_k._checked_launch, cuda_split_k._default_launch):
+        cached.cache_clear()
     yield
-    cuda_split_k._launch.cache_clear()
-    cuda_split_k._checked_launch.cache_clear()
+    for cached in (cuda_split_k._launch, cuda_split_k._checked_launch, cuda_split_k._default_launch):
+        cached.cache_clear()
 
 
 def test_a_launch_splits_as_plan_does_and_refuses_what_the_kernel_does_not_take(fresh_launches):

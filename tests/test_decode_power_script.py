@@ -34,10 +34,12 @@ def test_a_window_counts_only_its_own_samples_and_the_power_cap_bit():
 
 
 def test_shapes_read_as_batch_and_length():
-    assert decode_power.parse_shapes("16x16384,1x4096") == [(16, 16384), (1, 4096)]
+    from ksearch.bench.attention import parse_batch_lengths
+
+    assert parse_batch_lengths("16x16384,1x4096") == [(16, 16384), (1, 4096)]
     for bad in ("16by1024", "0x64", "16x"):
         with pytest.raises(ValueError, match="shape"):
-            decode_power.parse_shapes(bad)
+            parse_batch_lengths(bad)
 
 
 def _run(*args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -23,6 +23,21 @@ HBM_BYTES_PER_S = 4.3e12
 TENSOR_FLOPS = 989e12
 
 
+def parse_batch_lengths(text: str) -> list[tuple[int, int]]:
+    """`16x16384,1x4096` -> [(16, 16384), (1, 4096)], as the decode scripts take shapes; ValueError naming the part it
+    cannot read."""
+    out = []
+    for part in text.split(","):
+        try:
+            b, length = (int(x) for x in part.split("x"))
+        except ValueError:
+            raise ValueError(f"shape {part!r}: write BxLENGTH, e.g. 16x16384") from None
+        if b < 1 or length < 1:
+            raise ValueError(f"shape {part!r}: batch and length must be positive")
+        out.append((b, length))
+    return out
+
+
 def decode_shapes(full: bool = True) -> list[dict[str, Any]]:
     out = []
     for b, length in itertools.product((1, 8, 16), (4096, 16384, 32768)):

@@ -15,7 +15,7 @@ compiled kernel serves every length and a call creates no device scalars.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any
 
@@ -142,16 +142,36 @@ class Launch:
     threadgroup: tuple[int, int, int]
     threads: int
     merge: dict[str, Any]
+    # The split kernel's keyword arguments per split count, made at the first call with that count (a decode loop
+    # meets a handful of counts): a call then builds no shapes, grid or dtype lists of its own.
+    split_args: dict[int, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
+    # (split, merge) kernel objects, taken from `_kernels` at the first call: its cache would hash the configuration
+    # (nine fields) every call.
+    made: list[Any] = field(default_factory=list, compare=False, repr=False)
+
+    def kernels(self) -> list[Any]:
+        if not self.made:
+            self.made.extend(_kernels(self.cfg))
+        return self.made
 
     def nsplit(self, length: int) -> int:
         """plan()'s split count."""
         return -(-length // chunk_keys(length, self.want, self.step, self.cfg.min_chunk))
 
 
-def launch_for(q: Any, k_cache: Any, v_cache: Any, cfg: DecodeConfig) -> Launch | None:
+def launch_for(q: Any, k_cache: Any, v_cache: Any, cfg: DecodeConfig | None = None) -> Launch | None:
     """The launch for these inputs, or None where the kernel does not fit them (supports(), length aside, and
-    caches of one shape)."""
+    caches of one shape); without a configuration the library's (default_for)."""
+    if cfg is None:
+        return _default_launch(q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype)
     return _checked_launch(q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype, cfg)
+
+
+@lru_cache(maxsize=256)
+def _default_launch(qshape: tuple[int, ...], kshape: tuple[int, ...], vshape: tuple[int, ...], dtype: Any,
+                    kdtype: Any) -> Launch | None:
+    # Keyed by shapes and dtypes alone: hashing a DecodeConfig (nine fields) each call costs as much as the rest.
+    return _checked_launch(qshape, kshape, vshape, dtype, kdtype, default_for(qshape[1] // kshape[1], qshape[-1]))
 
 
 @lru_cache(maxsize=256)
@@ -213,31 +233,37 @@ def decode_with(launch: Launch, q: Any, k_cache: Any, v_cache: Any, length: int)
     strides, so V goes in whole (one slice less to build and dispatch a call)."""
     import mlx.core as mx
 
-    split, merge = _kernels(launch.cfg)
+    split, merge = launch.kernels()
     if launch.cfg.fused:
         nsplit = launch.nsplit(length)
         return split(inputs=[q, k_cache[:, :, :length], v_cache],
                      output_shapes=[q.shape, (work_floats(launch.blocks, nsplit, launch.g, launch.d),)],
                      output_dtypes=[q.dtype, mx.float32], init_value=0, grid=(launch.blocks * launch.threads, nsplit, 1),
                      threadgroup=launch.threadgroup, template=launch.template)[0]
-    assert merge is not None
-    return merge(inputs=list(split_partials(launch, q, k_cache, v_cache, length)), **launch.merge)[0]
+    return merge(inputs=_partials(launch, split, q, k_cache, v_cache, length), **launch.merge)[0]
 
 
 def split_partials(launch: Launch, q: Any, k_cache: Any, v_cache: Any, length: int) -> tuple[Any, Any]:
     """The split kernel's (part_acc, part_ml), as merge_partials takes them (also to time the split kernel alone)."""
-    import mlx.core as mx
-
     if launch.cfg.fused:
         raise ValueError("the fused kernel merges in its own launch: it has no partials to return")
-    nsplit = launch.nsplit(length)
-    blocks, g, d = launch.blocks, launch.g, launch.d
-    # Views, not copies: the kernel reads strides, and the K view's shape tells it the length (no per-call scalars).
-    part_acc, part_ml = _kernels(launch.cfg)[0](
-        inputs=[q, k_cache[:, :, :length], v_cache], output_shapes=[(blocks, nsplit, g, d), (blocks, nsplit, g, 2)],
-        output_dtypes=[mx.float32, mx.float32], grid=(blocks * launch.threads, nsplit, 1),
-        threadgroup=launch.threadgroup, template=launch.template)
+    part_acc, part_ml = _partials(launch, launch.kernels()[0], q, k_cache, v_cache, length)
     return part_acc, part_ml
+
+
+def _partials(launch: Launch, split: Any, q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
+    import mlx.core as mx
+
+    nsplit = launch.nsplit(length)
+    args = launch.split_args.get(nsplit)
+    if args is None:
+        blocks, g, d = launch.blocks, launch.g, launch.d
+        args = launch.split_args[nsplit] = {
+            "output_shapes": [(blocks, nsplit, g, d), (blocks, nsplit, g, 2)],
+            "output_dtypes": [mx.float32, mx.float32], "grid": (blocks * launch.threads, nsplit, 1),
+            "threadgroup": launch.threadgroup, "template": launch.template}
+    # Views, not copies: the kernel reads strides, and the K view's shape tells it the length (no per-call scalars).
+    return split(inputs=[q, k_cache[:, :, :length], v_cache], **args)
 
 
 def merge_partials(part_acc: Any, part_ml: Any, q: Any) -> Any:
