@@ -72,10 +72,10 @@ class Sampler:
 
 
 def contenders(q: Any, kc: Any, vc: Any, length: int, configs: list[Any]) -> dict[str, Callable[[], Any]]:
-    from ksearch.kernels.decode import decode, decode_config, native_decode
+    from ksearch.kernels.decode import decode, native_decode
     from ksearch.kernels.decode.cuda_split_k import launch_for, split_partials
 
-    launch = launch_for(q, kc, vc, decode_config(q, kc, length))
+    launch = launch_for(q, kc, vc)  # the library's configuration
     assert launch is not None, "the library's split-K kernel does not take these shapes"
     calls: dict[str, Callable[[], Any]] = {
         "native": lambda: native_decode(q, kc, vc, length),

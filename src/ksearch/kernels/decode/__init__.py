@@ -61,7 +61,7 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
                     lambda: cuda_cluster.decode_cluster(q, k_cache, v_cache, length, cl))
         return "native", lambda: native_decode(q, k_cache, v_cache, length)
     if where == "cuda":
-        launch = _split_k_launch(q, k_cache, v_cache, length, config)
+        launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
         if launch is not None:
             return "split_k", lambda: cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
     elif where == "metal" and device.metal_enabled(use_metal):
@@ -72,13 +72,6 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
     return "native", lambda: native_decode(q, k_cache, v_cache, length)
 
 
-def _split_k_launch(q: Any, k_cache: Any, v_cache: Any, length: int,
-                    config: DecodeConfig | None) -> cuda_split_k.Launch | None:
-    """The split-K launch for this call, or None where the kernel does not take it."""
-    launch = cuda_split_k.launch_for(q, k_cache, v_cache, config)
-    return launch if launch is not None and 0 < length <= k_cache.shape[2] else None
-
-
 def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
            config: DecodeConfig | ClusterConfig | None = None) -> Any:
     """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D)."""
@@ -86,7 +79,7 @@ def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool |
     # time the caller waits for (benchmarks/decode_host_work.py).
     if not isinstance(config, ClusterConfig) and device.backend() == "cuda":
         length = int(length)
-        launch = _split_k_launch(q, k_cache, v_cache, length, config)
+        launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
         if launch is not None:
             return cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
     return decode_plan(q, k_cache, v_cache, length, use_metal=use_metal, config=config)[1]()

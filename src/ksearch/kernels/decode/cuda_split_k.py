@@ -80,8 +80,8 @@ def parse_fields(cls: type, text: str) -> dict[str, Any]:
 
 
 def supports(q: Any, k_cache: Any, length: int) -> bool:
-    """Whether the kernel takes q against positions [0, length) of this cache (launch_for's checks)."""
-    return launch_for(q, k_cache, k_cache, PLAIN) is not None and 0 < length <= k_cache.shape[2]
+    """Whether the kernel takes q against positions [0, length) of this cache (ready_launch's checks)."""
+    return ready_launch(q, k_cache, k_cache, length) is not None
 
 
 def plan(blocks: int, length: int, d: int, cfg: DecodeConfig) -> tuple[int, int]:
@@ -159,9 +159,15 @@ class Launch:
         return -(-length // chunk_keys(length, self.want, self.step, self.cfg.min_chunk))
 
 
+def ready_launch(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: DecodeConfig | None = None) -> Launch | None:
+    """The launch for a call against positions [0, length), or None where the kernel does not take it."""
+    launch = launch_for(q, k_cache, v_cache, cfg)
+    return launch if launch is not None and 0 < length <= k_cache.shape[2] else None
+
+
 def launch_for(q: Any, k_cache: Any, v_cache: Any, cfg: DecodeConfig | None = None) -> Launch | None:
-    """The launch for these inputs, or None where the kernel does not fit them (supports(), length aside, and
-    caches of one shape); without a configuration the library's (default_for)."""
+    """The launch for these inputs whatever the length, or None where the kernel does not fit them (dtypes, head dim,
+    group size, caches of one shape); without a configuration the library's (default_for)."""
     if cfg is None:
         return _default_launch(q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype)
     return _checked_launch(q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype, cfg)
