@@ -39,12 +39,14 @@ def fits(q: Any, k: Any, v: Any, causal: bool, rows: int, keys: int, smem: int) 
 
 
 @cache
-def build_kernel(name: str, source: str, header: str, smem: int) -> Any:
-    """A prefill kernel object (inputs q, k, v, scale; output o), built once per name and shared-memory size."""
+def build_kernel(name: str, source: str, header: str, smem: int, extra_inputs: tuple[str, ...] = (),
+                 extra_outputs: tuple[str, ...] = ()) -> Any:
+    """A prefill kernel object (inputs q, k, v, scale and `extra_inputs`; outputs o and `extra_outputs`), built once
+    per name and shared-memory size."""
     import mlx.core as mx
 
-    return mx.fast.cuda_kernel(name=name, input_names=["q", "k", "v", "scale"], output_names=["o"], source=source,
-                               header=header, shared_memory=smem)
+    return mx.fast.cuda_kernel(name=name, input_names=["q", "k", "v", "scale", *extra_inputs],
+                               output_names=["o", *extra_outputs], source=source, header=header, shared_memory=smem)
 
 
 @cache
@@ -58,10 +60,19 @@ def softmax_scale(d: int) -> Any:
     return scale
 
 
-def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]]) -> Any:
+def blocks(q: Any, rows: int) -> int:
+    """How many blocks `launch` starts for q: one per `rows` query rows of each (batch, query head)."""
+    b, hq, length, _ = q.shape
+    return -(-length // rows) * b * hq
+
+
+def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]],
+           extra_inputs: tuple[Any, ...] = (), extra_outputs: tuple[tuple[tuple[int, ...], Any], ...] = ()) -> Any:
     """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head);
-    o has q's shape and dtype."""
+    o has q's shape and dtype. `extra_inputs` follow scale; `extra_outputs` ((shape, dtype) each) follow o, which is
+    what is returned."""
     b, hq, length, d = q.shape
-    return kern(inputs=[q, k, v, softmax_scale(d)], template=[("T", q.dtype), ("D", d), *template],
-                grid=(-(-length // rows) * nt, b * hq, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
-                output_dtypes=[q.dtype])[0]
+    return kern(inputs=[q, k, v, softmax_scale(d), *extra_inputs], template=[("T", q.dtype), ("D", d), *template],
+                grid=(-(-length // rows) * nt, b * hq, 1), threadgroup=(nt, 1, 1),
+                output_shapes=[q.shape, *(shape for shape, _ in extra_outputs)],
+                output_dtypes=[q.dtype, *(dtype for _, dtype in extra_outputs)])[0]

@@ -42,7 +42,14 @@ SETUP = r"""
     const int rows_here = min(BM, L - m0);  // the last block may be partial (L a multiple of 64, not of BM)
     // Byte offsets between core matrices (checked on the H200): Q and K are K-major (leading 128 B along the head
     // dim, stride one core-matrix row); V is read MN-major with the transpose bit (leading one core-matrix row of V).
-    constexpr int qk_lead = 128, qk_stride = (D / 8) * 128, v_lead = (D / 8) * 128, v_stride = 128;
+    constexpr int qk_lead = 128, qk_stride = (D / 8) * 128;
+    // KV_CM (set by the source before this): K / V tiles column-major in 16-byte columns, as tensor-map copies write
+    // them (each column BN rows x 16 B): core matrices adjacent along the head dim BN * 16 bytes apart, along the keys
+    // 128. Otherwise core-matrix rows of the tile one after another, like Q. K / V advance per 16 columns / keys in
+    // descriptor units (16 B): k_step, v_step.
+    constexpr int k_lead = KV_CM ? BN * 16 : qk_lead, k_stride = KV_CM ? 128 : qk_stride;
+    constexpr int v_lead = KV_CM ? 128 : (D / 8) * 128, v_stride = KV_CM ? BN * 16 : 128;
+    constexpr int k_step = KV_CM ? 2 * BN : 16, v_step = KV_CM ? 16 : 2 * D;
     if (threadIdx.x < 128) ones[threadIdx.x] = T(1.f);
     ks_proxy_fence();  // visible to wgmma after the block barrier every variant passes before its first product
 
@@ -63,19 +70,19 @@ REGISTERS = r"""
     // Descriptors of stage 0 and this warpgroup's Q, once: a tile's descriptors add constants to them (shared
     // addresses stay below 2^18, so the 14-bit address field never carries into the offsets).
     const unsigned long long dq0 = ks_desc(Qs + wg * 64 * D, qk_lead, qk_stride);
-    const unsigned long long dk0 = ks_desc(Ks, qk_lead, qk_stride), dv0 = ks_desc(Vs, v_lead, v_stride);
+    const unsigned long long dk0 = ks_desc(Ks, k_lead, k_stride), dv0 = ks_desc(Vs, v_lead, v_stride);
     const unsigned long long d1 = ks_desc(ones, 128, 256);
 
 """
 STEPS = r"""
-    auto issue_s = [&](int t) {  // S = Q K(t)^T; 16 columns of Q / K are 256 bytes on (16 in descriptor units)
+    auto issue_s = [&](int t) {  // S = Q K(t)^T; 16 columns of Q are 256 bytes on (16 in descriptor units)
       const unsigned long long dk = dk0 + (unsigned long long)((t % STAGES) * KB * 2 / 16);
       #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc) {
         if (BN == 128) {
-          if (kc == 0) KsWg<T>::ss128z(s, dq0, dk); else KsWg<T>::ss128(s, dq0 + 16 * kc, dk + 16 * kc);
+          if (kc == 0) KsWg<T>::ss128z(s, dq0, dk); else KsWg<T>::ss128(s, dq0 + 16 * kc, dk + k_step * kc);
         } else {
-          if (kc == 0) KsWg<T>::ss64z(s, dq0, dk); else KsWg<T>::ss64(s, dq0 + 16 * kc, dk + 16 * kc);
+          if (kc == 0) KsWg<T>::ss64z(s, dq0, dk); else KsWg<T>::ss64(s, dq0 + 16 * kc, dk + k_step * kc);
         }
       }
       ks_wg_commit();
@@ -84,8 +91,8 @@ STEPS = r"""
       const unsigned long long dv = dv0 + (unsigned long long)((t % STAGES) * KB * 2 / 16);
       #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
-        if (D == 128) KsWg<T>::template rs128<1>(oacc, p[kk], dv + 2 * D * kk);
-        else KsWg<T>::template rs64<1>(oacc, p[kk], dv + 2 * D * kk);
+        if (D == 128) KsWg<T>::template rs128<1>(oacc, p[kk], dv + v_step * kk);
+        else KsWg<T>::template rs64<1>(oacc, p[kk], dv + v_step * kk);
       }
       ks_wg_commit();
     };
@@ -252,7 +259,7 @@ def source(stages: int = 2) -> str:
     ks_commit_w();
 """
     wait = f"ks_wait_w<{stages - 2}>();  // all but the newest {stages - 2} cp.async groups have landed"
-    return f"    constexpr int STAGES = {stages};" + SETUP + r"""
+    return f"    constexpr int STAGES = {stages};\n    constexpr bool KV_CM = false;" + SETUP + r"""
     ks_load_core<D, NT, BM>(Qs, qg, rows_here, threadIdx.x);  // rows past L: never stored
     ks_load_core<D, NT, BN>(Ks, kg, BN, threadIdx.x);
     ks_commit_w();

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from ksearch.kernels.attention.cuda_prefill import build_kernel, fits, launch
+from ksearch.kernels.attention.cuda_prefill import blocks, build_kernel, fits, launch
 from ksearch.kernels.attention.wgmma import (
     EPILOGUE,
     MAX_SMEM,
@@ -39,11 +39,12 @@ from ksearch.kernels.attention.wgmma import (
     pipeline,
 )
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
+from ksearch.kernels.tensor_map import TMA_HEADER, map_input
 
 # mbarriers after the K / V stages: K full, K empty, V full, V empty (STAGES each). "Full" counts the PT producer
 # threads' cp.async arrivals (with BULK, one arrival that expects the tile's bytes); "empty" one arrival per consumer
 # warp.
-WS_SPLIT = r"""
+WS_SPLIT_FRAME = r"""
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(Vs + STAGES * KB);
     unsigned long long *kfull = bars, *kempty = bars + STAGES, *vfull = bars + 2 * STAGES, *vempty = bars + 3 * STAGES;
     if (threadIdx.x == 0) {
@@ -59,7 +60,19 @@ WS_SPLIT = r"""
     if (threadIdx.x >= NT) {  // the PT producer threads: tile t into stage t % STAGES once consumers released t - STAGES
       if (PT == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
       const int pl = threadIdx.x - NT;
-      if (BULK) {  // k and v are tile images (tile_images): one bulk copy a tile, issued by one thread
+{PRODUCER}      ks_wait_w<0>();
+      return;
+    }
+    if (PT == 128) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CREG) : "memory");
+    // Consumers: this warpgroup's 64 query rows, then only its own named barrier (1 + wg) from here on.
+    ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), wt);
+    ks_commit_w();
+    ks_wait_w<0>();
+    ks_proxy_fence();
+    asm volatile("bar.sync %0, 128;\n" :: "r"(1 + wg) : "memory");
+"""
+
+PRODUCER_COPIES = r"""      if (BULK) {  // k and v are tile images (tile_images): one bulk copy a tile, issued by one thread
         if (pl == 0) {
           for (int t = 0; t < ntiles; ++t) {
             const int st = t % STAGES, ph = (t / STAGES) & 1;
@@ -80,17 +93,47 @@ WS_SPLIT = r"""
           ks_cp_mbar_arrive(vfull + st);
         }
       }
-      ks_wait_w<0>();
-      return;
-    }
-    if (PT == 128) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CREG) : "memory");
-    // Consumers: this warpgroup's 64 query rows, then only its own named barrier (1 + wg) from here on.
-    ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), wt);
-    ks_commit_w();
-    ks_wait_w<0>();
-    ks_proxy_fence();
-    asm volatile("bar.sync %0, 128;\n" :: "r"(1 + wg) : "memory");
 """
+
+# Tensor copies (TMA) through the host's map (input tmap, kernels/tensor_map.py): producer warp 0 sets K's and V's
+# global address in a copy of it, publishes both to this block's slot of the scratch output `maps` and fences them;
+# then one thread issues, per tile, one copy (TMA 1: a 4-D box of 8 elements x BN rows x D / 8 columns) or one per
+# 16-byte column (TMA 2: 3-D boxes of 8 x BN). Either way the tile lands column-major in 16-byte columns (KV_CM).
+PRODUCER_TMA = r"""      if (pl < 32) {
+        unsigned long long* smap = reinterpret_cast<unsigned long long*>(
+            (reinterpret_cast<size_t>(bars + 4 * STAGES) + 127) & ~(size_t)127);
+        unsigned long long* gmap = reinterpret_cast<unsigned long long*>(
+            (reinterpret_cast<size_t>(maps) + 127) & ~(size_t)127) + ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 32;
+        if (lane < 16) { smap[lane] = tmap[lane]; smap[16 + lane] = tmap[lane]; }
+        __syncwarp();
+        if (lane == 0) { ks_tmap_address(smap, k); ks_tmap_address(smap + 16, v); }
+        __syncwarp();
+        ks_tmap_publish(gmap, smap);
+        ks_tmap_publish(gmap + 16, smap + 16);
+        if (lane == 0) {
+          ks_tmap_acquire(gmap);
+          ks_tmap_acquire(gmap + 16);
+          const int bh = b * Hkv + hk;
+          auto copy = [&](T* dst, const unsigned long long* map, int t, unsigned long long* bar) {
+            ks_mbar_expect(bar, KB * 2);
+            if (TMA == 1) {
+              ks_tma_load4(ks_saddr(dst), map, 0, t * BN, 0, bh, bar);
+            } else {
+              #pragma unroll
+              for (int c = 0; c < D / 8; ++c) ks_tma_load3(ks_saddr(dst) + c * BN * 16, map, c * 8, t * BN, bh, bar);
+            }
+          };
+          for (int t = 0; t < ntiles; ++t) {
+            const int st = t % STAGES, ph = (t / STAGES) & 1;
+            if (t >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
+            copy(Ks + st * KB, gmap, t, kfull + st);
+            if (t >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
+            copy(Vs + st * KB, gmap + 16, t, vfull + st);
+          }
+        }
+      }
+"""
+WS_SPLIT = WS_SPLIT_FRAME.replace("{PRODUCER}", PRODUCER_COPIES)
 
 # Bulk copies (sm_90): global -> shared without a tensor map, completion counted in bytes on an mbarrier. TMA proper
 # needs a tensor map encoded on the host with the array's device address, which mx.fast.cuda_kernel does not give;
@@ -159,17 +202,27 @@ MB_HANDOVER = r"""
 """
 
 
-SOURCE_MB = ("    constexpr int STAGES = NSTAGES;" + SETUP + MB_SPLIT + REGISTERS + STEPS + MB_HANDOVER
+SOURCE_MB = ("    constexpr int STAGES = NSTAGES;\n    constexpr bool KV_CM = false;" + SETUP + MB_SPLIT + REGISTERS + STEPS + MB_HANDOVER
              + pipeline(first="if (ntiles > 2) load_tile(2);\nwait_full(0);",
                         step="if (t + 2 < ntiles) load_tile(t + 2);  // waits for every warp's O += P(t-2) V(t-2)\n"
                              "wait_full(t);",
                         after_pv="if (lane == 0) ks_mbar_arrive(empty + (t - 1) % STAGES);  // done with tile t - 1",
                         last="", end="ks_wait_w<0>();") + EPILOGUE)
-SOURCE = ("    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;" + SETUP + WS_SPLIT + REGISTERS + STEPS + WS_HANDOVER
-          + pipeline(first="wait_full(kfull, 0);\npp_sync();", after_s0="release(kempty, 0);",
-                     step="wait_full(kfull, t);\nwait_full(vfull, t - 1);\npp_sync();", after_s="release(kempty, t);",
-                     after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);\npp_sync();",
-                     issued="pp_arrive();", end="if (PP && wg == 0) pp_sync();") + EPILOGUE)
+
+
+def _producer_source(split: str, kv_cm: bool) -> str:
+    """The producer kernel with `split` (its set-up and producer branch); kv_cm: K / V tiles column-major."""
+    return (f"    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;\n    constexpr bool KV_CM = {str(kv_cm).lower()};"
+            + SETUP + split + REGISTERS + STEPS + WS_HANDOVER
+            + pipeline(first="wait_full(kfull, 0);\npp_sync();", after_s0="release(kempty, 0);",
+                       step="wait_full(kfull, t);\nwait_full(vfull, t - 1);\npp_sync();", after_s="release(kempty, t);",
+                       after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);\npp_sync();",
+                       issued="pp_arrive();", end="if (PP && wg == 0) pp_sync();") + EPILOGUE)
+
+
+SOURCE = _producer_source(WS_SPLIT, False)
+# Takes input `tmap` and output `maps` besides q, k, v, scale and o, and template constant TMA (1 or 2).
+SOURCE_TMA = _producer_source(WS_SPLIT_FRAME.replace("{PRODUCER}", PRODUCER_TMA), True)
 
 
 @dataclass(frozen=True)
@@ -181,15 +234,21 @@ class WsConfig:
     cp: str = "cg"   # cp.async cache mode (wgmma.cp_cache)
     bulk: bool = False  # K / V as tile images, one bulk copy a tile (needs a producer)
     pp: bool = False    # consumer warpgroups take turns on the tensor cores (needs a producer)
+    tma: int = 0        # K / V by tensor copies (needs a producer): 1 one 4-D copy a tile, 2 one per 16-byte column
 
     def smem_bytes(self, d: int) -> int:
-        return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8
+        maps = 128 + 256 if self.tma else 0  # two tensor maps, 128-byte aligned
+        return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps
 
 
 def config_problem(cfg: WsConfig) -> str | None:
     """Why a configuration can run at no shape, in words that say what to change; None if it can run at some."""
-    if (cfg.bulk or cfg.pp) and cfg.pwarps == 0:  # the bulk copies are the producer's; ping-pong is SOURCE's
-        return "_bulk and _pp need a producer (_p1 .. _p4)"
+    if (cfg.bulk or cfg.pp or cfg.tma) and cfg.pwarps == 0:  # the copies are the producer's; ping-pong is SOURCE's
+        return "_bulk, _tma and _pp need a producer (_p1 .. _p4)"
+    if cfg.tma not in (0, 1, 2):
+        return "tma is 0 (off), 1 (_tma: one 4-D copy a tile) or 2 (_tmac: one copy per 16-byte column)"
+    if cfg.tma and cfg.bulk:
+        return "_tma and _tmac replace _bulk's tile images: name one of them"
     if cfg.pwarps == 0 and cfg.stages < 4:  # loads run two tiles ahead of the one released last
         return "without a producer (_p0) it needs 4 stages (_s4)"
     # a producer warpgroup raises the consumers to at most 240 registers: one consumer warpgroup (255 at entry) would
@@ -254,16 +313,45 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
                         + ("_bulk" if cfg.bulk else "") + ("_pp" if cfg.pp else ""), SOURCE if cfg.pwarps else SOURCE_MB,
                         pre + WGMMA_HEADER + BULK_HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
                         cfg.smem_bytes(q.shape[-1]))
+    if cfg.tma:
+        return _attention_tma(q, k, v, causal, cfg)
     if cfg.bulk:
         k, v = tile_images(k, v)
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
                   [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)])
 
 
+def tma_geometry(k_shape: tuple[int, ...], bn: int, mode: int) -> tuple[tuple[int, ...], ...]:
+    """(dims, strides in bytes, box) of the tensor map over K (or V) of shape (B, H, S, D), 2-byte elements, that
+    writes a BN-key tile column-major in 16-byte columns: mode 1 one 4-D copy (8 elements, S rows, D / 8 columns,
+    B * H), mode 2 one 3-D copy (8 elements of D, S rows, B * H) per column."""
+    b, h, s, d = k_shape
+    if mode == 1:
+        return (8, s, d // 8, b * h), (d * 2, 16, s * d * 2), (8, bn, d // 8, 1)
+    return (d, s, b * h), (d * 2, s * d * 2), (8, bn, 1)
+
+
+def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
+    import mlx.core as mx
+
+    pre, tag = cp_cache(cfg.cp)
+    kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}_tma{cfg.tma}"
+                        + ("_pp" if cfg.pp else ""), SOURCE_TMA,
+                        pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
+                        cfg.smem_bytes(q.shape[-1]), ("tmap",), ("maps",))
+    tmap = map_input(*tma_geometry(tuple(k.shape), cfg.bn, cfg.tma))
+    slots = blocks(q, 64 * cfg.wg) * 32 + 16  # 256 bytes a block, and room to align the first to 128
+    return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
+                  [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)],
+                  extra_inputs=(tmap,), extra_outputs=(((slots,), mx.uint64),))
+
+
 def stage_args(cfg: WsConfig) -> list[tuple[str, Any]]:
     """The template constants SOURCE / SOURCE_MB take beyond T, D, WG, BN and CAUSAL: the library's launch and the
     flash_wgmma template family's rendering both use this list, so neither can leave one out."""
-    return [("NSTAGES", cfg.stages), ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk)), ("PP", bool(cfg.pp))]
+    # tensor copies complete on the stage's mbarrier by bytes, like the bulk copies: BULK's barrier counts
+    args = [("NSTAGES", cfg.stages), ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk or cfg.tma)), ("PP", bool(cfg.pp))]
+    return args + ([("TMA", cfg.tma)] if cfg.tma else [])
 
 
 def config_name(cfg: Any) -> str:
@@ -274,26 +362,29 @@ def config_name(cfg: Any) -> str:
     if isinstance(cfg, WgmmaConfig):
         return f"wg{cfg.wg}_n{cfg.bn}" + (f"_s{cfg.stages}" if cfg.stages != 2 else "") + ca
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
-            + ("_pp" if cfg.pp else "") + ca)
+            + ("", "_tma", "_tmac")[cfg.tma] + ("_pp" if cfg.pp else "") + ca)
 
 
 def parse_config(name: str) -> Any:
-    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk][_pp][_ca]" -> WsConfig(W, N, S, P) (P defaults
+    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac][_pp][_ca]" -> WsConfig(W, N, S, P) (P defaults
     to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
 
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_pp)?)(_ca)?", name.strip())
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tmac?)?(_pp)?)(_ca)?",
+                     name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk][_pp][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies; "
-                         "_pp: ping-pong between consumer warpgroups; _ca: cp.async through L1)")
-    cp = "ca" if m[10] else "cg"
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac][_pp][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / V by bulk "
+                         "copies from tile images; _tma / _tmac: by tensor copies, one a tile / one per 16-byte "
+                         "column; _pp: ping-pong between consumer warpgroups; _ca: cp.async through L1)")
+    cp = "ca" if m[11] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
-    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[9]))
+    tma = {None: 0, "_tma": 1, "_tmac": 2}[m[9]]
+    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[10]), tma)
     problem = config_problem(cfg)
     if problem:
         raise ValueError(f"{name!r} can run at no shape: {problem}")
