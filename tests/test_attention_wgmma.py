@@ -183,6 +183,27 @@ def test_hopper_default_is_the_bulk_copy_producer_at_both_head_dims(monkeypatch:
     assert WS.supports(q128, q128, q128, True, bulk) and WS.supports(q64, q64, q64, False, bulk)
 
 
+def test_two_warpgroups_on_128_key_tiles_take_d64_from_4096_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    mx = pytest.importorskip("mlx.core")
+    A = importlib.import_module("ksearch.kernels.attention")
+    monkeypatch.delenv("KSEARCH_WGMMA_CONFIG", raising=False)
+
+    def qk(length: int, s: int, d: int) -> tuple:
+        return mx.zeros((1, 8, length, d), dtype=mx.float16), mx.zeros((1, 2, s, d), dtype=mx.float16)
+
+    assert A.wgmma_config(*qk(4096, 4096, 64), True) == A.TALL == WS.WsConfig(2, 128, 3, 4, bulk=True)
+    assert A.wgmma_config(*qk(8192, 8192, 64), False) == A.TALL
+    assert A.wgmma_config(*qk(2048, 2048, 64), False) == A.WIDE  # shorter: no gain measured
+    assert A.wgmma_config(*qk(8192, 8192, 128), False) == A.WIDE  # D=128: 1-4% behind
+    assert A.wgmma_config(*qk(4096, 4160, 64), True) == A.WIDE  # S not a multiple of 128 keys
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    monkeypatch.setattr(device, "hopper", lambda: True)
+    q, k = qk(4096, 4096, 64)
+    assert A.prefill_plan(q, k, k, causal=True)[0] == "ws2_n128_s3_p4_bulk"  # as KSEARCH_WGMMA_CONFIG spells it
+
+
 def test_configuration_names_parse_and_bad_ones_say_what_to_use() -> None:
     assert WS.parse_config("wg3_n64") == W.WgmmaConfig(3, 64)
     assert WS.parse_config("wg3_n64_s3") == W.WgmmaConfig(3, 64, 3)

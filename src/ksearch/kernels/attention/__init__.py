@@ -33,20 +33,27 @@ def wgmma_enabled() -> bool:
     return device.hopper()
 
 
+# The Hopper default (measured on the H200, benchmarks/results/attention-wgmma-check-*.json and
+# attention-prefill-*.json; docs/kernels-attention.md): a producer warpgroup (setmaxnreg: 24 registers for it, 160
+# for each consumer warpgroup) loads K / V with one bulk copy a tile from tile images of them (wgmma_ws.tile_images,
+# one extra pass over K / V); 551 vs 410 TFLOP/s for the cp.async producer at L=8192, D=128 without a mask. Three
+# consumer warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two.
+WIDE = WsConfig(wg=3, bn=64, stages=4, pwarps=4, bulk=True)
+# Two consumer warpgroups (128 rows) on 128-key tiles: half the softmax steps a key, 168 registers without spills.
+# At D=64 from L=4096 ahead of WIDE in each of the 8 groups of the benchmark set there (B 1 / 4, causal or not,
+# L 4096 / 8192: 1.5-7.9%, 4 shapes each); at D=128 1-4% behind at B 4 and within the calls' noise at B 1.
+TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, bulk=True)
+
+
 def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
-    """Three warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two, which the
-    H200 measured as the best of the wgmma configurations at nearly every shape, both head dims
-    (benchmarks/results/attention-wgmma-check-mlx-cuda-nvidia-h200.json). KSEARCH_WGMMA_CONFIG names another
-    (wgmma_ws.parse_config: e.g. wg3_n64, ws3_n64_s3_p4)."""
+    """TALL at D=64 from L=4096 where S is a multiple of 128 keys, WIDE otherwise. KSEARCH_WGMMA_CONFIG names
+    another (wgmma_ws.parse_config: e.g. wg3_n64, ws3_n64_s3_p4)."""
     name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
     if name:
         return wgmma_ws.parse_config(name)
-    # A producer warpgroup (setmaxnreg: 24 registers for it, 160 for each of the three consumer warpgroups) loads K / V
-    # with one bulk copy a tile from tile images of them (wgmma_ws.tile_images, one extra pass over K / V):
-    # on the H200 side by side 551 vs 410 TFLOP/s (cp.async producer) at L=8192, D=128 without a mask, 394 vs 288 at
-    # D=64 (benchmarks/results/attention-wgmma-check-*.json; the grid in attention-prefill-*.json;
-    # docs/kernels-attention.md).
-    return WsConfig(wg=3, bn=64, stages=4, pwarps=4, bulk=True)
+    if q.shape[-1] == 64 and q.shape[2] >= 4096 and wgmma_ws.supports(q, k, k, causal, TALL):
+        return TALL
+    return WIDE
 
 
 def prefill_config(q: Any, k: Any, causal: bool) -> PrefillConfig:

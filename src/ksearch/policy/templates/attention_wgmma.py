@@ -7,8 +7,9 @@ registers handed to the consumers through setmaxnreg) or every thread loads with
 and then: K / V stages; for the producer, tile images and one bulk copy a tile (`bulk`: the library's Hopper default,
 0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async) and ping-pong between consumer warpgroups (`pp`, with
 bulk copies); the cp.async cache mode (`cp`: cg through L2, ca through L1 too). 3 x 128 is left out: its registers
-times 384 threads exceed the register file (206 a thread without launch bounds; spills with them), as is a producer
-with 128-key tiles (208 bytes spilled at 240 registers).
+times 384 threads exceed the register file (206 a thread without launch bounds; spills with them). A producer with
+128-key tiles runs two consumer warpgroups and bulk copies (168 registers, no spills; the library's choice at D=64
+from L=4096); with cp.async it spilled 208 bytes.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ def valid(p: dict[str, Any]) -> bool:
     if (p["wg"], p["bn"]) == (3, 128) or (p["bulk"] and p["cp"] != "cg"):
         return False
     cfg, ws = configs(p)
-    if p["producer"]:  # stages 3-4 and ping-pong with bulk copies are the producer variants checked on the H200
-        return (p["bn"] == 64 and p["stages"] in (3, 4) and (p["bulk"] or not p["pp"])
-                and wgmma_ws.config_problem(ws) is None and ws.smem_bytes(128) <= wgmma.MAX_SMEM)
+    if p["producer"]:  # the producer variants checked on the H200: 64-key tiles with 3-4 stages and ping-pong with
+        # bulk copies; two warpgroups on 128-key tiles with bulk copies and 2-3 stages (the library's at D=64, L >= 4096)
+        tiles = ((p["bn"] == 64 and p["stages"] in (3, 4) and (p["bulk"] or not p["pp"]))
+                 or (p["wg"] == 2 and p["bn"] == 128 and p["stages"] in (2, 3) and p["bulk"] and not p["pp"]))
+        return tiles and wgmma_ws.config_problem(ws) is None and ws.smem_bytes(128) <= wgmma.MAX_SMEM
     return (not p["bulk"] and not p["pp"] and p["stages"] in (2, 3) and cfg.smem_bytes(128) <= wgmma.MAX_SMEM
             and wgmma.fits_registers(cfg, 128))
 
