@@ -29,7 +29,8 @@ __device__ __forceinline__ void ks_tmap_address(unsigned long long* smap, const 
 }
 // Shared -> global (128-byte aligned), with the release fence of the tensormap proxy; every lane of the warp.
 __device__ __forceinline__ void ks_tmap_publish(unsigned long long* gmap, unsigned long long* smap) {
-  asm volatile("tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%0], [%1], 128;\n"
+  asm volatile("tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned"
+               " [%0], [%1], 128;\n"
                :: "l"(gmap), "r"((unsigned)__cvta_generic_to_shared(smap)) : "memory");
 }
 // Before the first copy through a published map.

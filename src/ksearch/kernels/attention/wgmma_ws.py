@@ -16,9 +16,10 @@ spent on them (cp.async address arithmetic stalled on a full LSU queue, and the 
 With BULK the producer is one thread: each K / V tile is one `cp.async.bulk` (no tensor map needed) from tile images
 of K and V (tile_images, one extra kernel), completing on the stage's "full" mbarrier by its byte count. That reached
 547-553 TFLOP/s at L=8192, D=128 (cuDNN 599-608) and 0.81-0.82x of cuDNN over the 96 benchmark shapes at L >= 4096:
-ws3_n64_s4_p4_bulk is the Hopper default at both head dims (kernels/attention/__init__.py). Others are opt-in:
-KSEARCH_WGMMA_CONFIG; among them PP (ping-pong turns on the tensor cores), correct on the H200 but 0-5% slower at
-most shapes.
+ws3_n64_s4_p4_bulk is the Hopper default, and two consumer warpgroups on 128-key tiles (ws2_n128_s3_p4_bulk) at D=64
+from L=4096 (kernels/attention/__init__.py). Others are opt-in: KSEARCH_WGMMA_CONFIG; among them PP (ping-pong turns
+on the tensor cores), correct on the H200 but 0-5% slower at most shapes, and TMA (SOURCE_TMA: tensor copies through
+a map encoded on the host, kernels/tensor_map.py), correct but 0-34% slower than the tile images.
 """
 
 from __future__ import annotations
@@ -135,9 +136,10 @@ PRODUCER_TMA = r"""      if (pl < 32) {
 """
 WS_SPLIT = WS_SPLIT_FRAME.replace("{PRODUCER}", PRODUCER_COPIES)
 
-# Bulk copies (sm_90): global -> shared without a tensor map, completion counted in bytes on an mbarrier. TMA proper
-# needs a tensor map encoded on the host with the array's device address, which mx.fast.cuda_kernel does not give;
-# a plain bulk copy moves contiguous bytes, so K and V go in as tile images (tile_images), each tile's bytes already in
+# Bulk copies (sm_90): global -> shared without a tensor map, completion counted in bytes on an mbarrier. (Tensor
+# copies through a map, PRODUCER_TMA, were slower with the no-swizzle layout's 16-byte boxes; see
+# docs/kernels-attention.md.)
+# A plain bulk copy moves contiguous bytes, so K and V go in as tile images (tile_images), each tile's bytes already in
 # the core-matrix order that the wgmma descriptors read.
 BULK_HEADER = r"""
 #ifndef KS_BULK_HEADER
@@ -202,7 +204,8 @@ MB_HANDOVER = r"""
 """
 
 
-SOURCE_MB = ("    constexpr int STAGES = NSTAGES;\n    constexpr bool KV_CM = false;" + SETUP + MB_SPLIT + REGISTERS + STEPS + MB_HANDOVER
+SOURCE_MB = ("    constexpr int STAGES = NSTAGES;\n    constexpr bool KV_CM = false;"
+             + SETUP + MB_SPLIT + REGISTERS + STEPS + MB_HANDOVER
              + pipeline(first="if (ntiles > 2) load_tile(2);\nwait_full(0);",
                         step="if (t + 2 < ntiles) load_tile(t + 2);  // waits for every warp's O += P(t-2) V(t-2)\n"
                              "wait_full(t);",
@@ -308,13 +311,13 @@ def tile_image(x: Any) -> Any:
 
 def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConfig | None = None) -> Any:
     cfg = cfg or WsConfig()
+    if cfg.tma:
+        return _attention_tma(q, k, v, causal, cfg)
     pre, tag = cp_cache(cfg.cp)
     kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}"
                         + ("_bulk" if cfg.bulk else "") + ("_pp" if cfg.pp else ""), SOURCE if cfg.pwarps else SOURCE_MB,
                         pre + WGMMA_HEADER + BULK_HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
                         cfg.smem_bytes(q.shape[-1]))
-    if cfg.tma:
-        return _attention_tma(q, k, v, causal, cfg)
     if cfg.bulk:
         k, v = tile_images(k, v)
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
@@ -366,9 +369,9 @@ def config_name(cfg: Any) -> str:
 
 
 def parse_config(name: str) -> Any:
-    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac][_pp][_ca]" -> WsConfig(W, N, S, P) (P defaults
-    to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
-    change in a configuration that can run at no shape."""
+    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac][_pp][_ca]" -> WsConfig(W, N, S,
+    P) (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms,
+    or with what to change in a configuration that can run at no shape."""
     import re
 
     from ksearch.kernels.attention.wgmma import WgmmaConfig
