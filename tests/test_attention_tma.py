@@ -11,6 +11,7 @@ import re
 import pytest
 
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+from ksearch.errors import BackendUnavailable
 from ksearch.kernels import tensor_map
 from ksearch.kernels.attention import wgmma as W
 from ksearch.kernels.attention import wgmma_ws as WS
@@ -95,7 +96,7 @@ def test_without_the_driver_a_tensor_map_says_so_in_one_line(monkeypatch: pytest
 
     tensor_map._encode_fn.cache_clear()
     monkeypatch.setattr(tensor_map.ctypes, "CDLL", no_driver)
-    with pytest.raises(tensor_map.TensorMapError, match="libcuda.so.1") as err:
+    with pytest.raises(BackendUnavailable, match="libcuda.so.1") as err:
         tensor_map.encode((8, 64), (256,), (8, 64))
     assert "\n" not in str(err.value)
     tensor_map._encode_fn.cache_clear()
@@ -103,7 +104,7 @@ def test_without_the_driver_a_tensor_map_says_so_in_one_line(monkeypatch: pytest
 
 def test_a_refused_map_names_its_geometry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tensor_map, "_encode_fn", lambda: (lambda *args: 1))  # CUDA_ERROR_INVALID_VALUE
-    with pytest.raises(tensor_map.TensorMapError, match=r"dims \[8, 64\].*CUresult 1"):
+    with pytest.raises(BackendUnavailable, match=r"dims \[8, 64\].*CUresult 1"):
         tensor_map.encode((8, 64), (256,), (8, 64))
 
 

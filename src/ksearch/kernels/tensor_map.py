@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+from ksearch.errors import BackendUnavailable
+
 UINT16 = 1  # CU_TENSOR_MAP_DATA_TYPE_UINT16: a copy moves bytes, fp16 and bf16 alike
 L2_PROMOTION_128B = 2  # CU_TENSOR_MAP_L2_PROMOTION_L2_128B
 
@@ -59,16 +61,13 @@ __device__ __forceinline__ void ks_tma_load4(unsigned smem, const void* map, int
 """
 
 
-class TensorMapError(RuntimeError):
-    """The driver could not be loaded or refused the map."""
-
-
 @cache
 def _encode_fn() -> Any:
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError as exc:
-        raise TensorMapError(f"tensor maps need the CUDA driver (libcuda.so.1): {exc}") from exc
+        raise BackendUnavailable(f"tensor maps need the CUDA driver (libcuda.so.1): {exc}; use a _bulk "
+                                 "configuration") from exc
     fn = lib.cuTensorMapEncodeTiled
     u32, u64p, u32p = ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
@@ -102,8 +101,8 @@ def encode(dims: Sequence[int], strides: Sequence[int], box: Sequence[int]) -> b
                         (ctypes.c_uint64 * n)(*dims), (ctypes.c_uint64 * max(1, n - 1))(*strides),
                         (ctypes.c_uint32 * n)(*box), (ctypes.c_uint32 * n)(*([1] * n)), 0, 0, L2_PROMOTION_128B, 0)
     if code != 0:
-        raise TensorMapError(f"cuTensorMapEncodeTiled refused dims {list(dims)}, strides {list(strides)}, box "
-                             f"{list(box)} (CUresult {code})")
+        raise BackendUnavailable(f"cuTensorMapEncodeTiled refused dims {list(dims)}, strides {list(strides)}, box "
+                                 f"{list(box)} (CUresult {code}); use a _bulk configuration")
     return bytes(out)
 
 
