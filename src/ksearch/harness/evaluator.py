@@ -103,7 +103,6 @@ class Evaluator:
 
     def close(self) -> None:
         self._drop_spare()
-        self.baselines.close()
         if self._ref is not None:
             self._ref.close()
             self._ref = None
@@ -219,7 +218,6 @@ class Evaluator:
         workloads = self.task.select_workloads(self.backend.tier, opts.holdout, opts.workloads)
         if not workloads:
             raise ValueError(f"task {self.task.name} has no {self.backend.tier} workloads to evaluate")
-        self.baselines.spawn_ahead(baseline_name, workloads)  # a first evaluation: its start overlaps the candidate's
         master = opts.seed if opts.seed is not None else secrets.randbits(62)
         trial_master = opts.seed if opts.seed is not None else self._trial_master
         trials, post = _seeds(trial_master, workloads, TRIALS), _seeds(master ^ 0x5EED, workloads, POST_TRIALS)
@@ -302,8 +300,6 @@ class Evaluator:
             with self._phase("trials"):
                 for w, wr in zip(workloads, result.workloads, strict=True):
                     self._correctness(worker, w, wr, seeds[w.name][:TRIALS], deadline)
-            with self._phase("baseline worker readied"):  # before any timed call, never beside one
-                self.baselines.ready_ahead(deadline)
             for w, wr in zip(workloads, result.workloads, strict=True):
                 with self._phase("timing"):
                     timed[w.name] = time_workload(worker, self.task, w, self._plan(w), deadline, check=True)
