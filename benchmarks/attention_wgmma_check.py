@@ -4,9 +4,10 @@ then their speed against cuDNN (MLX's native attention) and our mma.sync kernel,
     python benchmarks/attention_wgmma_check.py OUT_DIR [CONFIG ...]
 
 A configuration is "wgW_nN" (the synchronous kernel, attention/wgmma.py: W warpgroups, N keys per tile) or
-"wsW_nN_sS[_pP][_bulk|_tma|_tmac][_pp]" (attention/wgmma_ws.py: S stages, P producer warps, P=0 every thread loads
-with mbarriers only; _bulk: K / V by bulk copies from tile images; _tma / _tmac: by tensor copies through a map
-encoded on the host, one a tile / one per 16-byte column; _pp: ping-pong between the consumer warpgroups).
+"wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pp]" (attention/wgmma_ws.py: S stages, P producer warps, P=0 every thread
+loads with mbarriers only; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by tensor copies through
+a map encoded on the host, one a tile / one per 16-byte column / one per 64 columns with the 128-byte swizzle; _pp:
+ping-pong between the consumer warpgroups).
 
 Each configuration's correctness runs in a subprocess of its own (a bad kernel can fault the GPU context), with a time
 limit; results go to OUT_DIR/wgmma-check.json as they come.

@@ -76,8 +76,17 @@ def _encode_fn() -> Any:
     return fn
 
 
-def check_geometry(dims: Sequence[int], strides: Sequence[int], box: Sequence[int], element_bytes: int) -> None:
+SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}  # CUtensorMapSwizzle -> its span
+
+
+def check_geometry(dims: Sequence[int], strides: Sequence[int], box: Sequence[int], element_bytes: int,
+                   swizzle: int = 0) -> None:
     """The driver's documented limits, checked before it is asked: a ValueError that names the one broken."""
+    if swizzle not in SWIZZLE_BYTES:
+        raise ValueError(f"swizzle {swizzle}: use 0 (none), 1 (32 bytes), 2 (64) or 3 (128)")
+    if swizzle and box and box[0] * element_bytes > SWIZZLE_BYTES[swizzle]:
+        raise ValueError(f"a swizzled box's innermost dimension may span at most {SWIZZLE_BYTES[swizzle]} bytes: "
+                         f"{box}")
     if not 1 <= len(dims) <= 5 or len(box) != len(dims) or len(strides) != len(dims) - 1:
         raise ValueError(f"a tensor map takes 1-5 dimensions, a box of as many and one stride fewer: dims {dims}, "
                          f"strides {strides}, box {box}")
@@ -89,17 +98,19 @@ def check_geometry(dims: Sequence[int], strides: Sequence[int], box: Sequence[in
         raise ValueError(f"a tensor map box takes 1..256 elements a dimension and whole 16 bytes innermost: {box}")
 
 
-def encode(dims: Sequence[int], strides: Sequence[int], box: Sequence[int]) -> bytes:
+def encode(dims: Sequence[int], strides: Sequence[int], box: Sequence[int], swizzle: int = 0) -> bytes:
     """The 128 bytes of a 2-byte-element tile map: `dims` innermost first, `strides` in bytes (dims[1:]'s), `box`
-    the elements one copy moves along each dimension; no swizzle, no interleave, zeros out of bounds. The global
-    address is a placeholder that the kernel replaces."""
-    check_geometry(dims, strides, box, 2)
+    the elements one copy moves along each dimension, `swizzle` a CUtensorMapSwizzle (0 none, 3 128 bytes: the
+    copy's shared-memory destination then 1024-byte aligned); no interleave, zeros out of bounds. The global address
+    is a placeholder that the kernel replaces."""
+    check_geometry(dims, strides, box, 2, swizzle)
     n = len(dims)
     out = (ctypes.c_uint64 * 16)()
     placeholder = (ctypes.c_uint64 * 4)()  # 16-byte aligned, never read: the kernel sets the real address
     code = _encode_fn()(ctypes.byref(out), UINT16, n, ctypes.addressof(placeholder),
                         (ctypes.c_uint64 * n)(*dims), (ctypes.c_uint64 * max(1, n - 1))(*strides),
-                        (ctypes.c_uint32 * n)(*box), (ctypes.c_uint32 * n)(*([1] * n)), 0, 0, L2_PROMOTION_128B, 0)
+                        (ctypes.c_uint32 * n)(*box), (ctypes.c_uint32 * n)(*([1] * n)), 0, swizzle,
+                        L2_PROMOTION_128B, 0)
     if code != 0:
         raise BackendUnavailable(f"cuTensorMapEncodeTiled refused dims {list(dims)}, strides {list(strides)}, box "
                                  f"{list(box)} (CUresult {code}); use a _bulk configuration")
@@ -107,11 +118,11 @@ def encode(dims: Sequence[int], strides: Sequence[int], box: Sequence[int]) -> b
 
 
 @cache
-def map_input(dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...]) -> Any:
+def map_input(dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...], swizzle: int = 0) -> Any:
     """`encode`'s map as the uint64 array a kernel takes (input `tmap`), made once per geometry."""
     import mlx.core as mx
     import numpy as np
 
-    arr = mx.array(np.frombuffer(encode(dims, strides, box), dtype=np.uint64))
+    arr = mx.array(np.frombuffer(encode(dims, strides, box, swizzle), dtype=np.uint64))
     mx.eval(arr)
     return arr

@@ -34,7 +34,8 @@ SETUP = r"""
     extern __shared__ __align__(128) unsigned char ks_smem[];
     T* ones = reinterpret_cast<T*>(ks_smem);  // 16 x 8 ones: the B operand of P's row sums
     T* Qs = ones + 128;
-    T* Ks = Qs + QB;                // STAGES stages
+    // STAGES stages; a 128-byte swizzled layout (KV_LAYOUT 2) repeats every 1024 bytes of shared address
+    T* Ks = Qs + QB + (KV_LAYOUT == 2 ? ((1024 - (ks_saddr(Qs + QB) & 1023)) & 1023) / sizeof(T) : 0);
     T* Vs = Ks + STAGES * KB;       // STAGES stages
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
     const int warp = wt / 32, lane = wt % 32, g = lane >> 2, tq = lane & 3;
@@ -43,13 +44,17 @@ SETUP = r"""
     // Byte offsets between core matrices (checked on the H200): Q and K are K-major (leading 128 B along the head
     // dim, stride one core-matrix row); V is read MN-major with the transpose bit (leading one core-matrix row of V).
     constexpr int qk_lead = 128, qk_stride = (D / 8) * 128;
-    // KV_CM (set by the source before this): K / V tiles column-major in 16-byte columns, as tensor-map copies write
-    // them (each column BN rows x 16 B): core matrices adjacent along the head dim BN * 16 bytes apart, along the keys
-    // 128. Otherwise core-matrix rows of the tile one after another, like Q. K / V advance per 16 columns / keys in
-    // descriptor units (16 B): k_step, v_step.
-    constexpr int k_lead = KV_CM ? BN * 16 : qk_lead, k_stride = KV_CM ? 128 : qk_stride;
-    constexpr int v_lead = KV_CM ? 128 : (D / 8) * 128, v_stride = KV_CM ? BN * 16 : 128;
-    constexpr int k_step = KV_CM ? 2 * BN : 16, v_step = KV_CM ? 16 : 2 * D;
+    // K / V tiles in one of three layouts (KV_LAYOUT, set by the source before this), as leading / stride byte offsets
+    // of their descriptors (K is K-major, V MN-major) and V's step per 16 keys, in bytes:
+    // 0: core-matrix rows of the tile one after another, like Q (tile images, cp.async);
+    // 1: column-major in 16-byte columns of BN rows (tensor copies of 16-byte boxes);
+    // 2: 128-byte swizzle (tensor copies of 64-element boxes): each 64 columns a region of BN rows x 128 bytes, 8 rows
+    //    an atom of 1024 bytes; K's leading offset unused, V's the distance between regions.
+    constexpr int KL[3] = {128, BN * 16, 16}, KS[3] = {(D / 8) * 128, 128, 1024};
+    constexpr int VL[3] = {(D / 8) * 128, 128, BN * 128}, VS[3] = {128, BN * 16, 1024}, VSTEP[3] = {32 * D, 256, 2048};
+    constexpr int k_lead = KL[KV_LAYOUT], k_stride = KS[KV_LAYOUT], v_lead = VL[KV_LAYOUT], v_stride = VS[KV_LAYOUT];
+    constexpr int v_step = VSTEP[KV_LAYOUT] / 16;  // descriptor units (16 B)
+    constexpr unsigned long long kv_swizzle = KV_LAYOUT == 2 ? 1ull << 62 : 0;  // the descriptor's layout type
     if (threadIdx.x < 128) ones[threadIdx.x] = T(1.f);
     ks_proxy_fence();  // visible to wgmma after the block barrier every variant passes before its first product
 
@@ -70,19 +75,25 @@ REGISTERS = r"""
     // Descriptors of stage 0 and this warpgroup's Q, once: a tile's descriptors add constants to them (shared
     // addresses stay below 2^18, so the 14-bit address field never carries into the offsets).
     const unsigned long long dq0 = ks_desc(Qs + wg * 64 * D, qk_lead, qk_stride);
-    const unsigned long long dk0 = ks_desc(Ks, k_lead, k_stride), dv0 = ks_desc(Vs, v_lead, v_stride);
+    const unsigned long long dk0 = ks_desc(Ks, k_lead, k_stride) | kv_swizzle;
+    const unsigned long long dv0 = ks_desc(Vs, v_lead, v_stride) | kv_swizzle;
     const unsigned long long d1 = ks_desc(ones, 128, 256);
 
 """
 STEPS = r"""
+    // K's offset for its 16 columns kc, in descriptor units: two core-matrix columns on (layouts 0 and 1); 32 bytes
+    // along a 128-byte row, and BN rows x 128 bytes to the next 64 columns (layout 2).
+    auto k_off = [](int kc) {
+      return KV_LAYOUT == 2 ? (kc >> 2) * (BN * 8) + (kc & 3) * 2 : (KV_LAYOUT == 1 ? 2 * BN : 16) * kc;
+    };
     auto issue_s = [&](int t) {  // S = Q K(t)^T; 16 columns of Q are 256 bytes on (16 in descriptor units)
       const unsigned long long dk = dk0 + (unsigned long long)((t % STAGES) * KB * 2 / 16);
       #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc) {
         if (BN == 128) {
-          if (kc == 0) KsWg<T>::ss128z(s, dq0, dk); else KsWg<T>::ss128(s, dq0 + 16 * kc, dk + k_step * kc);
+          if (kc == 0) KsWg<T>::ss128z(s, dq0, dk); else KsWg<T>::ss128(s, dq0 + 16 * kc, dk + k_off(kc));
         } else {
-          if (kc == 0) KsWg<T>::ss64z(s, dq0, dk); else KsWg<T>::ss64(s, dq0 + 16 * kc, dk + k_step * kc);
+          if (kc == 0) KsWg<T>::ss64z(s, dq0, dk); else KsWg<T>::ss64(s, dq0 + 16 * kc, dk + k_off(kc));
         }
       }
       ks_wg_commit();
@@ -259,7 +270,7 @@ def source(stages: int = 2) -> str:
     ks_commit_w();
 """
     wait = f"ks_wait_w<{stages - 2}>();  // all but the newest {stages - 2} cp.async groups have landed"
-    return f"    constexpr int STAGES = {stages};\n    constexpr bool KV_CM = false;" + SETUP + r"""
+    return f"    constexpr int STAGES = {stages};\n    constexpr int KV_LAYOUT = 0;" + SETUP + r"""
     ks_load_core<D, NT, BM>(Qs, qg, rows_here, threadIdx.x);  // rows past L: never stored
     ks_load_core<D, NT, BN>(Ks, kg, BN, threadIdx.x);
     ks_commit_w();

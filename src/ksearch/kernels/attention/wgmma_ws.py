@@ -98,8 +98,9 @@ PRODUCER_COPIES = r"""      if (BULK) {  // k and v are tile images (tile_images
 
 # Tensor copies (TMA) through the host's map (input tmap, kernels/tensor_map.py): producer warp 0 sets K's and V's
 # global address in a copy of it, publishes both to this block's slot of the scratch output `maps` and fences them;
-# then one thread issues, per tile, one copy (TMA 1: a 4-D box of 8 elements x BN rows x D / 8 columns) or one per
-# 16-byte column (TMA 2: 3-D boxes of 8 x BN). Either way the tile lands column-major in 16-byte columns (KV_CM).
+# then one thread issues, per tile, one copy (TMA 1: a 4-D box of 8 elements x BN rows x D / 8 columns), one per
+# 16-byte column (TMA 2: 3-D boxes of 8 x BN) - either way the tile lands column-major in 16-byte columns (KV_LAYOUT
+# 1) - or one per 64 columns with the 128-byte swizzle (TMA 3: boxes of 64 x BN; KV_LAYOUT 2).
 PRODUCER_TMA = r"""      if (pl < 32) {
         unsigned long long* smap = reinterpret_cast<unsigned long long*>(
             (reinterpret_cast<size_t>(bars + 4 * STAGES) + 127) & ~(size_t)127);
@@ -120,8 +121,10 @@ PRODUCER_TMA = r"""      if (pl < 32) {
             if (TMA == 1) {
               ks_tma_load4(ks_saddr(dst), map, 0, t * BN, 0, bh, bar);
             } else {
+              constexpr int COLS = TMA == 3 ? 64 : 8;  // columns a box
               #pragma unroll
-              for (int c = 0; c < D / 8; ++c) ks_tma_load3(ks_saddr(dst) + c * BN * 16, map, c * 8, t * BN, bh, bar);
+              for (int c = 0; c < D / COLS; ++c)
+                ks_tma_load3(ks_saddr(dst) + c * BN * COLS * 2, map, c * COLS, t * BN, bh, bar);
             }
           };
           for (int t = 0; t < ntiles; ++t) {
@@ -204,7 +207,7 @@ MB_HANDOVER = r"""
 """
 
 
-SOURCE_MB = ("    constexpr int STAGES = NSTAGES;\n    constexpr bool KV_CM = false;"
+SOURCE_MB = ("    constexpr int STAGES = NSTAGES;\n    constexpr int KV_LAYOUT = 0;"
              + SETUP + MB_SPLIT + REGISTERS + STEPS + MB_HANDOVER
              + pipeline(first="if (ntiles > 2) load_tile(2);\nwait_full(0);",
                         step="if (t + 2 < ntiles) load_tile(t + 2);  // waits for every warp's O += P(t-2) V(t-2)\n"
@@ -213,9 +216,10 @@ SOURCE_MB = ("    constexpr int STAGES = NSTAGES;\n    constexpr bool KV_CM = fa
                         last="", end="ks_wait_w<0>();") + EPILOGUE)
 
 
-def _producer_source(split: str, kv_cm: bool) -> str:
-    """The producer kernel with `split` (its set-up and producer branch); kv_cm: K / V tiles column-major."""
-    return (f"    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;\n    constexpr bool KV_CM = {str(kv_cm).lower()};"
+def _producer_source(split: str, kv_layout: str) -> str:
+    """The producer kernel with `split` (its set-up and producer branch); kv_layout: SETUP's KV_LAYOUT (an
+    expression of the template constants)."""
+    return (f"    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;\n    constexpr int KV_LAYOUT = {kv_layout};"
             + SETUP + split + REGISTERS + STEPS + WS_HANDOVER
             + pipeline(first="wait_full(kfull, 0);\npp_sync();", after_s0="release(kempty, 0);",
                        step="wait_full(kfull, t);\nwait_full(vfull, t - 1);\npp_sync();", after_s="release(kempty, t);",
@@ -223,9 +227,9 @@ def _producer_source(split: str, kv_cm: bool) -> str:
                        issued="pp_arrive();", end="if (PP && wg == 0) pp_sync();") + EPILOGUE)
 
 
-SOURCE = _producer_source(WS_SPLIT, False)
-# Takes input `tmap` and output `maps` besides q, k, v, scale and o, and template constant TMA (1 or 2).
-SOURCE_TMA = _producer_source(WS_SPLIT_FRAME.replace("{PRODUCER}", PRODUCER_TMA), True)
+SOURCE = _producer_source(WS_SPLIT, "0")
+# Takes input `tmap` and output `maps` besides q, k, v, scale and o, and template constant TMA (1, 2 or 3).
+SOURCE_TMA = _producer_source(WS_SPLIT_FRAME.replace("{PRODUCER}", PRODUCER_TMA), "TMA == 3 ? 2 : 1")
 
 
 @dataclass(frozen=True)
@@ -237,21 +241,25 @@ class WsConfig:
     cp: str = "cg"   # cp.async cache mode (wgmma.cp_cache)
     bulk: bool = False  # K / V as tile images, one bulk copy a tile (needs a producer)
     pp: bool = False    # consumer warpgroups take turns on the tensor cores (needs a producer)
-    tma: int = 0        # K / V by tensor copies (needs a producer): 1 one 4-D copy a tile, 2 one per 16-byte column
+    # K / V by tensor copies (needs a producer): 1 one 4-D copy a tile, 2 one per 16-byte column, 3 one per 64 columns
+    # with the 128-byte swizzle
+    tma: int = 0
 
     def smem_bytes(self, d: int) -> int:
         maps = 128 + 256 if self.tma else 0  # two tensor maps, 128-byte aligned
-        return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps
+        align = 1024 if self.tma == 3 else 0  # the swizzled stages start at a multiple of 1024 bytes
+        return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps + align
 
 
 def config_problem(cfg: WsConfig) -> str | None:
     """Why a configuration can run at no shape, in words that say what to change; None if it can run at some."""
     if (cfg.bulk or cfg.pp or cfg.tma) and cfg.pwarps == 0:  # the copies are the producer's; ping-pong is SOURCE's
         return "_bulk, _tma and _pp need a producer (_p1 .. _p4)"
-    if cfg.tma not in (0, 1, 2):
-        return "tma is 0 (off), 1 (_tma: one 4-D copy a tile) or 2 (_tmac: one copy per 16-byte column)"
+    if cfg.tma not in (0, 1, 2, 3):
+        return ("tma is 0 (off), 1 (_tma: one 4-D copy a tile), 2 (_tmac: one copy per 16-byte column) or 3 (_tmas: "
+                "one per 64 columns, 128-byte swizzle)")
     if cfg.tma and cfg.bulk:
-        return "_tma and _tmac replace _bulk's tile images: name one of them"
+        return "_tma, _tmac and _tmas replace _bulk's tile images: name one of them"
     if cfg.pwarps == 0 and cfg.stages < 4:  # loads run two tiles ahead of the one released last
         return "without a producer (_p0) it needs 4 stages (_s4)"
     # a producer warpgroup raises the consumers to at most 240 registers: one consumer warpgroup (255 at entry) would
@@ -325,13 +333,19 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
 
 
 def tma_geometry(k_shape: tuple[int, ...], bn: int, mode: int) -> tuple[tuple[int, ...], ...]:
-    """(dims, strides in bytes, box) of the tensor map over K (or V) of shape (B, H, S, D), 2-byte elements, that
-    writes a BN-key tile column-major in 16-byte columns: mode 1 one 4-D copy (8 elements, S rows, D / 8 columns,
-    B * H), mode 2 one 3-D copy (8 elements of D, S rows, B * H) per column."""
+    """(dims, strides in bytes, box) of the tensor map over K (or V) of shape (B, H, S, D), 2-byte elements, for a
+    BN-key tile: mode 1 one 4-D copy (8 elements, S rows, D / 8 columns, B * H) and mode 2 one 3-D copy (8 elements
+    of D, S rows, B * H) per column, both column-major in 16-byte columns; mode 3 one 3-D copy of 64 elements per 64
+    columns, swizzled (`tma_swizzle`)."""
     b, h, s, d = k_shape
     if mode == 1:
         return (8, s, d // 8, b * h), (d * 2, 16, s * d * 2), (8, bn, d // 8, 1)
-    return (d, s, b * h), (d * 2, s * d * 2), (8, bn, 1)
+    return (d, s, b * h), (d * 2, s * d * 2), (64 if mode == 3 else 8, bn, 1)
+
+
+def tma_swizzle(mode: int) -> int:
+    """The map's swizzle (CUtensorMapSwizzle): 128 bytes (3) for mode 3, none otherwise."""
+    return 3 if mode == 3 else 0
 
 
 def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
@@ -342,7 +356,7 @@ def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
                         + ("_pp" if cfg.pp else ""), SOURCE_TMA,
                         pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
                         cfg.smem_bytes(q.shape[-1]), ("tmap",), ("maps",))
-    tmap = map_input(*tma_geometry(tuple(k.shape), cfg.bn, cfg.tma))
+    tmap = map_input(*tma_geometry(tuple(k.shape), cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma))
     slots = blocks(q, 64 * cfg.wg) * 32 + 16  # 256 bytes a block, and room to align the first to 128
     return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
                   [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)],
@@ -365,28 +379,28 @@ def config_name(cfg: Any) -> str:
     if isinstance(cfg, WgmmaConfig):
         return f"wg{cfg.wg}_n{cfg.bn}" + (f"_s{cfg.stages}" if cfg.stages != 2 else "") + ca
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
-            + ("", "_tma", "_tmac")[cfg.tma] + ("_pp" if cfg.pp else "") + ca)
+            + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pp" if cfg.pp else "") + ca)
 
 
 def parse_config(name: str) -> Any:
-    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac][_pp][_ca]" -> WsConfig(W, N, S,
+    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pp][_ca]" -> WsConfig(W, N, S,
     P) (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms,
     or with what to change in a configuration that can run at no shape."""
     import re
 
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tmac?)?(_pp)?)(_ca)?",
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pp)?)(_ca)?",
                      name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac][_pp][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / V by bulk "
-                         "copies from tile images; _tma / _tmac: by tensor copies, one a tile / one per 16-byte "
-                         "column; _pp: ping-pong between consumer warpgroups; _ca: cp.async through L1)")
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pp][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / V by "
+                         "bulk copies from tile images; _tma / _tmac / _tmas: by tensor copies, one a tile / one per "
+                         "16-byte column / one per 64 columns swizzled; _pp: ping-pong between consumer warpgroups; _ca: cp.async through L1)")
     cp = "ca" if m[11] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
-    tma = {None: 0, "_tma": 1, "_tmac": 2}[m[9]]
+    tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
     cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[10]), tma)
     problem = config_problem(cfg)
     if problem:
