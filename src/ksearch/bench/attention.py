@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -114,10 +115,13 @@ def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, con
 
 
 def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, config: Any = None,
-                        round_s: float = 0.01) -> dict[str, Any]:
+                        round_s: float = 0.01, configs: Sequence[str] = ()) -> dict[str, Any]:
+    """configs: wgmma configuration names (wgmma_ws.parse_config) timed beside the dispatch and native in the same
+    rounds, so that a dispatch rule can be read off one process; each lands in the row's "configs"."""
     import mlx.core as mx
 
     from ksearch.kernels.attention import attention, native_attention, prefill_plan
+    from ksearch.kernels.attention.wgmma_ws import parse_config
 
     dt = _dtype(shape["dtype"])
     b, hq, hkv, d, length, s, causal = (shape[k] for k in ("B", "Hq", "Hkv", "D", "L", "S", "causal"))
@@ -126,16 +130,31 @@ def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, conf
     k = mx.random.normal((b, hkv, s, d)).astype(dt)
     v = mx.random.normal((b, hkv, s, d)).astype(dt)
     mx.eval(q, k, v)
-    t = time_rounds({"ours": lambda: attention(q, k, v, causal, config=config),
-                      "native": lambda: native_attention(q, k, v, causal)}, rounds, n, round_s=round_s)
+    chosen = {name: parse_config(name) for name in configs}
+    fns: dict[str, Callable[[], Any]] = {"ours": lambda: attention(q, k, v, causal, config=config),
+                                         "native": lambda: native_attention(q, k, v, causal)}
+    for name, cfg in chosen.items():
+        fns[f"config:{name}"] = partial(attention, q, k, v, causal, config=cfg)
+    t = time_rounds(fns, rounds, n, round_s=round_s)
     flops = 4.0 * b * hq * length * s * d / (2 if causal else 1)
     med, nmed = statistics.median(t["ours"]), statistics.median(t["native"])
-    err = cast(float, mx.max(mx.abs(attention(q, k, v, causal, config=config).astype(mx.float32)
-                                    - native_attention(q, k, v, causal).astype(mx.float32))).item())
-    return {**shape, "latency_s": med, "native_latency_s": nmed, **ratio_stats(t["ours"], t["native"]),
-            "tflops": flops / med / 1e12, "native_tflops": flops / nmed / 1e12,
-            "roofline_fraction": flops / med / TENSOR_FLOPS, "max_abs_diff_vs_native": err, "config": repr(config),
-            "kernel": prefill_plan(q, k, v, causal, config=config)[0]}
+    reference = native_attention(q, k, v, causal).astype(mx.float32)
+
+    def max_diff(out: Any) -> float:
+        return cast(float, mx.max(mx.abs(out.astype(mx.float32) - reference)).item())
+
+    row = {**shape, "latency_s": med, "native_latency_s": nmed, **ratio_stats(t["ours"], t["native"]),
+           "tflops": flops / med / 1e12, "native_tflops": flops / nmed / 1e12,
+           "roofline_fraction": flops / med / TENSOR_FLOPS,
+           "max_abs_diff_vs_native": max_diff(attention(q, k, v, causal, config=config)), "config": repr(config),
+           "kernel": prefill_plan(q, k, v, causal, config=config)[0]}
+    if chosen:
+        row["configs"] = {name: {"kernel": prefill_plan(q, k, v, causal, config=cfg)[0],
+                                 "latency_s": statistics.median(t[f"config:{name}"]),
+                                 **ratio_stats(t[f"config:{name}"], t["native"]),
+                                 "max_abs_diff_vs_native": max_diff(attention(q, k, v, causal, config=cfg))}
+                          for name, cfg in chosen.items()}
+    return row
 
 
 def summarize_decode(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -150,13 +169,26 @@ def summarize_decode(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def summarize_prefill(rows: list[dict[str, Any]]) -> dict[str, Any]:
     long = [r["speedup"] for r in rows if r["L"] >= 4096]
-    return {"geomean_speedup": geomean([r["speedup"] for r in rows]), "geomean_speedup_L_ge_4096": geomean(long),
-            "min_speedup": min(r["speedup"] for r in rows), "max_speedup": max(r["speedup"] for r in rows),
-            "targets": ">= 0.8x native geomean at L >= 4096 (bar), 1.0x over the whole set (goal)"}
+    out: dict[str, Any] = {
+        "geomean_speedup": geomean([r["speedup"] for r in rows]), "geomean_speedup_L_ge_4096": geomean(long),
+        "min_speedup": min(r["speedup"] for r in rows), "max_speedup": max(r["speedup"] for r in rows),
+        "targets": ">= 0.8x native geomean at L >= 4096 (bar), 1.0x over the whole set (goal)"}
+    names = sorted({name for r in rows for name in r.get("configs", {})})
+    if names:
+        # Each configuration where it ran (a shape it does not fit falls back to native and is left out), and the
+        # best of the dispatch and every configuration per shape: what a perfect rule over these would reach.
+        out["configs"] = {name: {"geomean_speedup": geomean([r["configs"][name]["speedup"] for r in rows
+                                                            if r["configs"][name]["kernel"] != "native"]),
+                                 "shapes": sum(r["configs"][name]["kernel"] != "native" for r in rows)}
+                          for name in names}
+        out["geomean_speedup_best_of"] = geomean([max([r["speedup"]] + [c["speedup"] for c in r["configs"].values()
+                                                                       if c["kernel"] != "native"]) for r in rows])
+    return out
 
 
 def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callable[[str], None] = print,
-              config: Any = None, name: str | None = None) -> Path:
+              config: Any = None, name: str | None = None, configs: Sequence[str] = ()) -> Path:
+    """configs (prefill only): wgmma configuration names timed beside the dispatch at every shape."""
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
 
@@ -165,13 +197,16 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
         shapes, one, summ, default = decode_shapes(full), bench_decode_shape, summarize_decode, "decode"
     else:
         shapes, one, summ, default = prefill_shapes(full), bench_prefill_shape, summarize_prefill, "attention-prefill"
+    if configs and kind == "decode":
+        raise ValueError("configurations beside the dispatch are for prefill: run `ksearch bench attention --configs`")
     name = name or default
     rows = []
     for shape in shapes:
-        rows.append(one(shape, config=config))
+        rows.append(bench_prefill_shape(shape, config=config, configs=configs) if configs else one(shape, config=config))
         r = rows[-1]
+        extra = "".join(f", {c}: {x['speedup']:.2f}x" for c, x in r.get("configs", {}).items())
         log(f"{shape}: {r['latency_s'] * 1e6:.1f} us vs native {r['native_latency_s'] * 1e6:.1f} us "
-            f"-> {r['speedup']:.2f}x")
+            f"-> {r['speedup']:.2f}x{extra}")
     data = make_result(name, backend, rows, shapes, sorted({s["dtype"] for s in shapes}), summ(rows), notes)
     path = write_result(data, out_dir)
     log(f"summary: {data['summary']}\nwrote {path}")

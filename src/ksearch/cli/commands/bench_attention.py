@@ -34,16 +34,36 @@ def check_wgmma_env() -> None:
             raise typer.BadParameter(f"KSEARCH_WGMMA_CONFIG: {exc}") from exc
 
 
+def check_configs(text: str) -> list[str]:
+    """--configs as a list of names, each one a configuration that can run somewhere; else one line saying which."""
+    from ksearch.kernels.attention.wgmma_ws import parse_config
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if len(set(names)) != len(names):
+        raise typer.BadParameter(f"{text!r} names a configuration twice; name each once", param_hint="--configs")
+    for name in names:
+        try:
+            parse_config(name)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--configs") from None
+    return names
+
+
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("attention")
     def attention_cmd(full: bool = typer.Option(False, help="all 96 benchmark shapes (B=4 at every dtype/Hkv)"),
-                      out: str = typer.Option("benchmarks/results", help="directory for the JSON result")) -> None:
+                      out: str = typer.Option("benchmarks/results", help="directory for the JSON result"),
+                      configs: str = typer.Option("", help="wgmma configurations to time beside the dispatch in the "
+                                                  "same rounds, comma-separated (e.g. 'ws3_n64_s4_p4_bulk,"
+                                                  "ws2_n128_s3_p4_bulk'; written as attention-prefill-configs-*.json)")
+                      ) -> None:
         """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere) vs MLX native attention."""
         from ksearch.bench.attention import run_bench
 
         check_wgmma_env()
+        names = check_configs(configs)
         check_out_dir(out)
-        run_bench("prefill", full, out)
+        run_bench("prefill", full, out, configs=names, name="attention-prefill-configs" if names else None)
 
     @bench_app.command("decode")
     def decode_cmd(full: bool = typer.Option(True, help="add a bf16 and a D=64 shape to the B x length grid"),

@@ -1,0 +1,58 @@
+"""`ksearch bench attention --configs`: wgmma configurations timed beside the dispatch in the same rounds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ksearch.bench import attention as ba
+
+KS = [sys.executable, "-m", "ksearch.cli"]
+
+
+def _row(speedup: float, configs: dict[str, tuple[str, float]]) -> dict[str, Any]:
+    return {"L": 2048, "speedup": speedup,
+            "configs": {name: {"kernel": kernel, "speedup": s} for name, (kernel, s) in configs.items()}}
+
+
+def test_summary_reports_each_configuration_where_it_ran_and_the_best_per_shape() -> None:
+    rows = [_row(0.5, {"a": ("a", 0.8), "b": ("b", 0.4)}),
+            _row(0.9, {"a": ("a", 0.6), "b": ("native", 2.0)})]  # b does not fit the second shape: native ran
+    summary = ba.summarize_prefill(rows)
+    assert summary["configs"]["a"] == {"geomean_speedup": pytest.approx((0.8 * 0.6) ** 0.5), "shapes": 2}
+    assert summary["configs"]["b"] == {"geomean_speedup": pytest.approx(0.4), "shapes": 1}
+    # best per shape: 0.8 (a) and 0.9 (the dispatch); b's native fallback never counts as a win
+    assert summary["geomean_speedup_best_of"] == pytest.approx((0.8 * 0.9) ** 0.5)
+    assert "configs" not in ba.summarize_prefill([{"L": 2048, "speedup": 1.0}])
+
+
+def test_each_configuration_is_timed_in_the_same_rounds_and_checked_against_native() -> None:
+    mx = pytest.importorskip("mlx.core")
+    del mx
+    shape = {"B": 1, "Hq": 4, "Hkv": 2, "D": 64, "L": 128, "S": 128, "dtype": "float16", "causal": True}
+    row = ba.bench_prefill_shape(shape, rounds=2, n=1, configs=["ws3_n64_s4_p4_bulk", "ws2_n128_s3_p4_bulk"])
+    assert set(row["configs"]) == {"ws3_n64_s4_p4_bulk", "ws2_n128_s3_p4_bulk"}
+    for c in row["configs"].values():
+        # off CUDA every configuration falls back to native, and the row says so rather than crediting the config
+        assert c["kernel"] == "native" and c["latency_s"] > 0 and c["speedup_min"] <= c["speedup"] <= c["speedup_max"]
+        assert c["max_abs_diff_vs_native"] == 0.0
+
+
+def test_configurations_are_for_prefill_only(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="prefill"):
+        ba.run_bench("decode", False, str(tmp_path), configs=["ws3_n64_s4_p4_bulk"])
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("text", "said"), [("ws3_n64_s4_p4_bulk,ws3_n64_s3_p4_cb", "not a wgmma configuration"),
+                                            ("ws3_n64_s4_p4_bulk, ws3_n64_s4_p4_bulk", "twice")])
+def test_a_bad_configuration_list_is_one_line_before_anything_runs(tmp_path: Path, text: str, said: str) -> None:
+    proc = subprocess.run([*KS, "bench", "attention", "--configs", text, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert said in proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
