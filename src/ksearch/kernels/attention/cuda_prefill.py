@@ -7,44 +7,12 @@ import math
 from functools import cache
 from typing import Any
 
-# Which (batch, query head) `bhq` and which BM-row tile `mt` a block takes. Without a mask every block does the same
-# work, and neighbouring blocks (one head's tiles, longest first) share its K / V in L2: grid (tiles, B * Hq). Causal
-# tiles differ in length (mt + 1 diagonal-bounded key tiles) and the GPU starts blocks in the order of their linear
-# index, so `launch` makes the grid (heads of a section, tiles, sections): longest first across the heads of a section,
-# not only within one head, which leaves a shorter tail (list scheduling, longest first). A section holds as many query
-# heads as keep their K / V within L2_SECTION_BYTES (`causal_section`), so the blocks in flight still share K / V from
-# L2. Both read only the block's index, which the compiler recomputes where it needs it instead of holding registers.
-BLOCK_ORDER = r"""
-    const int mt = CAUSAL ? gridDim.y - 1 - blockIdx.y : gridDim.x - 1 - blockIdx.x;
-    const int bhq = CAUSAL ? blockIdx.z * gridDim.x + blockIdx.x : blockIdx.y;
-"""
-L2_SECTION_BYTES = 24 << 20  # of the H200's 50 MB of L2
-
-
-def causal_section(b: int, hq: int, hkv: int, s: int, d: int, itemsize: int) -> int:
-    """Query heads a section of the causal order: the most that divide B * Hq, hold whole GQA groups (Hq / Hkv heads
-    that read one K / V) and keep their K / V within L2_SECTION_BYTES; one group where a single K / V exceeds it."""
-    group, nbh = hq // hkv, b * hq
-    fit = max(1, L2_SECTION_BYTES // (2 * s * d * itemsize)) * group
-    return max(n for n in range(group, min(fit, nbh) + 1, group) if nbh % n == 0)
-
-
-def grid(b: int, hq: int, hkv: int, s: int, d: int, itemsize: int, tiles: int, nt: int,
-         causal: bool) -> tuple[int, int, int]:
-    """The launch grid in threads (MLX counts threads) for BLOCK_ORDER: blocks of nt threads, `tiles` row tiles of
-    each (batch, query head); causal: (heads of a section, tiles, sections)."""
-    if causal:
-        sec = causal_section(b, hq, hkv, s, d, itemsize)
-        return (sec * nt, tiles, b * hq // sec)
-    return (tiles * nt, b * hq, 1)
-
-
 # Where a block of BM query rows of one (batch, query head) starts, its K / V, and how many BN-key tiles it visits
 # (causal: none past its diagonal). Shared by the mma.sync and wgmma prefills.
 BLOCK_COORDS = r"""
     const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
-""" + BLOCK_ORDER + r"""
-    const int b = bhq / Hq, h = bhq % Hq, hk = h / (Hq / Hkv);
+    const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first
+    const int bhq = blockIdx.y, b = bhq / Hq, h = bhq % Hq, hk = h / (Hq / Hkv);
     const int m0 = mt * BM, shift = S - L;
     const T* qg = q + ((size_t)bhq * L + m0) * D;
     const T* kg = k + (size_t)(b * Hkv + hk) * S * D;
@@ -100,14 +68,11 @@ def blocks(q: Any, rows: int) -> int:
 
 def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]],
            extra_inputs: tuple[Any, ...] = (), extra_outputs: tuple[tuple[tuple[int, ...], Any], ...] = ()) -> Any:
-    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head), in
-    BLOCK_ORDER's grid;
+    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head);
     o has q's shape and dtype. `extra_inputs` follow scale; `extra_outputs` ((shape, dtype) each) follow o, which is
     what is returned."""
     b, hq, length, d = q.shape
-    causal = bool(dict(template).get("CAUSAL"))
     return kern(inputs=[q, k, v, softmax_scale(d), *extra_inputs], template=[("T", q.dtype), ("D", d), *template],
-                grid=grid(b, hq, k.shape[1], k.shape[2], d, q.dtype.size, -(-length // rows), nt, causal),
-                threadgroup=(nt, 1, 1),
+                grid=(-(-length // rows) * nt, b * hq, 1), threadgroup=(nt, 1, 1),
                 output_shapes=[q.shape, *(shape for shape, _ in extra_outputs)],
                 output_dtypes=[q.dtype, *(dtype for _, dtype in extra_outputs)])[0]

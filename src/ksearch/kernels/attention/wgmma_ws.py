@@ -105,7 +105,7 @@ PRODUCER_TMA = r"""      if (pl < 32) {
         unsigned long long* smap = reinterpret_cast<unsigned long long*>(
             (reinterpret_cast<size_t>(bars + 4 * STAGES) + 127) & ~(size_t)127);
         unsigned long long* gmap = reinterpret_cast<unsigned long long*>(
-            (reinterpret_cast<size_t>(maps) + 127) & ~(size_t)127) + (((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * 32;
+            (reinterpret_cast<size_t>(maps) + 127) & ~(size_t)127) + ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 32;
         if (lane < 16) { smap[lane] = tmap[lane]; smap[16 + lane] = tmap[lane]; }
         __syncwarp();
         if (lane == 0) { ks_tmap_address(smap, k); ks_tmap_address(smap + 16, v); }

@@ -14,10 +14,9 @@ from L=4096); with cp.async it spilled 208 bytes.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-from ksearch.kernels.attention import cuda_prefill, mma_sync, wgmma, wgmma_ws
+from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 from ksearch.policy.templates.attention_common import RUN_HEAD, fallbacks
 from ksearch.policy.templates.base import TemplateFamily
@@ -61,15 +60,13 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
             return _wg{d}(inputs=[q, k, v, scale],
                           template=[("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)){extra[d]}],
-                          grid=grid(b, hq, k.shape[1], s, d, q.dtype.size, (length + {bm - 1}) // {bm}, {threads[d]}, causal),
-                          threadgroup=({threads[d]}, 1, 1),
+                          grid=((length + {bm - 1}) // {bm} * {threads[d]}, b * hq, 1), threadgroup=({threads[d]}, 1, 1),
                           output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
     mma_calls = "\n".join(f'''        if d == {d}:
             return _mma{d}(inputs=[q, k, v, scale],
                            template=[("T", q.dtype), ("D", {d}), ("BM", {_MMA.bm}), ("BN", {_MMA.bn}), ("CAUSAL", bool(causal)),
                                      ("DB", {_MMA.db})],
-                           grid=grid(b, hq, k.shape[1], s, d, q.dtype.size, length // {_MMA.bm}, {mma_nt}, causal),
-                           threadgroup=({mma_nt}, 1, 1),
+                           grid=(length // {_MMA.bm} * {mma_nt}, b * hq, 1), threadgroup=({mma_nt}, 1, 1),
                            output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
     # Module-level kernel objects, one per head dim (shared memory differs), and literal launch sizes: the project's
     # linter reads them (whole warpgroups for wgmma, shared memory within the chip's limit).
@@ -108,13 +105,6 @@ import mlx.core as mx
 WG_SOURCE = {wgmma.source(cfg.stages)!r}
 {ws_source}
 {image}
-L2_SECTION_BYTES = {cuda_prefill.L2_SECTION_BYTES}
-
-
-{inspect.getsource(cuda_prefill.causal_section)}
-
-{inspect.getsource(cuda_prefill.grid)}
-
 MMA_HEADER = {MMA_SYNC_HEADER!r}
 MMA_SOURCE = {mma_sync.SOURCE!r}
 {kernels}
