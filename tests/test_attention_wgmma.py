@@ -12,7 +12,8 @@ import pytest
 from full import spread
 
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
-from ksearch.kernels import device
+from ksearch.errors import BackendUnavailable
+from ksearch.kernels import device, tensor_map
 from ksearch.kernels.attention import mma_sync
 from ksearch.kernels.attention import wgmma as W
 from ksearch.kernels.attention import wgmma_ws as WS
@@ -138,6 +139,7 @@ def test_wgmma_is_the_default_on_hopper_only(monkeypatch: pytest.MonkeyPatch, en
     monkeypatch.setattr(W, "attention_wgmma", lambda *a: "wgmma")
     monkeypatch.setattr(WS, "attention_wgmma_ws", lambda *a: "ws")
     monkeypatch.setattr(mma_sync, "attention_cuda", lambda *a: "mma_sync")
+    monkeypatch.setattr(WS, "tma_ready", lambda *_a: False)  # as without a CUDA driver: bulk copies
     if env is None:
         monkeypatch.delenv("KSEARCH_WGMMA", raising=False)
     else:
@@ -146,7 +148,7 @@ def test_wgmma_is_the_default_on_hopper_only(monkeypatch: pytest.MonkeyPatch, en
     k = mx.zeros((1, 2, 128, 64), dtype=mx.float16)
     assert A.attention(q, k, k, causal=True) == expected
     # the same decision, by name, without running anything
-    names = {"ws": "ws3_n64_s4_p4_bulk", "mma_sync": "mma_sync_m128_n64_db"}
+    names = {"ws": "ws2_n128_s3_p4_bulk", "mma_sync": "mma_sync_m128_n64_db"}  # D=64: TALL
     assert A.prefill_plan(q, k, k, causal=True)[0] == names[expected]
     assert A.prefill_plan(q[:, :, :100], k[:, :, :100], k[:, :, :100])[0] == "native"
     # L=100: no kernel of ours takes it; native answers (an array, not a stub's string)
@@ -169,39 +171,61 @@ def test_hopper_reads_the_compute_capability(monkeypatch: pytest.MonkeyPatch) ->
     device.hopper.cache_clear()
 
 
-def test_hopper_default_is_the_bulk_copy_producer_at_both_head_dims(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hopper_default_is_the_swizzled_tensor_copy_producer(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
     mx = pytest.importorskip("mlx.core")
     A = importlib.import_module("ksearch.kernels.attention")
     monkeypatch.delenv("KSEARCH_WGMMA_CONFIG", raising=False)
+    monkeypatch.setattr(WS, "tma_ready", lambda *_a: True)
     q128, q64 = mx.zeros((1, 8, 256, 128), dtype=mx.float16), mx.zeros((1, 8, 256, 64), dtype=mx.float16)
-    bulk = WS.WsConfig(3, 64, 4, 4, bulk=True)  # measured 0.81-0.82x of cuDNN at L >= 4096 against 0.65x without
-    assert A.wgmma_config(q128, q128, False) == bulk
-    assert A.wgmma_config(q128, q128, True) == bulk
-    assert A.wgmma_config(q64, q64, True) == bulk
-    assert WS.supports(q128, q128, q128, True, bulk) and WS.supports(q64, q64, q64, False, bulk)
+    wide = WS.WsConfig(3, 64, 4, 4, tma=3)  # ws3_n64_s4_p4_tmas: the best at D=128 in all 12 groups of the set
+    assert A.wgmma_config(q128, q128, False) == A.WIDE == wide
+    assert A.wgmma_config(q128, q128, True) == wide
+    assert WS.config_name(wide) == "ws3_n64_s4_p4_tmas"
+    assert WS.supports(q128, q128, q128, True, wide) and WS.supports(q64, q64, q64, False, wide)
 
 
-def test_two_warpgroups_on_128_key_tiles_take_d64_from_4096_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_warpgroups_on_128_key_tiles_take_d64(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
     mx = pytest.importorskip("mlx.core")
     A = importlib.import_module("ksearch.kernels.attention")
     monkeypatch.delenv("KSEARCH_WGMMA_CONFIG", raising=False)
+    monkeypatch.setattr(WS, "tma_ready", lambda *_a: True)
 
     def qk(length: int, s: int, d: int) -> tuple:
         return mx.zeros((1, 8, length, d), dtype=mx.float16), mx.zeros((1, 2, s, d), dtype=mx.float16)
 
-    assert A.wgmma_config(*qk(4096, 4096, 64), True) == A.TALL == WS.WsConfig(2, 128, 3, 4, bulk=True)
-    assert A.wgmma_config(*qk(8192, 8192, 64), False) == A.TALL
-    assert A.wgmma_config(*qk(2048, 2048, 64), False) == A.WIDE  # shorter: no gain measured
+    assert A.wgmma_config(*qk(4096, 4096, 64), True) == A.TALL == WS.WsConfig(2, 128, 3, 4, tma=3)
+    assert A.wgmma_config(*qk(2048, 2048, 64), False) == A.TALL  # the best at D=64 in all 12 groups, L 2048 too
     assert A.wgmma_config(*qk(8192, 8192, 128), False) == A.WIDE  # D=128: 1-4% behind
     assert A.wgmma_config(*qk(4096, 4160, 64), True) == A.WIDE  # S not a multiple of 128 keys
     monkeypatch.setattr(device, "backend", lambda: "cuda")
     monkeypatch.setattr(device, "hopper", lambda: True)
     q, k = qk(4096, 4096, 64)
-    assert A.prefill_plan(q, k, k, causal=True)[0] == "ws2_n128_s3_p4_bulk"  # as KSEARCH_WGMMA_CONFIG spells it
+    assert A.prefill_plan(q, k, k, causal=True)[0] == "ws2_n128_s3_p4_tmas"  # as KSEARCH_WGMMA_CONFIG spells it
+
+
+def test_without_a_tensor_map_the_default_takes_bulk_copies_from_tile_images(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    mx = pytest.importorskip("mlx.core")
+    A = importlib.import_module("ksearch.kernels.attention")
+    TM = importlib.import_module("ksearch.kernels.tensor_map")
+    monkeypatch.delenv("KSEARCH_WGMMA_CONFIG", raising=False)
+
+    def no_driver() -> None:
+        raise BackendUnavailable("tensor maps need the CUDA driver (libcuda.so.1): not here; use a _bulk configuration")
+
+    monkeypatch.setattr(TM, "_encode_fn", no_driver)
+    WS.tma_ready.cache_clear()
+    try:
+        q128, q64 = mx.zeros((1, 8, 256, 128), dtype=mx.float16), mx.zeros((1, 8, 256, 64), dtype=mx.float16)
+        assert A.wgmma_config(q128, q128, False) == WS.WsConfig(3, 64, 4, 4, bulk=True)
+        assert A.wgmma_config(q64, q64, True) == WS.WsConfig(2, 128, 3, 4, bulk=True)
+    finally:
+        WS.tma_ready.cache_clear()
 
 
 def test_configuration_names_parse_and_bad_ones_say_what_to_use() -> None:
@@ -349,11 +373,19 @@ def test_every_flash_wgmma_family_configuration_compiles(cp: str) -> None:
     from ksearch.policy.templates.attention_wgmma import FLASH_WGMMA, configs
 
     io, out = [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")]
-    units, threads = [W.cp_cache(cp)[0] + WGMMA_HEADER + WS.BULK_HEADER], {}
-    for i, p in enumerate(spread([p for p in FLASH_WGMMA.all_params() if p["cp"] == cp], 6)):
+    units, threads = [W.cp_cache(cp)[0] + WGMMA_HEADER + WS.BULK_HEADER + tensor_map.TMA_HEADER], {}
+    params = [p for p in FLASH_WGMMA.all_params() if p["cp"] == cp]
+    # the spread, and every tensor-copy configuration (the library's defaults among them) wherever one renders
+    chosen = spread(params, 6)
+    chosen += [p for p in params if p["tma"] and p not in chosen]
+    for i, p in enumerate(chosen):
         cfg, ws = configs(p)
         base = [("T", "float16"), ("D", 128), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", True)]
-        if p["producer"]:
+        if p["producer"] and p["tma"]:  # inputs as the rendering passes them: the map, and the maps' scratch output
+            threads[f"fam{i}"] = 128 * ws.wg + 32 * ws.pwarps
+            units.append(wrap(f"fam{i}", WS.SOURCE_TMA, W.launch_bounds(threads[f"fam{i}"]),
+                              [*io, ("tmap", "uint64")], [*out, ("maps", "uint64")], base + WS.stage_args(ws)))
+        elif p["producer"]:
             threads[f"fam{i}"] = 128 * ws.wg + 32 * ws.pwarps
             units.append(wrap(f"fam{i}", WS.SOURCE, W.launch_bounds(threads[f"fam{i}"]), io, out,
                               base + WS.stage_args(ws)))

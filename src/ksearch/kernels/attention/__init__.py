@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ksearch.kernels import device
@@ -33,27 +34,29 @@ def wgmma_enabled() -> bool:
     return device.hopper()
 
 
-# The Hopper default (measured on the H200, benchmarks/results/attention-wgmma-check-*.json and
-# attention-prefill-*.json; docs/kernels-attention.md): a producer warpgroup (setmaxnreg: 24 registers for it, 160
-# for each consumer warpgroup) loads K / V with one bulk copy a tile from tile images of them (wgmma_ws.tile_images,
-# one extra pass over K / V); 551 vs 410 TFLOP/s for the cp.async producer at L=8192, D=128 without a mask. Three
-# consumer warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two.
-WIDE = WsConfig(wg=3, bn=64, stages=4, pwarps=4, bulk=True)
-# Two consumer warpgroups (128 rows) on 128-key tiles: half the softmax steps a key, 168 registers without spills.
-# At D=64 from L=4096 ahead of WIDE in each of the 8 groups of the benchmark set there (B 1 / 4, causal or not,
-# L 4096 / 8192: 1.5-7.9%, 4 shapes each); at D=128 1-4% behind at B 4 and within the calls' noise at B 1.
-TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, bulk=True)
+# The Hopper defaults (measured on the H200 side by side, `ksearch bench attention --full --configs ...`,
+# benchmarks/results/attention-prefill-configs-*.json; docs/kernels-attention.md). A producer warpgroup (setmaxnreg:
+# 24 registers for it, 160 for each consumer warpgroup) loads K / V by tensor copies (TMA) with the 128-byte swizzle
+# through a map the host encodes once per shape (kernels/tensor_map.py): no extra pass over K / V. Three consumer
+# warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two; the best at D=128 in
+# all 12 groups of 4 shapes.
+WIDE = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3)
+# Two consumer warpgroups (128 rows) on 128-key tiles: half the softmax steps a key, 168 registers without spills;
+# the best at D=64 in all 12 groups (1-9% ahead of WIDE).
+TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3)
 
 
 def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
-    """TALL at D=64 from L=4096 where S is a multiple of 128 keys, WIDE otherwise. KSEARCH_WGMMA_CONFIG names
-    another (wgmma_ws.parse_config: e.g. wg3_n64, ws3_n64_s3_p4)."""
+    """TALL at D=64 where S is a multiple of 128 keys, WIDE otherwise; each with bulk copies from tile images of K / V
+    (one extra pass over them) where no tensor map can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names
+    another (wgmma_ws.parse_config: e.g. wg3_n64, ws3_n64_s4_p4_bulk)."""
     name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
     if name:
         return wgmma_ws.parse_config(name)
-    if q.shape[-1] == 64 and q.shape[2] >= 4096 and wgmma_ws.supports(q, k, k, causal, TALL):
-        return TALL
-    return WIDE
+    cfg = TALL if q.shape[-1] == 64 and wgmma_ws.supports(q, k, k, causal, TALL) else WIDE
+    if not wgmma_ws.tma_ready(tuple(k.shape), cfg.bn, cfg.tma):
+        return replace(cfg, tma=0, bulk=True)
+    return cfg
 
 
 def prefill_config(q: Any, k: Any, causal: bool) -> PrefillConfig:

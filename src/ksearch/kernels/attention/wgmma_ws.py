@@ -15,11 +15,14 @@ spent on them (cp.async address arithmetic stalled on a full LSU queue, and the 
 
 With BULK the producer is one thread: each K / V tile is one `cp.async.bulk` (no tensor map needed) from tile images
 of K and V (tile_images, one extra kernel), completing on the stage's "full" mbarrier by its byte count. That reached
-547-553 TFLOP/s at L=8192, D=128 (cuDNN 599-608) and 0.81-0.82x of cuDNN over the 96 benchmark shapes at L >= 4096:
-ws3_n64_s4_p4_bulk is the Hopper default, and two consumer warpgroups on 128-key tiles (ws2_n128_s3_p4_bulk) at D=64
-from L=4096 (kernels/attention/__init__.py). Others are opt-in: KSEARCH_WGMMA_CONFIG; among them PP (ping-pong turns
-on the tensor cores), correct on the H200 but 0-5% slower at most shapes, and TMA (SOURCE_TMA: tensor copies through
-a map encoded on the host, kernels/tensor_map.py), correct but 0-34% slower than the tile images.
+547-553 TFLOP/s at L=8192, D=128 (cuDNN 599-608) and 0.81-0.82x of cuDNN over the 96 benchmark shapes at L >= 4096.
+With TMA (SOURCE_TMA: tensor copies through a map encoded on the host, kernels/tensor_map.py) the image pass goes:
+with the 128-byte swizzle (TMA 3, one 64-element box per 64 columns) 3-5% faster than the bulk copies over the 96
+shapes, so ws3_n64_s4_p4_tmas is the Hopper default at D=128 and ws2_n128_s3_p4_tmas (two consumer warpgroups on
+128-key tiles) at D=64, the bulk copies where no map can be made (kernels/attention/__init__.py); the no-swizzle
+boxes of 16 bytes innermost (TMA 1, 2) were correct but slower than the tile images. Others are opt-in:
+KSEARCH_WGMMA_CONFIG; among them PP (ping-pong turns on the tensor cores), correct on the H200 but 0-5% slower at most
+shapes.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from ksearch.errors import BackendUnavailable
 from ksearch.kernels.attention.cuda_prefill import blocks, build_kernel, fits, launch
 from ksearch.kernels.attention.wgmma import (
     EPILOGUE,
@@ -346,6 +350,17 @@ def tma_geometry(k_shape: tuple[int, ...], bn: int, mode: int) -> tuple[tuple[in
 def tma_swizzle(mode: int) -> int:
     """The map's swizzle (CUtensorMapSwizzle): 128 bytes (3) for mode 3, none otherwise."""
     return 3 if mode == 3 else 0
+
+
+@cache
+def tma_ready(k_shape: tuple[int, ...], bn: int, mode: int) -> bool:
+    """Whether the tensor map of `tma_geometry` can be made here: a CUDA driver that encodes it, a geometry within
+    its limits. Asked once per shape; the dispatch takes the bulk copies where not."""
+    try:
+        map_input(*tma_geometry(k_shape, bn, mode), swizzle=tma_swizzle(mode))
+    except (BackendUnavailable, ValueError):
+        return False
+    return True
 
 
 def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:

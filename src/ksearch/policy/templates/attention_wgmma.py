@@ -4,20 +4,25 @@ the same text the library runs), with the mma.sync kernel for GPUs that are not 
 Parameters (the library's knobs, each measured on the H200; docs/kernels-attention.md): warpgroups per block (64 query rows
 each; they share every K/V tile), keys per tile, whether a producer warpgroup loads K / V (attention.wgmma_ws, its
 registers handed to the consumers through setmaxnreg) or every thread loads with cp.async (the synchronous kernel),
-and then: K / V stages; for the producer, tile images and one bulk copy a tile (`bulk`: the library's Hopper default,
-0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async) and ping-pong between consumer warpgroups (`pp`, with
-bulk copies); the cp.async cache mode (`cp`: cg through L2, ca through L1 too). 3 x 128 is left out: its registers
+and then: K / V stages; for the producer, tensor copies through a map the candidate encodes on the host with the
+128-byte swizzle (`tma`: the library's Hopper default, 3-5% ahead of the bulk copies over the 96 benchmark shapes), or
+tile images and one bulk copy a tile (`bulk`: 0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async), and
+ping-pong between consumer warpgroups (`pp`, with bulk copies); the cp.async cache mode (`cp`: cg through L2, ca
+through L1 too). 3 x 128 is left out: its registers
 times 384 threads exceed the register file (206 a thread without launch bounds; spills with them). A producer with
-128-key tiles runs two consumer warpgroups and bulk copies (168 registers, no spills; the library's choice at D=64
-from L=4096); with cp.async it spilled 208 bytes.
+128-key tiles runs two consumer warpgroups and bulk or tensor copies (168 registers, no spills; the library's choice at
+D=64); with cp.async it spilled 208 bytes.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
+from ksearch.kernels import tensor_map
 from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
+from ksearch.kernels.tensor_map import TMA_HEADER
 from ksearch.policy.templates.attention_common import RUN_HEAD, fallbacks
 from ksearch.policy.templates.base import TemplateFamily
 
@@ -29,20 +34,23 @@ def configs(p: dict[str, Any]) -> tuple[Any, Any]:
     """(the synchronous kernel's WgmmaConfig, the producer kernel's WsConfig) for a parameter set; one of them runs."""
     cfg = wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], cp=p["cp"])
     ws = wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], pwarps=4, cp=p["cp"],
-                                     bulk=p["bulk"], pp=p["pp"])
+                           bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0)
     return cfg, ws
 
 
 def valid(p: dict[str, Any]) -> bool:
-    if (p["wg"], p["bn"]) == (3, 128) or (p["bulk"] and p["cp"] != "cg"):
+    copies = p["bulk"] or p["tma"]  # K / V by the copy engine, which ignores the cp.async cache mode
+    if (p["wg"], p["bn"]) == (3, 128) or (copies and p["cp"] != "cg") or (p["bulk"] and p["tma"]):
+        return False
+    if p["tma"] and (not p["producer"] or p["pp"]):  # tensor copies were checked without ping-pong
         return False
     cfg, ws = configs(p)
     if p["producer"]:  # the producer variants checked on the H200: 64-key tiles with 3-4 stages and ping-pong with
-        # bulk copies; two warpgroups on 128-key tiles with bulk copies and 2-3 stages (the library's at D=64, L >= 4096)
+        # bulk copies; two warpgroups on 128-key tiles with bulk or tensor copies and 2-3 stages (the library's at D=64)
         tiles = ((p["bn"] == 64 and p["stages"] in (3, 4) and (p["bulk"] or not p["pp"]))
-                 or (p["wg"] == 2 and p["bn"] == 128 and p["stages"] in (2, 3) and p["bulk"] and not p["pp"]))
+                 or (p["wg"] == 2 and p["bn"] == 128 and p["stages"] in (2, 3) and copies and not p["pp"]))
         return tiles and wgmma_ws.config_problem(ws) is None and ws.smem_bytes(128) <= wgmma.MAX_SMEM
-    return (not p["bulk"] and not p["pp"] and p["stages"] in (2, 3) and cfg.smem_bytes(128) <= wgmma.MAX_SMEM
+    return (not copies and not p["pp"] and p["stages"] in (2, 3) and cfg.smem_bytes(128) <= wgmma.MAX_SMEM
             and wgmma.fits_registers(cfg, 128))
 
 
@@ -56,12 +64,17 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     stage = "".join(f", ({name!r}, {value!r})" for name, value in wgmma_ws.stage_args(ws)).replace("'", '"')
     extra = {d: stage if producer else "" for d in (64, 128)}
     bulk = bool(p["producer"] and p["bulk"])
+    tma = bool(p["producer"] and p["tma"])
     images = {d: "\n            k, v = _images(k, v)" if bulk else "" for d in (64, 128)}
+    # tensor copies: the map (made once per K shape) as an input, a scratch output for each block's published maps
+    tmap = f", _tmap(tuple(k.shape), {cfg.bn})" if tma else ""
+    maps = f", ((length + {bm - 1}) // {bm} * b * hq * 32 + 16,)" if tma else ""
     wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
-            return _wg{d}(inputs=[q, k, v, scale],
+            return _wg{d}(inputs=[q, k, v, scale{tmap}],
                           template=[("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)){extra[d]}],
                           grid=((length + {bm - 1}) // {bm} * {threads[d]}, b * hq, 1), threadgroup=({threads[d]}, 1, 1),
-                          output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
+                          output_shapes=[q.shape{maps}], output_dtypes=[q.dtype{", mx.uint64" if tma else ""}])[0]'''
+                         for d in (64, 128))
     mma_calls = "\n".join(f'''        if d == {d}:
             return _mma{d}(inputs=[q, k, v, scale],
                            template=[("T", q.dtype), ("D", {d}), ("BM", {_MMA.bm}), ("BN", {_MMA.bn}), ("CAUSAL", bool(causal)),
@@ -71,15 +84,17 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     # Module-level kernel objects, one per head dim (shared memory differs), and literal launch sizes: the project's
     # linter reads them (whole warpgroups for wgmma, shared memory within the chip's limit).
     kernels = "\n".join(
-        f'''_wg{d} = mx.fast.cuda_kernel(name="flash_wgmma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
+        f'''_wg{d} = mx.fast.cuda_kernel(name="flash_wgmma_d{d}", input_names=["q", "k", "v", "scale"{', "tmap"' if tma else ""}],
+                             output_names=["o"{', "maps"' if tma else ""}],
                              source={"WS_SOURCE" if producer else "WG_SOURCE"}, header=WG_HEADER_{threads[d]},
                              shared_memory={ws.smem_bytes(d) if producer else cfg.smem_bytes(d)})
 _mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
                               source=MMA_SOURCE, header=MMA_HEADER, shared_memory={_MMA.smem_bytes(d)})''' for d in (64, 128))
     pre = wgmma.cp_cache(cfg.cp)[0]  # the cp.async cache mode
-    headers = "\n".join(f"WG_HEADER_{t} = {pre + WGMMA_HEADER + wgmma_ws.BULK_HEADER + wgmma.launch_bounds(t)!r}"
+    copy_header = TMA_HEADER if tma else wgmma_ws.BULK_HEADER
+    headers = "\n".join(f"WG_HEADER_{t} = {pre + WGMMA_HEADER + copy_header + wgmma.launch_bounds(t)!r}"
                          for t in sorted(set(threads.values())))
-    ws_source = f"WS_SOURCE = {wgmma_ws.SOURCE!r}" if producer else ""
+    ws_source = f"WS_SOURCE = {(wgmma_ws.SOURCE_TMA if tma else wgmma_ws.SOURCE)!r}" if producer else ""
     image = f'''IMAGE_SOURCE = {wgmma_ws.IMAGE_SOURCE!r}
 _image = mx.fast.cuda_kernel(name="tile_image", input_names=["k", "v"], output_names=["ki", "vi"], source=IMAGE_SOURCE)
 
@@ -88,7 +103,9 @@ def _images(k, v):  # K / V with each 8-row block stored as its core matrices: o
     return _image(inputs=[k, v], template=[("D", k.shape[-1])], grid=(k.size // 8, 1, 1), threadgroup=({wgmma_ws.IMAGE_THREADS}, 1, 1),
                   output_shapes=[k.shape, v.shape], output_dtypes=[k.dtype, v.dtype])
 ''' if bulk else ""
-    loads = ((f"a producer warpgroup: {'one bulk copy a tile from tile images' if bulk else 'cp.async'}, {ws.stages} "
+    how = ("tensor copies of 64-column boxes with the 128-byte swizzle through a map encoded on the host" if tma else
+           "one bulk copy a tile from tile images" if bulk else "cp.async")
+    loads = ((f"a producer warpgroup: {how}, {ws.stages} "
               f"stages{', ping-pong between consumer warpgroups' if ws.pp else ''}; it gives the consumers its registers "
               "(setmaxnreg)") if p["producer"] else f"cp.async, {cfg.stages} stages")
     return f'''# attention.cuda.flash_wgmma {p}
@@ -104,7 +121,7 @@ import mlx.core as mx
 {headers}
 WG_SOURCE = {wgmma.source(cfg.stages)!r}
 {ws_source}
-{image}
+{image}{tensor_map_code(cfg.bn) if tma else ""}
 MMA_HEADER = {MMA_SYNC_HEADER!r}
 MMA_SOURCE = {mma_sync.SOURCE!r}
 {kernels}
@@ -129,13 +146,41 @@ _HOPPER = _hopper()
 '''
 
 
+def tensor_map_code(bn: int) -> str:
+    """The host side of tensor copies in a candidate: kernels/tensor_map.py's encoding (the driver's
+    cuTensorMapEncodeTiled through ctypes) and wgmma_ws's map geometry, as the library runs them."""
+    parts = [inspect.getsource(f) for f in (tensor_map._encode_fn, tensor_map.check_geometry, tensor_map.encode,
+                                            tensor_map.map_input, wgmma_ws.tma_geometry, wgmma_ws.tma_swizzle)]
+    return f'''
+import ctypes
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+
+class BackendUnavailable(RuntimeError):  # no CUDA driver to encode a map, or one that refuses it
+    pass
+
+
+UINT16 = {tensor_map.UINT16}
+L2_PROMOTION_128B = {tensor_map.L2_PROMOTION_128B}
+SWIZZLE_BYTES = {tensor_map.SWIZZLE_BYTES!r}
+
+
+''' + "\n\n".join(parts) + f'''
+
+def _tmap(k_shape, bn):  # the swizzled map over K (and V, same shape) for {bn}-key tiles
+    return map_input(*tma_geometry(k_shape, bn, 3), swizzle=tma_swizzle(3))
+'''
+
+
 FLASH_WGMMA = TemplateFamily(
     id="attention.cuda.flash_wgmma", tasks=("attention",), backends=("mlx-cuda",),
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "double_buffering",
               "causal_block_skipping", "gqa_head_grouping"),
-    # The first choice of each is the library's Hopper default (ws3_n64_s4_p4_bulk).
-    params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False), "bulk": (True, False), "stages": (4, 3, 2),
-            "pp": (False, True), "cp": ("cg", "ca")},
+    # The first choice of each is the library's Hopper default at D=128 (ws3_n64_s4_p4_tmas).
+    params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False), "tma": (True, False), "bulk": (False, True),
+            "stages": (4, 3, 2), "pp": (False, True), "cp": ("cg", "ca")},
     render=render_flash_wgmma,
     valid=valid,
     pattern_params={"double_buffering": {"stages": (4, 3)}},
