@@ -250,6 +250,87 @@ SPLIT_TAIL = r"""    // Merge the KPW key groups of the warp (lanes part, part +
 SPLIT_SOURCE = SPLIT_HEAD + REGISTER_LOOP + SPLIT_TAIL
 SPLIT_RING_SOURCE = SPLIT_HEAD + RING_LOOP + SPLIT_TAIL
 
+# The same step with a reduce-scatter instead of the butterfly (DecodeConfig.scatter): the U x G partial scores of a
+# lane (flat index g U + u) are halved across the LPK lanes of a key each round, so that lane `part` ends with C =
+# U G / LPK full scores, flat C part .. C part + C - 1, all of one query head (C divides U). The lane takes their
+# masked max (all-reduced over the U / C lanes of that head), the new running max of its head, their exponentials and
+# their sum (its share of the head's l, summed over the key's lanes after the loop); every lane then takes each head's
+# new max and all U G probabilities by shuffles for its own 8 columns of the accumulators. At G 4, D 128, U 4: 15 + 2
+# + 4 + 16 shuffles a step instead of 64, and C + G exponentials instead of U G + G.
+STEP_MATH_SCATTER = r"""      constexpr int C = U * G / LPK;
+      static_assert((U * G) % LPK == 0 && U % C == 0, "scatter: U * G must be a multiple of D / 8 dividing U * LPK");
+      float s[U * G];
+      #pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float kf[8];
+        ks_unpack8<T>(kr[u], kf);
+        #pragma unroll
+        for (int g = 0; g < G; ++g) {
+          float a = 0.f;
+          #pragma unroll
+          for (int i = 0; i < 8; ++i) a = fmaf(qf[g][i], kf[i], a);
+          s[g * U + u] = a;
+        }
+      }
+      // Reduce-scatter: each round keeps one half (the upper one where this lane's bit `off` is set), adds the
+      // partner's copy of it, and sends the other half.
+      #pragma unroll
+      for (int off = LPK / 2, c = U * G; off > 0; off /= 2, c /= 2) {
+        const bool upper = (part & off) != 0;
+        #pragma unroll
+        for (int i = 0; i < c / 2; ++i) {
+          const float keep = upper ? s[c / 2 + i] : s[i], send = upper ? s[i] : s[c / 2 + i];
+          s[i] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+        }
+      }
+      const int gq = C * part / U, u0 = C * part % U, seg = lane - part;
+      float hmax = -INFINITY;
+      #pragma unroll
+      for (int c = 0; c < C; ++c) {
+        if (j0 + (u0 + c) * KPW + sub >= end) s[c] = -INFINITY;
+        hmax = fmaxf(hmax, s[c]);
+      }
+      #pragma unroll
+      for (int off = 1; off < U / C; off *= 2) hmax = fmaxf(hmax, __shfl_xor_sync(0xffffffffu, hmax, off));
+      float mold = m[0];
+      #pragma unroll
+      for (int g = 1; g < G; ++g) mold = g == gq ? m[g] : mold;
+      const float mnew = fmaxf(mold, hmax);
+      float pc[C], psum = 0.f;
+      #pragma unroll
+      for (int c = 0; c < C; ++c) { pc[c] = exp2f(s[c] - mnew); psum += pc[c]; }
+      #pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float mn = __shfl_sync(0xffffffffu, mnew, seg + g * (U / C));  // head g's first lane
+        const float corr = exp2f(m[g] - mn);
+        m[g] = mn;
+        l[g] = l[g] * corr + (g == gq ? psum : 0.f);
+        #pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] *= corr;
+      }
+      #pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float vf[8];
+        ks_unpack8<T>(vr[u], vf);
+        #pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float p = __shfl_sync(0xffffffffu, pc[(g * U + u) % C], seg + (g * U + u) / C);
+          #pragma unroll
+          for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(p, vf[i], acc[g][i]);
+        }
+      }
+"""
+# After a scatter loop: each lane's l holds its share of its head's sum; the key's LPK lanes add theirs up.
+SCATTER_SUM = r"""    #pragma unroll
+    for (int off = LPK / 2; off > 0; off /= 2) {
+      #pragma unroll
+      for (int g = 0; g < G; ++g) l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
+    }
+"""
+SPLIT_SCATTER_SOURCE = SPLIT_HEAD + REGISTER_LOOP.replace(STEP_MATH, STEP_MATH_SCATTER) + SCATTER_SUM + SPLIT_TAIL
+SPLIT_RING_SCATTER_SOURCE = SPLIT_HEAD + RING_LOOP.replace(STEP_MATH, STEP_MATH_SCATTER) + SCATTER_SUM + SPLIT_TAIL
+assert STEP_MATH_SCATTER in SPLIT_SCATTER_SOURCE and STEP_MATH_SCATTER in SPLIT_RING_SCATTER_SOURCE
+
 # FUSED variant: one launch and one graph node (the separate merge kernel is a second MLX primitive, ~8 us of host
 # dispatch at B=1, as much as the whole 4k-key read). Its outputs are o and one float32 work buffer, both
 # zero-initialised (`init_value`: one fill each): per (batch, head block) an arrival counter, then the splits' (max,
