@@ -78,9 +78,12 @@ SPLIT_HEAD = r"""
     const int64_t ksj = k_strides[2], vsj = v_strides[2];
 
 """
-# One step of U keys a lane: scores, their butterfly, the online softmax (kr, vr hold the step's rows).
-STEP_MATH = r"""      float s[U][G];
-      #pragma unroll
+
+
+def partial_scores(target: str) -> str:
+    """A step's scores as this lane's partial dot products over its 8 columns, each stored to `target` (an
+    expression of u and g)."""
+    return r"""      #pragma unroll
       for (int u = 0; u < U; ++u) {
         float kf[8];
         ks_unpack8<T>(kr[u], kf);
@@ -89,10 +92,15 @@ STEP_MATH = r"""      float s[U][G];
           float a = 0.f;
           #pragma unroll
           for (int i = 0; i < 8; ++i) a = fmaf(qf[g][i], kf[i], a);
-          s[u][g] = a;
+          """ + target + r""" = a;
         }
       }
-      // Butterfly over the LPK lanes of a key: every lane ends with the full score.
+"""
+
+
+# One step of U keys a lane: scores, their butterfly, the online softmax (kr, vr hold the step's rows).
+STEP_MATH = r"""      float s[U][G];
+""" + partial_scores("s[u][g]") + r"""      // Butterfly over the LPK lanes of a key: every lane ends with the full score.
       #pragma unroll
       for (int off = LPK / 2; off > 0; off /= 2) {
         #pragma unroll
@@ -260,19 +268,7 @@ SPLIT_RING_SOURCE = SPLIT_HEAD + RING_LOOP + SPLIT_TAIL
 STEP_MATH_SCATTER = r"""      constexpr int C = U * G / LPK;
       static_assert((U * G) % LPK == 0 && U % C == 0, "scatter: U * G must be a multiple of D / 8 dividing U * LPK");
       float s[U * G];
-      #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        float kf[8];
-        ks_unpack8<T>(kr[u], kf);
-        #pragma unroll
-        for (int g = 0; g < G; ++g) {
-          float a = 0.f;
-          #pragma unroll
-          for (int i = 0; i < 8; ++i) a = fmaf(qf[g][i], kf[i], a);
-          s[g * U + u] = a;
-        }
-      }
-      // Reduce-scatter: each round keeps one half (the upper one where this lane's bit `off` is set), adds the
+""" + partial_scores("s[g * U + u]") + r"""      // Reduce-scatter: each round keeps one half (the upper one where this lane's bit `off` is set), adds the
       // partner's copy of it, and sends the other half.
       #pragma unroll
       for (int off = LPK / 2, c = U * G; off > 0; off /= 2, c /= 2) {
