@@ -180,3 +180,35 @@ def test_tma_kernel_compiles_for_sm90a_without_spills() -> None:
     assert sorted(spills) == list(range(len(combos))), log[-3000:]
     for i, (_dt, _d, wg, _bn, causal, _st, _mode) in enumerate(combos):
         assert spills[i] <= (4 if wg == 3 and causal else 0), (combos[i], spills[i])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_one_consumer_warpgroup_fits_two_blocks_an_sm() -> None:
+    # ws1_n64_s2_p1_tmas_b2: one consumer warpgroup and a producer warp under launch bounds for two blocks an SM
+    # (65536 / 320 = 204 registers a thread), causal at D=128 (the most registers): no spills, no serialised wgmma
+    cfg = WS.parse_config("ws1_n64_s2_p1_tmas_b2")
+    assert (cfg.threads(), cfg.blocks) == (160, 2)
+    units = [wrap(f"b2_{d}", WS.SOURCE_TMA, W.launch_bounds(cfg.threads(), cfg.blocks),
+                  [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
+                  [("o", "T"), ("maps", "uint64")],
+                  [("T", "float16"), ("D", d), ("WG", 1), ("BN", 64), ("CAUSAL", True), *WS.stage_args(cfg)])
+             for d in (64, 128)]
+    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
+    assert ok, log[-3000:]
+    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    found = re.findall(r"custom_kernel_b2_(\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores"
+                       r"[^\n]*\n[^\n]*Used (\d+) registers", log)
+    assert len(found) == 2, log[-3000:]
+    for _d, spill, regs in found:
+        assert int(spill) == 0 and int(regs) <= 204, (found, log[-1500:])
+
+
+def test_blocks_an_sm_are_named_checked_and_bounded() -> None:
+    assert WS.config_name(WS.parse_config("ws1_n64_s2_p1_tmas_b2")) == "ws1_n64_s2_p1_tmas_b2"
+    assert WS.parse_config("ws3_n64_s4_p4_tmas").blocks == 1  # no suffix: one block an SM
+    with pytest.raises(ValueError, match="registers a thread"):  # 2 x 288 threads leave 113 registers each
+        WS.parse_config("ws2_n64_s2_p1_tmas_b2")
+    with pytest.raises(ValueError, match="1 to 4 blocks"):
+        WS.parse_config("ws1_n64_s2_p1_tmas_b5")
+    assert "launch_bounds(160, 2)" in W.launch_bounds(160, 2)

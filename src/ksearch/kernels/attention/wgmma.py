@@ -299,18 +299,20 @@ def cp_cache(mode: str) -> tuple[str, str]:
     return ("", "") if mode == "cg" else ('#define KS_CP_CACHE "ca"\n', "_ca")
 
 
-def launch_bounds(threads: int) -> str:
-    """Header text that gives the kernel MLX generates after it `__launch_bounds__(threads, 1)` (MLX writes the
-    `__global__` line, so the qualifier is redefined). Without it ptxas takes registers freely (the causal kernel of
-    3 warpgroups took 178 a thread in one version of the kernel, 3 x 128 took 206), and 384 threads of that exceed
-    the register file, so the launch fails. With it ptxas keeps to 65536 / threads; it also gives setmaxnreg
-    (wgmma_ws.py) the register count at entry that it needs."""
+def launch_bounds(threads: int, min_blocks: int = 1) -> str:
+    """Header text that gives the kernel MLX generates after it `__launch_bounds__(threads, min_blocks)` (MLX writes
+    the `__global__` line, so the qualifier is redefined). Without it ptxas takes registers freely (the causal kernel
+    of 3 warpgroups took 178 a thread in one version of the kernel, 3 x 128 took 206), and 384 threads of that exceed
+    the register file, so the launch fails. With it ptxas keeps to 65536 / (threads x min_blocks); it also gives
+    setmaxnreg (wgmma_ws.py) the register count at entry that it needs."""
     return (f"\n#undef __global__\n"
-            f"#define __global__ __attribute__((global)) __attribute__((launch_bounds({threads}, 1)))\n")
+            f"#define __global__ __attribute__((global)) __attribute__((launch_bounds({threads}, {min_blocks})))\n")
 
 
 # Shared memory a block may take on Hopper (227 KB); mx.fast.cuda_kernel raises the kernel's limit to what it asks.
 MAX_SMEM = 227 * 1024
+# Shared memory an SM holds for all its blocks on Hopper (each block also takes 1 KB the system reserves).
+SM_SMEM = 228 * 1024
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from ksearch.kernels.attention.wgmma import (
     MAX_SMEM,
     REGISTERS,
     SETUP,
+    SM_SMEM,
     STEPS,
     cp_cache,
     launch_bounds,
@@ -248,6 +249,12 @@ class WsConfig:
     # K / V by tensor copies (needs a producer): 1 one 4-D copy a tile, 2 one per 16-byte column, 3 one per 64 columns
     # with the 128-byte swizzle
     tma: int = 0
+    # Blocks an SM the launch bounds ask ptxas to leave registers for (> 1: one block's prologue and epilogue run
+    # beside another's loop, as FlashAttention-2 relies on; one consumer warpgroup and a producer warp fit two)
+    blocks: int = 1
+
+    def threads(self) -> int:
+        return 128 * self.wg + 32 * self.pwarps
 
     def smem_bytes(self, d: int) -> int:
         maps = 128 + 256 if self.tma else 0  # two tensor maps, 128-byte aligned
@@ -270,13 +277,24 @@ def config_problem(cfg: WsConfig) -> str | None:
     # have setmaxnreg.inc lower its count, which PTX leaves undefined
     if cfg.pwarps == 4 and cfg.wg not in (2, 3):
         return "a producer warpgroup (_p4) needs 2 or 3 consumer warpgroups (ws2_ or ws3_)"
+    if not 1 <= cfg.blocks <= 4:
+        return "_bN asks for 1 to 4 blocks an SM"
+    # the register file (64 K) over the blocks' threads: under 128 a thread the consumers' accumulators spill
+    if 65536 // (cfg.threads() * cfg.blocks) < 128:
+        return (f"{cfg.blocks} blocks of {cfg.threads()} threads leave {65536 // (cfg.threads() * cfg.blocks)} "
+                "registers a thread; two blocks an SM take one consumer warpgroup and up to 3 producer warps")
+    if cfg.blocks * (cfg.smem_bytes(64) + 1024) > SM_SMEM:
+        return (f"{cfg.blocks} blocks of {cfg.smem_bytes(64)} bytes (and 1 KB each the system keeps) exceed an SM's "
+                f"{SM_SMEM} bytes even at D=64: fewer stages or keys a tile")
     return None
 
 
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
     if config_problem(cfg) is not None:
         return False
-    return cfg.smem_bytes(q.shape[-1]) <= MAX_SMEM and fits(q, k, v, causal, 64, cfg.bn, 0)  # partial last block
+    smem = cfg.smem_bytes(q.shape[-1])
+    return (smem <= MAX_SMEM and (cfg.blocks == 1 or cfg.blocks * (smem + 1024) <= SM_SMEM)
+            and fits(q, k, v, causal, 64, cfg.bn, 0))  # partial last block
 
 
 # Tile images of K and V in one launch: thread j writes 16-byte chunk j of the image (core matrix j / 8, row j % 8 of
@@ -327,8 +345,9 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
         return _attention_tma(q, k, v, causal, cfg)
     pre, tag = cp_cache(cfg.cp)
     kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}"
-                        + ("_bulk" if cfg.bulk else "") + ("_pp" if cfg.pp else ""), SOURCE if cfg.pwarps else SOURCE_MB,
-                        pre + WGMMA_HEADER + BULK_HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
+                        + ("_bulk" if cfg.bulk else "") + ("_pp" if cfg.pp else "") + blocks_tag(cfg),
+                        SOURCE if cfg.pwarps else SOURCE_MB,
+                        pre + WGMMA_HEADER + BULK_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
                         cfg.smem_bytes(q.shape[-1]))
     if cfg.bulk:
         k, v = tile_images(k, v)
@@ -368,8 +387,8 @@ def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
 
     pre, tag = cp_cache(cfg.cp)
     kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}_tma{cfg.tma}"
-                        + ("_pp" if cfg.pp else ""), SOURCE_TMA,
-                        pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(128 * cfg.wg + 32 * cfg.pwarps),
+                        + ("_pp" if cfg.pp else "") + blocks_tag(cfg), SOURCE_TMA,
+                        pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
                         cfg.smem_bytes(q.shape[-1]), ("tmap",), ("maps",))
     tmap = map_input(*tma_geometry(tuple(k.shape), cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma))
     slots = blocks(q, 64 * cfg.wg) * 32 + 16  # 256 bytes a block, and room to align the first to 128
@@ -386,6 +405,11 @@ def stage_args(cfg: WsConfig) -> list[tuple[str, Any]]:
     return args + ([("TMA", cfg.tma)] if cfg.tma else [])
 
 
+def blocks_tag(cfg: WsConfig) -> str:
+    """The name part for blocks an SM (none for one): MLX keys a compiled kernel by name, not by its header."""
+    return f"_b{cfg.blocks}" if cfg.blocks > 1 else ""
+
+
 def config_name(cfg: Any) -> str:
     """The name parse_config reads back: a WgmmaConfig or WsConfig as KSEARCH_WGMMA_CONFIG spells it."""
     from ksearch.kernels.attention.wgmma import WgmmaConfig
@@ -394,7 +418,7 @@ def config_name(cfg: Any) -> str:
     if isinstance(cfg, WgmmaConfig):
         return f"wg{cfg.wg}_n{cfg.bn}" + (f"_s{cfg.stages}" if cfg.stages != 2 else "") + ca
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
-            + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pp" if cfg.pp else "") + ca)
+            + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pp" if cfg.pp else "") + blocks_tag(cfg) + ca)
 
 
 def parse_config(name: str) -> Any:
@@ -405,18 +429,19 @@ def parse_config(name: str) -> Any:
 
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pp)?)(_ca)?",
-                     name.strip())
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pp)?(?:_b(\d))?)"
+                     r"(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pp][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / V by "
-                         "bulk copies from tile images; _tma / _tmac / _tmas: by tensor copies, one a tile / one per "
-                         "16-byte column / one per 64 columns swizzled; _pp: ping-pong between consumer warpgroups; _ca: cp.async through L1)")
-    cp = "ca" if m[11] else "cg"
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pp][_bB][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / V "
+                         "by bulk copies from tile images; _tma / _tmac / _tmas: by tensor copies, one a tile / one per "
+                         "16-byte column / one per 64 columns swizzled; _pp: ping-pong between consumer warpgroups; _bB: "
+                         "launch bounds for B blocks an SM; _ca: cp.async through L1)")
+    cp = "ca" if m[12] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
-    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[10]), tma)
+    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[10]), tma, int(m[11] or 1))
     problem = config_problem(cfg)
     if problem:
         raise ValueError(f"{name!r} can run at no shape: {problem}")
