@@ -351,7 +351,7 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
                         cfg.smem_bytes(q.shape[-1]))
     if cfg.bulk:
         k, v = tile_images(k, v)
-    return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
+    return launch(kern, q, k, v, 64 * cfg.wg, cfg.threads(),
                   [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)])
 
 
@@ -392,7 +392,7 @@ def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
                         cfg.smem_bytes(q.shape[-1]), ("tmap",), ("maps",))
     tmap = map_input(*tma_geometry(tuple(k.shape), cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma))
     slots = blocks(q, 64 * cfg.wg) * 32 + 16  # 256 bytes a block, and room to align the first to 128
-    return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg + 32 * cfg.pwarps,
+    return launch(kern, q, k, v, 64 * cfg.wg, cfg.threads(),
                   [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)],
                   extra_inputs=(tmap,), extra_outputs=(((slots,), mx.uint64),))
 

@@ -8,8 +8,8 @@ and then: K / V stages; for the producer, tensor copies through a map the candid
 128-byte swizzle (`tma`: the library's Hopper default, 3-5% ahead of the bulk copies over the 96 benchmark shapes), or
 tile images and one bulk copy a tile (`bulk`: 0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async), and
 ping-pong between consumer warpgroups (`pp`, with bulk copies); the cp.async cache mode (`cp`: cg through L2, ca
-through L1 too). 3 x 128 is left out: its registers
-times 384 threads exceed the register file (206 a thread without launch bounds; spills with them). A producer with
+through L1 too). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a thread without
+launch bounds; spills with them). A producer with
 128-key tiles runs two consumer warpgroups and bulk or tensor copies (168 registers, no spills; the library's choice at
 D=64); with cp.async it spilled 208 bytes.
 """
@@ -59,7 +59,7 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     producer = bool(p["producer"])  # the same kernel at both head dims
     bm, nt = 64 * cfg.wg, 128 * cfg.wg
     mma_nt = _MMA.bm // 16 * 32
-    threads = {d: nt + (128 if producer else 0) for d in (64, 128)}
+    threads = {d: ws.threads() if producer else nt for d in (64, 128)}
     # the producer kernel's own template constants, as the library passes them
     stage = "".join(f", ({name!r}, {value!r})" for name, value in wgmma_ws.stage_args(ws)).replace("'", '"')
     extra = {d: stage if producer else "" for d in (64, 128)}
