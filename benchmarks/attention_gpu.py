@@ -42,9 +42,10 @@ SCATTER_CONFIGS = [DecodeConfig(scatter=True), dataclasses.replace(cuda_split_k.
 MMA_CONFIGS = [ClusterConfig(cluster=False), ClusterConfig(consumers=4, producers=2, cluster=False)]
 PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), PrefillConfig(64, 64, False),
                    PrefillConfig(128, 32, True), PrefillConfig(64, 32, True)]
-# Hopper only; the first two are the library's there (kernels/attention: WIDE, TALL at D=64), the next two the same
-# with bulk copies from tile images (where no tensor map can be made).
-WGMMA_CONFIGS = [WsConfig(3, 64, 4, 4, tma=3), WsConfig(2, 128, 3, 4, tma=3),
+# Hopper only; the first two are the library's there (kernels/attention: WIDE; TALL, persistent, at D=64 and causal
+# D=128 from L=4096), then TALL one block an item and the two with bulk copies from tile images (where no tensor map
+# can be made).
+WGMMA_CONFIGS = [WsConfig(3, 64, 4, 4, tma=3), WsConfig(2, 128, 3, 4, tma=3, persist=True), WsConfig(2, 128, 3, 4, tma=3),
                  WsConfig(3, 64, 4, 4, bulk=True), WsConfig(2, 128, 3, 4, bulk=True), WsConfig(3, 64, 3, 4, bulk=True),
                  WgmmaConfig(3, 64),
                  WgmmaConfig(3, 64, 2, "ca"), WgmmaConfig(2, 64), WgmmaConfig(2, 128), WsConfig(2, 64, 3, 4),
@@ -124,9 +125,11 @@ def check(kind: str) -> int:
         runs += [(cfg, c, mx.float16, cz) for cfg in PREFILL_CONFIGS if cfg != PREFILL_CONFIGS[1]
                  for c in cases[1:3] for cz in (False, True)]
         if hopper():  # L=256 is a partial last block at 192 rows a block
-            runs += [(cfg, c, t, cz) for cfg in WGMMA_CONFIGS[:4] for c in cases for t in (mx.float16, mx.bfloat16)
-                     for cz in (0, 1)]
-            runs += [(cfg, c, mx.float16, cz) for cfg in WGMMA_CONFIGS[4:] for c in cases[1:3] for cz in (0, 1)]
+            # more work items than SMs (persistent blocks walk several; partial last blocks; S > L), D 128 and 64
+            many = [(2, 16, 4, 1216, 1280, 128), (1, 32, 8, 2240, 2304, 64)]
+            runs += [(cfg, c, t, cz) for cfg in WGMMA_CONFIGS[:5] for c in cases + many
+                     for t in (mx.float16, mx.bfloat16) for cz in (0, 1)]
+            runs += [(cfg, c, mx.float16, cz) for cfg in WGMMA_CONFIGS[5:] for c in cases[1:3] for cz in (0, 1)]
         for cfg, (b, hq, hkv, length, s, d), dt, causal in runs:
             if True:
                 q = mx.random.normal((b, hq, length, d)).astype(dt)

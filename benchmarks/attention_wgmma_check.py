@@ -102,7 +102,7 @@ def main(out_dir: str, configs: list[str]) -> None:
     for key in configs:
         try:
             proc = subprocess.run([sys.executable, __file__, "--one", key],
-                                  capture_output=True, text=True, timeout=120)
+                                  capture_output=True, text=True, timeout=int(os.environ.get("KS_CHECK_TIMEOUT", "120")))
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             res["configs"][key] = json.loads(lines[-1]) if lines else {"error": proc.stderr[-800:]}
         except subprocess.TimeoutExpired:

@@ -125,7 +125,7 @@ run_tests() {
 }
 
 prefill() {
-  timeout -k 10 240 "$PY" benchmarks/attention_gpu.py check-prefill > "$OUT/attention-check-prefill.log" 2>&1
+  timeout -k 10 360 "$PY" benchmarks/attention_gpu.py check-prefill > "$OUT/attention-check-prefill.log" 2>&1
   grep -v " ok$" "$OUT/attention-check-prefill.log" | tail -5
   timeout -k 10 300 "${KS[@]}" bench attention --full --out "$OUT" 2>&1 | tail -3
 }
@@ -142,6 +142,8 @@ prefill_configs() {
 prefill_small() {
   timeout -k 10 200 "$PY" benchmarks/tile_image_check.py "$OUT/tile-image.json" 2>&1 | tail -8
   timeout -k 10 300 "$PY" benchmarks/prefill_overhead.py "$OUT/prefill-overhead.json" 2>&1 | tail -8
+  timeout -k 10 150 "$PY" benchmarks/prefill_scaling.py "$OUT" --lengths 2048 --heads 8,16,32,64,128 2>&1 | tail -3
+  timeout -k 10 60 "$PY" benchmarks/prefill_host_time.py "$OUT" 2>&1 | tail -6
 }
 
 decode() {

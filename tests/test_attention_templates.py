@@ -150,6 +150,9 @@ def _gpu_renders():
                 # rendering: one key a lane a step, the quickest to compile; the compile test covers larger steps).
                 ringed = [p for p in params if p.get("ring")]
                 out += [(fam, backend, ringed[0])] if ringed else []
+                # persistent blocks: a grid sized by the driver's SM count, one row of blocks
+                persistent = [p for p in params if p.get("persist")]
+                out += [(fam, backend, persistent[0])] if persistent else []
     return out
 
 

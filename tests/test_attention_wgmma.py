@@ -197,14 +197,19 @@ def test_two_warpgroups_on_128_key_tiles_take_d64(monkeypatch: pytest.MonkeyPatc
     def qk(length: int, s: int, d: int) -> tuple:
         return mx.zeros((1, 8, length, d), dtype=mx.float16), mx.zeros((1, 2, s, d), dtype=mx.float16)
 
-    assert A.wgmma_config(*qk(4096, 4096, 64), True) == A.TALL == WS.WsConfig(2, 128, 3, 4, tma=3)
+    assert A.wgmma_config(*qk(4096, 4096, 64), True) == A.TALL == WS.WsConfig(2, 128, 3, 4, tma=3, persist=True)
     assert A.wgmma_config(*qk(2048, 2048, 64), False) == A.TALL  # the best at D=64 in all 12 groups, L 2048 too
-    assert A.wgmma_config(*qk(8192, 8192, 128), False) == A.WIDE  # D=128: 1-4% behind
+    assert A.wgmma_config(*qk(8192, 8192, 128), False) == A.WIDE  # D=128 without the mask: 1-4% behind
+    assert A.wgmma_config(*qk(4096, 4096, 128), True) == A.TALL  # D=128, causal, from L=4096: 2-5% ahead
+    assert A.wgmma_config(*qk(2048, 2048, 128), True) == A.WIDE  # ... not at L=2048
     assert A.wgmma_config(*qk(4096, 4160, 64), True) == A.WIDE  # S not a multiple of 128 keys
     monkeypatch.setattr(device, "backend", lambda: "cuda")
     monkeypatch.setattr(device, "hopper", lambda: True)
     q, k = qk(4096, 4096, 64)
-    assert A.prefill_plan(q, k, k, causal=True)[0] == "ws2_n128_s3_p4_tmas"  # as KSEARCH_WGMMA_CONFIG spells it
+    assert A.prefill_plan(q, k, k, causal=True)[0] == "ws2_n128_s3_p4_tmas_pst"  # as KSEARCH_WGMMA_CONFIG spells it
+    # without a tensor map: bulk copies from tile images, one block an item (persistent blocks need the copies)
+    monkeypatch.setattr(WS, "tma_ready", lambda *_a: False)
+    assert A.wgmma_config(q, k, True) == WS.WsConfig(2, 128, 3, 4, bulk=True)
 
 
 def test_without_a_tensor_map_the_default_takes_bulk_copies_from_tile_images(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -383,7 +388,7 @@ def test_every_flash_wgmma_family_configuration_compiles(cp: str) -> None:
         base = [("T", "float16"), ("D", 128), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", True)]
         if p["producer"] and p["tma"]:  # inputs as the rendering passes them: the map, and the maps' scratch output
             threads[f"fam{i}"] = ws.threads()
-            units.append(wrap(f"fam{i}", WS.SOURCE_TMA, W.launch_bounds(ws.threads()),
+            units.append(wrap(f"fam{i}", WS.SOURCE_TMA_PERSIST if ws.persist else WS.SOURCE_TMA, W.launch_bounds(ws.threads()),
                               [*io, ("tmap", "uint64")], [*out, ("maps", "uint64")], base + WS.stage_args(ws)))
         elif p["producer"]:
             threads[f"fam{i}"] = ws.threads()

@@ -61,3 +61,25 @@ def hopper() -> bool:
     except Exception:  # noqa: BLE001 - an MLX without device_info: assume not, the mma.sync kernel runs anywhere
         return False
     return int(info.get("compute_capability_major", 0)) == 9 or str(info.get("architecture", "")).startswith("sm_90")
+
+
+CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+
+
+@cache
+def cuda_sm_count() -> int:
+    """Streaming multiprocessors of CUDA device 0 (the device MLX runs on), from the driver: MLX does not report it.
+    BackendUnavailable without a driver that answers; a persistent kernel sizes its grid by it."""
+    import ctypes
+
+    from ksearch.errors import BackendUnavailable
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise BackendUnavailable(f"the SM count needs the CUDA driver (libcuda.so.1): {exc}") from exc
+    dev, count = ctypes.c_int(), ctypes.c_int()
+    if (lib.cuInit(0) or lib.cuDeviceGet(ctypes.byref(dev), 0)
+            or lib.cuDeviceGetAttribute(ctypes.byref(count), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)):
+        raise BackendUnavailable("the CUDA driver did not report device 0's multiprocessor count")
+    return count.value

@@ -38,24 +38,28 @@ def wgmma_enabled() -> bool:
 # benchmarks/results/attention-prefill-configs-*.json; docs/kernels-attention.md). A producer warpgroup (setmaxnreg:
 # 24 registers for it, 160 for each consumer warpgroup) loads K / V by tensor copies (TMA) with the 128-byte swizzle
 # through a map the host encodes once per shape (kernels/tensor_map.py): no extra pass over K / V. Three consumer
-# warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two; the best at D=128 in
-# all 12 groups of 4 shapes.
+# warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two; the best at D=128
+# without the mask in all 6 groups of 4 shapes (as persistent blocks 0-4% slower: they spill).
 WIDE = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3)
-# Two consumer warpgroups (128 rows) on 128-key tiles: half the softmax steps a key, 168 registers without spills;
-# the best at D=64 in all 12 groups (1-9% ahead of WIDE).
-TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3)
+# Two consumer warpgroups (128 rows) on 128-key tiles: half the softmax steps a key. Persistent blocks (one an SM,
+# each walking work items; its producer runs on into the next item while the consumers store O): 3% ahead of the
+# same kernel one block an item at D=64 (all 12 groups of 4 shapes) and 2-5% ahead of WIDE at D=128 with the causal
+# mask from L=4096 on.
+TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True)
 
 
 def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
-    """TALL at D=64 where S is a multiple of 128 keys, WIDE otherwise; each with bulk copies from tile images of K / V
-    (one extra pass over them) where no tensor map can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names
-    another (wgmma_ws.parse_config: e.g. wg3_n64, ws3_n64_s4_p4_bulk)."""
+    """TALL at D=64, and at D=128 with the causal mask from L=4096 on, where S is a multiple of 128 keys; WIDE
+    otherwise; each with bulk copies from tile images of K / V (one extra pass over them, one block an item) where no
+    tensor map can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names another (wgmma_ws.parse_config: e.g.
+    wg3_n64, ws3_n64_s4_p4_bulk)."""
     name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
     if name:
         return wgmma_ws.parse_config(name)
-    cfg = TALL if q.shape[-1] == 64 and wgmma_ws.supports(q, k, k, causal, TALL) else WIDE
+    tall = q.shape[-1] == 64 or (causal and q.shape[2] >= 4096)
+    cfg = TALL if tall and wgmma_ws.supports(q, k, k, causal, TALL) else WIDE
     if not wgmma_ws.tma_ready(tuple(k.shape), cfg.bn, cfg.tma):
-        return replace(cfg, tma=0, bulk=True)
+        return replace(cfg, tma=0, bulk=True, persist=False)
     return cfg
 
 

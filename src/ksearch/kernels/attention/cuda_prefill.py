@@ -28,13 +28,20 @@ MAX_SMEM = 100_000  # checked to work from mx.fast.cuda_kernel on the H200
 def fits(q: Any, k: Any, v: Any, causal: bool, rows: int, keys: int, smem: int) -> bool:
     """What our tensor-core prefill kernels handle: fp16/bf16, D 64 or 128, GQA, L a multiple of the block's `rows`,
     S of its `keys`, causal only with L <= S, and `smem` bytes within MAX_SMEM."""
+    return fits_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), (q.dtype, k.dtype, v.dtype), causal, rows,
+                       keys, smem)
+
+
+def fits_shapes(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple[int, ...], dtypes: tuple[Any, ...],
+                causal: bool, rows: int, keys: int, smem: int) -> bool:
+    """`fits` on the shapes and the (q, k, v) dtypes."""
     import mlx.core as mx
 
-    if q.dtype not in (mx.float16, mx.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
+    if dtypes[0] not in (mx.float16, mx.bfloat16) or dtypes[1] != dtypes[0] or dtypes[2] != dtypes[0]:
         return False
-    b, hq, length, d = q.shape
-    hkv, s = k.shape[1], k.shape[2]
-    return (d in (64, 128) and v.shape == k.shape and hq % hkv == 0 and length % rows == 0 and s % keys == 0
+    b, hq, length, d = q_shape
+    hkv, s = k_shape[1], k_shape[2]
+    return (d in (64, 128) and v_shape == k_shape and hq % hkv == 0 and length % rows == 0 and s % keys == 0
             and (not causal or length <= s) and smem <= MAX_SMEM)
 
 
@@ -62,17 +69,30 @@ def softmax_scale(d: int) -> Any:
 
 def blocks(q: Any, rows: int) -> int:
     """How many blocks `launch` starts for q: one per `rows` query rows of each (batch, query head)."""
-    b, hq, length, _ = q.shape
+    return blocks_for(tuple(q.shape), rows)
+
+
+def blocks_for(q_shape: tuple[int, ...], rows: int) -> int:
+    b, hq, length, _ = q_shape
     return -(-length // rows) * b * hq
 
 
 def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]],
-           extra_inputs: tuple[Any, ...] = (), extra_outputs: tuple[tuple[tuple[int, ...], Any], ...] = ()) -> Any:
-    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head);
-    o has q's shape and dtype. `extra_inputs` follow scale; `extra_outputs` ((shape, dtype) each) follow o, which is
-    what is returned."""
-    b, hq, length, d = q.shape
-    return kern(inputs=[q, k, v, softmax_scale(d), *extra_inputs], template=[("T", q.dtype), ("D", d), *template],
-                grid=(-(-length // rows) * nt, b * hq, 1), threadgroup=(nt, 1, 1),
-                output_shapes=[q.shape, *(shape for shape, _ in extra_outputs)],
-                output_dtypes=[q.dtype, *(dtype for _, dtype in extra_outputs)])[0]
+           extra_inputs: tuple[Any, ...] = (), extra_outputs: tuple[tuple[tuple[int, ...], Any], ...] = (),
+           grid_blocks: int | None = None) -> Any:
+    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head),
+    or `grid_blocks` blocks in one row that walk them (a persistent kernel); o has q's shape and dtype.
+    `extra_inputs` follow scale; `extra_outputs` ((shape, dtype) each) follow o, which is what is returned."""
+    return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), *extra_inputs],
+                **launch_args(tuple(q.shape), q.dtype, rows, nt, template, extra_outputs, grid_blocks))[0]
+
+
+def launch_args(q_shape: tuple[int, ...], dtype: Any, rows: int, nt: int, template: list[tuple[str, Any]],
+                extra_outputs: tuple[tuple[tuple[int, ...], Any], ...] = (),
+                grid_blocks: int | None = None) -> dict[str, Any]:
+    """`launch`'s arguments to the kernel object but its inputs: made once per shape by a caller that keeps them."""
+    b, hq, length, d = q_shape
+    grid = (grid_blocks * nt, 1, 1) if grid_blocks else (-(-length // rows) * nt, b * hq, 1)
+    return {"template": [("T", dtype), ("D", d), *template], "grid": grid, "threadgroup": (nt, 1, 1),
+            "output_shapes": [q_shape, *(shape for shape, _ in extra_outputs)],
+            "output_dtypes": [dtype, *(dt for _, dt in extra_outputs)]}

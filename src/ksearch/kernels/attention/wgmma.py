@@ -28,7 +28,9 @@ from ksearch.kernels.cuda_headers import WGMMA_HEADER
 
 # The kernel body in parts that the two variants share (template constants: T, D 64 | 128, WG warpgroups per block,
 # BN 64 | 128 keys per tile, CAUSAL; STAGES K / V stages).
-SETUP = r"""
+# SETUP = SETUP_SMEM + BLOCK_COORDS + ROWS_HERE + SETUP_LAYOUT; the persistent kernel (wgmma_ws.py) takes the
+# block's coordinates per work item instead.
+SETUP_SMEM = r"""
     constexpr int BM = 64 * WG, NT = 128 * WG;
     constexpr int QB = BM * D, KB = BN * D;
     extern __shared__ __align__(128) unsigned char ks_smem[];
@@ -39,9 +41,11 @@ SETUP = r"""
     T* Vs = Ks + STAGES * KB;       // STAGES stages
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
     const int warp = wt / 32, lane = wt % 32, g = lane >> 2, tq = lane & 3;
-""" + BLOCK_COORDS + r"""
+"""
+ROWS_HERE = r"""
     const int rows_here = min(BM, L - m0);  // the last block may be partial (L a multiple of 64, not of BM)
-    // Byte offsets between core matrices (checked on the H200): Q and K are K-major (leading 128 B along the head
+"""
+SETUP_LAYOUT = r"""    // Byte offsets between core matrices (checked on the H200): Q and K are K-major (leading 128 B along the head
     // dim, stride one core-matrix row); V is read MN-major with the transpose bit (leading one core-matrix row of V).
     constexpr int qk_lead = 128, qk_stride = (D / 8) * 128;
     // K / V tiles in one of three layouts (KV_LAYOUT, set by the source before this), as leading / stride byte offsets
@@ -59,6 +63,7 @@ SETUP = r"""
     ks_proxy_fence();  // visible to wgmma after the block barrier every variant passes before its first product
 
 """
+SETUP = SETUP_SMEM + BLOCK_COORDS + ROWS_HERE + SETUP_LAYOUT
 REGISTERS = r"""
     float oacc[D / 2];
     #pragma unroll

@@ -32,12 +32,24 @@ from functools import cache
 from typing import Any
 
 from ksearch.errors import BackendUnavailable
-from ksearch.kernels.attention.cuda_prefill import blocks, build_kernel, fits, launch
+from ksearch.kernels import device
+from ksearch.kernels.attention.cuda_prefill import (
+    BLOCK_COORDS,
+    blocks_for,
+    build_kernel,
+    fits_shapes,
+    launch,
+    launch_args,
+    softmax_scale,
+)
 from ksearch.kernels.attention.wgmma import (
     EPILOGUE,
     MAX_SMEM,
     REGISTERS,
+    ROWS_HERE,
     SETUP,
+    SETUP_LAYOUT,
+    SETUP_SMEM,
     SM_SMEM,
     STEPS,
     cp_cache,
@@ -237,6 +249,68 @@ SOURCE = _producer_source(WS_SPLIT, "0")
 SOURCE_TMA = _producer_source(WS_SPLIT_FRAME.replace("{PRODUCER}", PRODUCER_TMA), "TMA == 3 ? 2 : 1")
 
 
+
+def _swap(text: str, old: str, new: str, count: int = 1) -> str:
+    """`text` with `old` replaced by `new`, checked to occur `count` times: a piece of kernel text that moved makes the
+    persistent kernel's construction fail at import, not its launch on a GPU."""
+    if text.count(old) != count:
+        raise RuntimeError(f"persistent prefill: {old[:60]!r} occurs {text.count(old)} times, expected {count}")
+    return text.replace(old, new)
+
+
+# Persistent (`_pst`, tensor copies only): one block a multiprocessor (blocks an SM x SMs in all) walks the work items
+# (BM query rows of one batch and query head) item = blockIdx.x, + gridDim.x, ..., every head's longest causal rows
+# first. Its producer runs on into the next item's K / V while the consumers store the last item's O and load their
+# next Q, so a block's start (maps published once, barriers, the first tiles in flight) and its end overlap the
+# neighbouring items instead of costing each block on its own (FlashAttention-3's persistent schedule without its
+# tile scheduler). Stages and phases follow a running count of the block's tiles, g0 + t.
+ITEM_COORDS = _swap(BLOCK_COORDS,
+                    "const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first\n"
+                    "    const int bhq = blockIdx.y,",
+                    "const int mt = MT - 1 - item / BH;  // every head's longest causal tiles first\n"
+                    "    const int bhq = item % BH,")
+PERSIST_ITEMS = "\n    const int MT = (q_shape[2] + BM - 1) / BM, BH = q_shape[0] * q_shape[1], ITEMS = MT * BH;\n"
+_TMA_LOOP = PRODUCER_TMA[PRODUCER_TMA.index("          for (int t = 0; t < ntiles; ++t) {"):]
+PRODUCER_TMA_PERSIST = _swap(_swap(_swap(_swap(
+    PRODUCER_TMA, "((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 32;", "(size_t)blockIdx.x * 32;"),
+    "          const int bh = b * Hkv + hk;\n", ""),
+    "int t, unsigned long long* bar) {", "int t, int bh, unsigned long long* bar) {"),
+    _TMA_LOOP, r"""          int g0 = 0;
+          for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {""" + ITEM_COORDS + r"""
+          const int bh = b * Hkv + hk;
+          for (int t = 0; t < ntiles; ++t) {
+            const int gt = g0 + t, st = gt % STAGES, ph = (gt / STAGES) & 1;
+            if (gt >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
+            copy(Ks + st * KB, gmap, t, bh, kfull + st);
+            if (gt >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
+            copy(Vs + st * KB, gmap + 16, t, bh, vfull + st);
+          }
+          g0 += ntiles;
+          }
+        }
+      }
+""")
+_CONSUMER_START = '    if (PT == 128) asm volatile("setmaxnreg.inc'
+_FRAME_PERSIST = WS_SPLIT_FRAME[:WS_SPLIT_FRAME.index(_CONSUMER_START)].replace("{PRODUCER}", PRODUCER_TMA_PERSIST)
+_Q_LOAD = WS_SPLIT_FRAME[WS_SPLIT_FRAME.index(_CONSUMER_START):]
+_STEPS_RUNNING = _swap(STEPS, "((t % STAGES) * KB", "(((g0 + t) % STAGES) * KB", 2)
+_HANDOVER_RUNNING = _swap(_swap(WS_HANDOVER, "bar + t % STAGES, (t / STAGES) & 1",
+                                "bar + (g0 + t) % STAGES, ((g0 + t) / STAGES) & 1"),
+                          "ks_mbar_arrive(bar + t % STAGES)", "ks_mbar_arrive(bar + (g0 + t) % STAGES)")
+SOURCE_TMA_PERSIST = (
+    "    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;\n    constexpr int KV_LAYOUT = TMA == 3 ? 2 : 1;"
+    + SETUP_SMEM + SETUP_LAYOUT + PERSIST_ITEMS + _FRAME_PERSIST
+    + _Q_LOAD[:_Q_LOAD.index("\n") + 1]  # the consumers' setmaxnreg, once
+    + "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
+    + "    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {" + ITEM_COORDS + ROWS_HERE
+    + _Q_LOAD[_Q_LOAD.index("\n") + 1:]
+    + REGISTERS + _STEPS_RUNNING + _HANDOVER_RUNNING
+    + pipeline(first="wait_full(kfull, 0);", after_s0="release(kempty, 0);",
+               step="wait_full(kfull, t);\nwait_full(vfull, t - 1);", after_s="release(kempty, t);",
+               after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);",
+               end="release(vempty, ntiles - 1);  // the next item's tiles reuse the stage")
+    + EPILOGUE + "    g0 += ntiles;\n    }\n")
+
 @dataclass(frozen=True)
 class WsConfig:
     wg: int = 2      # consumer warpgroups per block (64 query rows each)
@@ -252,6 +326,9 @@ class WsConfig:
     # Blocks an SM the launch bounds ask ptxas to leave registers for (> 1: one block's prologue and epilogue run
     # beside another's loop, as FlashAttention-2 relies on; one consumer warpgroup and a producer warp fit two)
     blocks: int = 1
+    # Persistent (needs tensor copies): blocks an SM x SMs blocks walk the work items, each producer running on into
+    # its block's next item (SOURCE_TMA_PERSIST)
+    persist: bool = False
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
@@ -271,6 +348,8 @@ def config_problem(cfg: WsConfig) -> str | None:
                 "one per 64 columns, 128-byte swizzle)")
     if cfg.tma and cfg.bulk:
         return "_tma, _tmac and _tmas replace _bulk's tile images: name one of them"
+    if cfg.persist and (not cfg.tma or cfg.pp):
+        return "_pst (persistent blocks) takes tensor copies (_tma, _tmac or _tmas) and no _pp"
     if cfg.pwarps == 0 and cfg.stages < 4:  # loads run two tiles ahead of the one released last
         return "without a producer (_p0) it needs 4 stages (_s4)"
     # a producer warpgroup raises the consumers to at most 240 registers: one consumer warpgroup (255 at entry) would
@@ -290,11 +369,18 @@ def config_problem(cfg: WsConfig) -> str | None:
 
 
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> bool:
+    return _supports(tuple(q.shape), tuple(k.shape), tuple(v.shape), (q.dtype, k.dtype, v.dtype), causal, cfg)
+
+
+@cache
+def _supports(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple[int, ...], dtypes: tuple[Any, ...],
+              causal: bool, cfg: WsConfig) -> bool:
+    """`supports` by shapes and dtypes, once each: asked on every call, it was a fifth of a call's host time."""
     if config_problem(cfg) is not None:
         return False
-    smem = cfg.smem_bytes(q.shape[-1])
+    smem = cfg.smem_bytes(q_shape[-1])
     return (smem <= MAX_SMEM and (cfg.blocks == 1 or cfg.blocks * (smem + 1024) <= SM_SMEM)
-            and fits(q, k, v, causal, 64, cfg.bn, 0))  # partial last block
+            and fits_shapes(q_shape, k_shape, v_shape, dtypes, causal, 64, cfg.bn, 0))  # partial last block
 
 
 # Tile images of K and V in one launch: thread j writes 16-byte chunk j of the image (core matrix j / 8, row j % 8 of
@@ -383,18 +469,37 @@ def tma_ready(k_shape: tuple[int, ...], bn: int, mode: int) -> bool:
 
 
 def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
+    kern, tmap, kwargs = _tma_launch(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
+    return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), tmap], **kwargs)[0]
+
+
+@cache
+def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, causal: bool,
+                cfg: WsConfig) -> tuple[Any, Any, dict[str, Any]]:
+    """(kernel, tensor map, the launch's other arguments) of the tensor-copy kernel, once per shape: building them
+    (the kernel's name and header text, the map's geometry, grid and template) was most of a call's host time, which
+    is what a small call costs when calls queue faster than the host makes them."""
     import mlx.core as mx
 
     pre, tag = cp_cache(cfg.cp)
     kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}_tma{cfg.tma}"
-                        + ("_pp" if cfg.pp else "") + blocks_tag(cfg), SOURCE_TMA,
+                        + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "") + blocks_tag(cfg),
+                        SOURCE_TMA_PERSIST if cfg.persist else SOURCE_TMA,
                         pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
-                        cfg.smem_bytes(q.shape[-1]), ("tmap",), ("maps",))
-    tmap = map_input(*tma_geometry(tuple(k.shape), cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma))
-    slots = blocks(q, 64 * cfg.wg) * 32 + 16  # 256 bytes a block, and room to align the first to 128
-    return launch(kern, q, k, v, 64 * cfg.wg, cfg.threads(),
-                  [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)],
-                  extra_inputs=(tmap,), extra_outputs=(((slots,), mx.uint64),))
+                        cfg.smem_bytes(q_shape[-1]), ("tmap",), ("maps",))
+    tmap = map_input(*tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma))
+    items = blocks_for(q_shape, 64 * cfg.wg)
+    grid = persistent_blocks(items, cfg) if cfg.persist else None
+    slots = (grid or items) * 32 + 16  # 256 bytes a block, and room to align the first to 128
+    kwargs = launch_args(q_shape, dtype, 64 * cfg.wg, cfg.threads(),
+                         [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)],
+                         extra_outputs=(((slots,), mx.uint64),), grid_blocks=grid)
+    return kern, tmap, kwargs
+
+
+def persistent_blocks(items: int, cfg: WsConfig) -> int:
+    """The persistent kernel's grid: `cfg.blocks` blocks a multiprocessor, never more blocks than work items."""
+    return min(items, device.cuda_sm_count() * cfg.blocks)
 
 
 def stage_args(cfg: WsConfig) -> list[tuple[str, Any]]:
@@ -410,6 +515,7 @@ def blocks_tag(cfg: WsConfig) -> str:
     return f"_b{cfg.blocks}" if cfg.blocks > 1 else ""
 
 
+@cache
 def config_name(cfg: Any) -> str:
     """The name parse_config reads back: a WgmmaConfig or WsConfig as KSEARCH_WGMMA_CONFIG spells it."""
     from ksearch.kernels.attention.wgmma import WgmmaConfig
@@ -418,30 +524,32 @@ def config_name(cfg: Any) -> str:
     if isinstance(cfg, WgmmaConfig):
         return f"wg{cfg.wg}_n{cfg.bn}" + (f"_s{cfg.stages}" if cfg.stages != 2 else "") + ca
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
-            + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pp" if cfg.pp else "") + blocks_tag(cfg) + ca)
+            + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_pp" if cfg.pp else "")
+            + blocks_tag(cfg) + ca)
 
 
 def parse_config(name: str) -> Any:
-    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pp][_ca]" -> WsConfig(W, N, S,
+    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_pp][_bB][_ca]" -> WsConfig(W, N, S,
     P) (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms,
     or with what to change in a configuration that can run at no shape."""
     import re
 
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pp)?(?:_b(\d))?)"
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_pp)?(?:_b(\d))?)"
                      r"(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pp][_bB][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / V "
-                         "by bulk copies from tile images; _tma / _tmac / _tmas: by tensor copies, one a tile / one per "
-                         "16-byte column / one per 64 columns swizzled; _pp: ping-pong between consumer warpgroups; _bB: "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_pp][_bB][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / "
+                         "V by bulk copies from tile images; _tma / _tmac / _tmas: by tensor copies, one a tile / one "
+                         "per 16-byte column / one per 64 columns swizzled; _pst: persistent blocks; _pp: ping-pong between consumer warpgroups; _bB: "
                          "launch bounds for B blocks an SM; _ca: cp.async through L1)")
-    cp = "ca" if m[12] else "cg"
+    cp = "ca" if m[13] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
-    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[10]), tma, int(m[11] or 1))
+    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[11]), tma, int(m[12] or 1),
+                   persist=bool(m[10]))
     problem = config_problem(cfg)
     if problem:
         raise ValueError(f"{name!r} can run at no shape: {problem}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ksearch.kernels import tensor_map
+from ksearch.kernels import device, tensor_map
 from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 from ksearch.kernels.tensor_map import TMA_HEADER
@@ -34,7 +34,7 @@ def configs(p: dict[str, Any]) -> tuple[Any, Any]:
     """(the synchronous kernel's WgmmaConfig, the producer kernel's WsConfig) for a parameter set; one of them runs."""
     cfg = wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], cp=p["cp"])
     ws = wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], pwarps=4, cp=p["cp"],
-                           bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0)
+                           bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0, persist=p["persist"])
     return cfg, ws
 
 
@@ -43,6 +43,8 @@ def valid(p: dict[str, Any]) -> bool:
     if (p["wg"], p["bn"]) == (3, 128) or (copies and p["cp"] != "cg") or (p["bulk"] and p["tma"]):
         return False
     if p["tma"] and (not p["producer"] or p["pp"]):  # tensor copies were checked without ping-pong
+        return False
+    if p["persist"] and not p["tma"]:  # persistent blocks walk their items with tensor copies only
         return False
     cfg, ws = configs(p)
     if p["producer"]:  # the producer variants checked on the H200: 64-key tiles with 3-4 stages and ping-pong with
@@ -65,14 +67,20 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     extra = {d: stage if producer else "" for d in (64, 128)}
     bulk = bool(p["producer"] and p["bulk"])
     tma = bool(p["producer"] and p["tma"])
+    persist = tma and bool(p["persist"])
     images = {d: "\n            k, v = _images(k, v)" if bulk else "" for d in (64, 128)}
     # tensor copies: the map (made once per K shape) as an input, a scratch output for each block's published maps
     tmap = f", _tmap(tuple(k.shape), {cfg.bn})" if tma else ""
-    maps = f", ((length + {bm - 1}) // {bm} * b * hq * 32 + 16,)" if tma else ""
+    # persistent blocks: one an SM (never more than work items), in one row of the grid
+    items = f"(length + {bm - 1}) // {bm} * b * hq"
+    blocks = f"min({items}, cuda_sm_count())" if persist else items
+    maps = f", ({blocks} * 32 + 16,)" if tma else ""
+    grid = {d: f"({blocks} * {threads[d]}, 1, 1)" if persist else f"((length + {bm - 1}) // {bm} * {threads[d]}, b * hq, 1)"
+            for d in (64, 128)}
     wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
             return _wg{d}(inputs=[q, k, v, scale{tmap}],
                           template=[("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)){extra[d]}],
-                          grid=((length + {bm - 1}) // {bm} * {threads[d]}, b * hq, 1), threadgroup=({threads[d]}, 1, 1),
+                          grid={grid[d]}, threadgroup=({threads[d]}, 1, 1),
                           output_shapes=[q.shape{maps}], output_dtypes=[q.dtype{", mx.uint64" if tma else ""}])[0]'''
                          for d in (64, 128))
     mma_calls = "\n".join(f'''        if d == {d}:
@@ -94,7 +102,8 @@ _mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v",
     copy_header = TMA_HEADER if tma else wgmma_ws.BULK_HEADER
     headers = "\n".join(f"WG_HEADER_{t} = {pre + WGMMA_HEADER + copy_header + wgmma.launch_bounds(t)!r}"
                          for t in sorted(set(threads.values())))
-    ws_source = f"WS_SOURCE = {(wgmma_ws.SOURCE_TMA if tma else wgmma_ws.SOURCE)!r}" if producer else ""
+    source = wgmma_ws.SOURCE_TMA_PERSIST if persist else wgmma_ws.SOURCE_TMA if tma else wgmma_ws.SOURCE
+    ws_source = f"WS_SOURCE = {source!r}" if producer else ""
     image = f'''IMAGE_SOURCE = {wgmma_ws.IMAGE_SOURCE!r}
 _image = mx.fast.cuda_kernel(name="tile_image", input_names=["k", "v"], output_names=["ki", "vi"], source=IMAGE_SOURCE)
 
@@ -103,7 +112,8 @@ def _images(k, v):  # K / V with each 8-row block stored as its core matrices: o
     return _image(inputs=[k, v], template=[("D", k.shape[-1])], grid=(k.size // 8, 1, 1), threadgroup=({wgmma_ws.IMAGE_THREADS}, 1, 1),
                   output_shapes=[k.shape, v.shape], output_dtypes=[k.dtype, v.dtype])
 ''' if bulk else ""
-    how = ("tensor copies of 64-column boxes with the 128-byte swizzle through a map encoded on the host" if tma else
+    how = ("tensor copies of 64-column boxes with the 128-byte swizzle through a map encoded on the host"
+           + (", persistent blocks (one an SM walks the work items)" if persist else "") if tma else
            "one bulk copy a tile from tile images" if bulk else "cp.async")
     loads = ((f"a producer warpgroup: {how}, {ws.stages} "
               f"stages{', ping-pong between consumer warpgroups' if ws.pp else ''}; it gives the consumers its registers "
@@ -121,7 +131,7 @@ import mlx.core as mx
 {headers}
 WG_SOURCE = {wgmma.source(cfg.stages)!r}
 {ws_source}
-{image}{tensor_map_code(cfg.bn) if tma else ""}
+{image}{tensor_map_code(cfg.bn, persist) if tma else ""}
 MMA_HEADER = {MMA_SYNC_HEADER!r}
 MMA_SOURCE = {mma_sync.SOURCE!r}
 {kernels}
@@ -146,11 +156,16 @@ _HOPPER = _hopper()
 '''
 
 
-def tensor_map_code(bn: int) -> str:
+def tensor_map_code(bn: int, persist: bool = False) -> str:
     """The host side of tensor copies in a candidate: kernels/tensor_map.py's encoding (the driver's
-    cuTensorMapEncodeTiled through ctypes) and wgmma_ws's map geometry, as the library runs them."""
+    cuTensorMapEncodeTiled through ctypes) and wgmma_ws's map geometry, as the library runs them; with `persist`
+    also kernels/device.py's SM count, which sizes a persistent grid."""
     parts = [inspect.getsource(f) for f in (tensor_map._encode_fn, tensor_map.check_geometry, tensor_map.encode,
                                             tensor_map.map_input, wgmma_ws.tma_geometry, wgmma_ws.tma_swizzle)]
+    if persist:  # the candidate defines its own BackendUnavailable (below), not the project's
+        parts.append(f"CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = {device.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT}\n\n\n"
+                     + inspect.getsource(device.cuda_sm_count).replace(
+                         "    from ksearch.errors import BackendUnavailable\n\n", ""))
     return f'''
 import ctypes
 from collections.abc import Sequence
@@ -180,7 +195,7 @@ FLASH_WGMMA = TemplateFamily(
               "causal_block_skipping", "gqa_head_grouping"),
     # The first choice of each is the library's Hopper default at D=128 (ws3_n64_s4_p4_tmas).
     params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False), "tma": (True, False), "bulk": (False, True),
-            "stages": (4, 3, 2), "pp": (False, True), "cp": ("cg", "ca")},
+            "stages": (4, 3, 2), "pp": (False, True), "cp": ("cg", "ca"), "persist": (False, True)},
     render=render_flash_wgmma,
     valid=valid,
     pattern_params={"double_buffering": {"stages": (4, 3)}},

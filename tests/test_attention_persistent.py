@@ -1,0 +1,134 @@
+"""Persistent blocks for the tensor-copy prefill (`_pst`): one block a multiprocessor walks the work items, its
+producer running on into the next item. Names and refusals, the grid, the schedule's text (every item once, stages by
+a running count, the last tile's stage released), one launch's arguments made once per shape, the SM count from the
+driver, and the kernel compiled for sm_90a. Correctness and speed on the GPU: `attention_gpu.py check-prefill` (cases
+with more work items than SMs) and `ksearch bench attention --full --configs ..._pst`."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from typing import Any
+
+import pytest
+
+from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+from ksearch.errors import BackendUnavailable
+from ksearch.kernels import device, tensor_map
+from ksearch.kernels.attention import wgmma as W
+from ksearch.kernels.attention import wgmma_ws as WS
+from ksearch.kernels.cuda_headers import WGMMA_HEADER
+
+
+def test_persistent_names_parse_and_need_tensor_copies() -> None:
+    cfg = WS.parse_config("ws2_n128_s3_p4_tmas_pst")
+    assert cfg == WS.WsConfig(2, 128, 3, 4, tma=3, persist=True)
+    assert WS.config_name(cfg) == "ws2_n128_s3_p4_tmas_pst"
+    assert WS.config_name(WS.parse_config("ws1_n64_s2_p1_tma_pst_b2_ca")) == "ws1_n64_s2_p1_tma_pst_b2_ca"
+    for bad in ("ws3_n64_s4_p4_pst", "ws3_n64_s4_p4_bulk_pst", "ws3_n64_s4_p4_tmas_pst_pp"):
+        with pytest.raises(ValueError, match="_pst .persistent blocks. takes tensor copies"):
+            WS.parse_config(bad)
+
+
+def test_the_schedule_visits_every_item_once_and_counts_stages_across_items() -> None:
+    src = WS.SOURCE_TMA_PERSIST
+    # producer and consumers walk the same items, in the same order
+    assert src.count("for (int item = blockIdx.x; item < ITEMS; item += gridDim.x)") == 2
+    mt_expr = re.search(r"const int mt = ([^;]+);", WS.ITEM_COORDS)[1]
+    bhq_expr = re.search(r"const int bhq = ([^,]+),", WS.ITEM_COORDS)[1]
+    assert "ITEMS = MT * BH" in src
+    for mtiles, bh, grid in ((11, 32, 132), (1, 3, 3), (16, 128, 132), (7, 5, 35)):
+        seen = []
+        for block in range(grid):
+            for item in range(block, mtiles * bh, grid):
+                env = {"MT": mtiles, "BH": bh, "item": item}
+                seen.append((eval(mt_expr.replace("/", "//"), {}, env), eval(bhq_expr, {}, env)))  # noqa: S307
+        assert sorted(seen) == [(m, h) for m in range(mtiles) for h in range(bh)]
+        # every head's longest causal rows (the last tile of rows) come first
+        assert seen[0][0] == mtiles - 1
+    # stages and phases follow the block's running count of tiles, never the item's own tile index alone
+    code = re.sub(r"//[^\n]*", "", src)
+    assert "t % STAGES" not in code.replace("(g0 + t) % STAGES", "").replace("gt % STAGES", "")
+    assert "(t / STAGES)" not in code
+    assert "g0 += ntiles;" in src and src.count("g0 += ntiles;") == 2
+    # the last tile's V stage is released: the next item's tiles reuse it (one block an item never needed to)
+    assert "release(vempty, ntiles - 1);" in src and "release(vempty, ntiles - 1);" not in WS.SOURCE_TMA
+    # maps are published once a block, into the block's own slot
+    assert src.count("ks_tmap_publish(gmap, smap);") == 1 and "(size_t)blockIdx.x * 32;" in src
+
+
+
+
+def test_one_launch_is_made_once_per_shape_with_one_block_an_sm(monkeypatch: pytest.MonkeyPatch) -> None:
+    mx = pytest.importorskip("mlx.core")
+    built: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(WS, "build_kernel", lambda *a: built.append(a) or "kernel")
+    monkeypatch.setattr(WS, "map_input", lambda *a, **k: "map")
+    monkeypatch.setattr(device, "cuda_sm_count", lambda: 132)
+    WS._tma_launch.cache_clear()
+    pst = WS.parse_config("ws2_n128_s3_p4_tmas_pst")
+    kern, tmap, kw = WS._tma_launch((2, 32, 2048, 128), (2, 8, 2048, 128), mx.float16, True, pst)
+    assert (kern, tmap) == ("kernel", "map") and "_pst" in built[0][0] and built[0][1] is WS.SOURCE_TMA_PERSIST
+    assert kw["grid"] == (132 * 384, 1, 1) and kw["threadgroup"] == (384, 1, 1)  # 1,024 items over 132 SMs
+    assert kw["output_shapes"] == [(2, 32, 2048, 128), (132 * 32 + 16,)]  # a maps slot a block
+    assert ("CAUSAL", True) in kw["template"] and ("WG", 2) in kw["template"]
+    WS._tma_launch((2, 32, 2048, 128), (2, 8, 2048, 128), mx.float16, True, pst)
+    assert len(built) == 1  # the second call of the shape builds nothing
+    # fewer items than SMs: one block each; one block an item without _pst
+    _k, _m, kw = WS._tma_launch((1, 2, 256, 128), (1, 1, 256, 128), mx.float16, False, pst)
+    assert kw["grid"] == (4 * 384, 1, 1)
+    _k, _m, kw = WS._tma_launch((2, 32, 2048, 128), (2, 8, 2048, 128), mx.float16, False,
+                                WS.parse_config("ws3_n64_s4_p4_tmas"))
+    assert kw["grid"] == (11 * 512, 64, 1) and kw["output_shapes"][1] == (11 * 64 * 32 + 16,)
+    WS._tma_launch.cache_clear()
+
+
+def test_the_sm_count_comes_from_the_driver_or_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    device.cuda_sm_count.cache_clear()
+
+    def no_driver(_name: str) -> None:
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_driver)
+    with pytest.raises(BackendUnavailable, match="SM count needs the CUDA driver"):
+        device.cuda_sm_count()
+
+    class Driver:  # answers as a driver with a 132-SM device 0 does
+        def cuInit(self, _flags: int) -> int:  # noqa: N802 - the driver's names
+            return 0
+
+        def cuDeviceGet(self, dev: Any, _i: int) -> int:  # noqa: N802
+            return 0
+
+        def cuDeviceGetAttribute(self, out: Any, attr: int, _dev: Any) -> int:  # noqa: N802
+            assert attr == device.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+            out._obj.value = 132
+            return 0
+
+    device.cuda_sm_count.cache_clear()
+    monkeypatch.setattr(ctypes, "CDLL", lambda _name: Driver())
+    assert device.cuda_sm_count() == 132
+    device.cuda_sm_count.cache_clear()
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_persistent_kernels_compile_for_sm_90a() -> None:
+    # the Hopper default TALL (D 64 and 128) and three warpgroups, both masks: no serialised wgmma. ptxas spills 40-68
+    # bytes in each (loop-carried item state; one block an item spills none or 4): a bound, not zero
+    combos = [("ws2_n128_s3_p4_tmas_pst", 64, True), ("ws2_n128_s3_p4_tmas_pst", 128, True),
+              ("ws3_n64_s4_p4_tmas_pst", 128, False)]
+    units = []
+    for i, (name, d, causal) in enumerate(combos):
+        cfg = WS.parse_config(name)
+        units.append(wrap(f"pst{i}", WS.SOURCE_TMA_PERSIST, W.launch_bounds(cfg.threads(), cfg.blocks),
+                          [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
+                          [("o", "T"), ("maps", "uint64")],
+                          [("T", "bfloat16" if d == 64 else "float16"), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn),
+                           ("CAUSAL", causal), *WS.stage_args(cfg)]))
+    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
+    assert ok, log[-3000:]
+    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    spills = {int(m[1]): int(m[2]) for m in re.finditer(
+        r"custom_kernel_pst(\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
+    assert sorted(spills) == list(range(len(combos))), log[-3000:]
+    assert max(spills.values()) <= 96, spills
