@@ -9,7 +9,6 @@ the benchmarks with the best configuration (JSON into the output directory).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -36,8 +35,6 @@ DECODE_CONFIGS = [DecodeConfig(),  # 4 warps, 4 steps in flight in registers, se
 # Split-K with the steps' rows through a ring in shared memory (cp.async): the library default (2 steps of 4 keys a
 # lane), 3 and 4 steps of 2.
 RING_CONFIGS = [cuda_split_k.DEFAULT, DecodeConfig(ring=3, unroll=2), DecodeConfig(ring=4, unroll=2)]
-# The reduce-scatter step (opt-in): with registers and with the library's ring.
-SCATTER_CONFIGS = [DecodeConfig(scatter=True), dataclasses.replace(cuda_split_k.DEFAULT, scatter=True)]
 # The tensor-core decode without clusters (safe under MLX's CUDA graphs; Hopper): the default and 4 + 2 warps.
 MMA_CONFIGS = [ClusterConfig(cluster=False), ClusterConfig(consumers=4, producers=2, cluster=False)]
 PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), PrefillConfig(64, 64, False),
@@ -86,9 +83,6 @@ def check(kind: str) -> int:
                 for t in (mx.float16, mx.bfloat16)]
         runs += [(cfg, c, mx.float16) for cfg in [*DECODE_CONFIGS[2:], *RING_CONFIGS[1:], *MMA_CONFIGS[1:]]
                  for c in cases[2:4]]
-        # every case with a group of 4 or 8 query heads (the scatter needs U x G a multiple of D / 8), both dtypes
-        runs += [(cfg, c, t) for cfg in SCATTER_CONFIGS for c in cases if c[1] // c[2] >= 4
-                 for t in (mx.float16, mx.bfloat16)]
         for cfg, (b, hq, hkv, cap, length, d), dt in runs:
             if True:
                 q = mx.random.normal((b, hq, 1, d)).astype(dt)

@@ -76,13 +76,6 @@ def _decode_units() -> list[str]:
                                                     (2, 4, "float16", 128, 4)], 2)):
         units.append(wrap(f"ring{i}", cuda_split_k_text.SPLIT_RING_SOURCE, "", ins, outs,
                           [("T", dt), ("D", d), ("G", g), ("NW", 4), ("U", u), ("PREFETCH", True), ("RING", ring)]))
-    # the reduce-scatter step (DecodeConfig.scatter): one value a lane (G 4 x U 4 at D 128) and several (D 64, G 8)
-    for i, (src, dt, d, g, u, ring) in enumerate([(cuda_split_k_text.SPLIT_SCATTER_SOURCE, "float16", 128, 4, 4, 0),
-                                                  (cuda_split_k_text.SPLIT_SCATTER_SOURCE, "bfloat16", 64, 8, 4, 0),
-                                                  (cuda_split_k_text.SPLIT_RING_SCATTER_SOURCE, "float16", 128, 8, 2,
-                                                   2)]):
-        units.append(wrap(f"scatter{i}", src, "", ins, outs, [("T", dt), ("D", d), ("G", g), ("NW", 4), ("U", u),
-                                                              ("PREFETCH", True)] + ([("RING", ring)] if ring else [])))
     for k, (dt, d) in enumerate(spread(list(itertools.product(("float16", "bfloat16"), (64, 128))), 2)):
         units.append(wrap(f"split_{dt}_{d}", cuda_split_k_text.SPLIT_SOURCE, "", ins, outs,
                           [("T", dt), ("D", d), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", True)]))

@@ -23,9 +23,7 @@ from ksearch.kernels.decode.cuda_split_k_text import (
     FUSED_SOURCE,
     HEADER,
     MERGE_SOURCE,
-    SPLIT_RING_SCATTER_SOURCE,
     SPLIT_RING_SOURCE,
-    SPLIT_SCATTER_SOURCE,
     SPLIT_SOURCE,
     work_floats,
 )
@@ -48,9 +46,6 @@ class DecodeConfig:
     min_blocks: int = 0
     # > 0: the steps' rows go through shared memory, this many steps in the ring (RING_LOOP), instead of registers.
     ring: int = 0
-    # A reduce-scatter of the scores over a key's lanes instead of the butterfly, the softmax once a lane
-    # (STEP_MATH_SCATTER): fewer shuffles and exponentials a step. Needs U x G a multiple of D / 8 (a key's lanes).
-    scatter: bool = False
 
     def keys_per_step(self, d: int) -> int:
         return self.warps * (32 // (d // 8)) * self.unroll
@@ -114,7 +109,7 @@ def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
 
     # MLX keys a compiled kernel by its name and template arguments, not its header: the bounds go in the name.
     tag = f"w{cfg.warps}_u{cfg.unroll}" + (f"_b{cfg.min_blocks}" if cfg.min_blocks else "") \
-        + (f"_r{cfg.ring}" if cfg.ring else "") + ("_sc" if cfg.scatter else "")
+        + (f"_r{cfg.ring}" if cfg.ring else "")
     header = HEADER + (launch_bounds(cfg.warps * 32, cfg.min_blocks) if cfg.min_blocks else "")
     if cfg.fused:
         fused = mx.fast.cuda_kernel(
@@ -124,18 +119,11 @@ def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
         return fused, None
     split = mx.fast.cuda_kernel(
         name=f"ks_decode_split_{tag}", input_names=["q", "k", "v"],
-        output_names=["part_acc", "part_ml"], source=split_source(cfg), header=header,
+        output_names=["part_acc", "part_ml"], source=SPLIT_RING_SOURCE if cfg.ring else SPLIT_SOURCE, header=header,
         ensure_row_contiguous=False)
     merge = mx.fast.cuda_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
                                 source=MERGE_SOURCE)
     return split, merge
-
-
-def split_source(cfg: DecodeConfig) -> str:
-    """The split kernel's CUDA text for a configuration: registers or a ring, butterfly or reduce-scatter."""
-    if cfg.scatter:
-        return SPLIT_RING_SCATTER_SOURCE if cfg.ring else SPLIT_SCATTER_SOURCE
-    return SPLIT_RING_SOURCE if cfg.ring else SPLIT_SOURCE
 
 
 @dataclass(frozen=True)
@@ -210,11 +198,6 @@ def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) ->
     g = hq // hkv if cfg.group_heads else 1
     if cfg.ring and (cfg.fused or cfg.ring < 2):
         raise ValueError(f"ring={cfg.ring}: a ring has 2 steps at least and is not made for the fused kernel")
-    lanes = d // 8  # a key's lanes
-    if cfg.scatter and (cfg.fused or (cfg.unroll * g) % lanes or cfg.unroll % max(1, cfg.unroll * g // lanes)):
-        raise ValueError(f"scatter=1 with unroll={cfg.unroll} at G {g}, D {d}: the reduce-scatter needs unroll x G a "
-                         f"multiple of D / 8 = {lanes} keeping one query head a lane, and the separate merge kernel "
-                         "(fused=0); use scatter=0 here")
     if cfg.shared_bytes(g, d) > MAX_STATIC_SHARED:
         raise ValueError(f"{cfg} needs {cfg.shared_bytes(g, d)} bytes of shared memory a block at G {g}, D {d}; "
                          f"MLX's kernels get {MAX_STATIC_SHARED}: lower ring, unroll or warps")
