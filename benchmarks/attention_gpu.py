@@ -43,7 +43,10 @@ PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), Pr
 # D=128 from L=4096), then TALL one block an item and the two with bulk copies from tile images (where no tensor map
 # can be made).
 WGMMA_CONFIGS = [WsConfig(3, 64, 4, 4, tma=3), WsConfig(2, 128, 3, 4, tma=3, persist=True), WsConfig(2, 128, 3, 4, tma=3),
-                 WsConfig(3, 64, 4, 4, bulk=True), WsConfig(2, 128, 3, 4, bulk=True), WsConfig(3, 64, 3, 4, bulk=True),
+                 WsConfig(3, 64, 4, 4, bulk=True), WsConfig(2, 128, 3, 4, bulk=True),
+                 # persistent blocks whose producer keeps 32 registers (no spills; opt-in)
+                 WsConfig(2, 128, 3, 4, tma=3, persist=True, preg=32), WsConfig(3, 64, 4, 4, tma=3, persist=True, preg=32),
+                 WsConfig(3, 64, 3, 4, bulk=True),
                  WgmmaConfig(3, 64),
                  WgmmaConfig(3, 64, 2, "ca"), WgmmaConfig(2, 64), WgmmaConfig(2, 128), WsConfig(2, 64, 3, 4),
                  WsConfig(3, 64, 3, 4)]
@@ -123,7 +126,8 @@ def check(kind: str) -> int:
             many = [(2, 16, 4, 1216, 1280, 128), (1, 32, 8, 2240, 2304, 64)]
             runs += [(cfg, c, t, cz) for cfg in WGMMA_CONFIGS[:5] for c in cases + many
                      for t in (mx.float16, mx.bfloat16) for cz in (0, 1)]
-            runs += [(cfg, c, mx.float16, cz) for cfg in WGMMA_CONFIGS[5:] for c in cases[1:3] for cz in (0, 1)]
+            runs += [(cfg, c, mx.float16, cz) for cfg in WGMMA_CONFIGS[5:]
+                     for c in cases[1:3] + (many if getattr(cfg, "persist", False) else []) for cz in (0, 1)]
         for cfg, (b, hq, hkv, length, s, d), dt, causal in runs:
             if True:
                 q = mx.random.normal((b, hq, length, d)).astype(dt)

@@ -33,7 +33,7 @@ def _ws_units(combos: list[tuple[str, int, int, int, bool, int, int, bool]], pp:
     return [wrap(f"{tag}{i}", WS.SOURCE if pw else WS.SOURCE_MB, WS.BULK_HEADER + W.launch_bounds(128 * wg + 32 * pw),
                  [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")],
                  [("T", dt), ("D", d), ("WG", wg), ("BN", bn), ("CAUSAL", c), ("NSTAGES", st), ("PWARPS", pw),
-                  ("BULK", bulk), ("PP", pp)])
+                  ("BULK", bulk), ("PP", pp), ("PREG", 24)])
             for i, (dt, d, wg, bn, c, st, pw, bulk) in enumerate(combos)]
 
 

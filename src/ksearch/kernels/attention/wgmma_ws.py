@@ -73,10 +73,11 @@ WS_SPLIT_FRAME = r"""
     }
     __syncthreads();  // the last block-wide barrier: producer and consumers part here
     // A producer warpgroup (PWARPS = 4) gives its registers to the consumers (setmaxnreg; the launch bound gave every
-    // thread 65536 / threads): it keeps 24, they take what is left, up to 240.
-    constexpr int CREG = ((65536 - 128 * 24) / NT / 8 * 8) > 240 ? 240 : ((65536 - 128 * 24) / NT / 8 * 8);
+    // thread 65536 / threads): it keeps PREG (24 unless a configuration's _preg says), they take what is left, up to
+    // 240.
+    constexpr int CREG = ((65536 - 128 * PREG) / NT / 8 * 8) > 240 ? 240 : ((65536 - 128 * PREG) / NT / 8 * 8);
     if (threadIdx.x >= NT) {  // the PT producer threads: tile t into stage t % STAGES once consumers released t - STAGES
-      if (PT == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+      if (PT == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(PREG) : "memory");
       const int pl = threadIdx.x - NT;
 {PRODUCER}      ks_wait_w<0>();
       return;
@@ -329,6 +330,9 @@ class WsConfig:
     # Persistent (needs tensor copies): blocks an SM x SMs blocks walk the work items, each producer running on into
     # its block's next item (SOURCE_TMA_PERSIST)
     persist: bool = False
+    # Registers a producer warpgroup keeps (setmaxnreg, a multiple of 8): 24 leave three consumer warpgroups 160 and
+    # two 240; 32 leave them the same and keep the persistent kernel's producer loop from spilling (ptxas)
+    preg: int = 24
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
@@ -350,6 +354,8 @@ def config_problem(cfg: WsConfig) -> str | None:
         return "_tma, _tmac and _tmas replace _bulk's tile images: name one of them"
     if cfg.persist and (not cfg.tma or cfg.pp):
         return "_pst (persistent blocks) takes tensor copies (_tma, _tmac or _tmas) and no _pp"
+    if cfg.preg != 24 and (cfg.pwarps != 4 or cfg.preg % 8 or not 24 <= cfg.preg <= 64):
+        return "_pregN sets a producer warpgroup's registers (_p4): N a multiple of 8 from 24 to 64"
     if cfg.pwarps == 0 and cfg.stages < 4:  # loads run two tiles ahead of the one released last
         return "without a producer (_p0) it needs 4 stages (_s4)"
     # a producer warpgroup raises the consumers to at most 240 registers: one consumer warpgroup (255 at entry) would
@@ -431,7 +437,7 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
         return _attention_tma(q, k, v, causal, cfg)
     pre, tag = cp_cache(cfg.cp)
     kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}"
-                        + ("_bulk" if cfg.bulk else "") + ("_pp" if cfg.pp else "") + blocks_tag(cfg),
+                        + ("_bulk" if cfg.bulk else "") + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg),
                         SOURCE if cfg.pwarps else SOURCE_MB,
                         pre + WGMMA_HEADER + BULK_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
                         cfg.smem_bytes(q.shape[-1]))
@@ -483,7 +489,7 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
 
     pre, tag = cp_cache(cfg.cp)
     kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}_tma{cfg.tma}"
-                        + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "") + blocks_tag(cfg),
+                        + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "") + preg_tag(cfg) + blocks_tag(cfg),
                         SOURCE_TMA_PERSIST if cfg.persist else SOURCE_TMA,
                         pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
                         cfg.smem_bytes(q_shape[-1]), ("tmap",), ("maps",))
@@ -506,8 +512,14 @@ def stage_args(cfg: WsConfig) -> list[tuple[str, Any]]:
     """The template constants SOURCE / SOURCE_MB take beyond T, D, WG, BN and CAUSAL: the library's launch and the
     flash_wgmma template family's rendering both use this list, so neither can leave one out."""
     # tensor copies complete on the stage's mbarrier by bytes, like the bulk copies: BULK's barrier counts
-    args = [("NSTAGES", cfg.stages), ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk or cfg.tma)), ("PP", bool(cfg.pp))]
+    args = [("NSTAGES", cfg.stages), ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk or cfg.tma)), ("PP", bool(cfg.pp)),
+            ("PREG", cfg.preg)]
     return args + ([("TMA", cfg.tma)] if cfg.tma else [])
+
+
+def preg_tag(cfg: WsConfig) -> str:
+    """The name part for a producer's registers other than 24 (none for 24)."""
+    return f"_preg{cfg.preg}" if cfg.preg != 24 else ""
 
 
 def blocks_tag(cfg: WsConfig) -> str:
@@ -525,31 +537,32 @@ def config_name(cfg: Any) -> str:
         return f"wg{cfg.wg}_n{cfg.bn}" + (f"_s{cfg.stages}" if cfg.stages != 2 else "") + ca
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
             + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_pp" if cfg.pp else "")
-            + blocks_tag(cfg) + ca)
+            + preg_tag(cfg) + blocks_tag(cfg) + ca)
 
 
 def parse_config(name: str) -> Any:
-    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_pp][_bB][_ca]" -> WsConfig(W, N, S,
-    P) (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms,
+    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_pp][_pregN][_bB][_ca]"
+    -> WsConfig(W, N, S, P) (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms,
     or with what to change in a configuration that can run at no shape."""
     import re
 
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_pp)?(?:_b(\d))?)"
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_pp)?(?:_preg(\d+))?(?:_b(\d))?)"
                      r"(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_pp][_bB][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / "
-                         "V by bulk copies from tile images; _tma / _tmac / _tmas: by tensor copies, one a tile / one "
-                         "per 16-byte column / one per 64 columns swizzled; _pst: persistent blocks; _pp: ping-pong between consumer warpgroups; _bB: "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_pp][_pregN][_bB][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: "
+                         "K / V by bulk copies from tile images; _tma / _tmac / _tmas: by tensor copies, one a tile / "
+                         "one per 16-byte column / one per 64 columns swizzled; _pst: persistent blocks; _pregN: N "
+                         "registers for a producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: "
                          "launch bounds for B blocks an SM; _ca: cp.async through L1)")
-    cp = "ca" if m[13] else "cg"
+    cp = "ca" if m[14] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
-    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[11]), tma, int(m[12] or 1),
-                   persist=bool(m[10]))
+    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[11]), tma, int(m[13] or 1),
+                   persist=bool(m[10]), preg=int(m[12] or 24))
     problem = config_problem(cfg)
     if problem:
         raise ValueError(f"{name!r} can run at no shape: {problem}")
