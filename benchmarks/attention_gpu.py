@@ -44,8 +44,9 @@ PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), Pr
 # can be made).
 WGMMA_CONFIGS = [WsConfig(3, 64, 4, 4, tma=3), WsConfig(2, 128, 3, 4, tma=3, persist=True), WsConfig(2, 128, 3, 4, tma=3),
                  WsConfig(3, 64, 4, 4, bulk=True), WsConfig(2, 128, 3, 4, bulk=True),
-                 # persistent blocks whose producer keeps 32 registers (no spills; opt-in)
+                 # persistent blocks whose producer keeps 32 registers (no spills; opt-in), one with the next Q early
                  WsConfig(2, 128, 3, 4, tma=3, persist=True, preg=32), WsConfig(3, 64, 4, 4, tma=3, persist=True, preg=32),
+                 WsConfig(2, 128, 3, 4, tma=3, persist=True, qnext=True, preg=32),
                  WsConfig(3, 64, 3, 4, bulk=True),
                  WgmmaConfig(3, 64),
                  WgmmaConfig(3, 64, 2, "ca"), WgmmaConfig(2, 64), WgmmaConfig(2, 128), WsConfig(2, 64, 3, 4),

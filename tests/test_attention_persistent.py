@@ -30,6 +30,25 @@ def test_persistent_names_parse_and_need_tensor_copies() -> None:
             WS.parse_config(bad)
 
 
+def test_the_next_items_q_loads_under_the_epilogue() -> None:
+    cfg = WS.parse_config("ws2_n128_s3_p4_tmas_pst_qn_preg32")
+    assert (cfg.qnext, cfg.preg, WS.config_name(cfg)) == (True, 32, "ws2_n128_s3_p4_tmas_pst_qn_preg32")
+    assert ("QNEXT", True) in WS.stage_args(cfg) and ("QNEXT", False) in WS.stage_args(WS.parse_config(
+        "ws2_n128_s3_p4_tmas_pst"))
+    assert not any(name == "QNEXT" for name, _ in WS.stage_args(WS.parse_config("ws3_n64_s4_p4_tmas")))
+    with pytest.raises(ValueError, match="_qn .* is for persistent blocks"):
+        WS.parse_config("ws2_n128_s3_p4_tmas_qn")
+    src = WS.SOURCE_TMA_PERSIST
+    # after the item's last product has completed and its last stage is released, before its O is stored
+    last, nxt, epilogue = (src.index("release(vempty, ntiles - 1);"), src.index("if (QNEXT && item"),
+                           src.index("const float lrow[2]"))
+    assert last < nxt < epilogue and src.rindex("ks_wg_wait0();", 0, nxt) > src.rindex("issue_pv(ntiles - 1", 0, nxt)
+    # the next item's rows, as ITEM_COORDS computes this item's (MT - 1 - item / BH, item % BH)
+    assert "nm0 = (MT - 1 - nx / BH) * BM" in WS.Q_NEXT and "(nx % BH) * L + nm0 + wg * 64" in WS.Q_NEXT
+    # the loop's own load only for a block's first item when the previous one loaded it
+    assert src.count("if (!QNEXT || item == blockIdx.x)") == 2
+
+
 def test_a_producer_warpgroups_registers_are_named_and_bounded() -> None:
     cfg = WS.parse_config("ws3_n64_s4_p4_tmas_pst_preg32")
     assert (cfg.preg, WS.config_name(cfg)) == (32, "ws3_n64_s4_p4_tmas_pst_preg32")
@@ -130,7 +149,7 @@ def test_persistent_kernels_compile_for_sm_90a() -> None:
     # bound; with 32 (_preg32, the consumers' share unchanged) none
     combos = [("ws2_n128_s3_p4_tmas_pst", 64, True), ("ws2_n128_s3_p4_tmas_pst", 128, True),
               ("ws3_n64_s4_p4_tmas_pst", 128, False), ("ws2_n128_s3_p4_tmas_pst_preg32", 64, True),
-              ("ws3_n64_s4_p4_tmas_pst_preg32", 128, True)]
+              ("ws3_n64_s4_p4_tmas_pst_qn_preg32", 128, True)]
     units = []
     for i, (name, d, causal) in enumerate(combos):
         cfg = WS.parse_config(name)

@@ -291,6 +291,16 @@ PRODUCER_TMA_PERSIST = _swap(_swap(_swap(_swap(
         }
       }
 """)
+# QNEXT (`_qn`): once its last product is done, a consumer warpgroup loads its rows of the next item's Q, so the load
+# runs under this item's epilogue (FlashAttention-3's order) instead of before the next item's first product; every S
+# product of this item has completed (no wgmma reads Q any more), and each warpgroup loads and reads only its own rows.
+Q_NEXT = r"""
+if (QNEXT && item + (int)gridDim.x < ITEMS) {
+  const int nx = item + gridDim.x, nm0 = (MT - 1 - nx / BH) * BM;
+  ks_load_core<D, 128, 64>(Qs + wg * 64 * D, q + ((size_t)(nx % BH) * L + nm0 + wg * 64) * D,
+                           max(0, min(64, min(BM, L - nm0) - wg * 64)), wt);
+  ks_commit_w();
+}"""
 _CONSUMER_START = '    if (PT == 128) asm volatile("setmaxnreg.inc'
 _FRAME_PERSIST = WS_SPLIT_FRAME[:WS_SPLIT_FRAME.index(_CONSUMER_START)].replace("{PRODUCER}", PRODUCER_TMA_PERSIST)
 _Q_LOAD = WS_SPLIT_FRAME[WS_SPLIT_FRAME.index(_CONSUMER_START):]
@@ -304,12 +314,13 @@ SOURCE_TMA_PERSIST = (
     + _Q_LOAD[:_Q_LOAD.index("\n") + 1]  # the consumers' setmaxnreg, once
     + "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
     + "    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {" + ITEM_COORDS + ROWS_HERE
-    + _Q_LOAD[_Q_LOAD.index("\n") + 1:]
+    + _swap(_swap(_Q_LOAD[_Q_LOAD.index("\n") + 1:], "    ks_load_core<D, 128, 64>", "    if (!QNEXT || item == blockIdx.x)\n"
+                  "      ks_load_core<D, 128, 64>"), "    ks_commit_w();\n", "    if (!QNEXT || item == blockIdx.x) ks_commit_w();\n")
     + REGISTERS + _STEPS_RUNNING + _HANDOVER_RUNNING
     + pipeline(first="wait_full(kfull, 0);", after_s0="release(kempty, 0);",
                step="wait_full(kfull, t);\nwait_full(vfull, t - 1);", after_s="release(kempty, t);",
                after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);",
-               end="release(vempty, ntiles - 1);  // the next item's tiles reuse the stage")
+               end="release(vempty, ntiles - 1);  // the next item's tiles reuse the stage" + Q_NEXT)
     + EPILOGUE + "    g0 += ntiles;\n    }\n")
 
 @dataclass(frozen=True)
@@ -330,6 +341,8 @@ class WsConfig:
     # Persistent (needs tensor copies): blocks an SM x SMs blocks walk the work items, each producer running on into
     # its block's next item (SOURCE_TMA_PERSIST)
     persist: bool = False
+    # Persistent blocks only: the next item's Q loaded under this item's epilogue (Q_NEXT)
+    qnext: bool = False
     # Registers a producer warpgroup keeps (setmaxnreg, a multiple of 8): 24 leave three consumer warpgroups 160 and
     # two 240; 32 leave them the same and keep the persistent kernel's producer loop from spilling (ptxas)
     preg: int = 24
@@ -354,6 +367,8 @@ def config_problem(cfg: WsConfig) -> str | None:
         return "_tma, _tmac and _tmas replace _bulk's tile images: name one of them"
     if cfg.persist and (not cfg.tma or cfg.pp):
         return "_pst (persistent blocks) takes tensor copies (_tma, _tmac or _tmas) and no _pp"
+    if cfg.qnext and not cfg.persist:
+        return "_qn (the next item's Q under this one's epilogue) is for persistent blocks (_pst)"
     if cfg.preg != 24 and (cfg.pwarps != 4 or cfg.preg % 8 or not 24 <= cfg.preg <= 64):
         return "_pregN sets a producer warpgroup's registers (_p4): N a multiple of 8 from 24 to 64"
     if cfg.pwarps == 0 and cfg.stages < 4:  # loads run two tiles ahead of the one released last
@@ -489,7 +504,8 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
 
     pre, tag = cp_cache(cfg.cp)
     kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}_tma{cfg.tma}"
-                        + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "") + preg_tag(cfg) + blocks_tag(cfg),
+                        + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
+                        + preg_tag(cfg) + blocks_tag(cfg),
                         SOURCE_TMA_PERSIST if cfg.persist else SOURCE_TMA,
                         pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
                         cfg.smem_bytes(q_shape[-1]), ("tmap",), ("maps",))
@@ -514,7 +530,7 @@ def stage_args(cfg: WsConfig) -> list[tuple[str, Any]]:
     # tensor copies complete on the stage's mbarrier by bytes, like the bulk copies: BULK's barrier counts
     args = [("NSTAGES", cfg.stages), ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk or cfg.tma)), ("PP", bool(cfg.pp)),
             ("PREG", cfg.preg)]
-    return args + ([("TMA", cfg.tma)] if cfg.tma else [])
+    return args + ([("TMA", cfg.tma)] if cfg.tma else []) + ([("QNEXT", cfg.qnext)] if cfg.persist else [])
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -536,33 +552,33 @@ def config_name(cfg: Any) -> str:
     if isinstance(cfg, WgmmaConfig):
         return f"wg{cfg.wg}_n{cfg.bn}" + (f"_s{cfg.stages}" if cfg.stages != 2 else "") + ca
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
-            + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_pp" if cfg.pp else "")
-            + preg_tag(cfg) + blocks_tag(cfg) + ca)
+            + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
+            + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ca)
 
 
 def parse_config(name: str) -> Any:
-    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_pp][_pregN][_bB][_ca]"
+    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ca]"
     -> WsConfig(W, N, S, P) (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms,
     or with what to change in a configuration that can run at no shape."""
     import re
 
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_pp)?(?:_preg(\d+))?(?:_b(\d))?)"
-                     r"(_ca)?", name.strip())
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?(_pp)?(?:_preg(\d+))?"
+                     r"(?:_b(\d))?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_pp][_pregN][_bB][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: "
-                         "K / V by bulk copies from tile images; _tma / _tmac / _tmas: by tensor copies, one a tile / "
-                         "one per 16-byte column / one per 64 columns swizzled; _pst: persistent blocks; _pregN: N "
-                         "registers for a producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ca] (e.g. ws3_n64_s4_p4_bulk; "
+                         "_bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by tensor copies, one a "
+                         "tile / one per 16-byte column / one per 64 columns swizzled; _pst: persistent blocks; _qn: "
+                         "their next Q loaded under the epilogue; _pregN: N registers for a producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: "
                          "launch bounds for B blocks an SM; _ca: cp.async through L1)")
-    cp = "ca" if m[14] else "cg"
+    cp = "ca" if m[15] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
-    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[11]), tma, int(m[13] or 1),
-                   persist=bool(m[10]), preg=int(m[12] or 24))
+    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[12]), tma, int(m[14] or 1),
+                   persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24))
     problem = config_problem(cfg)
     if problem:
         raise ValueError(f"{name!r} can run at no shape: {problem}")
