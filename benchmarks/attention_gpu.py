@@ -42,10 +42,12 @@ PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), Pr
 # Hopper only; the first two are the library's there (kernels/attention: WIDE; TALL, persistent, at D=64 and causal
 # D=128 from L=4096), then TALL one block an item and the two with bulk copies from tile images (where no tensor map
 # can be made).
-WGMMA_CONFIGS = [WsConfig(3, 64, 4, 4, tma=3), WsConfig(2, 128, 3, 4, tma=3, persist=True), WsConfig(2, 128, 3, 4, tma=3),
+WGMMA_CONFIGS = [WsConfig(3, 64, 4, 4, tma=3), WsConfig(2, 128, 3, 4, tma=3, persist=True),
+                 WsConfig(2, 128, 3, 4, tma=3),
                  WsConfig(3, 64, 4, 4, bulk=True), WsConfig(2, 128, 3, 4, bulk=True),
                  # persistent blocks whose producer keeps 32 registers (no spills; opt-in), one with the next Q early
-                 WsConfig(2, 128, 3, 4, tma=3, persist=True, preg=32), WsConfig(3, 64, 4, 4, tma=3, persist=True, preg=32),
+                 WsConfig(2, 128, 3, 4, tma=3, persist=True, preg=32),
+                 WsConfig(3, 64, 4, 4, tma=3, persist=True, preg=32),
                  WsConfig(2, 128, 3, 4, tma=3, persist=True, qnext=True, preg=32),
                  WsConfig(3, 64, 3, 4, bulk=True),
                  WgmmaConfig(3, 64),

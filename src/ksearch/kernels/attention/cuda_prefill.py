@@ -78,19 +78,19 @@ def blocks_for(q_shape: tuple[int, ...], rows: int) -> int:
 
 
 def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]],
-           extra_inputs: tuple[Any, ...] = (), extra_outputs: tuple[tuple[tuple[int, ...], Any], ...] = (),
-           grid_blocks: int | None = None) -> Any:
-    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head),
-    or `grid_blocks` blocks in one row that walk them (a persistent kernel); o has q's shape and dtype.
-    `extra_inputs` follow scale; `extra_outputs` ((shape, dtype) each) follow o, which is what is returned."""
+           extra_inputs: tuple[Any, ...] = (), extra_outputs: tuple[tuple[tuple[int, ...], Any], ...] = ()) -> Any:
+    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head);
+    o has q's shape and dtype. `extra_inputs` follow scale; `extra_outputs` ((shape, dtype) each) follow o, which is
+    what is returned."""
     return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), *extra_inputs],
-                **launch_args(tuple(q.shape), q.dtype, rows, nt, template, extra_outputs, grid_blocks))[0]
+                **launch_args(tuple(q.shape), q.dtype, rows, nt, template, extra_outputs))[0]
 
 
 def launch_args(q_shape: tuple[int, ...], dtype: Any, rows: int, nt: int, template: list[tuple[str, Any]],
                 extra_outputs: tuple[tuple[tuple[int, ...], Any], ...] = (),
                 grid_blocks: int | None = None) -> dict[str, Any]:
-    """`launch`'s arguments to the kernel object but its inputs: made once per shape by a caller that keeps them."""
+    """`launch`'s arguments to the kernel object but its inputs, made once per shape by a caller that keeps them;
+    `grid_blocks` blocks in one row of the grid instead, for a persistent kernel that walks the work items."""
     b, hq, length, d = q_shape
     grid = (grid_blocks * nt, 1, 1) if grid_blocks else (-(-length // rows) * nt, b * hq, 1)
     return {"template": [("T", dtype), ("D", d), *template], "grid": grid, "threadgroup": (nt, 1, 1),

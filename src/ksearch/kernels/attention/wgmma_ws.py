@@ -314,8 +314,9 @@ SOURCE_TMA_PERSIST = (
     + _Q_LOAD[:_Q_LOAD.index("\n") + 1]  # the consumers' setmaxnreg, once
     + "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
     + "    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {" + ITEM_COORDS + ROWS_HERE
-    + _swap(_swap(_Q_LOAD[_Q_LOAD.index("\n") + 1:], "    ks_load_core<D, 128, 64>", "    if (!QNEXT || item == blockIdx.x)\n"
-                  "      ks_load_core<D, 128, 64>"), "    ks_commit_w();\n", "    if (!QNEXT || item == blockIdx.x) ks_commit_w();\n")
+    + _swap(_swap(_Q_LOAD[_Q_LOAD.index("\n") + 1:], "    ks_load_core<D, 128, 64>",
+                  "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>"),
+            "    ks_commit_w();\n", "    if (!QNEXT || item == blockIdx.x) ks_commit_w();\n")
     + REGISTERS + _STEPS_RUNNING + _HANDOVER_RUNNING
     + pipeline(first="wait_full(kfull, 0);", after_s0="release(kempty, 0);",
                step="wait_full(kfull, t);\nwait_full(vfull, t - 1);", after_s="release(kempty, t);",
@@ -557,22 +558,24 @@ def config_name(cfg: Any) -> str:
 
 
 def parse_config(name: str) -> Any:
-    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S); "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ca]"
-    -> WsConfig(W, N, S, P) (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms,
-    or with what to change in a configuration that can run at no shape."""
+    """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ca]" -> WsConfig(W, N, S, P) (P defaults to
+    1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
+    change in a configuration that can run at no shape."""
     import re
 
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?(_pp)?(?:_preg(\d+))?"
-                     r"(?:_b(\d))?)(_ca)?", name.strip())
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ca] (e.g. ws3_n64_s4_p4_bulk; "
-                         "_bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by tensor copies, one a "
-                         "tile / one per 16-byte column / one per 64 columns swizzled; _pst: persistent blocks; _qn: "
-                         "their next Q loaded under the epilogue; _pregN: N registers for a producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: "
-                         "launch bounds for B blocks an SM; _ca: cp.async through L1)")
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ca] (e.g. "
+                         "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
+                         "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
+                         "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
+                         "producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: launch bounds for B "
+                         "blocks an SM; _ca: cp.async through L1)")
     cp = "ca" if m[15] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)

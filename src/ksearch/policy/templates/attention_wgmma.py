@@ -7,8 +7,9 @@ registers handed to the consumers through setmaxnreg) or every thread loads with
 and then: K / V stages; for the producer, tensor copies through a map the candidate encodes on the host with the
 128-byte swizzle (`tma`: the library's Hopper default, 3-5% ahead of the bulk copies over the 96 benchmark shapes), or
 tile images and one bulk copy a tile (`bulk`: 0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async), and
-ping-pong between consumer warpgroups (`pp`, with bulk copies); the cp.async cache mode (`cp`: cg through L2, ca
-through L1 too). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a thread without
+ping-pong between consumer warpgroups (`pp`, with bulk copies); with tensor copies, persistent blocks (`persist`:
+one block an SM walks the work items, the grid sized by the driver's SM count; the library's choice at D=64, 3% ahead
+there); the cp.async cache mode (`cp`: cg through L2, ca through L1 too). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a thread without
 launch bounds; spills with them). A producer with
 128-key tiles runs two consumer warpgroups and bulk or tensor copies (168 registers, no spills; the library's choice at
 D=64); with cp.async it spilled 208 bytes.
@@ -75,8 +76,8 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     items = f"(length + {bm - 1}) // {bm} * b * hq"
     blocks = f"min({items}, cuda_sm_count())" if persist else items
     maps = f", ({blocks} * 32 + 16,)" if tma else ""
-    grid = {d: f"({blocks} * {threads[d]}, 1, 1)" if persist else f"((length + {bm - 1}) // {bm} * {threads[d]}, b * hq, 1)"
-            for d in (64, 128)}
+    grid = {d: (f"({blocks} * {threads[d]}, 1, 1)" if persist
+                else f"((length + {bm - 1}) // {bm} * {threads[d]}, b * hq, 1)") for d in (64, 128)}
     wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
             return _wg{d}(inputs=[q, k, v, scale{tmap}],
                           template=[("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)){extra[d]}],
@@ -163,7 +164,8 @@ def tensor_map_code(bn: int, persist: bool = False) -> str:
     parts = [inspect.getsource(f) for f in (tensor_map._encode_fn, tensor_map.check_geometry, tensor_map.encode,
                                             tensor_map.map_input, wgmma_ws.tma_geometry, wgmma_ws.tma_swizzle)]
     if persist:  # the candidate defines its own BackendUnavailable (below), not the project's
-        parts.append(f"CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = {device.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT}\n\n\n"
+        count = device.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        parts.append(f"CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = {count}\n\n\n"
                      + inspect.getsource(device.cuda_sm_count).replace(
                          "    from ksearch.errors import BackendUnavailable\n\n", ""))
     return f'''
