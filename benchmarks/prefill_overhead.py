@@ -1,5 +1,6 @@
-"""Where a small prefill call's time goes (the Hopper default, attention/wgmma_ws.py with bulk copies), side by side
-in one process, interleaved rounds: the full call; the same with a fresh scale array every call (as before
+"""Where a small prefill call's time goes with bulk copies from tile images (attention/wgmma_ws.py; the Hopper
+default's configuration with `_bulk` instead of tensor copies: the default before them, the fallback where no tensor
+map can be made), side by side in one process, interleaved rounds: the full call; the same with a fresh scale array every call (as before
 attention/cuda_prefill.softmax_scale cached it); the attention kernel alone on tile images made beforehand; the
 tile-image kernel alone; MLX's native attention.
 
@@ -12,11 +13,12 @@ import json
 import math
 import statistics
 import sys
+from dataclasses import replace
 
 import mlx.core as mx
 
 from ksearch.bench.timing import time_rounds
-from ksearch.kernels.attention import attention, native_attention
+from ksearch.kernels.attention import attention, native_attention, wgmma_config
 from ksearch.kernels.attention import cuda_prefill as AC
 from ksearch.kernels.attention import wgmma_ws as WS
 
@@ -32,21 +34,22 @@ def measure(b: int, hkv: int, length: int, d: int, causal: bool) -> dict:
     v = mx.random.normal((b, hkv, length, d)).astype(mx.float16)
     ki, vi = WS.tile_images(k, v)
     mx.eval(q, k, v, ki, vi)
+    bulk = replace(wgmma_config(q, k, causal), tma=0, bulk=True, persist=False)
 
     def full():  # type: ignore[no-untyped-def]
-        return attention(q, k, v, causal)
+        return attention(q, k, v, causal, config=bulk)
 
     def fresh():  # type: ignore[no-untyped-def]
         AC.softmax_scale = fresh_scale
         try:
-            return attention(q, k, v, causal)
+            return attention(q, k, v, causal, config=bulk)
         finally:
             AC.softmax_scale = cached_scale
 
     def kernel_only():  # type: ignore[no-untyped-def]
         WS.tile_images = lambda k_, v_: (k_, v_)
         try:
-            return attention(q, ki, vi, causal)
+            return attention(q, ki, vi, causal, config=bulk)
         finally:
             WS.tile_images = images
 

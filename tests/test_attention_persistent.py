@@ -17,6 +17,7 @@ from ksearch.errors import BackendUnavailable
 from ksearch.kernels import device, tensor_map
 from ksearch.kernels.attention import wgmma as W
 from ksearch.kernels.attention import wgmma_ws as WS
+from ksearch.kernels.attention import wgmma_ws_text as WT
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
 
 
@@ -44,7 +45,7 @@ def test_the_next_items_q_loads_under_the_epilogue() -> None:
                            src.index("const float lrow[2]"))
     assert last < nxt < epilogue and src.rindex("ks_wg_wait0();", 0, nxt) > src.rindex("issue_pv(ntiles - 1", 0, nxt)
     # the next item's rows, as ITEM_COORDS computes this item's (MT - 1 - item / BH, item % BH)
-    assert "nm0 = (MT - 1 - nx / BH) * BM" in WS.Q_NEXT and "(nx % BH) * L + nm0 + wg * 64" in WS.Q_NEXT
+    assert "nm0 = (MT - 1 - nx / BH) * BM" in WT.Q_NEXT and "(nx % BH) * L + nm0 + wg * 64" in WT.Q_NEXT
     # the loop's own load only for a block's first item when the previous one loaded it
     assert src.count("if (!QNEXT || item == blockIdx.x)") == 2
 
@@ -65,8 +66,8 @@ def test_the_schedule_visits_every_item_once_and_counts_stages_across_items() ->
     src = WS.SOURCE_TMA_PERSIST
     # producer and consumers walk the same items, in the same order
     assert src.count("for (int item = blockIdx.x; item < ITEMS; item += gridDim.x)") == 2
-    mt_expr = re.search(r"const int mt = ([^;]+);", WS.ITEM_COORDS)[1]
-    bhq_expr = re.search(r"const int bhq = ([^,]+),", WS.ITEM_COORDS)[1]
+    mt_expr = re.search(r"const int mt = ([^;]+);", WT.ITEM_COORDS)[1]
+    bhq_expr = re.search(r"const int bhq = ([^,]+),", WT.ITEM_COORDS)[1]
     assert "ITEMS = MT * BH" in src
     for mtiles, bh, grid in ((11, 32, 132), (1, 3, 3), (16, 128, 132), (7, 5, 35)):
         seen = []

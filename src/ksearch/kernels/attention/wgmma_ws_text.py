@@ -1,0 +1,284 @@
+"""The kernel text of the warp-specialised wgmma prefill (wgmma_ws.py runs it): the producer / consumer split with
+mbarriers, the producers (cp.async, bulk copies of tile images, tensor copies through a map), the hand-over between
+them, the variant without a producer, and the persistent kernel whose blocks walk the work items. The steps
+(products, softmax) and the block's set-up are wgmma.py's; design and numbers in wgmma_ws.py and
+docs/kernels-attention.md."""
+
+from __future__ import annotations
+
+from ksearch.kernels.attention.cuda_prefill import BLOCK_COORDS
+from ksearch.kernels.attention.wgmma import (
+    EPILOGUE,
+    REGISTERS,
+    ROWS_HERE,
+    SETUP,
+    SETUP_LAYOUT,
+    SETUP_SMEM,
+    STEPS,
+    pipeline,
+)
+
+# mbarriers after the K / V stages: K full, K empty, V full, V empty (STAGES each). "Full" counts the PT producer
+# threads' cp.async arrivals (with BULK, one arrival that expects the tile's bytes); "empty" one arrival per consumer
+# warp.
+WS_SPLIT_FRAME = r"""
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(Vs + STAGES * KB);
+    unsigned long long *kfull = bars, *kempty = bars + STAGES, *vfull = bars + 2 * STAGES, *vempty = bars + 3 * STAGES;
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < STAGES; ++i) {
+        ks_mbar_init(kfull + i, BULK ? 1 : PT); ks_mbar_init(kempty + i, NT / 32);
+        ks_mbar_init(vfull + i, BULK ? 1 : PT); ks_mbar_init(vempty + i, NT / 32);
+      }
+    }
+    __syncthreads();  // the last block-wide barrier: producer and consumers part here
+    // A producer warpgroup (PWARPS = 4) gives its registers to the consumers (setmaxnreg; the launch bound gave every
+    // thread 65536 / threads): it keeps PREG (24 unless a configuration's _preg says), they take what is left, up to
+    // 240.
+    constexpr int CREG = ((65536 - 128 * PREG) / NT / 8 * 8) > 240 ? 240 : ((65536 - 128 * PREG) / NT / 8 * 8);
+    if (threadIdx.x >= NT) {  // the PT producer threads: tile t into stage t % STAGES once consumers released t - STAGES
+      if (PT == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(PREG) : "memory");
+      const int pl = threadIdx.x - NT;
+{PRODUCER}      ks_wait_w<0>();
+      return;
+    }
+    if (PT == 128) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CREG) : "memory");
+    // Consumers: this warpgroup's 64 query rows, then only its own named barrier (1 + wg) from here on.
+    ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), wt);
+    ks_commit_w();
+    ks_wait_w<0>();
+    ks_proxy_fence();
+    asm volatile("bar.sync %0, 128;\n" :: "r"(1 + wg) : "memory");
+"""
+
+PRODUCER_COPIES = r"""      if (BULK) {  // k and v are tile images (tile_images): one bulk copy a tile, issued by one thread
+        if (pl == 0) {
+          for (int t = 0; t < ntiles; ++t) {
+            const int st = t % STAGES, ph = (t / STAGES) & 1;
+            if (t >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
+            ks_bulk_load(Ks + st * KB, kg + (size_t)t * KB, KB * 2, kfull + st);
+            if (t >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
+            ks_bulk_load(Vs + st * KB, vg + (size_t)t * KB, KB * 2, vfull + st);
+          }
+        }
+      } else {
+        for (int t = 0; t < ntiles; ++t) {
+          const int st = t % STAGES, ph = (t / STAGES) & 1;
+          if (t >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
+          ks_load_core<D, PT, BN>(Ks + st * KB, kg + (size_t)t * BN * D, BN, pl);
+          ks_cp_mbar_arrive(kfull + st);
+          if (t >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
+          ks_load_core<D, PT, BN>(Vs + st * KB, vg + (size_t)t * BN * D, BN, pl);
+          ks_cp_mbar_arrive(vfull + st);
+        }
+      }
+"""
+
+# Tensor copies (TMA) through the host's map (input tmap, kernels/tensor_map.py): producer warp 0 sets K's and V's
+# global address in a copy of it, publishes both to this block's slot of the scratch output `maps` and fences them;
+# then one thread issues, per tile, one copy (TMA 1: a 4-D box of 8 elements x BN rows x D / 8 columns), one per
+# 16-byte column (TMA 2: 3-D boxes of 8 x BN) - either way the tile lands column-major in 16-byte columns (KV_LAYOUT
+# 1) - or one per 64 columns with the 128-byte swizzle (TMA 3: boxes of 64 x BN; KV_LAYOUT 2).
+PRODUCER_TMA = r"""      if (pl < 32) {
+        unsigned long long* smap = reinterpret_cast<unsigned long long*>(
+            (reinterpret_cast<size_t>(bars + 4 * STAGES) + 127) & ~(size_t)127);
+        unsigned long long* gmap = reinterpret_cast<unsigned long long*>(
+            (reinterpret_cast<size_t>(maps) + 127) & ~(size_t)127) + ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 32;
+        if (lane < 16) { smap[lane] = tmap[lane]; smap[16 + lane] = tmap[lane]; }
+        __syncwarp();
+        if (lane == 0) { ks_tmap_address(smap, k); ks_tmap_address(smap + 16, v); }
+        __syncwarp();
+        ks_tmap_publish(gmap, smap);
+        ks_tmap_publish(gmap + 16, smap + 16);
+        if (lane == 0) {
+          ks_tmap_acquire(gmap);
+          ks_tmap_acquire(gmap + 16);
+          const int bh = b * Hkv + hk;
+          auto copy = [&](T* dst, const unsigned long long* map, int t, unsigned long long* bar) {
+            ks_mbar_expect(bar, KB * 2);
+            if (TMA == 1) {
+              ks_tma_load4(ks_saddr(dst), map, 0, t * BN, 0, bh, bar);
+            } else {
+              constexpr int COLS = TMA == 3 ? 64 : 8;  // columns a box
+              #pragma unroll
+              for (int c = 0; c < D / COLS; ++c)
+                ks_tma_load3(ks_saddr(dst) + c * BN * COLS * 2, map, c * COLS, t * BN, bh, bar);
+            }
+          };
+          for (int t = 0; t < ntiles; ++t) {
+            const int st = t % STAGES, ph = (t / STAGES) & 1;
+            if (t >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
+            copy(Ks + st * KB, gmap, t, kfull + st);
+            if (t >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
+            copy(Vs + st * KB, gmap + 16, t, vfull + st);
+          }
+        }
+      }
+"""
+WS_SPLIT = WS_SPLIT_FRAME.replace("{PRODUCER}", PRODUCER_COPIES)
+
+# Bulk copies (sm_90): global -> shared without a tensor map, completion counted in bytes on an mbarrier. (Tensor
+# copies through a map, PRODUCER_TMA, were slower with the no-swizzle layout's 16-byte boxes; see
+# docs/kernels-attention.md.)
+# A plain bulk copy moves contiguous bytes, so K and V go in as tile images (tile_images), each tile's bytes already in
+# the core-matrix order that the wgmma descriptors read.
+BULK_HEADER = r"""
+#ifndef KS_BULK_HEADER
+#define KS_BULK_HEADER
+__device__ __forceinline__ void ks_bulk_load(void* smem, const void* g, unsigned bytes, unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(ks_saddr(bar)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               :: "r"(ks_saddr(smem)), "l"(g), "r"(bytes), "r"(ks_saddr(bar)) : "memory");
+}
+#endif
+"""
+
+WS_HANDOVER = r"""
+    // Waiting on a "full" mbarrier, then a proxy fence: the producer's cp.async writes (generic proxy) become
+    // visible to this warpgroup's wgmma reads (async proxy). Bulk copies write through the async proxy already.
+    auto wait_full = [&](unsigned long long* bar, int t) {
+      ks_mbar_wait(bar + t % STAGES, (t / STAGES) & 1);
+      if (!BULK) ks_proxy_fence();
+    };
+    auto release = [&](unsigned long long* bar, int t) {  // one arrival per warp, after its wgmma wait
+      if (lane == 0) ks_mbar_arrive(bar + t % STAGES);
+    };
+    // PP (ping-pong, FA-3's warp scheduling): the consumer warpgroups take turns on the tensor cores. Warpgroup w
+    // waits on named barrier 8 + w before issuing its products and, once they are issued, lets the next one go
+    // (bar.arrive on 8 + (w + 1) % WG, 256 threads: 128 waiting, 128 arriving), so one warpgroup's softmax runs
+    // while the next one's products are on the tensor cores. The last warpgroup lets the first start; the first
+    // takes one more turn at the end so that every arrival is consumed.
+    auto pp_sync = [&]() { if (PP) asm volatile("bar.sync %0, 256;\n" :: "r"(8 + wg) : "memory"); };
+    auto pp_arrive = [&]() { if (PP) asm volatile("bar.arrive %0, 256;\n" :: "r"(8 + (wg + 1) % WG) : "memory"); };
+    if (PP && wg == WG - 1) pp_arrive();
+"""
+
+
+# Without a producer (pwarps=0): every thread loads its share of tile t + 2 at step t and arrives on that stage's
+# "full" mbarrier through cp.async.mbarrier.arrive (so the barrier completes once all of the tile has landed); each
+# warp arrives on the "empty" one after its O += P V of the tile. No __syncthreads: a warpgroup can run up to a step
+# ahead of the others, so one's softmax can meet another's products (4 stages: loads two tiles ahead).
+MB_SPLIT = r"""
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(Vs + STAGES * KB);
+    unsigned long long *full = bars, *empty = bars + STAGES;
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < STAGES; ++i) { ks_mbar_init(full + i, NT); ks_mbar_init(empty + i, NT / 32); }
+    }
+    __syncthreads();  // barriers initialised; the only block-wide barrier
+    auto load_tile = [&](int t) {  // this thread's share of K(t), V(t); the arrival also covers its earlier copies
+      const int st = t % STAGES;
+      if (t >= STAGES) ks_mbar_wait(empty + st, ((t - STAGES) / STAGES) & 1);
+      ks_load_core<D, NT, BN>(Ks + st * KB, kg + (size_t)t * BN * D, BN, threadIdx.x);
+      ks_load_core<D, NT, BN>(Vs + st * KB, vg + (size_t)t * BN * D, BN, threadIdx.x);
+      ks_cp_mbar_arrive(full + st);
+    };
+    ks_load_core<D, NT, BM>(Qs, qg, rows_here, threadIdx.x);  // covered by tile 0's arrival
+    load_tile(0);
+    if (ntiles > 1) load_tile(1);
+"""
+
+MB_HANDOVER = r"""
+    auto wait_full = [&](int t) {  // then a proxy fence: other threads' cp.async writes, visible to wgmma reads
+      ks_mbar_wait(full + t % STAGES, (t / STAGES) & 1);
+      ks_proxy_fence();
+    };
+"""
+
+
+SOURCE_MB = ("    constexpr int STAGES = NSTAGES;\n    constexpr int KV_LAYOUT = 0;"
+             + SETUP + MB_SPLIT + REGISTERS + STEPS + MB_HANDOVER
+             + pipeline(first="if (ntiles > 2) load_tile(2);\nwait_full(0);",
+                        step="if (t + 2 < ntiles) load_tile(t + 2);  // waits for every warp's O += P(t-2) V(t-2)\n"
+                             "wait_full(t);",
+                        after_pv="if (lane == 0) ks_mbar_arrive(empty + (t - 1) % STAGES);  // done with tile t - 1",
+                        last="", end="ks_wait_w<0>();") + EPILOGUE)
+
+
+def _producer_source(split: str, kv_layout: str) -> str:
+    """The producer kernel with `split` (its set-up and producer branch); kv_layout: SETUP's KV_LAYOUT (an
+    expression of the template constants)."""
+    return (f"    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;\n    constexpr int KV_LAYOUT = {kv_layout};"
+            + SETUP + split + REGISTERS + STEPS + WS_HANDOVER
+            + pipeline(first="wait_full(kfull, 0);\npp_sync();", after_s0="release(kempty, 0);",
+                       step="wait_full(kfull, t);\nwait_full(vfull, t - 1);\npp_sync();", after_s="release(kempty, t);",
+                       after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);\npp_sync();",
+                       issued="pp_arrive();", end="if (PP && wg == 0) pp_sync();") + EPILOGUE)
+
+
+SOURCE = _producer_source(WS_SPLIT, "0")
+# Takes input `tmap` and output `maps` besides q, k, v, scale and o, and template constant TMA (1, 2 or 3).
+SOURCE_TMA = _producer_source(WS_SPLIT_FRAME.replace("{PRODUCER}", PRODUCER_TMA), "TMA == 3 ? 2 : 1")
+
+
+
+def _swap(text: str, old: str, new: str, count: int = 1) -> str:
+    """`text` with `old` replaced by `new`, checked to occur `count` times: a piece of kernel text that moved makes the
+    persistent kernel's construction fail at import, not its launch on a GPU."""
+    if text.count(old) != count:
+        raise RuntimeError(f"persistent prefill: {old[:60]!r} occurs {text.count(old)} times, expected {count}")
+    return text.replace(old, new)
+
+
+# Persistent (`_pst`, tensor copies only): one block a multiprocessor (blocks an SM x SMs in all) walks the work items
+# (BM query rows of one batch and query head) item = blockIdx.x, + gridDim.x, ..., every head's longest causal rows
+# first. Its producer runs on into the next item's K / V while the consumers store the last item's O and load their
+# next Q, so a block's start (maps published once, barriers, the first tiles in flight) and its end overlap the
+# neighbouring items instead of costing each block on its own (FlashAttention-3's persistent schedule without its
+# tile scheduler). Stages and phases follow a running count of the block's tiles, g0 + t.
+ITEM_COORDS = _swap(BLOCK_COORDS,
+                    "const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first\n"
+                    "    const int bhq = blockIdx.y,",
+                    "const int mt = MT - 1 - item / BH;  // every head's longest causal tiles first\n"
+                    "    const int bhq = item % BH,")
+PERSIST_ITEMS = "\n    const int MT = (q_shape[2] + BM - 1) / BM, BH = q_shape[0] * q_shape[1], ITEMS = MT * BH;\n"
+_TMA_LOOP = PRODUCER_TMA[PRODUCER_TMA.index("          for (int t = 0; t < ntiles; ++t) {"):]
+PRODUCER_TMA_PERSIST = _swap(_swap(_swap(_swap(
+    PRODUCER_TMA, "((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 32;", "(size_t)blockIdx.x * 32;"),
+    "          const int bh = b * Hkv + hk;\n", ""),
+    "int t, unsigned long long* bar) {", "int t, int bh, unsigned long long* bar) {"),
+    _TMA_LOOP, r"""          int g0 = 0;
+          for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {""" + ITEM_COORDS + r"""
+          const int bh = b * Hkv + hk;
+          for (int t = 0; t < ntiles; ++t) {
+            const int gt = g0 + t, st = gt % STAGES, ph = (gt / STAGES) & 1;
+            if (gt >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
+            copy(Ks + st * KB, gmap, t, bh, kfull + st);
+            if (gt >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
+            copy(Vs + st * KB, gmap + 16, t, bh, vfull + st);
+          }
+          g0 += ntiles;
+          }
+        }
+      }
+""")
+# QNEXT (`_qn`): once its last product is done, a consumer warpgroup loads its rows of the next item's Q, so the load
+# runs under this item's epilogue (FlashAttention-3's order) instead of before the next item's first product; every S
+# product of this item has completed (no wgmma reads Q any more), and each warpgroup loads and reads only its own rows.
+Q_NEXT = r"""
+if (QNEXT && item + (int)gridDim.x < ITEMS) {
+  const int nx = item + gridDim.x, nm0 = (MT - 1 - nx / BH) * BM;
+  ks_load_core<D, 128, 64>(Qs + wg * 64 * D, q + ((size_t)(nx % BH) * L + nm0 + wg * 64) * D,
+                           max(0, min(64, min(BM, L - nm0) - wg * 64)), wt);
+  ks_commit_w();
+}"""
+_CONSUMER_START = '    if (PT == 128) asm volatile("setmaxnreg.inc'
+_FRAME_PERSIST = WS_SPLIT_FRAME[:WS_SPLIT_FRAME.index(_CONSUMER_START)].replace("{PRODUCER}", PRODUCER_TMA_PERSIST)
+_Q_LOAD = WS_SPLIT_FRAME[WS_SPLIT_FRAME.index(_CONSUMER_START):]
+_STEPS_RUNNING = _swap(STEPS, "((t % STAGES) * KB", "(((g0 + t) % STAGES) * KB", 2)
+_HANDOVER_RUNNING = _swap(_swap(WS_HANDOVER, "bar + t % STAGES, (t / STAGES) & 1",
+                                "bar + (g0 + t) % STAGES, ((g0 + t) / STAGES) & 1"),
+                          "ks_mbar_arrive(bar + t % STAGES)", "ks_mbar_arrive(bar + (g0 + t) % STAGES)")
+SOURCE_TMA_PERSIST = (
+    "    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;\n    constexpr int KV_LAYOUT = TMA == 3 ? 2 : 1;"
+    + SETUP_SMEM + SETUP_LAYOUT + PERSIST_ITEMS + _FRAME_PERSIST
+    + _Q_LOAD[:_Q_LOAD.index("\n") + 1]  # the consumers' setmaxnreg, once
+    + "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
+    + "    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {" + ITEM_COORDS + ROWS_HERE
+    + _swap(_swap(_Q_LOAD[_Q_LOAD.index("\n") + 1:], "    ks_load_core<D, 128, 64>",
+                  "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>"),
+            "    ks_commit_w();\n", "    if (!QNEXT || item == blockIdx.x) ks_commit_w();\n")
+    + REGISTERS + _STEPS_RUNNING + _HANDOVER_RUNNING
+    + pipeline(first="wait_full(kfull, 0);", after_s0="release(kempty, 0);",
+               step="wait_full(kfull, t);\nwait_full(vfull, t - 1);", after_s="release(kempty, t);",
+               after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);",
+               end="release(vempty, ntiles - 1);  // the next item's tiles reuse the stage" + Q_NEXT)
+    + EPILOGUE + "    g0 += ntiles;\n    }\n")
