@@ -2,6 +2,7 @@
 the benchmarks with the best configuration (JSON into the output directory).
 
     python benchmarks/attention_gpu.py check-decode | check-prefill     # correctness, one process per kind
+    KS_CHECK_CONFIGS=ws2_n128_s3_p4_tmas_pst,... python benchmarks/attention_gpu.py check-prefill  # only those
     python benchmarks/attention_gpu.py sweep-decode | sweep-prefill      # timings per configuration (JSON)
     python benchmarks/attention_gpu.py versus-native OUT_DIR [--queued] [CONFIG ...]  # decode configs beside native
     python benchmarks/attention_gpu.py bench OUT_DIR                     # ksearch bench decode + attention
@@ -23,7 +24,7 @@ from ksearch.bench import attention as ba  # noqa: E402
 from ksearch.bench.timing import time_rounds  # noqa: E402
 from ksearch.kernels.attention.mma_sync import PrefillConfig, attention_cuda  # noqa: E402
 from ksearch.kernels.attention.wgmma import WgmmaConfig, attention_wgmma  # noqa: E402
-from ksearch.kernels.attention.wgmma_ws import WsConfig, attention_wgmma_ws  # noqa: E402
+from ksearch.kernels.attention.wgmma_ws import WsConfig, attention_wgmma_ws, config_name  # noqa: E402
 from ksearch.kernels.decode import cuda_split_k, decode, parse_config  # noqa: E402
 from ksearch.kernels.decode.cuda_cluster import ClusterConfig  # noqa: E402
 from ksearch.kernels.decode.cuda_split_k import DecodeConfig  # noqa: E402
@@ -131,6 +132,9 @@ def check(kind: str) -> int:
                      for t in (mx.float16, mx.bfloat16) for cz in (0, 1)]
             runs += [(cfg, c, mx.float16, cz) for cfg in WGMMA_CONFIGS[5:]
                      for c in cases[1:3] + (many if getattr(cfg, "persist", False) else []) for cz in (0, 1)]
+        only = [t for t in os.environ.get("KS_CHECK_CONFIGS", "").split(",") if t]
+        if only:  # KS_CHECK_CONFIGS=name,...: only these configurations (names as config_name writes them)
+            runs = [r for r in runs if isinstance(r[0], (WsConfig, WgmmaConfig)) and config_name(r[0]) in only]
         for cfg, (b, hq, hkv, length, s, d), dt, causal in runs:
             if True:
                 q = mx.random.normal((b, hq, length, d)).astype(dt)

@@ -58,8 +58,9 @@ def test_a_producer_warpgroups_registers_are_named_and_bounded() -> None:
     for bad in ("ws1_n64_s2_p1_tmas_preg32", "ws3_n64_s4_p4_tmas_preg30", "ws3_n64_s4_p4_tmas_preg72"):
         with pytest.raises(ValueError, match="_pregN sets a producer warpgroup's registers"):
             WS.parse_config(bad)
-    # the kernels take the count from the template constant, the consumers what is left of the register file
-    assert '"n"(PREG)' in WS.SOURCE_TMA_PERSIST and "(65536 - 128 * PREG)" in WS.SOURCE_TMA
+    # the kernels take both counts from template constants (the consumers' from consumer_registers, on the host)
+    for src in (WS.SOURCE_TMA_PERSIST, WS.SOURCE_TMA):
+        assert '"n"(PREG)' in src and '"n"(CREG)' in src and "65536" not in src
 
 
 def test_the_schedule_visits_every_item_once_and_counts_stages_across_items() -> None:
@@ -143,11 +144,27 @@ def test_the_sm_count_comes_from_the_driver_or_says_why_not(monkeypatch: pytest.
     device.cuda_sm_count.cache_clear()
 
 
+@pytest.mark.parametrize("name", ["ws2_n128_s3_p4_tmas_pst", "ws2_n128_s3_p4_tmas_pst_preg32",
+                                  "ws2_n128_s3_p4_tmas_pst_qn_preg64", "ws3_n64_s4_p4_tmas", "ws3_n64_s4_p4_tmas_preg32",
+                                  "ws3_n64_s4_p4_tmas_pst_preg64", "ws2_n64_s3_p4"])
+def test_setmaxnreg_asks_no_more_registers_than_the_block_has(name: str) -> None:
+    # setmaxnreg.inc waits until the block's own registers allow it: asking more than the launch gave hangs the
+    # kernel (two consumer warpgroups at 240 beside a producer keeping 32 did, on the H200)
+    cfg = WS.parse_config(name)
+    regs = WS.launch_registers(cfg)
+    creg = WS.consumer_registers(cfg)
+    assert regs * cfg.threads() >= 128 * cfg.preg + 128 * cfg.wg * creg
+    assert creg % 8 == 0 and creg <= 240 and ("CREG", creg) in WS.stage_args(cfg)
+    # what the 24-register producer always gave: three warpgroups 160, two 240; two beside 32 registers 232
+    expect = {(3, 24): 160, (2, 24): 240, (3, 32): 160, (2, 32): 232}.get((cfg.wg, cfg.preg))
+    assert expect is None or creg == expect
+
+
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_persistent_kernels_compile_for_sm_90a() -> None:
     # the Hopper default TALL (D 64 and 128) and three warpgroups, both masks: no serialised wgmma. With the producer's
     # 24 registers ptxas spills 40-68 bytes in each (its loop's item state; one block an item spills none or 4): a
-    # bound; with 32 (_preg32, the consumers' share unchanged) none
+    # bound; with 32 (_preg32; two consumer warpgroups then keep 232) none
     combos = [("ws2_n128_s3_p4_tmas_pst", 64, True), ("ws2_n128_s3_p4_tmas_pst", 128, True),
               ("ws3_n64_s4_p4_tmas_pst", 128, False), ("ws2_n128_s3_p4_tmas_pst_preg32", 64, True),
               ("ws3_n64_s4_p4_tmas_pst_qn_preg32", 128, True)]

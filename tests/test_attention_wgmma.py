@@ -4,6 +4,7 @@ takes it on Hopper only (KSEARCH_WGMMA overrides)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import pathlib
 import re
@@ -32,8 +33,8 @@ def _ws_units(combos: list[tuple[str, int, int, int, bool, int, int, bool]], pp:
               tag: str = "ws") -> list[str]:
     return [wrap(f"{tag}{i}", WS.SOURCE if pw else WS.SOURCE_MB, WS.BULK_HEADER + W.launch_bounds(128 * wg + 32 * pw),
                  [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")],
-                 [("T", dt), ("D", d), ("WG", wg), ("BN", bn), ("CAUSAL", c), ("NSTAGES", st), ("PWARPS", pw),
-                  ("BULK", bulk), ("PP", pp), ("PREG", 24)])
+                 [("T", dt), ("D", d), ("WG", wg), ("BN", bn), ("CAUSAL", c),
+                  *WS.stage_args(WS.WsConfig(wg, bn, st, pw, bulk=bulk, pp=pp))])
             for i, (dt, d, wg, bn, c, st, pw, bulk) in enumerate(combos)]
 
 
@@ -181,7 +182,7 @@ def test_hopper_default_is_the_swizzled_tensor_copy_producer(monkeypatch: pytest
     q128, q64 = mx.zeros((1, 8, 256, 128), dtype=mx.float16), mx.zeros((1, 8, 256, 64), dtype=mx.float16)
     wide = WS.WsConfig(3, 64, 4, 4, tma=3)  # ws3_n64_s4_p4_tmas: the best at D=128 in all 12 groups of the set
     assert A.wgmma_config(q128, q128, False) == A.WIDE == wide
-    assert A.wgmma_config(q128, q128, True) == wide
+    assert A.wgmma_config(q128, q128, True) == A.WIDE_PERSIST == dataclasses.replace(wide, persist=True, preg=32)
     assert WS.config_name(wide) == "ws3_n64_s4_p4_tmas"
     assert WS.supports(q128, q128, q128, True, wide) and WS.supports(q64, q64, q64, False, wide)
 
@@ -201,8 +202,9 @@ def test_two_warpgroups_on_128_key_tiles_take_d64(monkeypatch: pytest.MonkeyPatc
     assert A.wgmma_config(*qk(2048, 2048, 64), False) == A.TALL  # the best at D=64 in all 12 groups, L 2048 too
     assert A.wgmma_config(*qk(8192, 8192, 128), False) == A.WIDE  # D=128 without the mask: 1-4% behind
     assert A.wgmma_config(*qk(4096, 4096, 128), True) == A.TALL  # D=128, causal, from L=4096: 2-5% ahead
-    assert A.wgmma_config(*qk(2048, 2048, 128), True) == A.WIDE  # ... not at L=2048
+    assert A.wgmma_config(*qk(2048, 2048, 128), True) == A.WIDE_PERSIST  # ... not at L=2048: three warpgroups
     assert A.wgmma_config(*qk(4096, 4160, 64), True) == A.WIDE  # S not a multiple of 128 keys
+    assert A.wgmma_config(*qk(4096, 4160, 128), True) == A.WIDE_PERSIST
     monkeypatch.setattr(device, "backend", lambda: "cuda")
     monkeypatch.setattr(device, "hopper", lambda: True)
     q, k = qk(4096, 4096, 64)
@@ -367,6 +369,19 @@ def test_bench_decode_refuses_a_kernel_it_cannot_run_in_one_line(tmp_path: pathl
     assert proc.returncode == 2
     assert says in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
     assert not list(tmp_path.iterdir())  # refused before any timing or file
+
+
+def test_the_familys_persistent_renderings_are_the_librarys() -> None:
+    # the search reaches the library's persistent defaults as they are, producer registers included: TALL's 24 and
+    # WIDE_PERSIST's 32 (three warpgroups with 24 spill)
+    import importlib
+
+    from ksearch.policy.templates.attention_wgmma import FLASH_WGMMA, configs
+
+    A = importlib.import_module("ksearch.kernels.attention")
+    persistent = {configs(p)[1] for p in FLASH_WGMMA.all_params() if p["persist"] and FLASH_WGMMA.valid(p)}
+    assert A.TALL in persistent and A.WIDE_PERSIST in persistent
+    assert all(ws.preg == (32 if ws.wg == 3 else 24) for ws in persistent)
 
 
 @pytest.mark.slow

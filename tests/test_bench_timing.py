@@ -32,7 +32,7 @@ def test_bench_rounds_grow_to_the_target_length_and_every_function_gets_the_same
     calls.update(fast=0, slow=0)
     time_rounds(fns, rounds=2, n=2, warmup=1)  # without a target: n as given
     assert calls == {"fast": 5, "slow": 5}  # warm-up 1 + 2 rounds of 2
-def test_rounds_interleave_the_contenders_and_before_runs_outside_the_clock() -> None:
+def test_rounds_interleave_the_contenders_in_turn_and_before_runs_outside_the_clock() -> None:
     order: list[str] = []
 
     def make(name: str):  # type: ignore[no-untyped-def]
@@ -45,8 +45,10 @@ def test_rounds_interleave_the_contenders_and_before_runs_outside_the_clock() ->
         order.append(f"before {name}")
         time.sleep(0.05)  # not in the measured time
 
-    times = time_rounds({"a": make("a"), "b": make("b")}, rounds=2, n=1, warmup=1, before=before)
-    assert order == ["before a", "a", "before b", "b"] + ["before a", "a", "before b", "b"] * 2
+    times = time_rounds({"a": make("a"), "b": make("b"), "c": make("c")}, rounds=4, n=1, warmup=1, before=before)
+    rounds = [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]  # each round one place later
+    assert order == [x for name in "abc" for x in (f"before {name}", name)] + [
+        x for r in rounds for name in r for x in (f"before {name}", name)]
     assert all(t < 0.04 for ts in times.values() for t in ts)
 
 

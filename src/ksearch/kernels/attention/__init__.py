@@ -46,20 +46,29 @@ WIDE = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3)
 # same kernel one block an item at D=64 (geomean; ahead in all 12 groups of 4 shapes) and 1-5% ahead of WIDE at
 # D=128 with the causal mask from L=4096 on (4 groups).
 TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True)
+# WIDE as persistent blocks whose producer keeps 32 registers (no spills; two warpgroups would keep 232, three keep
+# 160 either way): at D=128 with the causal mask below L=4096, 0.808x of cuDNN against WIDE's 0.766x and TALL's
+# 0.780x in one process (8 shapes; attention-prefill-configs-preg-*.json).
+WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32)
 
 
 def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
-    """TALL at D=64, and at D=128 with the causal mask from L=4096 on, where S is a multiple of 128 keys; WIDE
-    otherwise; each with bulk copies from tile images of K / V (one extra pass over them, one block an item) where no
-    tensor map can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names another (wgmma_ws.parse_config: e.g.
+    """TALL at D=64, and at D=128 with the causal mask from L=4096 on, where S is a multiple of 128 keys; WIDE_PERSIST
+    at D=128 with the mask otherwise; WIDE elsewhere; each with bulk copies from tile images of K / V (one extra pass
+    over them, one block an item) where no tensor map can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names another (wgmma_ws.parse_config: e.g.
     wg3_n64, ws3_n64_s4_p4_bulk)."""
     name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
     if name:
         return wgmma_ws.parse_config(name)
     tall = q.shape[-1] == 64 or (causal and q.shape[2] >= 4096)
-    cfg = TALL if tall and wgmma_ws.supports(q, k, k, causal, TALL) else WIDE
+    if tall and wgmma_ws.supports(q, k, k, causal, TALL):
+        cfg = TALL
+    elif causal and q.shape[-1] == 128 and wgmma_ws.supports(q, k, k, causal, WIDE_PERSIST):
+        cfg = WIDE_PERSIST
+    else:
+        cfg = WIDE
     if not wgmma_ws.tma_ready(tuple(k.shape), cfg.bn, cfg.tma):
-        return replace(cfg, tma=0, bulk=True, persist=False)
+        return replace(cfg, tma=0, bulk=True, persist=False, preg=24)
     return cfg
 
 

@@ -74,7 +74,7 @@ class WsConfig:
     # Persistent blocks only: the next item's Q loaded under this item's epilogue (Q_NEXT)
     qnext: bool = False
     # Registers a producer warpgroup keeps (setmaxnreg, a multiple of 8): 24 leave three consumer warpgroups 160 and
-    # two 240; 32 leave them the same and keep the persistent kernel's producer loop from spilling (ptxas)
+    # two 240; 32 leave three 160 and two 232 (consumer_registers) and keep the persistent producer loop from spilling
     preg: int = 24
 
     def threads(self) -> int:
@@ -259,8 +259,23 @@ def stage_args(cfg: WsConfig) -> list[tuple[str, Any]]:
     flash_wgmma template family's rendering both use this list, so neither can leave one out."""
     # tensor copies complete on the stage's mbarrier by bytes, like the bulk copies: BULK's barrier counts
     args = [("NSTAGES", cfg.stages), ("PWARPS", cfg.pwarps), ("BULK", bool(cfg.bulk or cfg.tma)), ("PP", bool(cfg.pp)),
-            ("PREG", cfg.preg)]
+            ("PREG", cfg.preg), ("CREG", consumer_registers(cfg))]
     return args + ([("TMA", cfg.tma)] if cfg.tma else []) + ([("QNEXT", cfg.qnext)] if cfg.persist else [])
+
+
+def launch_registers(cfg: WsConfig) -> int:
+    """Registers a thread has at entry: what the launch bound leaves each of the block's threads (65536 / (threads x
+    blocks an SM), in ptxas's units of 8; 168 for 384 threads, not 170)."""
+    return min(255, 65536 // (cfg.threads() * cfg.blocks)) // 8 * 8
+
+
+def consumer_registers(cfg: WsConfig) -> int:
+    """Registers a consumer thread asks with setmaxnreg.inc once the producer warpgroup kept `cfg.preg`: what the
+    block's entry registers leave, at most 240. An ask past them waits forever (the block's own registers are all that
+    setmaxnreg hands around): two consumer warpgroups beside a producer keeping 32 get 232, not the 240 that 65536
+    registers would leave; ptxas compiles the consumers' code to this count."""
+    pool = launch_registers(cfg) * cfg.threads()
+    return min(240, (pool - 128 * cfg.preg) // (128 * cfg.wg) // 8 * 8)
 
 
 def preg_tag(cfg: WsConfig) -> str:

@@ -31,10 +31,8 @@ WS_SPLIT_FRAME = r"""
       }
     }
     __syncthreads();  // the last block-wide barrier: producer and consumers part here
-    // A producer warpgroup (PWARPS = 4) gives its registers to the consumers (setmaxnreg; the launch bound gave every
-    // thread 65536 / threads): it keeps PREG (24 unless a configuration's _preg says), they take what is left, up to
-    // 240.
-    constexpr int CREG = ((65536 - 128 * PREG) / NT / 8 * 8) > 240 ? 240 : ((65536 - 128 * PREG) / NT / 8 * 8);
+    // A producer warpgroup (PWARPS = 4) gives its registers to the consumers (setmaxnreg): it keeps PREG, they take
+    // CREG, both set on the host (wgmma_ws.consumer_registers) within the registers the block was launched with.
     if (threadIdx.x >= NT) {  // the PT producer threads: tile t into stage t % STAGES once consumers released t - STAGES
       if (PT == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(PREG) : "memory");
       const int pl = threadIdx.x - NT;

@@ -9,7 +9,7 @@ and then: K / V stages; for the producer, tensor copies through a map the candid
 tile images and one bulk copy a tile (`bulk`: 0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async), and
 ping-pong between consumer warpgroups (`pp`, with bulk copies); with tensor copies, persistent blocks (`persist`:
 one block an SM walks the work items, the grid sized by the driver's SM count; the library's choice at D=64, 3% ahead
-there); the cp.async cache mode (`cp`: cg through L2, ca through L1 too). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a thread without
+there, and with three warpgroups at D=128 with the causal mask below L=4096); the cp.async cache mode (`cp`: cg through L2, ca through L1 too). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a thread without
 launch bounds; spills with them). A producer with
 128-key tiles runs two consumer warpgroups and bulk or tensor copies (168 registers, no spills; the library's choice at
 D=64); with cp.async it spilled 208 bytes.
@@ -34,8 +34,11 @@ _MMA = mma_sync.PrefillConfig(128, 64, True)
 def configs(p: dict[str, Any]) -> tuple[Any, Any]:
     """(the synchronous kernel's WgmmaConfig, the producer kernel's WsConfig) for a parameter set; one of them runs."""
     cfg = wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], cp=p["cp"])
+    # three persistent warpgroups keep their producer at 32 registers, as the library's WIDE_PERSIST does (with 24
+    # ptxas spills its item loop); two keep 24, as TALL does (32 measured no faster there)
+    preg = 32 if p["persist"] and p["wg"] == 3 else 24
     ws = wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], pwarps=4, cp=p["cp"],
-                           bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0, persist=p["persist"])
+                           bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0, persist=p["persist"], preg=preg)
     return cfg, ws
 
 
