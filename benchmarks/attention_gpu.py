@@ -46,7 +46,8 @@ PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), Pr
 WGMMA_CONFIGS = [WsConfig(3, 64, 4, 4, tma=3), WsConfig(2, 128, 3, 4, tma=3, persist=True),
                  WsConfig(2, 128, 3, 4, tma=3),
                  WsConfig(3, 64, 4, 4, bulk=True), WsConfig(2, 128, 3, 4, bulk=True),
-                 # persistent blocks whose producer keeps 32 registers (no spills; opt-in), one with the next Q early
+                 # persistent blocks whose producer keeps 32 registers (no spills): the second is the library's
+                 # WIDE_PERSIST (D=128 causal below L=4096); one with the next Q early
                  WsConfig(2, 128, 3, 4, tma=3, persist=True, preg=32),
                  WsConfig(3, 64, 4, 4, tma=3, persist=True, preg=32),
                  WsConfig(2, 128, 3, 4, tma=3, persist=True, qnext=True, preg=32),
