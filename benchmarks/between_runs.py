@@ -191,7 +191,7 @@ def main() -> None:
     import mlx.core as mx
 
     from ksearch.backends import get_backend
-    from ksearch.bench.fidelity import side_by_side
+    from ksearch.bench.plain_loop import side_by_side
     from ksearch.bench.results import make_result, write_result
     from ksearch.errors import UsageError
     from ksearch.harness import timing

@@ -26,7 +26,8 @@
 #   scan                            scan / decode-step micro benchmark; the best scan kernel through the harness
 #   naive                           `ksearch bench naive`: every task's naive starter through the harness
 #   eval-phases                     where an evaluation's time goes (softmax, attention, gqa_decode; JSON per task)
-#   fidelity [TASK...]              harness timings against a plain loop, asserted within 10% (JSON per task)
+#   fidelity [TASK...]              harness timings against a plain loop, asserted within 10% (JSON per task;
+#                                   KSEARCH_FIDELITY_PROCESSES=N: the plain loop in N + 1 fresh processes)
 #   harness-loop [TASKS]            the worker's timed loop in one process beside the plain loop: in runs, one call a
 #                                   run, parts taken out (harness_conditions.py --worker-loop; default
 #                                   selective_state_update,gqa_decode: the short calls)

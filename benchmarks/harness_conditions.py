@@ -15,7 +15,7 @@ inside the clock:
     busy_1000us plain, with the GPU kept busy about a millisecond between calls by unrelated work (idle GPU or idle host?)
     stamp_other plain, with another set stamped just before the call (any fresh writes, or the call's own inputs?)
 
-With --processes, the plain loop (the fidelity benchmark's, bench/fidelity.plain_times) also runs in a child process
+With --processes, the plain loop (the fidelity benchmark's, bench/plain_loop.plain_times) also runs in a child process
 of its own, alternating with the same loop here (twice each): the harness times calls in worker processes, so a difference that
 follows the process and not the loop shows there (`process:here`, `process:child`; ratio to `process:here`).
 
@@ -157,7 +157,7 @@ def child_medians(task: str, workload: str, sources: dict[str, str], sets: int, 
 def child_main(spec_json: str) -> None:
     import json
 
-    from ksearch.bench.fidelity import _load, plain_times
+    from ksearch.bench.plain_loop import load_source, plain_times
     from ksearch.tasks import get_task
 
     spec = json.loads(spec_json)
@@ -167,7 +167,7 @@ def child_main(spec_json: str) -> None:
         mx.set_default_device(mx.cpu)
     task = get_task(spec["task"])
     w = next(x for x in task.workloads if x.name == spec["workload"])
-    fns = {name: getattr(_load(src, f"child_{k}"), name.split(":", 1)[1] if name.startswith("baseline:") else "run")
+    fns = {name: getattr(load_source(src, f"child_{k}"), name.split(":", 1)[1] if name.startswith("baseline:") else "run")
            for k, (name, src) in enumerate(spec["sources"].items())}
     times = plain_times(task, w, fns, int(spec["sets"]))
     print(json.dumps({k: statistics.median(v) for k, v in times.items()}))
@@ -176,7 +176,7 @@ def child_main(spec_json: str) -> None:
 def process_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], sources: dict[str, str],
                  sets: int, cpu: bool) -> list[dict[str, Any]]:
     """The plain loop here, in a child process, here again and in a child again: medians and ratios to here."""
-    from ksearch.bench.fidelity import plain_times
+    from ksearch.bench.plain_loop import plain_times
 
     here: dict[str, list[float]] = {k: [] for k in contenders}
     child: dict[str, list[float]] = {k: [] for k in contenders}
@@ -205,7 +205,7 @@ def worker_loop_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]
 
     import mlx.core as mx
 
-    from ksearch.bench.fidelity import plain_times
+    from ksearch.bench.plain_loop import plain_times
     from ksearch.harness import digest
     from ksearch.harness import worker as worker_module
     from ksearch.harness.pool import TimingPool, set_inputs
@@ -327,7 +327,7 @@ def main() -> None:
     import mlx.core as mx
 
     from ksearch.backends import get_backend
-    from ksearch.bench.fidelity import _load, candidate_for
+    from ksearch.bench.plain_loop import candidate_for, load_source
     from ksearch.bench.results import make_result, write_result
     from ksearch.harness import timing
     from ksearch.harness.baselines import baseline_variants
@@ -361,11 +361,11 @@ def main() -> None:
         task = get_task(tname)
         workloads = task.select_workloads(b.tier)[:args.workloads]
         cname, csource = candidate_for(task, b, workloads)
-        contenders = {f"candidate:{cname}": _load(csource, f"{task.name}_cand").run}
+        contenders = {f"candidate:{cname}": load_source(csource, f"{task.name}_cand").run}
         sources = {f"candidate:{cname}": csource}
         bsource = task.baseline(task.default_baseline).source_for(b.family)
         if bsource is not None:
-            module = _load(bsource, f"{task.name}_base")
+            module = load_source(bsource, f"{task.name}_base")
             contenders |= {f"baseline:{v}": getattr(module, v) for v in baseline_variants(bsource)}
             sources |= {f"baseline:{v}": bsource for v in baseline_variants(bsource)}
         for w in workloads:

@@ -23,7 +23,7 @@ def batches(task_name: str, backend: str | None) -> tuple[Any, list[dict[str, An
     import ksearch.harness.baselines as baselines_module
     import ksearch.harness.evaluator as evaluator_module
     from ksearch.backends import get_backend
-    from ksearch.bench.fidelity import candidate_for
+    from ksearch.bench.plain_loop import candidate_for
     from ksearch.harness import EvalOptions, Evaluator, measure, timing
     from ksearch.tasks import get_task
 

@@ -2,7 +2,7 @@
 of the harness (which times in worker processes of its own, new for every evaluation) with a plain loop.
 
 Each of `--processes` fresh processes per mode measures every contender of every workload (the fidelity benchmark's
-plain loop, bench/fidelity.plain_times: runs as long as the harness's, the same input sets) twice, one after the
+plain loop, bench/plain_loop.plain_times: runs as long as the harness's, the same input sets) twice, one after the
 other. Modes, taking turns process by process so that drift hits both alike:
 
     free     the process as the OS places it (as the harness's workers and the fidelity loop run)
@@ -44,7 +44,7 @@ def _contenders(backend: str | None, task_name: str, workloads: int | None) -> t
     import mlx.core as mx
 
     from ksearch.backends import get_backend
-    from ksearch.bench.fidelity import side_by_side
+    from ksearch.bench.plain_loop import side_by_side
     from ksearch.harness import timing
     from ksearch.tasks import get_task
 
@@ -62,7 +62,7 @@ def child(backend: str | None, task_name: str, workloads: int | None, budget_s: 
     """Measure one task's contenders twice in this process; print one JSON line a workload and contender."""
     import mlx.core as mx
 
-    from ksearch.bench.fidelity import plain_times
+    from ksearch.bench.plain_loop import plain_times
 
     task, plans, contenders = _contenders(backend, task_name, workloads)
     for w, plan in plans:

@@ -32,8 +32,10 @@ def test_harness_timings_agree_with_a_plain_loop(cuda_backend, task_name, tmp_pa
     from ksearch.bench.fidelity import TOLERANCE, run_fidelity
 
     out = Path(os.environ.get("KSEARCH_BENCH_OUT") or tmp_path)
+    # KSEARCH_FIDELITY_PROCESSES=N: the fresh-process protocol (`ksearch bench fidelity --processes N`)
     path = run_fidelity("mlx-cuda", [task_name], out, stem=f"fidelity-{task_name}",
-                        on_row=lambda r: print(json.dumps(r), flush=True))
+                        on_row=lambda r: print(json.dumps(r), flush=True),
+                        processes=int(os.environ.get("KSEARCH_FIDELITY_PROCESSES") or 0))
     data = json.loads(path.read_text())
     assert data["figures"], "no workloads measured"
     failed = [f"{f['workload']}: {f['status']} {f['message']}" for f in data["figures"] if f["status"] != "passed"]

@@ -3,11 +3,15 @@ assertion: CPU timings here are for relative comparisons only; the GPU test asse
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 
 import pytest
 
-from ksearch.bench.fidelity import candidate_for, run_fidelity
+from ksearch.bench.fidelity import run_fidelity
+from ksearch.bench.plain_loop import candidate_for
+from ksearch.errors import ConfigError
 from ksearch.tasks import get_task
 
 
@@ -72,7 +76,7 @@ def test_the_plain_loop_calls_each_contender_back_to_back_in_blocks(cpu_backend)
     # calls come in blocks of one contender, at least six long, the contenders' blocks in turn.
     import mlx.core as mx
 
-    from ksearch.bench.fidelity import plain_times
+    from ksearch.bench.plain_loop import plain_times
 
     task = get_task("softmax")
     w = task.select_workloads("cpu")[0]
@@ -105,3 +109,30 @@ def test_a_harness_figure_is_within_the_plain_loops_spread_only_inside_its_range
     assert _within_plain_spread([40e-6 / (1 + TOLERANCE) * 0.99], plain) is False
     assert _within_plain_spread([60e-6 * (1 + TOLERANCE) * 1.01, 50e-6], plain) is False  # every evaluation counts
     assert _within_plain_spread([], plain) is None and _within_plain_spread([50e-6], []) is None
+
+
+def test_fresh_processes_measure_the_plain_loop_once_each_between_the_harness_evaluations(tmp_path, cpu_backend):
+    # --processes N: N harness evaluations, N + 1 plain-loop measurements, every one in a process of its own
+    path = run_fidelity("mlx-cpu", ["softmax"], tmp_path, workloads_per_task=1, budget_s=0.2, processes=2)
+    data = json.loads(path.read_text())
+    (f,) = data["figures"]
+    assert f["status"] == "passed", f["message"]
+    assert f["plain_attempts"] == 3 and len(f["harness_candidate_each_s"]) == 2
+    assert len(set(f["plain_pids"])) == 3 and os.getpid() not in f["plain_pids"]
+    assert all(x > 0 for x in f["plain_candidate_each_s"] + f["plain_baseline_each_s"])
+    assert "fresh process" in data["summary"]["protocol"]
+    with pytest.raises(ConfigError, match="2 or more fresh processes"):
+        run_fidelity("mlx-cpu", ["softmax"], tmp_path, processes=1)
+
+
+def test_a_plain_loop_process_that_fails_says_why(cpu_backend, monkeypatch):
+    from ksearch.backends import get_backend
+    from ksearch.bench.plain_loop import plain_in_fresh_process
+    from ksearch.tasks import get_task
+
+    task = get_task("softmax")
+    (w,) = task.select_workloads("cpu")[:1]
+    # a workload the child cannot find: it exits non-zero, and the error carries its last words
+    w = dataclasses.replace(w, name="no_such_workload")
+    with pytest.raises(RuntimeError, match="exited with 1: (.|\n)*no workload .no_such_workload."):
+        plain_in_fresh_process(task, get_backend("mlx-cpu"), [w], {w.name: 2}, {w.name: 1}, 0.1)

@@ -8,45 +8,21 @@ contender's calls back to back in blocks, queued in runs as long as the harness'
 shortens them only for calls of milliseconds, timing.run_for) with each run's outputs evaluated and the device
 synchronised inside the clock, as the harness's timed runs are, the contenders' blocks in turn (so that drift hits
 all alike), medians of the runs' mean calls, on input sets laid out alike (pool.set_inputs: P standalone sets,
-rotated between calls, P from the same plan). One fixed protocol, whatever the figures say: the plain loop, the
-harness, the plain loop, the harness (a second evaluator, so that the baselines are timed again), the plain loop.
-Each side's figure is the median of its measurements, each kept with its drift (the largest over the smallest). The
+rotated between calls, P from the same plan; bench/plain_loop.py). One fixed protocol, whatever the figures say:
+the plain loop, the harness, the plain loop, the harness (a second evaluator, so that the baselines are timed again),
+the plain loop; or, with `processes`, N harness evaluations and N + 1 plain-loop measurements, each in a fresh
+process. Each side's figure is the median of its measurements, each kept with its drift (the largest over the smallest). The
 ratios harness / plain, for the candidate and for the baseline, say how far the harness's figures are from what a
 caller would see; 1.0 is agreement.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import statistics
-import sys
-import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ksearch.backends import Backend
-    from ksearch.tasks.base import Task, Workload
-
-#: Library kernels as candidates: `run` calling the library function with the task's inputs.
-LIBRARY = {
-    "attention": ("ksearch.kernels.attention", "from ksearch.kernels import attention\n\n\n"
-                  "def run(q, k, v, causal):\n    return attention(q, k, v, causal)\n"),
-    "gqa_decode": ("ksearch.kernels.decode", "from ksearch.kernels import decode\n\n\n"
-                   "def run(q, k_cache, v_cache, length):\n    return decode(q, k_cache, v_cache, length)\n"),
-    "selective_scan": ("ksearch.kernels.selective_scan",
-                       "from ksearch.kernels import selective_scan\n\n\n"
-                       "def run(u, delta, A, B, C, D, z, delta_bias):\n"
-                       "    return selective_scan(u, delta, A, B, C, D, z, delta_bias)\n"),
-    "selective_state_update": ("ksearch.kernels.selective_state_update",
-                               "from ksearch.kernels import selective_state_update\n\n\n"
-                               "def run(x, z, conv_state, conv_weight, conv_bias, x_proj_weight, dt_proj_weight, "
-                               "dt_bias, A, D, ssm_state):\n"
-                               "    return selective_state_update(x, z, conv_state, conv_weight, conv_bias, "
-                               "x_proj_weight, dt_proj_weight, dt_bias, A, D, ssm_state)\n"),
-}
+from typing import Any
 
 #: Agreement the GPU test asks for, per ratio.
 TOLERANCE = 0.10
@@ -54,131 +30,49 @@ TOLERANCE = 0.10
 HARNESS_MEASUREMENTS = 2
 
 
-def _library_runs_its_own_kernel(task: Task, w: Workload) -> bool:
-    """attention and decode fall back to MLX's own attention (forbidden to candidates) where no kernel of ours fits."""
-    from ksearch.harness.pool import set_inputs
-
-    if task.name not in ("attention", "gqa_decode"):
-        return True
-    x = set_inputs(task, w, 0, 0)
-    if task.name == "attention":
-        from ksearch.kernels.attention import prefill_plan
-
-        return prefill_plan(x["q"], x["k"], x["v"], bool(w.params["causal"]))[0] != "native"
-    from ksearch.kernels.decode import decode_plan
-
-    return decode_plan(x["q"], x["k_cache"], x["v_cache"], int(w.params["length"]))[0] != "native"
-
-
-def candidate_for(task: Task, backend: Backend, workloads: list[Workload]) -> tuple[str, str]:
-    """(name, source): the library kernel where it runs its own kernel on every workload, else the starter."""
-    if task.name in LIBRARY and all(_library_runs_its_own_kernel(task, w) for w in workloads):
-        name, source = LIBRARY[task.name]
-        return name, source
-    return "starter", task.starting_source(backend.family)
-
-
-def _load(source: str, tag: str) -> Any:
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location(f"ksearch_fidelity_{tag}", f.name)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    Path(f.name).unlink(missing_ok=True)
-    return module
-
-
-def side_by_side(task: Task, backend: Backend, workloads: list[Workload]) -> dict[str, Callable[..., Any]]:
-    """The contenders the side-by-side benchmarks time for a task (benchmarks/between_runs.py, process_spread.py):
-    `candidate:NAME` (candidate_for) and `baseline:ENTRY` for each entry point of the task's default baseline."""
-    from ksearch.harness.baselines import baseline_variants
-
-    name, source = candidate_for(task, backend, workloads)
-    contenders = {f"candidate:{name}": _load(source, f"{task.name}_cand").run}
-    base = task.baseline(task.default_baseline).source_for(backend.family)
-    if base is not None:
-        module = _load(base, f"{task.name}_base")
-        contenders |= {f"baseline:{v}": getattr(module, v) for v in baseline_variants(base)}
-    return contenders
-
-
-def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any]], sets: int,
-                budget_s: float = 1.5, blocks: int = 5, run: int = 1) -> dict[str, list[float]]:
-    """Seconds of each contender's calls, one value per `run` calls, side by side in this process: each contender's
-    calls back to back (a block), as a caller's loop makes them, `run` calls queued and their outputs evaluated
-    together with the device synchronised inside the clock (the harness's runs; run 1: each call evaluated and
-    synchronised), the contenders' blocks in turn, `blocks` times over; every contender cycles through the same `sets`
-    input sets (standalone arrays, as the harness's pool holds them). Blocks rather than one call of each contender in
-    turn: a call that follows another kernel's is not what a caller's loop times (the library decode at B 1, 160 us
-    after its own calls, took 213 us after native's and a cache copy's; H200). About `budget_s` seconds, 6 to 60
-    values per contender a block."""
-    import statistics as stats
-
-    from ksearch.bench.timing import time_rounds
-    from ksearch.harness.pool import set_inputs
-
-    base = set_inputs(task, w, 1, 0)
-    pool = [base] + [set_inputs(task, w, 1, k, base) for k in range(1, sets)]
-    params = dict(w.params)
-    fns = {}
-    for name, fn in contenders.items():
-        cycle = itertools.cycle(pool)
-        fns[name] = (lambda f=fn, c=cycle: f(**next(c), **params))
-    run = max(1, run)
-    probe = time_rounds(fns, 2, run, warmup=3, sync_each=run == 1)
-    share = budget_s / max(1, blocks * len(fns))
-    per_block = {k: max(6, min(60, int(share / max(1e-6, run * stats.median(v))))) for k, v in probe.items()}
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(blocks):
-        for name, fn in fns.items():
-            times[name].extend(time_rounds({name: fn}, per_block[name], run, warmup=0, sync_each=run == 1)[name])
-    return times
-
-
 def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out: str | Path = "benchmarks/results",
-                 workloads_per_task: int | None = None, budget_s: float = 1.5, timeout: float | None = None, on_row: Callable[[dict[str, Any]], None] = lambda _r: None,
-                 stem: str | None = None) -> Path:
-    """Measure every task (or the named ones); writes <stem or fidelity>-<backend>-<device>.json, returns its path."""
+                 workloads_per_task: int | None = None, budget_s: float = 1.5, timeout: float | None = None,
+                 on_row: Callable[[dict[str, Any]], None] = lambda _r: None, stem: str | None = None,
+                 processes: int = 0) -> Path:
+    """Measure every task (or the named ones); writes <stem or fidelity>-<backend>-<device>.json, returns its path.
+
+    processes: 0, the plain loop in this process, HARNESS_MEASUREMENTS harness evaluations between its measurements;
+    N >= 2, N harness evaluations and N + 1 plain-loop measurements, each in a fresh process of its own
+    (plain_loop.plain_in_fresh_process), interleaved: both sides then sample as many processes."""
     import mlx.core as mx
 
     from ksearch.backends import get_backend
+    from ksearch.bench.plain_loop import contenders, plain_in_fresh_process, plain_measurements, prepare_backend
     from ksearch.bench.results import make_result, write_result
+    from ksearch.errors import ConfigError
     from ksearch.harness import EvalOptions, Evaluator, timing
-    from ksearch.harness.baselines import baseline_variants
     from ksearch.tasks import all_tasks, get_task
 
+    if processes == 1 or processes < 0:
+        raise ConfigError(f"--processes {processes}: give 0 (the plain loop in this process) or 2 or more fresh "
+                          "processes a side")
     b = get_backend(backend)
-    if not b.is_gpu:
-        mx.set_default_device(mx.cpu)
-    if b.emulated:
-        # The side-by-side loop in this process runs Metal kernels as the harness's workers do.
-        from ksearch.metalemu.surface import install
-
-        install(str(b.emulation))
+    prepare_backend(b)  # the side-by-side loop in this process runs as the harness's workers do
     chosen = [get_task(t) for t in tasks] if tasks else all_tasks()
     figures: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
     dtypes: set[str] = set()
     llc = int(b.profile().get("llc_bytes") or (32 << 20))
+    evaluations = processes or HARNESS_MEASUREMENTS
     for task in chosen:
         workloads = task.select_workloads(b.tier)[:workloads_per_task]
         if not workloads:
             continue
         base_name = task.default_baseline
-        base_source = task.baseline(base_name).source_for(b.family)
-        cand_name, cand_source = candidate_for(task, b, workloads)
-        cand = _load(cand_source, f"{task.name}_candidate").run
-        variants = {}
-        if base_source is not None:
-            module = _load(base_source, f"{task.name}_baseline")
-            variants = {f"baseline:{v}": getattr(module, v) for v in baseline_variants(base_source)}
-        contenders = {"candidate": cand, **variants}
+        cand_name, cand_source, fns = contenders(task, b, workloads)
         plans = {w.name: timing.plan(task, w, llc, b.is_gpu, memory_gb=b.profile().get("memory_gb"))
                  for w in workloads}
         sets_of = {n: p.pool_sets for n, p in plans.items()}
         run_of = {n: p.run for n, p in plans.items()}
+        # the plain loop: in a fresh process each time, or here
+        plain = (partial(plain_in_fresh_process, task, b, workloads, sets_of, run_of, budget_s) if processes else
+                 partial(plain_measurements, task, b, workloads, sets_of, run_of, budget_s, fns))
+
         # One fixed protocol (never "measure again until it agrees"): plain, harness, plain, harness, plain. Calls of
         # a few hundred microseconds moved 1.8x between two measurements minutes apart (two starts of the H200
         # machine) and a 3 ms call 13% between two evaluations, so each side is measured more than once in the same
@@ -186,15 +80,15 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
         names = [w.name for w in workloads]
         plains: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
         results = []
-        for _ in range(HARNESS_MEASUREMENTS):
-            for w in workloads:
-                plains[w.name].append(_plain(task, w, contenders, sets_of[w.name], budget_s, run_of[w.name]))
+        for _ in range(evaluations):
+            for name, measured in plain().items():
+                plains[name].append(measured)
             mx.clear_cache()
             with Evaluator(task, b) as ev:  # a new evaluator: the baselines are timed again too
                 results.append(ev.evaluate(cand_source, EvalOptions(workloads=names, lint=False, timeout_s=timeout)))
             mx.clear_cache()
-        for w in workloads:
-            plains[w.name].append(_plain(task, w, contenders, sets_of[w.name], budget_s, run_of[w.name]))
+        for name, measured in plain().items():
+            plains[name].append(measured)
         failed = next((r for r in results if r.status != "passed"), None)
         for i, w in enumerate(workloads):
             wrs = [r.workloads[i] for r in results]
@@ -206,7 +100,8 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
                                    "harness_baseline_run": [wr.baseline_timing_run for wr in wrs],
                                    "harness_between_calls_s": [wr.between_calls_s for wr in wrs],
                                    "harness_baseline_between_calls_s": [wr.baseline_between_calls_s for wr in wrs],
-                                   "pool_sets": sets_of[w.name], "run": run_of[w.name]}
+                                   "pool_sets": sets_of[w.name], "run": run_of[w.name],
+                                   "plain_pids": [m["pid"] for m in plains[w.name]]}
             _harness_figures(row, wrs)
             _plain_figures(row, plains[w.name])
             _ratios(row)
@@ -225,22 +120,14 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
                "within_plain_spread": bool(passed) and all(f[f"{who}_within_plain_spread"] is not False
                                                            for f in passed for who in ("candidate", "baseline")),
                "failed": sorted({f["task"] for f in figures if f["status"] != "passed"}),
-               "scores": _scores(passed), "run": timing.RUN}
+               "scores": _scores(passed), "run": timing.RUN,
+               "protocol": (f"{processes} harness evaluations, {processes + 1} plain-loop measurements, each in a "
+                            "fresh process, interleaved") if processes else
+               f"{HARNESS_MEASUREMENTS} harness evaluations, the plain loop in this process before, between and after"}
     data = make_result("fidelity", b, figures, shapes, sorted(dtypes), summary=summary,
                        notes="harness latency / plain side-by-side loop latency, per task and workload, for the "
                              "library kernel (or the starter) and the default baseline; 1.0 is agreement")
     return write_result(data, out, stem)
-
-
-def _plain(task: Task, w: Workload, contenders: dict[str, Callable[..., Any]], sets: int,
-           budget_s: float, run: int) -> dict[str, Any]:
-    """One plain-loop measurement: the candidate's median, min and max call, and the fastest baseline variant's."""
-    times = plain_times(task, w, contenders, sets, budget_s, run=run)
-    meds = {k: statistics.median(v) for k, v in times.items()}
-    base_key = min((k for k in meds if k != "candidate"), key=lambda k: meds[k], default=None)
-    return {"candidate": meds["candidate"], "min": min(times["candidate"]), "max": max(times["candidate"]),
-            "baseline": meds[base_key] if base_key else None,
-            "variant": base_key.split(":", 1)[1] if base_key else None}
 
 
 def _harness_figures(row: dict[str, Any], wrs: list[Any]) -> None:

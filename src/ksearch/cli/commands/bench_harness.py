@@ -15,6 +15,8 @@ def fidelity_cmd(
     tasks: Annotated[str | None, typer.Option(help="Comma-separated task names (default: all built-in).")] = None,
     workloads: Annotated[int | None, typer.Option(help="At most this many search workloads per task.")] = None,
     out: Annotated[str, typer.Option(help="Directory for the JSON result.")] = "benchmarks/results",
+    processes: Annotated[int, typer.Option(help="N >= 2: N harness evaluations and N + 1 plain-loop measurements, "
+                                                "each plain one in a fresh process (0: the plain loop here).")] = 0,
 ) -> None:
     """Harness latency against a plain side-by-side loop, for each task's library kernel (or starter) and baseline;
     writes fidelity-BACKEND-DEVICE.json under --out."""
@@ -29,7 +31,7 @@ def fidelity_cmd(
                       f"speedup {f(row.get('harness_speedup'))} against {f(row.get('plain_speedup'))}")
 
     names = [t.strip() for t in tasks.split(",")] if tasks else None
-    path = run_fidelity(backend, names, out, workloads, on_row=show)
+    path = run_fidelity(backend, names, out, workloads, on_row=show, processes=processes)
     console.print(f"wrote {path}")
 
 
