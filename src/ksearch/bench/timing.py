@@ -70,7 +70,7 @@ def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *
     names = list(fns)
     for r in range(rounds):
         # Each round starts one contender later: the same kernel named twice in one run of the prefill benchmark
-        # measured 1.3-2.7% slower (geomean over 96 shapes, 4 runs; up to 10% at one shape) whenever it was always
+        # measured 1.3-2.7% slower (geomean over 96 shapes, 5 runs; up to 10% at one shape) whenever it was always
         # timed first in its round; rotated, no contender keeps one place.
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn = fns[name]

@@ -55,8 +55,8 @@ WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, pr
 def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
     """TALL at D=64, and at D=128 with the causal mask from L=4096 on, where S is a multiple of 128 keys; WIDE_PERSIST
     at D=128 with the mask otherwise; WIDE elsewhere; each with bulk copies from tile images of K / V (one extra pass
-    over them, one block an item) where no tensor map can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names another (wgmma_ws.parse_config: e.g.
-    wg3_n64, ws3_n64_s4_p4_bulk)."""
+    over them, one block an item) where no tensor map can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names
+    another (wgmma_ws.parse_config: e.g. wg3_n64, ws3_n64_s4_p4_bulk)."""
     name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
     if name:
         return wgmma_ws.parse_config(name)

@@ -9,10 +9,10 @@ and then: K / V stages; for the producer, tensor copies through a map the candid
 tile images and one bulk copy a tile (`bulk`: 0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async), and
 ping-pong between consumer warpgroups (`pp`, with bulk copies); with tensor copies, persistent blocks (`persist`:
 one block an SM walks the work items, the grid sized by the driver's SM count; the library's choice at D=64, 3% ahead
-there, and with three warpgroups at D=128 with the causal mask below L=4096); the cp.async cache mode (`cp`: cg through L2, ca through L1 too). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a thread without
-launch bounds; spills with them). A producer with
-128-key tiles runs two consumer warpgroups and bulk or tensor copies (168 registers, no spills; the library's choice at
-D=64); with cp.async it spilled 208 bytes.
+there, and with three warpgroups at D=128 with the causal mask below L=4096); the cp.async cache mode (`cp`: cg
+through L2, ca through L1 too). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a
+thread without launch bounds; spills with them). A producer with 128-key tiles runs two consumer warpgroups and bulk
+or tensor copies (168 registers, no spills; the library's choice at D=64); with cp.async it spilled 208 bytes.
 """
 
 from __future__ import annotations
