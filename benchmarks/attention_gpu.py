@@ -51,6 +51,8 @@ WGMMA_CONFIGS = [WsConfig(3, 64, 4, 4, tma=3), WsConfig(2, 128, 3, 4, tma=3, per
                  WsConfig(2, 128, 3, 4, tma=3, persist=True, preg=32),
                  WsConfig(3, 64, 4, 4, tma=3, persist=True, preg=32),
                  WsConfig(2, 128, 3, 4, tma=3, persist=True, qnext=True, preg=32),
+                 # ping-pong between the two consumer warpgroups (FlashAttention-3's order), persistent and not
+                 WsConfig(2, 128, 3, 4, tma=3, persist=True, pp=True), WsConfig(2, 128, 3, 4, tma=3, pp=True),
                  WsConfig(3, 64, 3, 4, bulk=True),
                  WgmmaConfig(3, 64),
                  WgmmaConfig(3, 64, 2, "ca"), WgmmaConfig(2, 64), WgmmaConfig(2, 128), WsConfig(2, 64, 3, 4),

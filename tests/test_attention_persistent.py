@@ -26,7 +26,8 @@ def test_persistent_names_parse_and_need_tensor_copies() -> None:
     assert cfg == WS.WsConfig(2, 128, 3, 4, tma=3, persist=True)
     assert WS.config_name(cfg) == "ws2_n128_s3_p4_tmas_pst"
     assert WS.config_name(WS.parse_config("ws1_n64_s2_p1_tma_pst_b2_ca")) == "ws1_n64_s2_p1_tma_pst_b2_ca"
-    for bad in ("ws3_n64_s4_p4_pst", "ws3_n64_s4_p4_bulk_pst", "ws3_n64_s4_p4_tmas_pst_pp"):
+    assert WS.parse_config("ws2_n128_s3_p4_tmas_pst_pp").pp  # ping-pong across the items too
+    for bad in ("ws3_n64_s4_p4_pst", "ws3_n64_s4_p4_bulk_pst"):
         with pytest.raises(ValueError, match="_pst .persistent blocks. takes tensor copies"):
             WS.parse_config(bad)
 
@@ -167,7 +168,7 @@ def test_persistent_kernels_compile_for_sm_90a() -> None:
     # bound; with 32 (_preg32; two consumer warpgroups then keep 232) none
     combos = [("ws2_n128_s3_p4_tmas_pst", 64, True), ("ws2_n128_s3_p4_tmas_pst", 128, True),
               ("ws3_n64_s4_p4_tmas_pst", 128, False), ("ws2_n128_s3_p4_tmas_pst_preg32", 64, True),
-              ("ws3_n64_s4_p4_tmas_pst_qn_preg32", 128, True)]
+              ("ws3_n64_s4_p4_tmas_pst_qn_preg32", 128, True), ("ws2_n128_s3_p4_tmas_pst_pp", 128, True)]
     units = []
     for i, (name, d, causal) in enumerate(combos):
         cfg = WS.parse_config(name)
@@ -182,4 +183,66 @@ def test_persistent_kernels_compile_for_sm_90a() -> None:
     spills = {int(m[1]): int(m[2]) for m in re.finditer(
         r"custom_kernel_pst(\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
     assert sorted(spills) == list(range(len(combos))), log[-3000:]
-    assert max(spills[i] for i in range(3)) <= 96 and spills[3] == spills[4] == 0, spills
+    assert max(spills[i] for i in (0, 1, 2, 5)) <= 96 and spills[3] == spills[4] == 0, spills
+
+
+def _pp_programs(wg: int, items: list[int], per_item_open: bool) -> list[list[tuple[str, int]]]:
+    """Each consumer warpgroup's named-barrier operations in a persistent ping-pong block that walks `items` (their
+    tile counts): a turn (wait on 8 + w, issue, arrive on 8 + (w + 1) % WG) for S(0), each step and the last P V.
+    per_item_open: the last warpgroup opens and the first closes every item (the non-persistent kernel's order)."""
+    progs: list[list[tuple[str, int]]] = []
+    for w in range(wg):
+        ops: list[tuple[str, int]] = []
+        for k, ntiles in enumerate(items):
+            if w == wg - 1 and (per_item_open or k == 0):
+                ops.append(("arrive", 8))
+            for _ in range(ntiles + 1):
+                ops += [("sync", 8 + w), ("arrive", 8 + (w + 1) % wg)]
+            if per_item_open and w == 0:
+                ops.append(("sync", 8))
+        if not per_item_open and w == 0:
+            ops.append(("sync", 8))
+        progs.append(ops)
+    return progs
+
+
+def _run_named_barriers(progs: list[list[tuple[str, int]]], rng: Any) -> str:
+    """Run the warpgroups' operations in a random order, barriers of 256 threads (a warpgroup counts 128): 'ok', or
+    what went wrong (a barrier completed by arrivals alone, or no warpgroup able to go on)."""
+    pc = [0] * len(progs)
+    count: dict[int, int] = {}
+    waiting: dict[int, list[int]] = {}
+    blocked: set[int] = set()
+    while True:
+        ready = [w for w in range(len(progs)) if w not in blocked and pc[w] < len(progs[w])]
+        if not ready:
+            return "ok" if all(pc[w] == len(progs[w]) for w in range(len(progs))) else "deadlock"
+        w = rng.choice(ready)
+        op, bar = progs[w][pc[w]]
+        pc[w] += 1
+        count[bar] = count.get(bar, 0) + 128
+        if op == "sync":
+            waiting.setdefault(bar, []).append(w)
+            blocked.add(w)
+        if count[bar] == 256:
+            if not waiting.get(bar):
+                return f"barrier {bar} completed by arrivals alone"
+            blocked -= set(waiting.pop(bar))
+            count[bar] = 0
+
+
+@pytest.mark.parametrize("wg", [2, 3])
+def test_persistent_ping_pong_turns_never_complete_a_barrier_by_arrivals_alone(wg: int) -> None:
+    import random
+
+    rng = random.Random(0)
+    items = [3, 1, 4, 2]
+    # the kernel's order: one opening arrival a block, one closing wait after the last item
+    assert all(_run_named_barriers(_pp_programs(wg, items, False), rng) == "ok" for _ in range(300))
+    # opening and closing every item races: the last warpgroup, done with an item, can arrive twice on the first
+    # warpgroup's barrier before that one's closing wait
+    outcomes = {_run_named_barriers(_pp_programs(wg, items, True), rng) for _ in range(300)}
+    assert "barrier 8 completed by arrivals alone" in outcomes
+    src = WS.SOURCE_TMA_PERSIST
+    assert "if (PP && wg == WG - 1 && item == (int)blockIdx.x) pp_arrive();" in src
+    assert src.count("if (PP && wg == 0)") == 1 and src.rstrip().endswith('"r"(8) : "memory");')

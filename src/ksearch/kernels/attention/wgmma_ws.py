@@ -95,8 +95,8 @@ def config_problem(cfg: WsConfig) -> str | None:
                 "one per 64 columns, 128-byte swizzle)")
     if cfg.tma and cfg.bulk:
         return "_tma, _tmac and _tmas replace _bulk's tile images: name one of them"
-    if cfg.persist and (not cfg.tma or cfg.pp):
-        return "_pst (persistent blocks) takes tensor copies (_tma, _tmac or _tmas) and no _pp"
+    if cfg.persist and not cfg.tma:
+        return "_pst (persistent blocks) takes tensor copies (_tma, _tmac or _tmas)"
     if cfg.qnext and not cfg.persist:
         return "_qn (the next item's Q under this one's epilogue) is for persistent blocks (_pst)"
     if cfg.preg != 24 and (cfg.pwarps != 4 or cfg.preg % 8 or not 24 <= cfg.preg <= 64):

@@ -262,9 +262,18 @@ _CONSUMER_START = '    if (PT == 128) asm volatile("setmaxnreg.inc'
 _FRAME_PERSIST = WS_SPLIT_FRAME[:WS_SPLIT_FRAME.index(_CONSUMER_START)].replace("{PRODUCER}", PRODUCER_TMA_PERSIST)
 _Q_LOAD = WS_SPLIT_FRAME[WS_SPLIT_FRAME.index(_CONSUMER_START):]
 _STEPS_RUNNING = _swap(STEPS, "((t % STAGES) * KB", "(((g0 + t) % STAGES) * KB", 2)
-_HANDOVER_RUNNING = _swap(_swap(WS_HANDOVER, "bar + t % STAGES, (t / STAGES) & 1",
-                                "bar + (g0 + t) % STAGES, ((g0 + t) / STAGES) & 1"),
-                          "ks_mbar_arrive(bar + t % STAGES)", "ks_mbar_arrive(bar + (g0 + t) % STAGES)")
+# Ping-pong (`_pp`) across items: the last warpgroup's turn that ends one item hands the first warpgroup the next
+# item's first turn, so the last warpgroup's opening arrival comes once a block, and the first warpgroup takes the
+# block's one remaining arrival after its last item. Opening and closing every item instead would let the last
+# warpgroup, done with an item, arrive twice on the first warpgroup's barrier before that one's closing wait: 256
+# arrivals from one side complete a barrier of 256 without the other.
+_HANDOVER_RUNNING = _swap(_swap(_swap(WS_HANDOVER, "bar + t % STAGES, (t / STAGES) & 1",
+                                      "bar + (g0 + t) % STAGES, ((g0 + t) / STAGES) & 1"),
+                                "ks_mbar_arrive(bar + t % STAGES)", "ks_mbar_arrive(bar + (g0 + t) % STAGES)"),
+                          "if (PP && wg == WG - 1) pp_arrive();",
+                          "if (PP && wg == WG - 1 && item == (int)blockIdx.x) pp_arrive();")
+PP_LAST_TURN = '    if (PP && wg == 0) asm volatile("bar.sync %0, 256;\\n" :: "r"(8) : "memory");\n'
+
 SOURCE_TMA_PERSIST = (
     "    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;\n    constexpr int KV_LAYOUT = TMA == 3 ? 2 : 1;"
     + SETUP_SMEM + SETUP_LAYOUT + PERSIST_ITEMS + _FRAME_PERSIST
@@ -275,8 +284,9 @@ SOURCE_TMA_PERSIST = (
                   "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>"),
             "    ks_commit_w();\n", "    if (!QNEXT || item == blockIdx.x) ks_commit_w();\n")
     + REGISTERS + _STEPS_RUNNING + _HANDOVER_RUNNING
-    + pipeline(first="wait_full(kfull, 0);", after_s0="release(kempty, 0);",
-               step="wait_full(kfull, t);\nwait_full(vfull, t - 1);", after_s="release(kempty, t);",
-               after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);",
+    + pipeline(first="wait_full(kfull, 0);\npp_sync();", after_s0="release(kempty, 0);",
+               step="wait_full(kfull, t);\nwait_full(vfull, t - 1);\npp_sync();", after_s="release(kempty, t);",
+               after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);\npp_sync();",
+               issued="pp_arrive();",
                end="release(vempty, ntiles - 1);  // the next item's tiles reuse the stage" + Q_NEXT)
-    + EPILOGUE + "    g0 += ntiles;\n    }\n")
+    + EPILOGUE + "    g0 += ntiles;\n    }\n" + PP_LAST_TURN)
