@@ -5,6 +5,7 @@ benchmarks/attention_wgmma_check.py."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 
@@ -32,6 +33,9 @@ def _box(dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...],
     return out
 
 
+# Cached: the address models below ask for the tables once per element (8192 a tile), and parsing SETUP each time took
+# most of the tensor-copy test's 5-17 s a case; SETUP is a constant of the kernel module, so the tables per (D, BN) are.
+@functools.cache
 def _layouts(d: int, bn: int) -> dict[str, list[int]]:
     """SETUP's per-layout tables (KL, KS, VL, VS, VSTEP: bytes), parsed from its source and evaluated at D, BN."""
     out = {}

@@ -215,10 +215,11 @@ def test_a_call_lost_to_sigkill_counts_at_its_bound_when_the_run_resumes(tmp_pat
     config.write_text("[llm]\nrequest_timeout_s = 300.0\nmax_retries = 0\nmax_tokens_total = 5000000\n")
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    # A budget of 2: the starting kernel before the kill, then the candidate whose code call the kill cut off.
     with FakeLLMServer(stall_the_first_code_call) as server:
         proc = subprocess.Popen([sys.executable, "-m", "ksearch.cli", "run", "softmax", "--backend", "mlx-cpu",
                                  "--policy", "llm", "--preset", "vllm", "--base-url", server.url, "--model",
-                                 "fake-model", "--budget", "3", "--config", str(config), "--runs-dir", str(runs),
+                                 "fake-model", "--budget", "2", "--config", str(config), "--runs-dir", str(runs),
                                  "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         try:
             in_flight = None
@@ -259,7 +260,7 @@ def test_a_call_lost_to_sigkill_counts_at_its_bound_when_the_run_resumes(tmp_pat
     # The resumed policy counted from the ledger: its own counters end equal to it.
     budget = recs.meta.get("loop_state")["policy"]["budget"]
     assert (budget["tokens_in"], budget["tokens_out"]) == (u["tokens_in"], u["tokens_out"])
-    assert recs.meta.status == "finished" and recs.meta.evaluations_done == 3
+    assert recs.meta.status == "finished" and recs.meta.evaluations_done == 2
     assert "1 lost to a kill, counted at their bound" in dict(headline(load_run(run)))["LLM spend"]
 
 

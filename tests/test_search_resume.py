@@ -31,7 +31,8 @@ def _evals(run: Path) -> int:
 
 @pytest.mark.slow
 def test_sigkill_then_resume(tmp_path: Path) -> None:
-    proc = subprocess.Popen([*KS, "run", "softmax", "--backend", "mlx-cpu", "--budget", "7", "--runs-dir",
+    # Killed after 3 evaluations: a budget of 5 leaves the one in flight and one more for the resumed run to do.
+    proc = subprocess.Popen([*KS, "run", "softmax", "--backend", "mlx-cpu", "--budget", "5", "--runs-dir",
                              str(tmp_path), "--quiet", "--seed", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 240
     run = None
@@ -61,9 +62,9 @@ def test_sigkill_then_resume(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     recs = read_run(run)
     assert recs.meta.status == "finished"
-    assert recs.meta.evaluations_done == 7
+    assert recs.meta.evaluations_done == 5
     # No evaluation counted twice, none lost but the one in flight.
-    assert [e.eval_index for e in recs.evaluations_of("search")] == list(range(1, 8))
+    assert [e.eval_index for e in recs.evaluations_of("search")] == list(range(1, 6))
     assert done_at_kill >= 3
     assert (run / "best.py").is_file()
 
@@ -103,14 +104,15 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
                          (("--wall-time", "0.5"), "not above the")):
         res = resume(*extra)
         assert res.returncode == 2 and words in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    # Raised limits: it continues to the new budget and is judged on the holdout again.
-    res = resume("--budget", "3", "--wall-time", "900")
+    # Raised limits: it continues to the new budget (one evaluation past the first shows it) and is judged on the
+    # holdout again.
+    res = resume("--budget", "2", "--wall-time", "900")
     assert res.returncode == 0, res.stderr[-2000:]
     recs = read_run(run)
-    assert [e.kind for e in recs.evaluations] == ["search", "holdout", "search", "search", "holdout"]
+    assert [e.kind for e in recs.evaluations] == ["search", "holdout", "search", "holdout"]
     config = recs.meta.get("config")
-    assert recs.meta.status == "finished" and config["budget"] == 3 and config["wall_time_s"] == 900
-    assert json.loads((run / "config.json").read_text())["budget"] == 3
+    assert recs.meta.status == "finished" and config["budget"] == 2 and config["wall_time_s"] == 900
+    assert json.loads((run / "config.json").read_text())["budget"] == 2
 
 
 def test_resume_refuses_settings_a_run_started_with(tmp_path: Path) -> None:
