@@ -10,7 +10,7 @@ import os
 import pytest
 
 from ksearch.bench.fidelity import run_fidelity
-from ksearch.bench.plain_loop import candidate_for
+from ksearch.bench.plain_loop import SAME_AS_CANDIDATE, candidate_for
 from ksearch.errors import ConfigError
 from ksearch.tasks import get_task
 
@@ -112,11 +112,13 @@ def test_a_harness_figure_is_within_the_plain_loops_spread_only_inside_its_range
 
 
 def test_fresh_processes_measure_the_plain_loop_once_each_between_the_harness_evaluations(tmp_path, cpu_backend):
-    # --processes N: N harness evaluations, N + 1 plain-loop measurements, every one in a process of its own
-    path = run_fidelity("mlx-cpu", ["softmax"], tmp_path, workloads_per_task=1, budget_s=0.2, processes=2)
+    # --processes N: N harness evaluations, N + 1 plain-loop measurements, every one in a process of its own; with
+    # --null, the candidate's own source is the baseline on both sides (in the children too)
+    path = run_fidelity("mlx-cpu", ["softmax"], tmp_path, workloads_per_task=1, budget_s=0.2, processes=2, null=True)
     data = json.loads(path.read_text())
     (f,) = data["figures"]
     assert f["status"] == "passed", f["message"]
+    assert f["baseline"] == SAME_AS_CANDIDATE and f["plain_baseline_variant"] == "run"
     assert f["plain_attempts"] == 3 and len(f["harness_candidate_each_s"]) == 2
     assert len(set(f["plain_pids"])) == 3 and os.getpid() not in f["plain_pids"]
     assert all(x > 0 for x in f["plain_candidate_each_s"] + f["plain_baseline_each_s"])
@@ -136,3 +138,16 @@ def test_a_plain_loop_process_that_fails_says_why(cpu_backend, monkeypatch):
     w = dataclasses.replace(w, name="no_such_workload")
     with pytest.raises(RuntimeError, match="exited with 1: (.|\n)*no workload .no_such_workload."):
         plain_in_fresh_process(task, get_backend("mlx-cpu"), [w], {w.name: 2}, {w.name: 1}, 0.1)
+
+
+def test_the_null_test_times_the_candidates_source_as_the_baseline(cpu_backend):
+    from ksearch.bench.plain_loop import contenders, with_candidate_as_baseline
+
+    task = get_task("softmax")
+    workloads = task.select_workloads("cpu")[:1]
+    same = with_candidate_as_baseline(task, cpu_backend, workloads)
+    source = candidate_for(task, cpu_backend, workloads)[1]
+    assert same.baseline(None).source_for(cpu_backend.family) == source
+    assert task.default_baseline != SAME_AS_CANDIDATE  # the task itself is left as it was
+    _, _, fns = contenders(same, cpu_backend, workloads)
+    assert set(fns) == {"candidate", "baseline:run"}

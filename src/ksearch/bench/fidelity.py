@@ -33,16 +33,25 @@ HARNESS_MEASUREMENTS = 2
 def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out: str | Path = "benchmarks/results",
                  workloads_per_task: int | None = None, budget_s: float = 1.5, timeout: float | None = None,
                  on_row: Callable[[dict[str, Any]], None] = lambda _r: None, stem: str | None = None,
-                 processes: int = 0) -> Path:
+                 processes: int = 0, null: bool = False) -> Path:
     """Measure every task (or the named ones); writes <stem or fidelity>-<backend>-<device>.json, returns its path.
 
     processes: 0, the plain loop in this process, HARNESS_MEASUREMENTS harness evaluations between its measurements;
     N >= 2, N harness evaluations and N + 1 plain-loop measurements, each in a fresh process of its own
-    (plain_loop.plain_in_fresh_process), interleaved: both sides then sample as many processes."""
+    (plain_loop.plain_in_fresh_process), interleaved: both sides then sample as many processes.
+    null: the candidate is the baseline too (plain_loop.with_candidate_as_baseline): the same code in the harness's
+    candidate worker and in its trusted baseline worker, so the harness's speedup says what the two workers' own
+    differences are worth (1.0 where they time alike)."""
     import mlx.core as mx
 
     from ksearch.backends import get_backend
-    from ksearch.bench.plain_loop import contenders, plain_in_fresh_process, plain_measurements, prepare_backend
+    from ksearch.bench.plain_loop import (
+        contenders,
+        plain_in_fresh_process,
+        plain_measurements,
+        prepare_backend,
+        with_candidate_as_baseline,
+    )
     from ksearch.bench.results import make_result, write_result
     from ksearch.errors import ConfigError
     from ksearch.harness import EvalOptions, Evaluator, timing
@@ -63,6 +72,8 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
         workloads = task.select_workloads(b.tier)[:workloads_per_task]
         if not workloads:
             continue
+        if null:
+            task = with_candidate_as_baseline(task, b, workloads)
         base_name = task.default_baseline
         cand_name, cand_source, fns = contenders(task, b, workloads)
         plans = {w.name: timing.plan(task, w, llc, b.is_gpu, memory_gb=b.profile().get("memory_gb"))

@@ -10,6 +10,7 @@ of several MLX operations the plain loop's own medians moved 1.14-1.51x from one
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -155,6 +156,21 @@ def prepare_backend(b: Backend) -> None:
         install(str(b.emulation))
 
 
+#: The baseline a null test names: the candidate's own source, timed by the harness in its trusted baseline worker.
+SAME_AS_CANDIDATE = "same-as-candidate"
+
+
+def with_candidate_as_baseline(task: Task, b: Backend, workloads: list[Workload]) -> Task:
+    """The task with the candidate's source as its default baseline (SAME_AS_CANDIDATE): the null test of the
+    harness, whose speedup (baseline / candidate) is then 1.0 where its candidate and baseline workers time alike."""
+    from ksearch.tasks.base import Baseline
+
+    source = candidate_for(task, b, workloads)[1]
+    same = Baseline(SAME_AS_CANDIDATE, {"any": source}, "the candidate's own source (a null test)")
+    return dataclasses.replace(task, baselines={**task.baselines, SAME_AS_CANDIDATE: same},
+                               default_baseline=SAME_AS_CANDIDATE)
+
+
 def contenders(task: Task, b: Backend, workloads: list[Workload]) -> tuple[str, str, dict[str, Callable[..., Any]]]:
     """(the candidate's name, its source, {"candidate": its run, "baseline:ENTRY": each baseline entry point})."""
     from ksearch.harness.baselines import baseline_variants
@@ -185,6 +201,7 @@ def plain_in_fresh_process(task: Task, b: Backend, workloads: list[Workload], se
                            run_of: dict[str, int], budget_s: float, timeout_s: float = 900.0) -> dict[str, dict[str, Any]]:
     """plain_measurements in a new Python process (this one's interpreter and environment), which exits after it."""
     request = {"task": task.origin or task.name, "backend": b.name, "workloads": [w.name for w in workloads],
+               "null": task.default_baseline == SAME_AS_CANDIDATE,
                "sets": sets_of, "run": run_of, "budget_s": budget_s}
     with tempfile.TemporaryDirectory(prefix="ksearch-plain-") as tmp:
         req, out = Path(tmp) / "request.json", Path(tmp) / "plain.json"
@@ -208,6 +225,8 @@ def main(argv: list[str]) -> None:
     prepare_backend(b)
     task = get_task(request["task"])
     workloads = [task.workload(n) for n in request["workloads"]]
+    if request.get("null"):
+        task = with_candidate_as_baseline(task, b, workloads)
     result = plain_measurements(task, b, workloads, request["sets"], request["run"], request["budget_s"])
     Path(out_path).write_text(json.dumps(result))
 

@@ -17,6 +17,8 @@ def fidelity_cmd(
     out: Annotated[str, typer.Option(help="Directory for the JSON result.")] = "benchmarks/results",
     processes: Annotated[int, typer.Option(help="N >= 2: N harness evaluations and N + 1 plain-loop measurements, "
                                                 "each plain one in a fresh process (0: the plain loop here).")] = 0,
+    null: Annotated[bool, typer.Option("--null", help="The candidate as the baseline too: the harness's speedup "
+                                                      "should then be 1.0 (its two workers' differences).")] = False,
 ) -> None:
     """Harness latency against a plain side-by-side loop, for each task's library kernel (or starter) and baseline;
     writes fidelity-BACKEND-DEVICE.json under --out."""
@@ -31,7 +33,7 @@ def fidelity_cmd(
                       f"speedup {f(row.get('harness_speedup'))} against {f(row.get('plain_speedup'))}")
 
     names = [t.strip() for t in tasks.split(",")] if tasks else None
-    path = run_fidelity(backend, names, out, workloads, on_row=show, processes=processes)
+    path = run_fidelity(backend, names, out, workloads, on_row=show, processes=processes, null=null)
     console.print(f"wrote {path}")
 
 
