@@ -11,9 +11,9 @@ all alike), medians of the runs' mean calls, on input sets laid out alike (pool.
 rotated between calls, P from the same plan; bench/plain_loop.py). One fixed protocol, whatever the figures say:
 the plain loop, the harness, the plain loop, the harness (a second evaluator, so that the baselines are timed again),
 the plain loop; or, with `processes`, N harness evaluations and N + 1 plain-loop measurements, each in a fresh
-process. Each side's figure is the median of its measurements, each kept with its drift (the largest over the smallest). The
-ratios harness / plain, for the candidate and for the baseline, say how far the harness's figures are from what a
-caller would see; 1.0 is agreement.
+process. Each side's figure is the median of its measurements, each kept with its drift (the largest over the
+smallest). The ratios harness / plain, for the candidate and for the baseline, say how far the harness's figures are
+from what a caller would see; 1.0 is agreement.
 """
 
 from __future__ import annotations

@@ -46,7 +46,6 @@ LIBRARY = {
 }
 
 
-
 def _library_runs_its_own_kernel(task: Task, w: Workload) -> bool:
     """attention and decode fall back to MLX's own attention (forbidden to candidates) where no kernel of ours fits."""
     from ksearch.harness.pool import set_inputs
@@ -198,7 +197,8 @@ def plain_measurements(task: Task, b: Backend, workloads: list[Workload], sets_o
 
 
 def plain_in_fresh_process(task: Task, b: Backend, workloads: list[Workload], sets_of: dict[str, int],
-                           run_of: dict[str, int], budget_s: float, timeout_s: float = 900.0) -> dict[str, dict[str, Any]]:
+                           run_of: dict[str, int], budget_s: float,
+                           timeout_s: float = 900.0) -> dict[str, dict[str, Any]]:
     """plain_measurements in a new Python process (this one's interpreter and environment), which exits after it."""
     request = {"task": task.origin or task.name, "backend": b.name, "workloads": [w.name for w in workloads],
                "null": task.default_baseline == SAME_AS_CANDIDATE,
