@@ -206,8 +206,12 @@ def plain_in_fresh_process(task: Task, b: Backend, workloads: list[Workload], se
     with tempfile.TemporaryDirectory(prefix="ksearch-plain-") as tmp:
         req, out = Path(tmp) / "request.json", Path(tmp) / "plain.json"
         req.write_text(json.dumps(request))
-        proc = subprocess.run([sys.executable, "-m", "ksearch.bench.plain_loop", str(req), str(out)],
-                              capture_output=True, text=True, timeout=timeout_s, check=False)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "ksearch.bench.plain_loop", str(req), str(out)],
+                                  capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"the plain loop's process for {task.name} ran past {timeout_s:.0f} s and was "
+                               "killed") from exc
         if proc.returncode != 0 or not out.exists():
             tail = (proc.stderr or proc.stdout).strip()[-1500:]
             raise RuntimeError(f"the plain loop's process for {task.name} exited with {proc.returncode}: {tail}")
