@@ -48,7 +48,8 @@ WIDE = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3)
 TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True)
 # WIDE as persistent blocks whose producer keeps 32 registers (no spills; two warpgroups would keep 232, three keep
 # 160 either way): at D=128 with the causal mask below L=4096, 0.808x of cuDNN against WIDE's 0.766x and TALL's
-# 0.780x in one process (8 shapes; attention-prefill-configs-preg-*.json).
+# 0.780x in one process (8 shapes; attention-prefill-configs-preg-*.json). Shorter causal prefills take it too,
+# unmeasured (the benchmark's shortest is L=2048).
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32)
 
 
