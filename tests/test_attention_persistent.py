@@ -246,3 +246,18 @@ def test_persistent_ping_pong_turns_never_complete_a_barrier_by_arrivals_alone(w
     src = WS.SOURCE_TMA_PERSIST
     assert "if (PP && wg == WG - 1 && item == (int)blockIdx.x) pp_arrive();" in src
     assert src.count("if (PP && wg == 0)") == 1 and src.rstrip().endswith('"r"(8) : "memory");')
+
+
+def test_every_configuration_compiles_under_a_name_of_its_own() -> None:
+    # MLX keys a compiled kernel by its name alone: two configurations sharing one would run each other's kernel
+    import itertools
+
+    names: dict[str, WS.WsConfig] = {}
+    for wg, bn, st, pw, cp, bulk, tma, pp, pst, qn, preg, blocks in itertools.product(
+            (1, 2, 3), (64, 128), (2, 3, 4), (0, 1, 4), ("cg", "ca"), (False, True), (0, 1, 2, 3), (False, True),
+            (False, True), (False, True), (24, 32), (1, 2)):
+        cfg = WS.WsConfig(wg, bn, st, pw, cp=cp, bulk=bulk, tma=tma, pp=pp, persist=pst, qnext=qn, preg=preg,
+                          blocks=blocks)
+        if WS.config_problem(cfg) is None:
+            assert names.setdefault(WS.kernel_name(cfg), cfg) == cfg, WS.kernel_name(cfg)
+    assert len(names) > 1000

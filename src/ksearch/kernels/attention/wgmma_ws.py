@@ -180,10 +180,8 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
     cfg = cfg or WsConfig()
     if cfg.tma:
         return _attention_tma(q, k, v, causal, cfg)
-    pre, tag = cp_cache(cfg.cp)
-    kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}"
-                        + ("_bulk" if cfg.bulk else "") + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg),
-                        SOURCE if cfg.pwarps else SOURCE_MB,
+    pre, _ = cp_cache(cfg.cp)
+    kern = build_kernel(kernel_name(cfg), SOURCE if cfg.pwarps else SOURCE_MB,
                         pre + WGMMA_HEADER + BULK_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
                         cfg.smem_bytes(q.shape[-1]))
     if cfg.bulk:
@@ -232,11 +230,8 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
     is what a small call costs when calls queue faster than the host makes them."""
     import mlx.core as mx
 
-    pre, tag = cp_cache(cfg.cp)
-    kern = build_kernel(f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}_tma{cfg.tma}"
-                        + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
-                        + preg_tag(cfg) + blocks_tag(cfg),
-                        SOURCE_TMA_PERSIST if cfg.persist else SOURCE_TMA,
+    pre, _ = cp_cache(cfg.cp)
+    kern = build_kernel(kernel_name(cfg), SOURCE_TMA_PERSIST if cfg.persist else SOURCE_TMA,
                         pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
                         cfg.smem_bytes(q_shape[-1]), ("tmap",), ("maps",))
     tmap = map_input(*tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma))
@@ -276,6 +271,15 @@ def consumer_registers(cfg: WsConfig) -> int:
     registers would leave; ptxas compiles the consumers' code to this count."""
     pool = launch_registers(cfg) * cfg.threads()
     return min(240, (pool - 128 * cfg.preg) // (128 * cfg.wg) // 8 * 8)
+
+
+def kernel_name(cfg: WsConfig) -> str:
+    """The compiled kernel's name: MLX keys a kernel by its name alone, so every knob that changes the text or its
+    header is in it (the template constants are MLX's to add)."""
+    tag = cp_cache(cfg.cp)[1]
+    return (f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}" + ("_bulk" if cfg.bulk else "")
+            + (f"_tma{cfg.tma}" if cfg.tma else "") + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "")
+            + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg))
 
 
 def preg_tag(cfg: WsConfig) -> str:
