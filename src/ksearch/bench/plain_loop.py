@@ -85,15 +85,8 @@ def load_source(source: str, tag: str) -> Any:
 def side_by_side(task: Task, backend: Backend, workloads: list[Workload]) -> dict[str, Callable[..., Any]]:
     """The contenders the side-by-side benchmarks time for a task (benchmarks/between_runs.py, process_spread.py):
     `candidate:NAME` (candidate_for) and `baseline:ENTRY` for each entry point of the task's default baseline."""
-    from ksearch.harness.baselines import baseline_variants
-
-    name, source = candidate_for(task, backend, workloads)
-    contenders = {f"candidate:{name}": load_source(source, f"{task.name}_cand").run}
-    base = task.baseline(task.default_baseline).source_for(backend.family)
-    if base is not None:
-        module = load_source(base, f"{task.name}_base")
-        contenders |= {f"baseline:{v}": getattr(module, v) for v in baseline_variants(base)}
-    return contenders
+    name, _, fns = contenders(task, backend, workloads)
+    return {(f"candidate:{name}" if key == "candidate" else key): fn for key, fn in fns.items()}
 
 
 def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any]], sets: int,
