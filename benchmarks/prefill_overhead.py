@@ -1,8 +1,8 @@
 """Where a small prefill call's time goes with bulk copies from tile images (attention/wgmma_ws.py; the Hopper
 default's configuration with `_bulk` instead of tensor copies: the default before them, the fallback where no tensor
-map can be made), side by side in one process, interleaved rounds: the full call; the same with a fresh scale array every call (as before
-attention/cuda_prefill.softmax_scale cached it); the attention kernel alone on tile images made beforehand; the
-tile-image kernel alone; MLX's native attention.
+map can be made), side by side in one process, interleaved rounds: the full call; the same with a fresh scale array
+every call (as before attention/cuda_prefill.softmax_scale cached it); the attention kernel alone on tile images
+made beforehand; the tile-image kernel alone; MLX's native attention.
 
     python benchmarks/prefill_overhead.py [OUT_JSON]
 """
@@ -13,7 +13,6 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import replace
 
 import mlx.core as mx
 
@@ -34,7 +33,7 @@ def measure(b: int, hkv: int, length: int, d: int, causal: bool) -> dict:
     v = mx.random.normal((b, hkv, length, d)).astype(mx.float16)
     ki, vi = WS.tile_images(k, v)
     mx.eval(q, k, v, ki, vi)
-    bulk = replace(wgmma_config(q, k, causal), tma=0, bulk=True, persist=False)
+    bulk = WS.with_bulk_copies(wgmma_config(q, k, causal))
 
     def full():  # type: ignore[no-untyped-def]
         return attention(q, k, v, causal, config=bulk)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from ksearch.kernels import device
@@ -69,7 +68,7 @@ def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
     else:
         cfg = WIDE
     if not wgmma_ws.tma_ready(tuple(k.shape), cfg.bn, cfg.tma):
-        return replace(cfg, tma=0, bulk=True, persist=False, preg=24)
+        return wgmma_ws.with_bulk_copies(cfg)
     return cfg
 
 

@@ -27,7 +27,7 @@ shapes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -271,6 +271,13 @@ def consumer_registers(cfg: WsConfig) -> int:
     registers would leave; ptxas compiles the consumers' code to this count."""
     pool = launch_registers(cfg) * cfg.threads()
     return min(240, (pool - 128 * cfg.preg) // (128 * cfg.wg) // 8 * 8)
+
+
+def with_bulk_copies(cfg: WsConfig) -> WsConfig:
+    """`cfg` with bulk copies from tile images instead of tensor copies, one block an item (persistent blocks need the
+    tensor copies), its producer at the 24 registers the bulk-copy kernels were measured with: where no tensor map can
+    be made."""
+    return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24)
 
 
 def kernel_name(cfg: WsConfig) -> str:
