@@ -46,10 +46,32 @@ def test_rounds_interleave_the_contenders_in_turn_and_before_runs_outside_the_cl
         time.sleep(0.05)  # not in the measured time
 
     times = time_rounds({"a": make("a"), "b": make("b"), "c": make("c")}, rounds=4, n=1, warmup=1, before=before)
-    rounds = [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]  # each round one place later
-    assert order == [x for name in "abc" for x in (f"before {name}", name)] + [
-        x for r in rounds for name in r for x in (f"before {name}", name)]
+    assert order[:6] == [x for name in "abc" for x in (f"before {name}", name)]  # warm-up in the given order
+    timed = order[6:]
+    assert timed[0::2] == [f"before {name}" for name in timed[1::2]]  # each call right after its own `before`
+    rounds = [timed[1::2][i:i + 3] for i in range(0, 12, 3)]
+    assert all(sorted(r) == ["a", "b", "c"] for r in rounds)  # every contender once a round
     assert all(t < 0.04 for ts in times.values() for t in ts)
+
+
+def test_rounds_vary_both_place_and_neighbour() -> None:
+    order: list[str] = []
+
+    def make(name: str):  # type: ignore[no-untyped-def]
+        def fn():  # type: ignore[no-untyped-def]
+            order.append(name)
+            return mx.zeros((1,))
+        return fn
+
+    time_rounds({name: make(name) for name in "abcd"}, rounds=40, n=1, warmup=0)
+    rounds = [order[i:i + 4] for i in range(0, 160, 4)]
+    assert {r[0] for r in rounds} == set("abcd")  # no contender keeps the first place
+    before_b = {r[r.index("b") - 1] for r in rounds if r.index("b") > 0}
+    assert len(before_b) == 3  # nor its neighbour (a fixed cyclic order would give "a" only)
+    again: list[str] = []
+    order = again
+    time_rounds({name: make(name) for name in "abcd"}, rounds=40, n=1, warmup=0)
+    assert [again[i:i + 4] for i in range(0, 160, 4)] != rounds  # each call draws orders of its own
 
 
 def test_each_call_can_be_waited_for_and_host_code_needs_no_device(monkeypatch: pytest.MonkeyPatch) -> None:

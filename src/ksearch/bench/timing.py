@@ -2,7 +2,7 @@
 their spread, and compared as ratios.
 
 `time_rounds` runs every contender once per round, in turn (interleaved, so that drift of clocks, temperature or
-other load hits all of them alike; each round starting one contender later than the last): each round times `n`
+other load hits all of them alike; each round in an order of its own, drawn at random): each round times `n`
 calls of one contender from a synchronised start until their outputs are evaluated and the device is synchronised
 again, divided by n. On MLX, a call only builds a graph: `mx.eval` runs it and `mx.synchronize` waits for the device,
 so both are inside the clock. Host-side code (numpy) times with `device=False`.
@@ -11,10 +11,15 @@ so both are inside the clock. Host-side code (numpy) times with `device=False`.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+# One generator for the whole process, seeded: every round of every call gets an order of its own (the same seed at
+# every shape would put the same contender first in the same rounds everywhere), and a run is repeatable.
+_ORDER = random.Random(0)
 
 
 def _evaluate(outs: Any) -> None:
@@ -68,11 +73,13 @@ def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *
         n = max(n, min(64, math.ceil(round_s / fastest)))
     times: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
-    for r in range(rounds):
-        # Each round starts one contender later: the same kernel named twice in one run of the prefill benchmark
-        # measured 1.3-2.7% slower (geomean over 96 shapes, 5 runs; up to 10% at one shape) whenever it was always
-        # timed first in its round; rotated, no contender keeps one place.
-        for name in names[r % len(names):] + names[:r % len(names)]:
+    for _ in range(rounds):
+        # Each round in an order of its own: with a fixed order the dispatch, timed first in every round, measured its
+        # own kernel named later 1.3-2.7% slower (geomean over 96 shapes, 5 runs); rotated, each contender kept its
+        # neighbours (the one before it in every round but one) and the gap stayed at 1.9%.
+        order = names[:]
+        _ORDER.shuffle(order)
+        for name in order:
             fn = fns[name]
             prepare(name)
             synchronize()
