@@ -1,4 +1,5 @@
 import os
+import sys
 
 import pytest
 
@@ -13,3 +14,13 @@ def cpu_backend():
     from ksearch.backends import get_backend
 
     return get_backend("mlx-cpu")
+
+
+@pytest.fixture(autouse=True)
+def fresh_attention_plans():
+    """The attention dispatch keeps its CUDA plan per shape; tests that stand in for the device or the driver
+    (monkeypatch) would otherwise meet a plan made under another test's stand-ins."""
+    yield
+    attention = sys.modules.get("ksearch.kernels.attention")
+    if attention is not None:
+        attention.clear_plans()

@@ -419,3 +419,35 @@ def test_every_flash_wgmma_family_configuration_compiles(cp: str) -> None:
     assert regs.keys() == threads.keys(), log[-2000:]
     for name, r in regs.items():
         assert (r + 7) // 8 * 8 * threads[name] <= 65536, f"{name}: {r} registers x {threads[name]} threads"
+
+
+def test_the_cuda_plan_is_made_once_per_shape_and_follows_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    mx = pytest.importorskip("mlx.core")
+    A = importlib.import_module("ksearch.kernels.attention")
+    for name in ("KSEARCH_WGMMA", "KSEARCH_WGMMA_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    monkeypatch.setattr(device, "hopper", lambda: True)
+    monkeypatch.setattr(WS, "tma_ready", lambda *_a: True)
+    monkeypatch.setattr(WS, "attention_wgmma_ws", lambda q, k, v, causal, cfg: WS.config_name(cfg))
+    planned: list[tuple] = []
+    choose = A.wgmma_config
+    monkeypatch.setattr(A, "wgmma_config", lambda *a: planned.append(a) or choose(*a))
+    A.clear_plans()
+    q = mx.zeros((1, 8, 256, 64), dtype=mx.float16)
+    k = mx.zeros((1, 2, 256, 64), dtype=mx.float16)
+    assert [A.attention(q, k, k, True) for _ in range(3)] == ["ws2_n128_s3_p4_tmas_pst"] * 3
+    assert len(planned) == 1  # once for the shape, not once a call
+    assert A.prefill_plan(q, k, k, True)[0] == "ws2_n128_s3_p4_tmas_pst" and len(planned) == 1
+    assert A.attention(q[:, :, :128], k, k, True) == "ws2_n128_s3_p4_tmas_pst" and len(planned) == 2  # a new shape
+    monkeypatch.setenv("KSEARCH_WGMMA_CONFIG", "ws3_n64_s4_p4_tmas")  # a setting changed: a plan of its own
+    assert A.attention(q, k, k, True) == "ws3_n64_s4_p4_tmas"
+    monkeypatch.setenv("KSEARCH_WGMMA", "0")
+    assert A.prefill_plan(q, k, k, True)[0] == "mma_sync_m128_n64_db"
+    for name in ("KSEARCH_WGMMA", "KSEARCH_WGMMA_CONFIG"):
+        monkeypatch.delenv(name)
+    # A plan's runner looks its kernel function up when called: what is in place then is what runs.
+    monkeypatch.setattr(WS, "attention_wgmma_ws", lambda *_a: "replaced")
+    assert A.attention(q, k, k, True) == "replaced" and len(planned) == 3

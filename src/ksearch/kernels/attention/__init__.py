@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from typing import Any
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 from ksearch.kernels import device
 from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws
@@ -86,37 +87,24 @@ def native_attention(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
                                                 mask="causal" if causal else None)
 
 
+class ArraySpec(NamedTuple):
+    """What the dispatch reads of an input array: the CUDA plan is made from these, once per shape."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+
+
+Runner = Callable[[Any, Any, Any], Any]
+
+
 def prefill_plan(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
                  config: PrefillConfig | WgmmaConfig | WsConfig | None = None) -> tuple[str, Callable[[], Any]]:
     """(name of the kernel `attention` runs for these inputs, a call that runs it): the dispatch, inspectable without
     running anything (`ksearch bench attention` records the name per shape). Names: a wgmma configuration as
     KSEARCH_WGMMA_CONFIG spells it (e.g. ws3_n64_s4_p4_bulk), mma_sync_mBM_nBN[_db], metal_simdgroup, metal_rows,
     native."""
-    where = device.backend()
-    if where == "cuda":
-        auto = config is None and wgmma_enabled()
-        chosen = wgmma_config(q, k, causal) if auto else config
-        if isinstance(chosen, WsConfig) and wgmma_ws.supports(q, k, v, causal, chosen):
-            ws = chosen
-            return (wgmma_ws.config_name(ws),
-                    lambda: wgmma_ws.attention_wgmma_ws(q, k, v, causal, ws))
-        if isinstance(chosen, WgmmaConfig) and wgmma.supports(q, k, v, causal, chosen):
-            wg = chosen
-            return wgmma_ws.config_name(wg), lambda: wgmma.attention_wgmma(q, k, v, causal, wg)
-        if not isinstance(config, (WsConfig, WgmmaConfig)):  # asked for outright: no other kernel stands in for it
-            cfg = config if isinstance(config, PrefillConfig) else prefill_config(q, k, causal)
-            if mma_sync.supports(q, k, v, causal, cfg):
-                return (f"mma_sync_m{cfg.bm}_n{cfg.bn}{'_db' if cfg.db else ''}",
-                        lambda: mma_sync.attention_cuda(q, k, v, causal, cfg))
-    elif where == "metal" and device.metal_enabled(use_metal):
-        from ksearch.kernels.attention import metal_rows, metal_simdgroup
-
-        # float16: the simdgroup_matrix kernel; other dtypes: the row kernel. Neither has run on Apple hardware.
-        if metal_simdgroup.supports(q, k, v, causal):
-            return "metal_simdgroup", lambda: metal_simdgroup.attention_metal_mma(q, k, v, causal)
-        if metal_rows.supports_prefill(q, k, v, causal):
-            return "metal_rows", lambda: metal_rows.attention_metal(q, k, v, causal)
-    return "native", lambda: native_attention(q, k, v, causal)
+    name, run = _plan(q, k, v, causal, use_metal, config)
+    return name, lambda: run(q, k, v)
 
 
 def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
@@ -126,4 +114,52 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool |
     On CUDA: the wgmma kernel on Hopper (see `wgmma_enabled`), else the mma.sync one; `config` picks a kernel and
     configuration outright (it still falls back to native where that kernel does not fit the shape). `prefill_plan`
     says which kernel that is."""
-    return prefill_plan(q, k, v, causal, use_metal=use_metal, config=config)[1]()
+    return _plan(q, k, v, causal, use_metal, config)[1](q, k, v)
+
+
+def _plan(q: Any, k: Any, v: Any, causal: bool, use_metal: bool | None,
+          config: PrefillConfig | WgmmaConfig | WsConfig | None) -> tuple[str, Runner]:
+    where = device.backend()
+    if where == "cuda":
+        # Everything the CUDA choice depends on is in the key (the two settings read here, each call), so the choice,
+        # its shape checks and its name are made once per shape: made every call they were 4-7 us of a call's host
+        # time, which a short prefill pays in full when calls queue faster than the host makes them.
+        return _cuda_plan(tuple(q.shape), tuple(k.shape), tuple(v.shape), (q.dtype, k.dtype, v.dtype), bool(causal),
+                          config, os.environ.get("KSEARCH_WGMMA", ""), os.environ.get("KSEARCH_WGMMA_CONFIG", ""))
+    if where == "metal" and device.metal_enabled(use_metal):
+        from ksearch.kernels.attention import metal_rows, metal_simdgroup
+
+        # float16: the simdgroup_matrix kernel; other dtypes: the row kernel. Neither has run on Apple hardware.
+        if metal_simdgroup.supports(q, k, v, causal):
+            return "metal_simdgroup", lambda q, k, v: metal_simdgroup.attention_metal_mma(q, k, v, causal)
+        if metal_rows.supports_prefill(q, k, v, causal):
+            return "metal_rows", lambda q, k, v: metal_rows.attention_metal(q, k, v, causal)
+    return "native", lambda q, k, v: native_attention(q, k, v, causal)
+
+
+def clear_plans() -> None:
+    """Forget the per-shape CUDA plans: for a process that changes what they depend on beyond the two settings in
+    their key (the device's answers, whether a tensor map can be made), as tests do."""
+    _cuda_plan.cache_clear()
+
+
+@lru_cache(maxsize=1024)
+def _cuda_plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple[int, ...], dtypes: tuple[Any, ...],
+               causal: bool, config: PrefillConfig | WgmmaConfig | WsConfig | None, wgmma_setting: str,
+               config_setting: str) -> tuple[str, Runner]:
+    """The CUDA dispatch for one shape (the settings are the key's, `wgmma_enabled` and `wgmma_config` read them).
+    The runners look their kernel function up when called, so what they run is always the module's."""
+    q, k, v = ArraySpec(q_shape, dtypes[0]), ArraySpec(k_shape, dtypes[1]), ArraySpec(v_shape, dtypes[2])
+    chosen = wgmma_config(q, k, causal) if config is None and wgmma_enabled() else config
+    if isinstance(chosen, WsConfig) and wgmma_ws.supports(q, k, v, causal, chosen):
+        ws = chosen
+        return wgmma_ws.config_name(ws), lambda q, k, v: wgmma_ws.attention_wgmma_ws(q, k, v, causal, ws)
+    if isinstance(chosen, WgmmaConfig) and wgmma.supports(q, k, v, causal, chosen):
+        wg = chosen
+        return wgmma_ws.config_name(wg), lambda q, k, v: wgmma.attention_wgmma(q, k, v, causal, wg)
+    if not isinstance(config, (WsConfig, WgmmaConfig)):  # asked for outright: no other kernel stands in for it
+        cfg = config if isinstance(config, PrefillConfig) else prefill_config(q, k, causal)
+        if mma_sync.supports(q, k, v, causal, cfg):
+            return (f"mma_sync_m{cfg.bm}_n{cfg.bn}{'_db' if cfg.db else ''}",
+                    lambda q, k, v: mma_sync.attention_cuda(q, k, v, causal, cfg))
+    return "native", lambda q, k, v: native_attention(q, k, v, causal)
