@@ -7,6 +7,8 @@ import math
 from functools import cache
 from typing import Any
 
+from ksearch.kernels.kernel_text import cuda_kernel
+
 # Where a block of BM query rows of one (batch, query head) starts, its K / V, and how many BN-key tiles it visits
 # (causal: none past its diagonal). Shared by the mma.sync and wgmma prefills.
 BLOCK_COORDS = r"""
@@ -50,10 +52,9 @@ def build_kernel(name: str, source: str, header: str, smem: int, extra_inputs: t
                  extra_outputs: tuple[str, ...] = ()) -> Any:
     """A prefill kernel object (inputs q, k, v, scale and `extra_inputs`; outputs o and `extra_outputs`), built once
     per name and shared-memory size."""
-    import mlx.core as mx
 
-    return mx.fast.cuda_kernel(name=name, input_names=["q", "k", "v", "scale", *extra_inputs],
-                               output_names=["o", *extra_outputs], source=source, header=header, shared_memory=smem)
+    return cuda_kernel(name=name, input_names=["q", "k", "v", "scale", *extra_inputs],
+                       output_names=["o", *extra_outputs], source=source, header=header, shared_memory=smem)
 
 
 @cache

@@ -50,6 +50,7 @@ from ksearch.kernels.attention.wgmma_ws_text import (  # the kernels' text; the 
     SOURCE_TMA_PERSIST,
 )
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
+from ksearch.kernels.kernel_text import cuda_kernel
 from ksearch.kernels.tensor_map import TMA_HEADER, map_input
 
 
@@ -153,10 +154,9 @@ IMAGE_THREADS = 256  # a block of the image kernel: one 16-byte chunk a thread
 
 @cache
 def _image_kernel() -> Any:
-    import mlx.core as mx
 
-    return mx.fast.cuda_kernel(name="ks_tile_image", input_names=["k", "v"], output_names=["ki", "vi"],
-                               source=IMAGE_SOURCE)
+    return cuda_kernel(name="ks_tile_image", input_names=["k", "v"], output_names=["ki", "vi"],
+                       source=IMAGE_SOURCE)
 
 
 def tile_images(k: Any, v: Any) -> tuple[Any, Any]:

@@ -37,6 +37,7 @@ from functools import cache
 from typing import Any
 
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
+from ksearch.kernels.kernel_text import cuda_kernel
 
 CLUSTER_HEADER = r"""
 #ifndef KS_CLUSTER_HEADER
@@ -380,23 +381,21 @@ def header(cfg: ClusterConfig, cs: int) -> str:
 
 @cache
 def _kernel(cfg: ClusterConfig, cs: int, smem: int) -> Any:
-    import mlx.core as mx
 
     # MLX keys a compiled kernel by its name and template arguments only (not the header): the name carries every
     # header-level choice (launch bounds, cluster shape) and the shared-memory size.
     name = f"ks_decode_cluster_w{cfg.consumers}_p{cfg.producers}_k{cfg.keys}_s{cfg.slots}_c{cs}_m{smem}"
-    return mx.fast.cuda_kernel(name=name, input_names=["q", "k", "v"], output_names=["o"], source=SOURCE,
-                               header=header(cfg, cs), ensure_row_contiguous=False, shared_memory=smem)
+    return cuda_kernel(name=name, input_names=["q", "k", "v"], output_names=["o"], source=SOURCE,
+                       header=header(cfg, cs), ensure_row_contiguous=False, shared_memory=smem)
 
 
 @cache
 def _parts_kernel(cfg: ClusterConfig, smem: int) -> Any:
-    import mlx.core as mx
 
     name = f"ks_decode_mma_split_w{cfg.consumers}_p{cfg.producers}_k{cfg.keys}_s{cfg.slots}_m{smem}"
-    return mx.fast.cuda_kernel(name=name, input_names=["q", "k", "v"], output_names=["part_acc", "part_ml"],
-                               source=PARTS_SOURCE, header=header(cfg, 1), ensure_row_contiguous=False,
-                               shared_memory=smem)
+    return cuda_kernel(name=name, input_names=["q", "k", "v"], output_names=["part_acc", "part_ml"],
+                       source=PARTS_SOURCE, header=header(cfg, 1), ensure_row_contiguous=False,
+                       shared_memory=smem)
 
 
 def template(dtype: Any, d: int, g: int, cfg: ClusterConfig, cs: int) -> list[tuple[str, Any]]:

@@ -27,6 +27,7 @@ from ksearch.kernels.decode.cuda_split_k_text import (
     SPLIT_SOURCE,
     work_floats,
 )
+from ksearch.kernels.kernel_text import cuda_kernel
 
 
 @dataclass(frozen=True)
@@ -105,24 +106,23 @@ def launch_bounds(threads: int, min_blocks: int) -> str:
 
 @cache
 def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
-    import mlx.core as mx
 
     # MLX keys a compiled kernel by its name and template arguments, not its header: the bounds go in the name.
     tag = f"w{cfg.warps}_u{cfg.unroll}" + (f"_b{cfg.min_blocks}" if cfg.min_blocks else "") \
         + (f"_r{cfg.ring}" if cfg.ring else "")
     header = HEADER + (launch_bounds(cfg.warps * 32, cfg.min_blocks) if cfg.min_blocks else "")
     if cfg.fused:
-        fused = mx.fast.cuda_kernel(
+        fused = cuda_kernel(
             name=f"ks_decode_fused_{tag}", input_names=["q", "k", "v"],
             output_names=["o", "work"], source=FUSED_SOURCE, header=header,
             ensure_row_contiguous=False)
         return fused, None
-    split = mx.fast.cuda_kernel(
+    split = cuda_kernel(
         name=f"ks_decode_split_{tag}", input_names=["q", "k", "v"],
         output_names=["part_acc", "part_ml"], source=SPLIT_RING_SOURCE if cfg.ring else SPLIT_SOURCE, header=header,
         ensure_row_contiguous=False)
-    merge = mx.fast.cuda_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
-                                source=MERGE_SOURCE)
+    merge = cuda_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
+                        source=MERGE_SOURCE)
     return split, merge
 
 

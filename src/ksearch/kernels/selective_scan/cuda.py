@@ -12,6 +12,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from ksearch.kernels.kernel_text import cuda_kernel
 from ksearch.kernels.selective_scan.placeholders import placeholder
 
 # Chunked scan. Block = CH channels x NCH chunks of L; thread (channel, chunk) keeps its N states in registers.
@@ -229,7 +230,7 @@ STEP_SOURCE = r"""
 
 @functools.cache
 def scan_kernel() -> Any:
-    return mx.fast.cuda_kernel(
+    return cuda_kernel(
         name="ksearch_selective_scan_chunked",
         input_names=["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0"],
         output_names=["y_out", "last_state"],
@@ -240,7 +241,7 @@ def scan_kernel() -> Any:
 
 @functools.cache
 def conv_kernel() -> Any:
-    return mx.fast.cuda_kernel(
+    return cuda_kernel(
         name="ksearch_causal_conv_silu",
         input_names=["x", "conv_weight", "conv_bias", "conv_state"],
         output_names=["y_out", "new_state"],
@@ -251,7 +252,7 @@ def conv_kernel() -> Any:
 
 @functools.cache
 def step_kernel() -> Any:
-    return mx.fast.cuda_kernel(
+    return cuda_kernel(
         name="ksearch_mamba_step",
         input_names=["x", "z", "conv_state", "conv_weight", "conv_bias", "x_proj_weight", "dt_proj_weight",
                      "dt_bias", "A", "D", "ssm_state"],

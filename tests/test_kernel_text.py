@@ -1,0 +1,105 @@
+"""The kernel text handed to MLX (ksearch/kernels/kernel_text.py): comments, indentation and blank lines go, what the
+compiler reads stays, and nvcc makes the same PTX of the library's kernels from either text."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+
+import pytest
+
+from ksearch.backends.nvcc import PRELUDE, nvcc_path, wrap
+from ksearch.kernels import tensor_map
+from ksearch.kernels.attention import wgmma as W
+from ksearch.kernels.attention import wgmma_ws as WS
+from ksearch.kernels.cuda_headers import WGMMA_HEADER
+from ksearch.kernels.decode import cuda_split_k_text as SK
+from ksearch.kernels.kernel_text import compact
+
+
+def test_comments_indentation_and_blank_lines_go() -> None:
+    text = """
+    // a line comment
+    int x = a / b;   // division stays, the comment goes
+    x /= 2; /* a block
+       comment over lines */ int y = 1;
+
+        float z = 0.5f;  /* one-line block */ float w = 1.0f;
+    """
+    assert compact(text) == "int x = a / b;\nx /= 2;\nint y = 1;\nfloat z = 0.5f;    float w = 1.0f;\n"
+
+
+def test_literals_and_directives_stay_as_they_are() -> None:
+    text = r'''
+    #define TWICE(x) \
+        ((x) + (x))
+    asm volatile("mov.u32 %0, %%laneid; // not a comment\n" : "=r"(lane));
+    const char c = '/', d = '"';  const char* s = "/* nor this */ \" still in";
+    #include "mlx/backend/cuda/device/utils.cuh"
+    '''
+    out = compact(text).split("\n")
+    assert out[0] == "#define TWICE(x) \\" and out[1] == "((x) + (x))"  # the continuation keeps its line end
+    assert out[2] == 'asm volatile("mov.u32 %0, %%laneid; // not a comment\\n" : "=r"(lane));'
+    assert out[3] == "const char c = '/', d = '\"';  const char* s = \"/* nor this */ \\\" still in\";"
+    assert out[4] == '#include "mlx/backend/cuda/device/utils.cuh"'
+    # a block comment between directives keeps them on lines of their own
+    assert compact("#if A /* x\n y */\n#endif\n") == "#if A\n#endif\n"
+
+
+def test_compacting_twice_changes_nothing_more() -> None:
+    for text in (WS.SOURCE_TMA, WGMMA_HEADER, SK.SPLIT_RING_SOURCE):
+        once = compact(text)
+        assert compact(once) == once and len(once) < len(text)
+
+
+def test_unclosed_comments_and_literals_say_what_to_fix() -> None:
+    with pytest.raises(ValueError, match="never closed; close it with"):
+        compact("int x; /* open")
+    with pytest.raises(ValueError, match="left open at the end of a line"):
+        compact('const char* s = "open\nint x;')
+
+
+def _ptx(units: list[str]) -> str:
+    """nvcc's PTX of PRELUDE and `units` for sm_90a, without its comment lines (compiler banners) and with the hash
+    of the file's text that names its internal symbols (`_INTERNAL_e98cede9_...`,
+    `_GLOBAL__N__251f2a20_...`) made one name."""
+    with tempfile.TemporaryDirectory(prefix="ksearch_ptx_") as tmp:
+        src, out = os.path.join(tmp, "k.cu"), os.path.join(tmp, "k.ptx")
+        with open(src, "w") as fh:
+            fh.write(PRELUDE + "\n".join(units))
+        proc = subprocess.run([str(nvcc_path()), "-arch=sm_90a", "-std=c++17", "-ptx", "-o", out, src],
+                              capture_output=True, text=True, timeout=600, cwd=tmp)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        with open(out) as fh:
+            ptx = "\n".join(line for line in fh.read().split("\n") if not line.startswith("//"))
+    return re.sub(r"_(INTERNAL|GLOBAL__N_)_[0-9a-f]{8}_", r"_\1_file_", ptx)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_the_library_kernels_compile_to_the_same_ptx_from_the_compact_text() -> None:
+    # The prefill default at D=128 (three warpgroups, tensor copies), the persistent 128-key tiles, and the decode
+    # split (with its ring) and merge: each body and header as written and as MLX is handed them.
+    def units(edit) -> list[str]:  # type: ignore[no-untyped-def]
+        out = [edit(WGMMA_HEADER), edit(tensor_map.TMA_HEADER), edit(SK.HEADER)]
+        for i, (name, src) in enumerate((("ws3_n64_s4_p4_tmas", WS.SOURCE_TMA),
+                                         ("ws2_n128_s3_p4_tmas_pst", WS.SOURCE_TMA_PERSIST))):
+            cfg = WS.parse_config(name)
+            out.append(wrap(f"p{i}", edit(src), edit(W.launch_bounds(cfg.threads(), cfg.blocks)),
+                            [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
+                            [("o", "T"), ("maps", "uint64")],
+                            [("T", "float16"), ("D", 128), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", True),
+                             *WS.stage_args(cfg)]))
+        ins, parts = [("q", "T"), ("k", "T"), ("v", "T")], [("part_acc", "float32"), ("part_ml", "float32")]
+        out.append(wrap("ring", edit(SK.SPLIT_RING_SOURCE), "", ins, parts,
+                        [("T", "float16"), ("D", 128), ("G", 4), ("NW", 4), ("U", 2), ("PREFETCH", True),
+                         ("RING", 3)]))
+        out.append(wrap("merge", edit(SK.MERGE_SOURCE), "", parts, [("o", "T")], [("T", "float16"), ("D", 128),
+                                                                                  ("G", 4)]))
+        return out
+
+    compacted = _ptx(units(compact))
+    assert compacted.count(".entry ") == 4 and "wgmma.mma_async" in compacted and "cp.async.bulk.tensor" in compacted
+    assert compacted == _ptx(units(lambda text: text))
