@@ -32,20 +32,27 @@ def test_bench_rounds_grow_to_the_target_length_and_every_function_gets_the_same
     calls.update(fast=0, slow=0)
     time_rounds(fns, rounds=2, n=2, warmup=1)  # without a target: n as given
     assert calls == {"fast": 5, "slow": 5}  # warm-up 1 + 2 rounds of 2
-def test_rounds_interleave_the_contenders_in_turn_and_before_runs_outside_the_clock() -> None:
-    order: list[str] = []
 
+
+def _recording(names: str, order: list[str]) -> dict:  # type: ignore[type-arg]
+    """A contender per name, each noting its name in `order` when called."""
     def make(name: str):  # type: ignore[no-untyped-def]
         def fn():  # type: ignore[no-untyped-def]
             order.append(name)
             return mx.zeros((1,))
         return fn
 
+    return {name: make(name) for name in names}
+
+
+def test_rounds_interleave_the_contenders_in_turn_and_before_runs_outside_the_clock() -> None:
+    order: list[str] = []
+
     def before(name: str) -> None:
         order.append(f"before {name}")
         time.sleep(0.05)  # not in the measured time
 
-    times = time_rounds({"a": make("a"), "b": make("b"), "c": make("c")}, rounds=4, n=1, warmup=1, before=before)
+    times = time_rounds(_recording("abc", order), rounds=4, n=1, warmup=1, before=before)
     assert order[:6] == [x for name in "abc" for x in (f"before {name}", name)]  # warm-up in the given order
     timed = order[6:]
     assert timed[0::2] == [f"before {name}" for name in timed[1::2]]  # each call right after its own `before`
@@ -56,21 +63,13 @@ def test_rounds_interleave_the_contenders_in_turn_and_before_runs_outside_the_cl
 
 def test_rounds_vary_both_place_and_neighbour() -> None:
     order: list[str] = []
-
-    def make(name: str):  # type: ignore[no-untyped-def]
-        def fn():  # type: ignore[no-untyped-def]
-            order.append(name)
-            return mx.zeros((1,))
-        return fn
-
-    time_rounds({name: make(name) for name in "abcd"}, rounds=40, n=1, warmup=0)
+    time_rounds(_recording("abcd", order), rounds=40, n=1, warmup=0)
     rounds = [order[i:i + 4] for i in range(0, 160, 4)]
     assert {r[0] for r in rounds} == set("abcd")  # no contender keeps the first place
     before_b = {r[r.index("b") - 1] for r in rounds if r.index("b") > 0}
     assert len(before_b) == 3  # nor its neighbour (a fixed cyclic order would give "a" only)
     again: list[str] = []
-    order = again
-    time_rounds({name: make(name) for name in "abcd"}, rounds=40, n=1, warmup=0)
+    time_rounds(_recording("abcd", again), rounds=40, n=1, warmup=0)
     assert [again[i:i + 4] for i in range(0, 160, 4)] != rounds  # each call draws orders of its own
 
 
