@@ -28,6 +28,9 @@
 #   eval-phases                     where an evaluation's time goes (softmax, attention, gqa_decode; JSON per task)
 #   fidelity [TASK...]              harness timings against a plain loop, asserted within 10% (JSON per task;
 #                                   KSEARCH_FIDELITY_PROCESSES=N: the plain loop in N + 1 fresh processes)
+#   null-containment [TASK]         the null test (the library kernel as its own baseline, 3 fresh processes a side)
+#                                   with the candidate's containment as is, off, without Landlock, without namespaces
+#                                   (KSEARCH_SANDBOX; default gqa_decode): what each mechanism costs a timed call
 #   harness-loop [TASKS]            the worker's timed loop in one process beside the plain loop: in runs, one call a
 #                                   run, parts taken out (harness_conditions.py --worker-loop; default
 #                                   selective_state_update,gqa_decode: the short calls)
@@ -208,6 +211,15 @@ fidelity() {
     -k "${sel:4}" 2>&1 | tee "$OUT/fidelity-tests.log" | tail -15
 }
 
+null_containment() {
+  local task=${1:-gqa_decode} setting
+  for setting in auto off no-landlock no-namespaces; do
+    echo "KSEARCH_SANDBOX=$setting"
+    KSEARCH_SANDBOX=$setting timeout -k 10 130 "${KS[@]}" bench fidelity --backend mlx-cuda --tasks "$task" --null \
+      --processes 3 --out "$OUT/null-$setting" 2>&1 | grep -E "speedup|candidate" | cut -c1-130
+  done
+}
+
 harness_loop() {
   local tasks=${1:-selective_state_update,gqa_decode}
   timeout -k 10 400 "$PY" benchmarks/harness_conditions.py --tasks "$tasks" --calls 60 --worker-loop --only-extra \
@@ -338,6 +350,7 @@ case "$part" in
   naive) setup && timeout -k 10 560 "${KS[@]}" bench naive --backend mlx-cuda --out "$OUT" 2>&1 | tail -12 ;;
   eval-phases) setup && eval_phases ;;
   fidelity) setup && fidelity "$@" ;;
+  null-containment) setup && null_containment "$@" ;;
   harness-loop) setup && harness_loop "$@" ;;
   between-runs) setup && timeout -k 10 300 "$PY" benchmarks/between_runs.py --backend mlx-cuda \
           --tasks "${1:-softmax,gqa_decode,selective_state_update}" --out "$OUT" 2>&1 | tee "$OUT/between-runs.txt" \

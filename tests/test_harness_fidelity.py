@@ -123,6 +123,8 @@ def test_fresh_processes_measure_the_plain_loop_once_each_between_the_harness_ev
     assert len(set(f["plain_pids"])) == 3 and os.getpid() not in f["plain_pids"]
     assert all(x > 0 for x in f["plain_candidate_each_s"] + f["plain_baseline_each_s"])
     assert "fresh process" in data["summary"]["protocol"]
+    # each evaluation says what contained the candidate's worker, so runs under KSEARCH_SANDBOX settings compare
+    assert len(f["harness_containment"]) == 2 and all("filesystem" in c for c in f["harness_containment"])
     with pytest.raises(ConfigError, match="2 or more fresh processes"):
         run_fidelity("mlx-cpu", ["softmax"], tmp_path, processes=1)
 

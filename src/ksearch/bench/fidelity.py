@@ -112,7 +112,10 @@ def run_fidelity(backend: str | None = None, tasks: list[str] | None = None, out
                                    "harness_between_calls_s": [wr.between_calls_s for wr in wrs],
                                    "harness_baseline_between_calls_s": [wr.baseline_between_calls_s for wr in wrs],
                                    "pool_sets": sets_of[w.name], "run": run_of[w.name],
-                                   "plain_pids": [m["pid"] for m in plains[w.name]]}
+                                   "plain_pids": [m["pid"] for m in plains[w.name]],
+                                   # what contained the candidate's worker in each evaluation (KSEARCH_SANDBOX)
+                                   "harness_containment": [dict(r.environment.get("containment") or {})
+                                                           for r in results]}
             _harness_figures(row, wrs)
             _plain_figures(row, plains[w.name])
             _ratios(row)
