@@ -10,6 +10,7 @@ import tempfile
 
 import pytest
 
+from ksearch.backends.detect import clang_path
 from ksearch.backends.nvcc import PRELUDE, nvcc_path, wrap
 from ksearch.kernels import tensor_map
 from ksearch.kernels.attention import wgmma as W
@@ -103,3 +104,28 @@ def test_the_library_kernels_compile_to_the_same_ptx_from_the_compact_text() -> 
     compacted = _ptx(units(compact))
     assert compacted.count(".entry ") == 4 and "wgmma.mma_async" in compacted and "cp.async.bulk.tensor" in compacted
     assert compacted == _ptx(units(lambda text: text))
+
+
+@pytest.mark.skipif(clang_path() is None, reason="clang++ not installed: the Metal emulation needs it")
+def test_a_metal_kernel_gives_the_same_bits_from_the_compact_text() -> None:
+    # The row-per-thread prefill under the Metal emulation (its CPU engine), as written and as MLX is handed it.
+    import mlx.core as mx
+
+    from ksearch.kernels.attention import metal_rows
+    from ksearch.kernels.kernel_text import metal_kernel
+    from ksearch.metalemu import surface
+
+    restore = surface.install("cpu")
+    try:
+        q, k, v = (mx.random.normal(shape, key=mx.random.key(i)) for i, shape in
+                   enumerate(((1, 2, 19, 64), (1, 1, 23, 64), (1, 1, 23, 64))))
+        args = dict(inputs=[q, k, v], template=[("T", mx.float32), ("D", 64), ("NT", metal_rows.PREFILL_NT),
+                                                ("BN", metal_rows.PREFILL_BN), ("CAUSAL", True)],
+                    grid=(2 * metal_rows.PREFILL_NT, 1, 1), threadgroup=(metal_rows.PREFILL_NT, 1, 1),
+                    output_shapes=[q.shape], output_dtypes=[mx.float32])
+        names = dict(input_names=["q", "k", "v"], output_names=["o"])
+        raw = mx.fast.metal_kernel(name="rows_as_written", source=metal_rows.PREFILL_SOURCE, **names)(**args)[0]
+        compacted = metal_kernel(name="rows_compact", source=metal_rows.PREFILL_SOURCE, **names)(**args)[0]
+        assert mx.array_equal(raw, compacted).item() and float(mx.abs(raw).sum().item()) > 0
+    finally:
+        restore()

@@ -1,11 +1,13 @@
-"""The kernel text handed to `mx.fast.cuda_kernel`, without what only a reader needs.
+"""The kernel text handed to `mx.fast.cuda_kernel` and `mx.fast.metal_kernel`, without what only a reader needs.
 
 MLX builds a custom kernel's whole source again on every call (its default header, our header, the signature, our
 body: one string, stored with the call's graph node) and compiles it only once per name. So each byte of comment and
 indentation costs every call host time: with 38 KB of prefill kernel text MLX's own call took 8.5 us on the H200,
 2.2 us with a 12-byte body (benchmarks/results/prefill-host-time-*.json). `compact` drops comments, indentation and
 blank lines and keeps everything the compiler reads: string and character literals as they are, one line for one
-line otherwise (preprocessor directives and line continuations need their line ends)."""
+line otherwise (preprocessor directives and line continuations need their line ends). Metal's custom kernels are
+handed the same way: MLX compares a Metal kernel's whole source with the one it compiled on every evaluation (not
+measured on Apple hardware)."""
 
 from __future__ import annotations
 
@@ -77,3 +79,11 @@ def cuda_kernel(*, source: str, header: str = "", **kwargs: Any) -> Any:
     import mlx.core as mx
 
     return mx.fast.cuda_kernel(source=compact(source), header=compact(header) if header else "", **kwargs)
+
+
+def metal_kernel(*, source: str, header: str = "", **kwargs: Any) -> Any:
+    """`mx.fast.metal_kernel` with the body and header compacted once (the library's Metal kernels are all made
+    through this; under the Metal emulation the emulated `metal_kernel` receives the same text)."""
+    import mlx.core as mx
+
+    return mx.fast.metal_kernel(source=compact(source), header=compact(header) if header else "", **kwargs)

@@ -52,7 +52,6 @@ def build_kernel(name: str, source: str, header: str, smem: int, extra_inputs: t
                  extra_outputs: tuple[str, ...] = ()) -> Any:
     """A prefill kernel object (inputs q, k, v, scale and `extra_inputs`; outputs o and `extra_outputs`), built once
     per name and shared-memory size."""
-
     return cuda_kernel(name=name, input_names=["q", "k", "v", "scale", *extra_inputs],
                        output_names=["o", *extra_outputs], source=source, header=header, shared_memory=smem)
 

@@ -12,6 +12,8 @@ import math
 from functools import cache
 from typing import Any
 
+from ksearch.kernels.kernel_text import metal_kernel
+
 # Template: T, D, NT (query rows = threads per threadgroup), BN (keys per tile), CAUSAL.
 PREFILL_SOURCE = r"""
     const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
@@ -65,10 +67,8 @@ def supports_prefill(q: Any, k: Any, v: Any, causal: bool) -> bool:
 
 @cache
 def _prefill_kernel() -> Any:
-    import mlx.core as mx
-
-    return mx.fast.metal_kernel(name="ks_attention_rows", input_names=["q", "k", "v"], output_names=["o"],
-                                source=PREFILL_SOURCE)
+    return metal_kernel(name="ks_attention_rows", input_names=["q", "k", "v"], output_names=["o"],
+                        source=PREFILL_SOURCE)
 
 
 def attention_metal(q: Any, k: Any, v: Any, causal: bool = False) -> Any:

@@ -20,6 +20,8 @@ import math
 from functools import cache
 from typing import Any
 
+from ksearch.kernels.kernel_text import metal_kernel
+
 BQ = 32  # query rows per threadgroup (4 simdgroups x 8)
 NT = 128
 
@@ -182,10 +184,8 @@ def supports(q: Any, k: Any, v: Any, causal: bool) -> bool:
 
 @cache
 def _kernel() -> Any:
-    import mlx.core as mx
-
-    return mx.fast.metal_kernel(name="ks_attention_simdgroup_mma", input_names=["q", "k", "v"], output_names=["o"],
-                                source=SOURCE)
+    return metal_kernel(name="ks_attention_simdgroup_mma", input_names=["q", "k", "v"], output_names=["o"],
+                        source=SOURCE)
 
 
 def attention_metal_mma(q: Any, k: Any, v: Any, causal: bool = False) -> Any:

@@ -154,7 +154,6 @@ IMAGE_THREADS = 256  # a block of the image kernel: one 16-byte chunk a thread
 
 @cache
 def _image_kernel() -> Any:
-
     return cuda_kernel(name="ks_tile_image", input_names=["k", "v"], output_names=["ki", "vi"],
                        source=IMAGE_SOURCE)
 

@@ -381,7 +381,6 @@ def header(cfg: ClusterConfig, cs: int) -> str:
 
 @cache
 def _kernel(cfg: ClusterConfig, cs: int, smem: int) -> Any:
-
     # MLX keys a compiled kernel by its name and template arguments only (not the header): the name carries every
     # header-level choice (launch bounds, cluster shape) and the shared-memory size.
     name = f"ks_decode_cluster_w{cfg.consumers}_p{cfg.producers}_k{cfg.keys}_s{cfg.slots}_c{cs}_m{smem}"
@@ -391,7 +390,6 @@ def _kernel(cfg: ClusterConfig, cs: int, smem: int) -> Any:
 
 @cache
 def _parts_kernel(cfg: ClusterConfig, smem: int) -> Any:
-
     name = f"ks_decode_mma_split_w{cfg.consumers}_p{cfg.producers}_k{cfg.keys}_s{cfg.slots}_m{smem}"
     return cuda_kernel(name=name, input_names=["q", "k", "v"], output_names=["part_acc", "part_ml"],
                        source=PARTS_SOURCE, header=header(cfg, 1), ensure_row_contiguous=False,

@@ -12,6 +12,8 @@ import math
 from functools import cache
 from typing import Any
 
+from ksearch.kernels.kernel_text import metal_kernel
+
 # Template: T, D, G (query heads per kv head), NW (simdgroups per threadgroup), U (key rows each lane loads before
 # using them: the CUDA kernel's unroll, loads in flight to hide memory latency). meta = [length, chunk, nsplit].
 DECODE_SPLIT_SOURCE = r"""
@@ -141,12 +143,10 @@ def supports_decode(q: Any, k_cache: Any, length: int) -> bool:
 
 @cache
 def _decode_kernels() -> tuple[Any, Any]:
-    import mlx.core as mx
-
-    split = mx.fast.metal_kernel(name="ks_decode_split", input_names=["q", "k_cache", "v_cache", "meta"],
-                                 output_names=["part_acc", "part_ml"], source=DECODE_SPLIT_SOURCE)
-    merge = mx.fast.metal_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
-                                 source=DECODE_MERGE_SOURCE)
+    split = metal_kernel(name="ks_decode_split", input_names=["q", "k_cache", "v_cache", "meta"],
+                         output_names=["part_acc", "part_ml"], source=DECODE_SPLIT_SOURCE)
+    merge = metal_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
+                         source=DECODE_MERGE_SOURCE)
     return split, merge
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from ksearch.kernels.kernel_text import metal_kernel
 from ksearch.kernels.selective_scan.placeholders import placeholder
 
 SCAN_SOURCE = r"""
@@ -174,7 +175,7 @@ STEP_SOURCE = r"""
 
 @functools.cache
 def scan_kernel() -> Any:
-    return mx.fast.metal_kernel(
+    return metal_kernel(
         name="ksearch_selective_scan_chunked",
         input_names=["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0"],
         output_names=["y_out", "last_state"], source=SCAN_SOURCE, ensure_row_contiguous=False)
@@ -182,14 +183,14 @@ def scan_kernel() -> Any:
 
 @functools.cache
 def conv_kernel() -> Any:
-    return mx.fast.metal_kernel(
+    return metal_kernel(
         name="ksearch_causal_conv_silu", input_names=["x", "conv_weight", "conv_bias", "conv_state"],
         output_names=["y_out", "new_state"], source=CONV_SOURCE, ensure_row_contiguous=False)
 
 
 @functools.cache
 def step_kernel() -> Any:
-    return mx.fast.metal_kernel(
+    return metal_kernel(
         name="ksearch_mamba_step",
         input_names=["x", "z", "conv_state", "conv_weight", "conv_bias", "x_proj_weight", "dt_proj_weight",
                      "dt_bias", "A", "D", "ssm_state"],
