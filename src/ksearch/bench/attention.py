@@ -1,10 +1,10 @@
 """The suites behind `ksearch bench attention` and `ksearch bench decode`: our kernels vs MLX's native attention.
 
 Per shape, in one process (bench.timing.time_rounds): warm both up (this absorbs JIT compiles), then R rounds that
-each time `n` calls of ours and `n` calls of native back to back (interleaved, so drift hits both alike; who goes
-first rotates from round to round); a round's time is the wall clock of the n calls plus one `mx.eval` and
-`mx.synchronize`, divided by n; prefill raises n until a round lasts about 10 ms. We report the median over rounds, the spread (min/max ratio across rounds) and, from the
-median, TFLOP/s, GB/s and the fraction of the roofline.
+each time `n` calls of ours and `n` calls of native back to back (interleaved, so drift hits both alike; each round
+in an order drawn at random); a round's time is the wall clock of the n calls plus one `mx.eval` and
+`mx.synchronize`, divided by n; prefill raises n until a round lasts about 10 ms. We report the median over rounds,
+the spread (min/max ratio across rounds) and, from the median, TFLOP/s, GB/s and the fraction of the roofline.
 """
 
 from __future__ import annotations
