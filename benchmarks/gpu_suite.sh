@@ -11,7 +11,7 @@
 #   bash benchmarks/gpu_suite.sh PART [ARGS]
 #
 # Parts (what each reproduces: benchmarks/README.md):
-#   tests core|attention|FILE...    pytest -m gpu: core = foundation, knowledge exemplars, Mamba;
+#   tests core|attention|FILE...    pytest -m gpu: core = foundation, kernel names, knowledge exemplars, Mamba;
 #                                   attention = attention/decode kernels and templates
 #   prefill                         check-prefill against fp32, then `ksearch bench attention --full`
 #   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios
@@ -120,7 +120,8 @@ is network, copy .device/ here, then run this again"
 run_tests() {
   local files=()
   case "${1:-all}" in
-    core) files=(tests/test_gpu_foundation.py tests/test_knowledge_exemplars.py tests/test_gpu_mamba.py) ;;
+    core) files=(tests/test_gpu_foundation.py tests/test_gpu_kernel_names.py tests/test_knowledge_exemplars.py
+                 tests/test_gpu_mamba.py) ;;
     attention) files=(tests/test_gpu_attention.py tests/test_gpu_decode_cluster.py) ;;
     all) die "tests: name a group (core, attention) or test files: all of them together need more than 10 minutes" ;;
     *) files=("$@") ;;

@@ -17,7 +17,7 @@ from ksearch.kernels.attention import wgmma as W
 from ksearch.kernels.attention import wgmma_ws as WS
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
 from ksearch.kernels.decode import cuda_split_k_text as SK
-from ksearch.kernels.kernel_text import compact
+from ksearch.kernels.kernel_text import compact, content_name, cuda_kernel
 
 
 def test_comments_indentation_and_blank_lines_go() -> None:
@@ -60,6 +60,36 @@ def test_unclosed_comments_and_literals_say_what_to_fix() -> None:
         compact("int x; /* open")
     with pytest.raises(ValueError, match="left open at the end of a line"):
         compact('const char* s = "open\nint x;')
+
+
+def test_a_kernel_is_named_by_its_text() -> None:
+    # MLX keeps a compiled CUDA kernel by its name alone (in the process and on disk): another text, header or
+    # argument list under the same name is another name; the same text the same name, in any process.
+    base = content_name("ks_k", "#define A 1\n", "o[0] = A;\n", ["x"], ["o"])
+    assert base.startswith("ks_k_") and len(base) == len("ks_k_") + 8
+    assert base == content_name("ks_k", "#define A 1\n", "o[0] = A;\n", ["x"], ["o"])
+    others = {content_name("ks_k", "#define A 2\n", "o[0] = A;\n", ["x"], ["o"]),
+              content_name("ks_k", "#define A 1\n", "o[0] = A + 1;\n", ["x"], ["o"]),
+              content_name("ks_k", "#define A 1\n", "o[0] = A;\n", ["y"], ["o"]),
+              content_name("ks_k", "#define A 1\n", "o[0] = A;\n", ["x", "o"], []),
+              content_name("ks_k", "", "#define A 1\no[0] = A;\n", ["x"], ["o"])}
+    assert base not in others and len(others) == 5
+
+
+def test_the_library_hands_mlx_the_compact_text_under_its_content_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlx.core as mx
+
+    seen: list[dict[str, object]] = []
+    monkeypatch.setattr(mx.fast, "cuda_kernel", lambda **kw: seen.append(kw) or kw)
+    cuda_kernel(name="ks_split", input_names=["q"], output_names=["o"], source="// why\n  o[0] = q[0];\n",
+                header="  #define B 2  // two\n")
+    cuda_kernel(name="ks_split", input_names=["q"], output_names=["o"], source="o[0] = q[0];  /* same code */")
+    first, second = seen
+    assert first["source"] == "o[0] = q[0];\n" and first["header"] == "#define B 2\n"
+    assert first["name"] == content_name("ks_split", "#define B 2\n", "o[0] = q[0];\n", ["q"], ["o"])
+    assert second["name"] != first["name"]  # the header differs; a comment alone would not change the name
+    assert cuda_kernel(name="ks_split", input_names=["q"], output_names=["o"], source="o[0] = q[0]; // other",
+                       header="#define B 2")["name"] == first["name"]
 
 
 def _ptx(units: list[str]) -> str:

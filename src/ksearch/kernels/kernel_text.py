@@ -7,10 +7,16 @@ with a 12-byte body (benchmarks/results/prefill-host-time-*.json); the prefill k
 blank lines and keeps everything the compiler reads: string and character literals as they are, one line for one
 line otherwise (preprocessor directives and line continuations need their line ends). Metal's custom kernels are
 handed the same way: MLX compares a Metal kernel's whole source with the one it compiled on every evaluation (not
-measured on Apple hardware)."""
+measured on Apple hardware).
+
+MLX's CUDA backend before 0.32.1 kept a compiled kernel by its name alone, in the process and on disk
+(`content_name`): the library's CUDA kernels are named with a digest of their text, so an edited or upgraded kernel
+never runs as it was first compiled, whatever MLX is installed."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -73,12 +79,29 @@ def _next_special(text: str, start: int) -> int:
     return j
 
 
-def cuda_kernel(*, source: str, header: str = "", **kwargs: Any) -> Any:
+def cuda_kernel(*, name: str, source: str, header: str = "", **kwargs: Any) -> Any:
     """`mx.fast.cuda_kernel` with the body and header compacted once, here, instead of their whole text rebuilt by
-    MLX on every call (the library's CUDA kernels are all made through this)."""
+    MLX on every call (the library's CUDA kernels are all made through this), under `name` plus a digest of the text
+    (`content_name`)."""
     import mlx.core as mx
 
-    return mx.fast.cuda_kernel(source=compact(source), header=compact(header) if header else "", **kwargs)
+    text, head = compact(source), compact(header) if header else ""
+    names = (kwargs.get("input_names", ()), kwargs.get("output_names", ()))
+    return mx.fast.cuda_kernel(name=content_name(name, head, text, *names), source=text, header=head, **kwargs)
+
+
+def content_name(name: str, header: str, source: str, input_names: Sequence[str] = (),
+                 output_names: Sequence[str] = ()) -> str:
+    """`name` and eight hex digits of a digest of the kernel's text and argument names. MLX's CUDA backend before
+    0.32.1 kept a compiled custom kernel by its name alone, in the process and in its PTX cache on disk (kept across
+    processes), and this package admits MLX from 0.29: a kernel whose text changed under an unchanged name (an
+    upgrade of this package, an edit, one Metal kernel translated for another dtype) would run as first compiled.
+    MLX 0.32.1 keys its modules by name and text (checked on the H200 with 0.32.4: tests/test_gpu_kernel_names.py
+    passes either way there); the digest makes that so on every version."""
+    digest = hashlib.blake2s(digest_size=4)
+    for part in (header, source, *input_names, "|", *output_names):
+        digest.update(part.encode() + b"\0")
+    return f"{name}_{digest.hexdigest()}"
 
 
 def metal_kernel(*, source: str, header: str = "", **kwargs: Any) -> Any:

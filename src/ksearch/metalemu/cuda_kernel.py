@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.backends.nvcc import mentioned_metadata, template_declarations
+from ksearch.kernels.kernel_text import content_name
 from ksearch.metalemu.cuda_lex import compile_error
 from ksearch.metalemu.cuda_rules import load_rules
 from ksearch.metalemu.cuda_translate import Translation, translate
@@ -184,7 +185,10 @@ class MetalKernelViaCuda:
         key = (tuple(args), tuple(out_dtypes), tuple(tmpl))
         if key not in self._kernels:
             src = tr.cuda_source(args, out_dtypes, tmpl)
-            kernel = mx.fast.cuda_kernel(name=src.name, input_names=src.input_names, output_names=src.output_names,
+            # One Metal kernel is one CUDA text per dtype combination, and MLX keeps a compiled CUDA kernel by its
+            # name alone: the name carries a digest of the text, or a second combination would run the first's.
+            name = content_name(src.name, src.header, src.source, src.input_names, src.output_names)
+            kernel = mx.fast.cuda_kernel(name=name, input_names=src.input_names, output_names=src.output_names,
                                          source=src.source, header=src.header,
                                          ensure_row_contiguous=self.ensure_row_contiguous)
             self._kernels[key] = (src, kernel)
