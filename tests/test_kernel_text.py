@@ -63,8 +63,8 @@ def test_unclosed_comments_and_literals_say_what_to_fix() -> None:
 
 
 def test_a_kernel_is_named_by_its_text() -> None:
-    # MLX keeps a compiled CUDA kernel by its name alone (in the process and on disk): another text, header or
-    # argument list under the same name is another name; the same text the same name, in any process.
+    # MLX before 0.32.1 kept a process's compiled CUDA kernels by name alone: another text, header or argument list
+    # under the same name is another name; the same text the same name, in any process.
     base = content_name("ks_k", "#define A 1\n", "o[0] = A;\n", ["x"], ["o"])
     assert base.startswith("ks_k_") and len(base) == len("ks_k_") + 8
     assert base == content_name("ks_k", "#define A 1\n", "o[0] = A;\n", ["x"], ["o"])

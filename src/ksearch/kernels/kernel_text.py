@@ -9,9 +9,9 @@ line otherwise (preprocessor directives and line continuations need their line e
 handed the same way: MLX compares a Metal kernel's whole source with the one it compiled on every evaluation (not
 measured on Apple hardware).
 
-MLX's CUDA backend before 0.32.1 kept a compiled kernel by its name alone, in the process and on disk
-(`content_name`): the library's CUDA kernels are named with a digest of their text, so an edited or upgraded kernel
-never runs as it was first compiled, whatever MLX is installed."""
+MLX's CUDA backend before 0.32.1 kept a process's compiled kernels by name alone (`content_name`): the library's
+CUDA kernels are named with a digest of their text, so a kernel whose text changed runs as it now reads, whatever MLX
+is installed."""
 
 from __future__ import annotations
 
@@ -93,11 +93,10 @@ def cuda_kernel(*, name: str, source: str, header: str = "", **kwargs: Any) -> A
 def content_name(name: str, header: str, source: str, input_names: Sequence[str] = (),
                  output_names: Sequence[str] = ()) -> str:
     """`name` and eight hex digits of a digest of the kernel's text and argument names. MLX's CUDA backend before
-    0.32.1 kept a compiled custom kernel by its name alone, in the process and in its PTX cache on disk (kept across
-    processes), and this package admits MLX from 0.29: a kernel whose text changed under an unchanged name (an
-    upgrade of this package, an edit, one Metal kernel translated for another dtype) would run as first compiled.
-    MLX 0.32.1 keys its modules by name and text (checked on the H200 with 0.32.4: tests/test_gpu_kernel_names.py
-    passes either way there); the digest makes that so on every version."""
+    0.32.1 kept a process's compiled custom kernels by name alone, and this package admits MLX from 0.29: a second
+    text under a name already compiled (one Metal kernel translated for another dtype, a kernel edited and reloaded)
+    would run the first. MLX 0.32.1 keys them by name and text itself (tests/test_gpu_kernel_names.py); the digest
+    makes that so on every version."""
     digest = hashlib.blake2s(digest_size=4)
     for part in (header, source, *input_names, "|", *output_names):
         digest.update(part.encode() + b"\0")
