@@ -185,8 +185,8 @@ class MetalKernelViaCuda:
         key = (tuple(args), tuple(out_dtypes), tuple(tmpl))
         if key not in self._kernels:
             src = tr.cuda_source(args, out_dtypes, tmpl)
-            # One Metal kernel is one CUDA text per dtype combination, and MLX keeps a compiled CUDA kernel by its
-            # name alone: the name carries a digest of the text, or a second combination would run the first's.
+            # One Metal kernel is one CUDA text per dtype combination, and MLX before 0.32.1 kept a process's CUDA
+            # kernels by name alone: the name carries a digest of the text, or a second combination ran the first's.
             name = content_name(src.name, src.header, src.source, src.input_names, src.output_names)
             kernel = mx.fast.cuda_kernel(name=name, input_names=src.input_names, output_names=src.output_names,
                                          source=src.source, header=src.header,
