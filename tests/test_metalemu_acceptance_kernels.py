@@ -78,6 +78,20 @@ def test_prefill_attention(dtype: mx.Dtype, d: int, causal: bool, kernel: str) -
     _close(out, _sdpa(q, k, v, causal), 2e-2 if dtype == mx.float16 else 2e-4, 2e-2 if dtype == mx.float16 else 2e-4)
 
 
+@pytest.mark.parametrize("dtype,kernel,length", [(mx.float16, "metal_simdgroup", 101), (mx.float32, "metal_rows", 141)],
+                         ids=["simdgroup", "rows"])
+def test_causal_prefill_in_reverse_block_order_writes_every_row(dtype: mx.Dtype, kernel: str, length: int) -> None:
+    # Causal query blocks run in reverse order (the last rows, which see the most keys, first): with several blocks
+    # of a head (4 of 32 rows, 3 of 64) and two batches, each block must still write its own rows.
+    from ksearch.kernels.attention import attention, prefill_plan
+
+    q, k, v = (_rand((2, 4, length, 64), dtype, 7), _rand((2, 2, length + 6, 64), dtype, 8),
+               _rand((2, 2, length + 6, 64), dtype, 9))
+    assert prefill_plan(q, k, v, True, use_metal=True)[0] == kernel
+    tol = 2e-2 if dtype == mx.float16 else 2e-4
+    _close(attention(q, k, v, True, use_metal=True), _sdpa(q, k, v, True), tol, tol)
+
+
 @pytest.mark.parametrize("dtype,d,length", [(mx.float16, 128, 300), (mx.float32, 64, 1000)])
 def test_split_k_decode(dtype: mx.Dtype, d: int, length: int) -> None:
     from ksearch.kernels.decode import decode, decode_plan

@@ -1,7 +1,8 @@
 """Prefill attention in the Metal dialect (mx.fast.metal_kernel), one query row a thread. OPT-IN: not yet measured on
 Apple hardware.
 
-K/V tiles are staged in threadgroup memory (one tile serves NT query rows) with causal tile skipping; used for dtypes
+K/V tiles are staged in threadgroup memory (one tile serves NT query rows) with causal tile skipping, a causal
+prefill's blocks of each head handed out longest first (as the CUDA kernels do); used for dtypes
 other than float16; float16 prefill goes to the `simdgroup_matrix` kernel of metal_simdgroup.py.
 Enable with KSEARCH_METAL_KERNELS=1 (or `use_metal=True`) and please report timings from `ksearch bench attention`.
 """
@@ -18,7 +19,9 @@ from ksearch.kernels.kernel_text import metal_kernel
 PREFILL_SOURCE = r"""
     const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
     const int nblk = (L + NT - 1) / NT;
-    const int bh = threadgroup_position_in_grid.x / nblk, r0 = (threadgroup_position_in_grid.x % nblk) * NT;
+    // causal: each head's longest rows first (the last rows see the most keys), as the CUDA kernels hand them out
+    const int tb = threadgroup_position_in_grid.x % nblk;
+    const int bh = threadgroup_position_in_grid.x / nblk, r0 = (CAUSAL ? nblk - 1 - tb : tb) * NT;
     const int tid = thread_position_in_threadgroup.x, i = r0 + tid;
     const int b = bh / Hq, h = bh % Hq, hk = h / (Hq / Hkv);
     const bool active = i < L;

@@ -11,7 +11,8 @@ memory): K and V are staged in threadgroup memory; S = Q K^T is built from 8x8 p
 log2(e) folded into Q) and write P as half; the accumulator rows are rescaled by a diagonal 8x8 matrix (matrix
 units have no per-row access), and O += P V. Tiles are addressed by pointer (origin 0), so the only layout convention
 relied on is `simdgroup_load`'s transpose flag for K^T. Causal: keys aligned lower right (key j visible to query i when
-j <= i + S - L), blocks past the last visible key skipped. GQA: head h reads kv head h / (Hq / Hkv).
+j <= i + S - L), blocks past the last visible key skipped, each head's query blocks handed out longest first (in reverse
+order, as the CUDA kernels do; not measured on Apple hardware). GQA: head h reads kv head h / (Hq / Hkv).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ SOURCE = r"""
     constexpr int CPL = BK / 4;  // softmax: 4 lanes per row, CPL columns each
     const uint sg = simdgroup_index_in_threadgroup, lane = thread_index_in_simdgroup;
     const uint tid = thread_index_in_threadgroup;
-    const int qblk = int(threadgroup_position_in_grid.x), bh = int(threadgroup_position_in_grid.y);
+    // causal: each head's longest query blocks first (the last see the most keys), as the CUDA kernels hand them out
+    const int tx = int(threadgroup_position_in_grid.x), bh = int(threadgroup_position_in_grid.y);
+    const int qblk = CAUSAL ? int(threadgroups_per_grid.x) - 1 - tx : tx;
     const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
     const int b = bh / Hq, h = bh % Hq, hk = h / (Hq / Hkv);
     const int q0 = qblk * BQ;
