@@ -72,8 +72,9 @@ def test_a_kernel_is_named_by_its_text() -> None:
               content_name("ks_k", "#define A 1\n", "o[0] = A + 1;\n", ["x"], ["o"]),
               content_name("ks_k", "#define A 1\n", "o[0] = A;\n", ["y"], ["o"]),
               content_name("ks_k", "#define A 1\n", "o[0] = A;\n", ["x", "o"], []),
-              content_name("ks_k", "", "#define A 1\no[0] = A;\n", ["x"], ["o"])}
-    assert base not in others and len(others) == 5
+              content_name("ks_k", "", "#define A 1\no[0] = A;\n", ["x"], ["o"]),
+              content_name("ks_k", "#define A 1\n", "o[0] = A;\n", ["x"], ["o"], shared_memory=65536)}
+    assert base not in others and len(others) == 6
 
 
 def test_the_library_hands_mlx_the_compact_text_under_its_content_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,10 +1,10 @@
 """The kernel text handed to `mx.fast.cuda_kernel` and `mx.fast.metal_kernel`, without what only a reader needs.
 
 MLX builds a custom kernel's whole source again on every call (its default header, our header, the signature, our
-body: one string, stored with the call's graph node) and compiles it only once per name. So each byte of comment and
-indentation costs every call host time: with 60 KB of comment lines MLX's own call took 8.5 us on the H200, 2.2 us
-with a 12-byte body (benchmarks/results/prefill-host-time-*.json); the prefill kernels' text is 38-40 KB. `compact` drops comments, indentation and
-blank lines and keeps everything the compiler reads: string and character literals as they are, one line for one
+body: one string, stored with the call's graph node) and compiles it once. So each byte of comment and indentation
+costs every call host time: with 60 KB of comment lines MLX's own call took 8.5 us on the H200, 2.2 us with a 12-byte
+body (benchmarks/results/prefill-host-time-*.json); the prefill kernels' text is 38-40 KB. `compact` drops comments,
+indentation and blank lines and keeps everything the compiler reads: string and character literals as they are, one line for one
 line otherwise (preprocessor directives and line continuations need their line ends). Metal's custom kernels are
 handed the same way: MLX compares a Metal kernel's whole source with the one it compiled on every evaluation (not
 measured on Apple hardware).
@@ -86,19 +86,22 @@ def cuda_kernel(*, name: str, source: str, header: str = "", **kwargs: Any) -> A
     import mlx.core as mx
 
     text, head = compact(source), compact(header) if header else ""
-    names = (kwargs.get("input_names", ()), kwargs.get("output_names", ()))
-    return mx.fast.cuda_kernel(name=content_name(name, head, text, *names), source=text, header=head, **kwargs)
+    name = content_name(name, head, text, kwargs.get("input_names", ()), kwargs.get("output_names", ()),
+                        kwargs.get("shared_memory", 0))
+    return mx.fast.cuda_kernel(name=name, source=text, header=head, **kwargs)
 
 
 def content_name(name: str, header: str, source: str, input_names: Sequence[str] = (),
-                 output_names: Sequence[str] = ()) -> str:
-    """`name` and eight hex digits of a digest of the kernel's text and argument names. MLX's CUDA backend before
+                 output_names: Sequence[str] = (), shared_memory: int = 0) -> str:
+    """`name` and eight hex digits of a digest of the kernel's text, argument names and dynamic shared memory (which
+    MLX sets on a compiled kernel once, at its first launch, so a second size under one name would keep the first's).
+    MLX's CUDA backend before
     0.32.1 kept a process's compiled custom kernels by name alone, and this package admits MLX from 0.29: a second
     text under a name already compiled (one Metal kernel translated for another dtype, a kernel edited and reloaded)
     would run the first. MLX 0.32.1 keys them by name and text itself (tests/test_gpu_kernel_names.py); the digest
     makes that so on every version."""
     digest = hashlib.blake2s(digest_size=4)
-    for part in (header, source, *input_names, "|", *output_names):
+    for part in (header, source, *input_names, "|", *output_names, f"smem={shared_memory}"):
         digest.update(part.encode() + b"\0")
     return f"{name}_{digest.hexdigest()}"
 

@@ -280,8 +280,8 @@ def with_bulk_copies(cfg: WsConfig) -> WsConfig:
 
 
 def kernel_name(cfg: WsConfig) -> str:
-    """The compiled kernel's name: MLX keys a kernel by its name alone, so every knob that changes the text or its
-    header is in it (the template constants are MLX's to add)."""
+    """The kernel's name: every knob that changes the text or its header, readable in profiles (the template
+    constants are MLX's to add; `kernel_text.cuda_kernel` adds a digest of the text, which keeps kernels apart)."""
     tag = cp_cache(cfg.cp)[1]
     return (f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}" + ("_bulk" if cfg.bulk else "")
             + (f"_tma{cfg.tma}" if cfg.tma else "") + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "")
@@ -294,7 +294,7 @@ def preg_tag(cfg: WsConfig) -> str:
 
 
 def blocks_tag(cfg: WsConfig) -> str:
-    """The name part for blocks an SM (none for one): MLX keys a compiled kernel by name, not by its header."""
+    """The name part for blocks an SM (none for one): a header-level choice, named so that profiles tell it apart."""
     return f"_b{cfg.blocks}" if cfg.blocks > 1 else ""
 
 

@@ -381,8 +381,8 @@ def header(cfg: ClusterConfig, cs: int) -> str:
 
 @cache
 def _kernel(cfg: ClusterConfig, cs: int, smem: int) -> Any:
-    # MLX keys a compiled kernel by its name and template arguments only (not the header): the name carries every
-    # header-level choice (launch bounds, cluster shape) and the shared-memory size.
+    # The name says every header-level choice (launch bounds, cluster shape) and the shared-memory size, for
+    # profiles; what keeps kernels apart is the digest `cuda_kernel` adds (text and shared memory).
     name = f"ks_decode_cluster_w{cfg.consumers}_p{cfg.producers}_k{cfg.keys}_s{cfg.slots}_c{cs}_m{smem}"
     return cuda_kernel(name=name, input_names=["q", "k", "v"], output_names=["o"], source=SOURCE,
                        header=header(cfg, cs), ensure_row_contiguous=False, shared_memory=smem)

@@ -106,7 +106,7 @@ def launch_bounds(threads: int, min_blocks: int) -> str:
 
 @cache
 def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
-    # MLX keys a compiled kernel by its name and template arguments, not its header: the bounds go in the name.
+    # The bounds and the ring go in the name, for profiles (the digest `cuda_kernel` adds keeps kernels apart).
     tag = f"w{cfg.warps}_u{cfg.unroll}" + (f"_b{cfg.min_blocks}" if cfg.min_blocks else "") \
         + (f"_r{cfg.ring}" if cfg.ring else "")
     header = HEADER + (launch_bounds(cfg.warps * 32, cfg.min_blocks) if cfg.min_blocks else "")
