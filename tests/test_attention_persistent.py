@@ -102,7 +102,7 @@ def test_one_launch_is_made_once_per_shape_with_one_block_an_sm(monkeypatch: pyt
     WS._tma_launch.cache_clear()
     pst = WS.parse_config("ws2_n128_s3_p4_tmas_pst")
     kern, tmap, kw = WS._tma_launch((2, 32, 2048, 128), (2, 8, 2048, 128), mx.float16, True, pst)
-    assert (kern, tmap) == ("kernel", "map") and "_pst" in built[0][0] and built[0][1] is WS.SOURCE_TMA_PERSIST
+    assert (kern, tmap) == ("kernel", "map") and "_pst" in built[0][0] and built[0][1] == WS.source_text(pst)
     assert kw["grid"] == (132 * 384, 1, 1) and kw["threadgroup"] == (384, 1, 1)  # 1,024 items over 132 SMs
     assert kw["output_shapes"] == [(2, 32, 2048, 128), (132 * 32 + 16,)]  # a maps slot a block
     assert ("CAUSAL", True) in kw["template"] and ("WG", 2) in kw["template"]
@@ -172,7 +172,7 @@ def test_persistent_kernels_compile_for_sm_90a() -> None:
     units = []
     for i, (name, d, causal) in enumerate(combos):
         cfg = WS.parse_config(name)
-        units.append(wrap(f"pst{i}", WS.SOURCE_TMA_PERSIST, W.launch_bounds(cfg.threads(), cfg.blocks),
+        units.append(wrap(f"pst{i}", WS.source_text(cfg), W.launch_bounds(cfg.threads(), cfg.blocks),
                           [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
                           [("o", "T"), ("maps", "uint64")],
                           [("T", "bfloat16" if d == 64 else "float16"), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn),
@@ -261,3 +261,21 @@ def test_every_configuration_compiles_under_a_name_of_its_own() -> None:
         if WS.config_problem(cfg) is None:
             assert names.setdefault(WS.kernel_name(cfg), cfg) == cfg, WS.kernel_name(cfg)
     assert len(names) > 1000
+
+
+def test_the_epilogue_stores_16_bytes_a_lane_with_one_block_an_item_and_4_in_persistent_blocks() -> None:
+    # the measured defaults (WsConfig.store 0): the quad transpose for one block an item, 4-byte stores for persistent
+    # blocks, whose item loop ran slower with it; either one can be named
+    wide, tall = WS.parse_config("ws3_n64_s4_p4_tmas"), WS.parse_config("ws2_n128_s3_p4_tmas_pst")
+    assert (WS.store_bytes(wide), WS.store_bytes(tall)) == (16, 4)
+    assert "ks_quad_transpose" in WS.source_text(wide) and W.EPILOGUE in WS.source_text(wide)
+    assert "ks_quad_transpose" not in WS.source_text(tall) and W.EPILOGUE_STORE4 in WS.source_text(tall)
+    for name, quad in (("ws3_n64_s4_p4_tmas_st4", False), ("ws2_n128_s3_p4_tmas_pst_st16", True)):
+        cfg = WS.parse_config(name)
+        assert ("ks_quad_transpose" in WS.source_text(cfg)) is quad
+        assert WS.config_name(cfg) == name and WS.kernel_name(cfg).endswith(name[name.rindex("_"):])
+    # naming a kernel's own default is the same configuration, under one spelling
+    assert WS.parse_config("ws2_n128_s3_p4_tmas_pst_st4") == tall and WS.parse_config("ws3_n64_s4_p4_tmas_st16") == wide
+    with pytest.raises(ValueError, match="_st4 / _st16"):
+        WS.parse_config("ws3_n64_s4_p4_tmas_st8")
+    assert WS.config_problem(WS.WsConfig(3, 64, 4, 4, tma=3, store=8)) == "_stN stores O N bytes a lane: _st4 or _st16"

@@ -403,11 +403,12 @@ def test_every_flash_wgmma_family_configuration_compiles(cp: str) -> None:
         base = [("T", "float16"), ("D", 128), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", True)]
         if p["producer"] and p["tma"]:  # inputs as the rendering passes them: the map, and the maps' scratch output
             threads[f"fam{i}"] = ws.threads()
-            units.append(wrap(f"fam{i}", WS.SOURCE_TMA_PERSIST if ws.persist else WS.SOURCE_TMA, W.launch_bounds(ws.threads()),
+            units.append(wrap(f"fam{i}", WS.source_text(ws), W.launch_bounds(ws.threads()),
                               [*io, ("tmap", "uint64")], [*out, ("maps", "uint64")], base + WS.stage_args(ws)))
         elif p["producer"]:
             threads[f"fam{i}"] = ws.threads()
-            units.append(wrap(f"fam{i}", WS.SOURCE, W.launch_bounds(ws.threads()), io, out, base + WS.stage_args(ws)))
+            units.append(wrap(f"fam{i}", WS.source_text(ws), W.launch_bounds(ws.threads()), io, out,
+                              base + WS.stage_args(ws)))
         else:
             threads[f"fam{i}"] = 128 * cfg.wg
             units.append(wrap(f"fam{i}", W.source(cfg.stages), W.launch_bounds(threads[f"fam{i}"]), io, out, base))

@@ -116,9 +116,9 @@ def test_the_library_kernels_compile_to_the_same_ptx_from_the_compact_text() -> 
     # split (with its ring) and merge: each body and header as written and as MLX is handed them.
     def units(edit) -> list[str]:  # type: ignore[no-untyped-def]
         out = [edit(WGMMA_HEADER), edit(tensor_map.TMA_HEADER), edit(SK.HEADER)]
-        for i, (name, src) in enumerate((("ws3_n64_s4_p4_tmas", WS.SOURCE_TMA),
-                                         ("ws2_n128_s3_p4_tmas_pst", WS.SOURCE_TMA_PERSIST))):
+        for i, name in enumerate(("ws3_n64_s4_p4_tmas", "ws2_n128_s3_p4_tmas_pst")):
             cfg = WS.parse_config(name)
+            src = WS.source_text(cfg)
             out.append(wrap(f"p{i}", edit(src), edit(W.launch_bounds(cfg.threads(), cfg.blocks)),
                             [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
                             [("o", "T"), ("maps", "uint64")],

@@ -114,6 +114,20 @@ template <> __device__ __forceinline__ unsigned ks_pack2<__half>(float x, float 
 template <> __device__ __forceinline__ unsigned ks_pack2<__nv_bfloat16>(float x, float y) {
   __nv_bfloat162 h = __floats2bfloat162_rn(x, y); return *reinterpret_cast<unsigned*>(&h);
 }
+// A 4 x 4 transpose within a quad of lanes (tq = lane % 4): lane s holds w[0..3]; lane tq gets, in lane order, the
+// w[tq] of lanes 0..3. Two butterfly stages of two shuffles (lane bit 0, then bit 1), each a select of what to send
+// and of where the answer goes, so every index is static and nothing goes to local memory.
+__device__ __forceinline__ uint4 ks_quad_transpose(unsigned w0, unsigned w1, unsigned w2, unsigned w3, int tq) {
+  const bool b0 = tq & 1, b1 = tq & 2;
+  // stage 1 (xor 1): the pair keeps the words whose index shares its lane's bit 0, in lane order
+  unsigned s0 = __shfl_xor_sync(0xffffffffu, b0 ? w0 : w1, 1);
+  unsigned s1 = __shfl_xor_sync(0xffffffffu, b0 ? w2 : w3, 1);
+  const unsigned a0 = b0 ? s0 : w0, a1 = b0 ? w1 : s0, a2 = b0 ? s1 : w2, a3 = b0 ? w3 : s1;
+  // now (a0, a1) is index (b0) of lanes (pair's even, odd), (a2, a3) index (2 + b0); stage 2 (xor 2) swaps halves
+  unsigned t0 = __shfl_xor_sync(0xffffffffu, b1 ? a0 : a2, 2);
+  unsigned t1 = __shfl_xor_sync(0xffffffffu, b1 ? a1 : a3, 2);
+  return b1 ? make_uint4(t0, t1, a2, a3) : make_uint4(a0, a1, t0, t1);
+}
 // MUFU.EX2 alone (exp2f adds range fix-ups); ex2.approx(-inf) = +0, which masked scores rely on.
 __device__ __forceinline__ float ks_exp2(float x) {
   float y;

@@ -41,7 +41,7 @@ from ksearch.kernels.attention.cuda_prefill import (
     launch_args,
     softmax_scale,
 )
-from ksearch.kernels.attention.wgmma import MAX_SMEM, SM_SMEM, cp_cache, launch_bounds
+from ksearch.kernels.attention.wgmma import EPILOGUE, EPILOGUE_STORE4, MAX_SMEM, SM_SMEM, cp_cache, launch_bounds
 from ksearch.kernels.attention.wgmma_ws_text import (  # the kernels' text; the rest of it in wgmma_ws_text
     BULK_HEADER,
     SOURCE,
@@ -77,6 +77,10 @@ class WsConfig:
     # Registers a producer warpgroup keeps (setmaxnreg, a multiple of 8): 24 leave three consumer warpgroups 160 and
     # two 240; 32 leave three 160 and two 232 (consumer_registers) and keep the persistent producer loop from spilling
     preg: int = 24
+    # How the epilogue stores O: 16 bytes a lane after a transpose within each quad of lanes (`_st16`,
+    # wgmma.EPILOGUE), 4 bytes a lane from the accumulators (`_st4`, wgmma.EPILOGUE_STORE4), or 0: each kernel's
+    # measured default (store_bytes)
+    store: int = 0
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
@@ -110,6 +114,8 @@ def config_problem(cfg: WsConfig) -> str | None:
         return "a producer warpgroup (_p4) needs 2 or 3 consumer warpgroups (ws2_ or ws3_)"
     if not 1 <= cfg.blocks <= 4:
         return "_bN asks for 1 to 4 blocks an SM"
+    if cfg.store not in (0, 4, 16):
+        return "_stN stores O N bytes a lane: _st4 or _st16"
     # the register file (64 K) over the blocks' threads: under 128 a thread the consumers' accumulators spill
     if 65536 // (cfg.threads() * cfg.blocks) < 128:
         return (f"{cfg.blocks} blocks of {cfg.threads()} threads leave {65536 // (cfg.threads() * cfg.blocks)} "
@@ -180,13 +186,33 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
     if cfg.tma:
         return _attention_tma(q, k, v, causal, cfg)
     pre, _ = cp_cache(cfg.cp)
-    kern = build_kernel(kernel_name(cfg), SOURCE if cfg.pwarps else SOURCE_MB,
+    kern = build_kernel(kernel_name(cfg), source_text(cfg),
                         pre + WGMMA_HEADER + BULK_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
                         cfg.smem_bytes(q.shape[-1]))
     if cfg.bulk:
         k, v = tile_images(k, v)
     return launch(kern, q, k, v, 64 * cfg.wg, cfg.threads(),
                   [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)])
+
+
+def source_text(cfg: WsConfig) -> str:
+    """The kernel text a configuration runs: persistent, tensor copies, a producer or none, and its epilogue."""
+    text = ((SOURCE_TMA_PERSIST if cfg.persist else SOURCE_TMA) if cfg.tma
+            else SOURCE if cfg.pwarps else SOURCE_MB)
+    return text.replace(EPILOGUE, EPILOGUE_STORE4) if store_bytes(cfg) == 4 else text
+
+
+def store_bytes(cfg: WsConfig) -> int:
+    """Bytes a lane stores of O at a time. By default 16 with one block an item: the quad transpose took `WIDE`'s
+    epilogue from 2.2 to 0.6 tiles' time with the loop unchanged (benchmarks/prefill_item_trace.py). 4 for persistent
+    blocks: with the transpose their loop ran 2-4% slower a tile (ptxas spills in the item loop), more than the
+    epilogue saved (docs/kernels-attention.md)."""
+    return cfg.store or (4 if cfg.persist else 16)
+
+
+def store_tag(cfg: WsConfig) -> str:
+    """The name part for a store width other than the kernel's default (none for the default)."""
+    return "" if cfg.store in (0, store_bytes(replace(cfg, store=0))) else f"_st{cfg.store}"
 
 
 def tma_geometry(k_shape: tuple[int, ...], bn: int, mode: int) -> tuple[tuple[int, ...], ...]:
@@ -230,7 +256,7 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
     import mlx.core as mx
 
     pre, _ = cp_cache(cfg.cp)
-    kern = build_kernel(kernel_name(cfg), SOURCE_TMA_PERSIST if cfg.persist else SOURCE_TMA,
+    kern = build_kernel(kernel_name(cfg), source_text(cfg),
                         pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
                         cfg.smem_bytes(q_shape[-1]), ("tmap",), ("maps",))
     tmap = map_input(*tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma))
@@ -285,7 +311,7 @@ def kernel_name(cfg: WsConfig) -> str:
     tag = cp_cache(cfg.cp)[1]
     return (f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}" + ("_bulk" if cfg.bulk else "")
             + (f"_tma{cfg.tma}" if cfg.tma else "") + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "")
-            + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg))
+            + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + store_tag(cfg))
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -308,12 +334,12 @@ def config_name(cfg: Any) -> str:
         return f"wg{cfg.wg}_n{cfg.bn}" + (f"_s{cfg.stages}" if cfg.stages != 2 else "") + ca
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
             + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
-            + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ca)
+            + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + store_tag(cfg) + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ca]" -> WsConfig(W, N, S, P) (P defaults to
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_st4|_st16][_ca]" -> WsConfig(W, N, S, P) (P defaults to
     1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
@@ -321,21 +347,23 @@ def parse_config(name: str) -> Any:
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?)(_ca)?", name.strip())
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(?:_st(4|16))?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ca] (e.g. "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_st4|_st16][_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
                          "producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: launch bounds for B "
-                         "blocks an SM; _ca: cp.async through L1)")
-    cp = "ca" if m[15] else "cg"
+                         "blocks an SM; _st4 / _st16: O stored 4 / 16 bytes a lane; _ca: cp.async through L1)")
+    cp = "ca" if m[16] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
     cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[12]), tma, int(m[14] or 1),
-                   persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24))
+                   persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), store=int(m[15] or 0))
+    if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
+        cfg = replace(cfg, store=0)
     problem = config_problem(cfg)
     if problem:
         raise ValueError(f"{name!r} can run at no shape: {problem}")

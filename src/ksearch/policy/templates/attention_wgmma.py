@@ -106,7 +106,7 @@ _mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v",
     copy_header = TMA_HEADER if tma else wgmma_ws.BULK_HEADER
     headers = "\n".join(f"WG_HEADER_{t} = {pre + WGMMA_HEADER + copy_header + wgmma.launch_bounds(t)!r}"
                          for t in sorted(set(threads.values())))
-    source = wgmma_ws.SOURCE_TMA_PERSIST if persist else wgmma_ws.SOURCE_TMA if tma else wgmma_ws.SOURCE
+    source = wgmma_ws.source_text(ws)  # the library's text for the configuration, its epilogue included
     ws_source = f"WS_SOURCE = {source!r}" if producer else ""
     image = f'''IMAGE_SOURCE = {wgmma_ws.IMAGE_SOURCE!r}
 _image = mx.fast.cuda_kernel(name="tile_image", input_names=["k", "v"], output_names=["ki", "vi"], source=IMAGE_SOURCE)

@@ -1,0 +1,217 @@
+"""Where a prefill work item's time goes inside the kernel: the library's tensor-copy prefill (one block an item, or
+persistent) with clock64 stamps at five points of every work item, read by consumer thread 0, written to an extra
+output. Phases of an item:
+
+    start -> q      the consumer's Q load and its warpgroup barrier (one block an item: the block's set-up too)
+    q -> s0         the first K tile's wait and the product S(0)
+    s0 -> loop      softmax(0), the loop over the other tiles, the last O += P V
+    loop -> end     the epilogue: normalisation and the stores of O
+
+and per block the span from its first item's start to its last item's end (globaltimer) against the kernel's span.
+A phase's median in cycles and in tiles of the loop's own median cycles a tile: the cost an item pays beyond its
+tiles. The stamped kernel is timed beside the library's own kernel and cuDNN (bench.timing.time_rounds), so what the
+stamps cost is on record, and its output is checked against cuDNN's.
+
+    python benchmarks/prefill_item_trace.py OUT_DIR [--configs ws3_n64_s4_p4_tmas,...] [--lengths 2048,8192]
+                                             [--dims 128] [--batch 4] [--heads 32] [--hkv 8] [--causal]
+
+Writes prefill-item-trace-*.json (ksearch-bench/1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from functools import partial
+from typing import Any
+
+SLOTS = 8  # a work item's record: five clock64 stamps, its tile count, globaltimer at its start and end
+STAMP_HEADER = r"""
+#define KS_STAMP(i) do { if (threadIdx.x == 0) trace[ks_tr + (i)] = (unsigned long long)clock64(); } while (0)
+#define KS_WALL(i) do { if (threadIdx.x == 0) { unsigned long long g_; \
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g_)); trace[ks_tr + (i)] = g_; } } while (0)
+"""
+_Q_BARRIER = 'asm volatile("bar.sync %0, 128;\\n" :: "r"(1 + wg) : "memory");'
+_S0_DONE = "release(kempty, 0);"
+_EPILOGUE_START = "    ks_fence_regs<4>(lacc);\n    const float lrow[2]"
+_ITEM_LOOP = "\n    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {"
+
+
+def _insert(text: str, anchor: str, code: str, before: bool = False) -> str:
+    """`text` with `code` after (or before) `anchor`, which must occur once: a kernel text that changed shape fails
+    here, not as a stamp in the wrong place."""
+    if text.count(anchor) != 1:
+        raise RuntimeError(f"prefill_item_trace: {anchor[:50]!r} occurs {text.count(anchor)} times in the kernel text")
+    return text.replace(anchor, code + anchor if before else anchor + code)
+
+
+def stamped_source(cfg: Any) -> str:
+    """The tensor-copy prefill's text for `cfg` (persistent or one block an item) with the stamps; it writes output
+    `trace` (MAXI items a block of SLOTS each, MAXI a template constant)."""
+    from ksearch.kernels.attention import wgmma, wgmma_ws
+
+    text = wgmma_ws.source_text(cfg)
+    if cfg.persist:
+        text = _insert(text, _ITEM_LOOP, "\n    const size_t ks_tr = ((size_t)blockIdx.x * MAXI + (item - (int)blockIdx.x)"
+                                         " / (int)gridDim.x) * 8;\n    KS_STAMP(0); KS_WALL(6);")
+    else:
+        text = ("    const size_t ks_tr = ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 8;\n    KS_STAMP(0); KS_WALL(6);\n"
+                + text)
+    text = _insert(text, _Q_BARRIER, "\n    KS_STAMP(1);")
+    text = _insert(text, _S0_DONE, "\n    KS_STAMP(2);")
+    text = _insert(text, _EPILOGUE_START, "    KS_STAMP(3);\n", before=True)
+    epilogue = wgmma.EPILOGUE_STORE4 if wgmma_ws.store_bytes(cfg) == 4 else wgmma.EPILOGUE
+    return _insert(text, epilogue, "    KS_STAMP(4); KS_WALL(7);\n"
+                                        "    if (threadIdx.x == 0) trace[ks_tr + 5] = (unsigned long long)ntiles;\n")
+
+
+def stamped_header(cfg: Any) -> str:
+    from ksearch.kernels.attention import wgmma_ws
+
+    return (wgmma_ws.cp_cache(cfg.cp)[0] + wgmma_ws.WGMMA_HEADER + wgmma_ws.TMA_HEADER
+            + wgmma_ws.launch_bounds(cfg.threads(), cfg.blocks) + STAMP_HEADER)
+
+
+def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, causal: bool, cfg: Any) -> Any:
+    """A function (q, k, v) -> (o, trace) running the stamped kernel; trace reshaped (blocks, items a block, SLOTS)."""
+    import mlx.core as mx
+
+    from ksearch.kernels.attention import cuda_prefill, wgmma_ws
+
+    kern = cuda_prefill.build_kernel("ks_item_trace_" + wgmma_ws.kernel_name(cfg), stamped_source(cfg),
+                                     stamped_header(cfg), cfg.smem_bytes(q_shape[-1]), ("tmap",), ("maps", "trace"))
+    tmap = wgmma_ws.map_input(*wgmma_ws.tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=wgmma_ws.tma_swizzle(cfg.tma))
+    items = cuda_prefill.blocks_for(q_shape, 64 * cfg.wg)
+    grid = wgmma_ws.persistent_blocks(items, cfg) if cfg.persist else None
+    blocks = grid or items
+    maxi = -(-items // blocks)
+    kwargs = cuda_prefill.launch_args(
+        q_shape, dtype, 64 * cfg.wg, cfg.threads(),
+        [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *wgmma_ws.stage_args(cfg), ("MAXI", maxi)],
+        extra_outputs=(((blocks * 32 + 16,), mx.uint64), ((blocks * maxi * SLOTS,), mx.uint64)), grid_blocks=grid)
+
+    def call(q: Any, k: Any, v: Any) -> tuple[Any, Any]:
+        o, _, trace = kern(inputs=[q, k, v, cuda_prefill.softmax_scale(q_shape[-1]), tmap], **kwargs)
+        return o, trace.reshape(blocks, maxi, SLOTS)
+
+    return call
+
+
+def ran(blocks: int, maxi: int, items: int) -> Any:
+    """Which (block, item a block) records a launch wrote: block i walks items i, i + blocks, ... below `items` (the
+    rest of the output is whatever the allocator left there)."""
+    import numpy as np
+
+    return np.arange(blocks)[:, None] + np.arange(maxi)[None, :] * blocks < items
+
+
+def phases(trace: Any, items: int) -> dict[str, Any]:
+    """Medians of each phase over the items (cycles), the loop's cycles a tile, each phase in tiles, and the blocks'
+    busy spans against the kernel's (ns)."""
+    import numpy as np
+
+    t = np.asarray(trace).astype(np.int64)
+    valid = ran(t.shape[0], t.shape[1], items)
+    rec = t[valid]
+    d = np.diff(rec[:, :5], axis=1)
+    tiles = rec[:, 5]
+    per_tile = float(np.median(d[:, 2] / tiles))
+    names = ["q_load", "first_product", "loop", "epilogue"]
+    med = {n: float(np.median(d[:, i])) for i, n in enumerate(names)}
+    item = float(np.median(rec[:, 4] - rec[:, 0]))
+    out: dict[str, Any] = {"items": int(len(rec)), "median_tiles": float(np.median(tiles)), "cycles": med,
+                           "item_cycles": item, "loop_cycles_a_tile": per_tile,
+                           "in_tiles": {n: v / per_tile for n, v in med.items() if n != "loop"},
+                           "beyond_tiles_in_tiles": float(np.median((rec[:, 4] - rec[:, 0]) / per_tile - tiles))}
+    starts, ends = [], []
+    gaps: list[int] = []
+    for blk, ok in zip(t, valid, strict=True):
+        done = blk[ok]
+        starts.append(int(done[:, 6].min()))
+        ends.append(int(done[:, 7].max()))
+        gaps += (done[1:, 0] - done[:-1, 4]).tolist()  # persistent: an item's end to the next one's start
+    if gaps:
+        out["between_items_cycles"] = float(np.median(gaps))
+    span = max(ends) - min(starts)
+    busy = np.array(ends) - np.array(starts)
+    out["kernel_span_ns"] = int(span)
+    out["block_busy_median_ns"] = float(np.median(busy))
+    out["block_start_spread_ns"] = int(max(starts) - min(starts))
+    out["block_end_spread_ns"] = int(max(ends) - min(ends))
+    return out
+
+
+def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causal: bool) -> dict[str, Any]:
+    import mlx.core as mx
+
+    from ksearch.bench.timing import time_rounds
+    from ksearch.kernels.attention import attention, native_attention
+    from ksearch.kernels.attention.cuda_prefill import blocks_for
+    from ksearch.kernels.attention.wgmma_ws import parse_config
+
+    cfg = parse_config(cfg_name)
+    mx.random.seed(0)
+    q = mx.random.normal((b, hq, length, d)).astype(mx.float16)
+    k = mx.random.normal((b, hkv, length, d)).astype(mx.float16)
+    v = mx.random.normal((b, hkv, length, d)).astype(mx.float16)
+    mx.eval(q, k, v)
+    call = stamped_call(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
+    o, trace = call(q, k, v)
+    ref = native_attention(q, k, v, causal)
+    mx.eval(o, trace, ref)
+    err = float(mx.abs(o.astype(mx.float32) - ref.astype(mx.float32)).max().item())
+    t = time_rounds({"library": partial(attention, q, k, v, causal, config=cfg),
+                     "stamped": lambda: call(q, k, v)[0], "native": partial(native_attention, q, k, v, causal)},
+                    rounds=7, n=2, round_s=0.01)
+    row = {"config": cfg_name, "B": b, "Hq": hq, "Hkv": hkv, "L": length, "S": length, "D": d, "causal": causal,
+           "dtype": "float16", "max_abs_diff_vs_native": err,
+           "latency_s": statistics.median(t["library"]), "stamped_latency_s": statistics.median(t["stamped"]),
+           "native_latency_s": statistics.median(t["native"]), **phases(trace, blocks_for(tuple(q.shape), 64 * cfg.wg))}
+    print(f"{cfg_name} B {b} L {length} D {d} causal={causal}: err {err:.2e}, library {row['latency_s'] * 1e6:.1f} us, "
+          f"stamped {row['stamped_latency_s'] * 1e6:.1f}, native {row['native_latency_s'] * 1e6:.1f}; "
+          f"{row['items']} items of {row['median_tiles']:.0f} tiles, {row['loop_cycles_a_tile']:.0f} cycles a tile, "
+          f"beyond the tiles {row['beyond_tiles_in_tiles']:.2f} tiles; in tiles {row['in_tiles']}; "
+          f"between items {row.get('between_items_cycles')}; span {row['kernel_span_ns'] / 1e3:.1f} us, block busy "
+          f"{row['block_busy_median_ns'] / 1e3:.1f} us, starts spread {row['block_start_spread_ns'] / 1e3:.1f} us, "
+          f"ends spread {row['block_end_spread_ns'] / 1e3:.1f} us", flush=True)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--configs", default="ws3_n64_s4_p4_tmas,ws3_n64_s4_p4_tmas_pst_preg32,ws2_n128_s3_p4_tmas_pst")
+    ap.add_argument("--lengths", default="2048,8192")
+    ap.add_argument("--dims", default="128")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--hkv", type=int, default=8)
+    ap.add_argument("--causal", action="store_true")
+    args = ap.parse_args()
+    try:
+        lengths, dims = ([int(x) for x in s.split(",")] for s in (args.lengths, args.dims))
+    except ValueError:
+        raise SystemExit("prefill_item_trace: --lengths and --dims take comma-separated integers") from None
+    from ksearch.kernels.attention.wgmma_ws import parse_config
+
+    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    for name in names:
+        try:
+            cfg = parse_config(name)
+        except ValueError as exc:
+            raise SystemExit(f"prefill_item_trace: {exc}") from None
+        if not cfg.tma:
+            raise SystemExit(f"prefill_item_trace: {name} loads without tensor copies; name a _tma / _tmas configuration")
+    from ksearch.backends import get_backend
+    from ksearch.bench.results import make_result, write_result
+
+    rows = [measure(name, args.batch, args.heads, args.hkv, length, d, args.causal)
+            for length in lengths for d in dims for name in names]
+    data = make_result("prefill-item-trace", get_backend(None), rows,
+                       [{"L": x, "D": d, "B": args.batch, "Hq": args.heads, "Hkv": args.hkv} for x in lengths for d in dims],
+                       ["float16"], None, "phases of a work item in clock64 cycles, consumer thread 0")
+    print("wrote", write_result(data, args.out))
+
+
+if __name__ == "__main__":
+    main()

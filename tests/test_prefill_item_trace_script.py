@@ -1,0 +1,92 @@
+"""benchmarks/prefill_item_trace.py: the stamps land where their phases say, the stamped kernels compile as the
+library's do (no serialised wgmma, no more spills), which records a launch wrote, and what a trace reads as."""
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+from ksearch.kernels import tensor_map
+from ksearch.kernels.attention import wgmma_ws as WS
+from ksearch.kernels.cuda_headers import WGMMA_HEADER
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/prefill_item_trace.py"
+_spec = importlib.util.spec_from_file_location("prefill_item_trace", SCRIPT)
+assert _spec is not None and _spec.loader is not None
+trace_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(trace_script)
+
+
+@pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas", "ws2_n128_s3_p4_tmas_pst", "ws2_n128_s3_p4_tmas_pst_st4"])
+def test_the_stamps_sit_in_order_around_the_phases(name: str) -> None:
+    cfg = WS.parse_config(name)
+    persist = cfg.persist
+    text = trace_script.stamped_source(cfg)
+    consumer = text[text.index("setmaxnreg.inc"):]  # the stamps belong to the consumers' path
+    at = [consumer.index(f"KS_STAMP({i})") for i in range(1, 5)]
+    assert at == sorted(at)
+    assert consumer.index("bar.sync %0, 128;") < at[0] < consumer.index("issue_s(0);") < at[1]
+    assert at[1] < consumer.index("softmax(0);") and at[2] < consumer.index("const float lrow[2]") < at[3]
+    start = text.index("KS_STAMP(0)")
+    assert start < text.index("setmaxnreg.inc") if not persist else start > text.index("for (int item = blockIdx.x")
+
+
+def test_a_kernel_text_that_moved_fails_at_the_splice() -> None:
+    with pytest.raises(RuntimeError, match="occurs 0 times"):
+        trace_script._insert("no anchor here", "release(kempty, 0);", "KS_STAMP(2);")
+
+
+def test_only_the_records_a_launch_wrote_are_read() -> None:
+    # 3 blocks walking 7 items: block 0 runs items 0, 3, 6; blocks 1 and 2 two items each
+    assert trace_script.ran(3, 3, 7).tolist() == [[True, True, True], [True, True, False], [True, True, False]]
+    slots = trace_script.SLOTS
+    trace = np.full((3, 3, slots), 999_999, dtype=np.int64)  # what the allocator left: never read
+    for b in range(3):
+        for j in range(3 if b == 0 else 2):
+            t0 = 1000 * (3 * j + b)
+            trace[b, j, :5] = [t0, t0 + 50, t0 + 80, t0 + 80 + 400, t0 + 500]  # 4 tiles of 100 cycles
+            trace[b, j, 5] = 4
+            trace[b, j, 6:] = [t0, t0 + 500]
+    got = trace_script.phases(trace, 7)
+    assert got["items"] == 7 and got["loop_cycles_a_tile"] == 100.0
+    assert got["cycles"] == {"q_load": 50.0, "first_product": 30.0, "loop": 400.0, "epilogue": 20.0}
+    assert got["beyond_tiles_in_tiles"] == pytest.approx(1.0)
+    assert got["between_items_cycles"] == 2500.0  # the next item of a block starts 3000 cycles after this one
+    assert got["kernel_span_ns"] == 6500
+
+
+def test_configurations_without_tensor_copies_are_refused_in_one_line() -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "/tmp/unused", "--configs", "ws3_n64_s4_p4_bulk"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "name a _tma / _tmas configuration" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_stamped_kernels_compile_like_the_librarys() -> None:
+    combos = [("ws3_n64_s4_p4_tmas", 128, False), ("ws3_n64_s4_p4_tmas_pst_preg32", 128, True),
+              ("ws2_n128_s3_p4_tmas_pst", 64, True)]
+    units = []
+    for i, (name, d, causal) in enumerate(combos):
+        cfg = WS.parse_config(name)
+        for stamped in (False, True):
+            source = trace_script.stamped_source(cfg) if stamped else WS.source_text(cfg)
+            header = WS.launch_bounds(cfg.threads(), cfg.blocks) + (trace_script.STAMP_HEADER if stamped else "")
+            outputs = [("o", "T"), ("maps", "uint64")] + ([("trace", "uint64")] if stamped else [])
+            units.append(wrap(f"k{i}{'s' if stamped else 'p'}", source, header,
+                              [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")], outputs,
+                              [("T", "float16"), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal),
+                               *WS.stage_args(cfg), ("MAXI", 4)]))
+    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
+    assert ok, log[-3000:]
+    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    spills = {m[1]: int(m[2]) for m in re.finditer(
+        r"custom_kernel_(k\d[sp])E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
+    assert len(spills) == 2 * len(combos), log[-3000:]
+    for i in range(len(combos)):
+        assert spills[f"k{i}s"] <= spills[f"k{i}p"], spills
