@@ -279,3 +279,12 @@ def test_the_epilogue_stores_16_bytes_a_lane_with_one_block_an_item_and_4_in_per
     with pytest.raises(ValueError, match="_st4 / _st16"):
         WS.parse_config("ws3_n64_s4_p4_tmas_st8")
     assert WS.config_problem(WS.WsConfig(3, 64, 4, 4, tma=3, store=8)) == "_stN stores O N bytes a lane: _st4 or _st16"
+
+
+def test_the_epilogues_shuffles_run_outside_any_branch() -> None:
+    # Under `if (row_lo < L) { ... }` the shuffles made ptxas give a persistent kernel's whole item loop up its uniform
+    # datapath (the descriptors' arithmetic in vector registers, convergence barriers; seen in the SASS): only the
+    # stores may be guarded.
+    epilogue = W.EPILOGUE
+    assert "if (row_lo < L) {" not in epilogue
+    assert epilogue.index("ks_quad_transpose(") < epilogue.index("if (row_lo < L) *reinterpret_cast<uint4*>")

@@ -174,16 +174,19 @@ EPILOGUE = r"""
     // the quad gives each lane one 16-byte chunk of four, a quarter of the store instructions and of the requests to
     // L2 that 4-byte stores make (with those the epilogue took 1.3-2.2 tiles' time: prefill_item_trace.py).
     T* og = o + ((size_t)bhq * L + row_lo) * D + 8 * tq;
-    if (row_lo < L) {  // a warpgroup past L (partial last block) computed on unloaded rows: nothing to store
+    // The shuffles run in every lane, outside any branch: a shuffle under a branch ptxas cannot prove warp-uniform
+    // costs a persistent kernel's whole item loop its uniform datapath (its descriptors' arithmetic moved to the
+    // vector registers, seen in the SASS), so only the stores are guarded.
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {  // rows row_lo and row_lo + 8
       #pragma unroll
-      for (int r = 0; r < 2; ++r) {  // rows row_lo and row_lo + 8
-        #pragma unroll
-        for (int j4 = 0; j4 < D / 32; ++j4) {
-          const float* a = oacc + 16 * j4 + 2 * r;  // columns 32 j4 + 8 jj + 2 tq, + 1 at a[4 jj], a[4 jj + 1]
-          *reinterpret_cast<uint4*>(og + 8 * r * D + 32 * j4) = ks_quad_transpose(
-              ks_pack2<T>(a[0] * lrow[r], a[1] * lrow[r]), ks_pack2<T>(a[4] * lrow[r], a[5] * lrow[r]),
-              ks_pack2<T>(a[8] * lrow[r], a[9] * lrow[r]), ks_pack2<T>(a[12] * lrow[r], a[13] * lrow[r]), tq);
-        }
+      for (int j4 = 0; j4 < D / 32; ++j4) {
+        const float* a = oacc + 16 * j4 + 2 * r;  // columns 32 j4 + 8 jj + 2 tq, + 1 at a[4 jj], a[4 jj + 1]
+        const uint4 c = ks_quad_transpose(
+            ks_pack2<T>(a[0] * lrow[r], a[1] * lrow[r]), ks_pack2<T>(a[4] * lrow[r], a[5] * lrow[r]),
+            ks_pack2<T>(a[8] * lrow[r], a[9] * lrow[r]), ks_pack2<T>(a[12] * lrow[r], a[13] * lrow[r]), tq);
+        // a warpgroup past L (partial last block) computed on unloaded rows: nothing to store
+        if (row_lo < L) *reinterpret_cast<uint4*>(og + 8 * r * D + 32 * j4) = c;
       }
     }
 """

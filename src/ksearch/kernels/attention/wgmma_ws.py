@@ -205,8 +205,9 @@ def source_text(cfg: WsConfig) -> str:
 def store_bytes(cfg: WsConfig) -> int:
     """Bytes a lane stores of O at a time. By default 16 with one block an item: the quad transpose took `WIDE`'s
     epilogue from 2.2 to 0.6 tiles' time with the loop unchanged (benchmarks/prefill_item_trace.py). 4 for persistent
-    blocks: with the transpose their loop ran 2-4% slower a tile (ptxas spills in the item loop), more than the
-    epilogue saved (docs/kernels-attention.md)."""
+    blocks, as measured: with the transpose's shuffles under the store's branch their loop ran 2-4% slower a tile,
+    more than the epilogue saved. With the shuffles outside it (wgmma.EPILOGUE now) their main loop compiles to the
+    same instructions as with 4-byte stores; `_st16` there is not yet timed on a GPU (docs/kernels-attention.md)."""
     return cfg.store or (4 if cfg.persist else 16)
 
 
