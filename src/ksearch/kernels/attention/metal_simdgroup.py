@@ -163,9 +163,13 @@ SOURCE = r"""
         simdgroup_multiply(ot, dg, acc[t]);
         simdgroup_store(ot, Os + sg * 64, 8);
         simdgroup_barrier(mem_flags::mem_threadgroup);
-        for (uint e = lane; e < 64; e += 32) {
-            const int qi = q0 + int(sg) * 8 + int(e) / 8;
-            if (qi < L) o[(size_t(bh) * L + qi) * D + t * 8 + int(e) % 8] = T(Os[sg * 64 + e]);
+        // Four columns a lane, one 8-byte store (the CUDA kernels' wider stores of O): 16 lanes write the 8 x 8 tile.
+        if (lane < 16) {
+            const int qi = q0 + int(sg) * 8 + int(lane) / 2, c = int(lane % 2) * 4;
+            threadgroup const float* src = Os + sg * 64 + (lane / 2) * 8 + c;
+            vec<T, 4> w;
+            w.x = T(src[0]); w.y = T(src[1]); w.z = T(src[2]); w.w = T(src[3]);
+            if (qi < L) *((device vec<T, 4>*)(o + (size_t(bh) * L + qi) * D + t * 8 + c)) = w;
         }
         simdgroup_barrier(mem_flags::mem_threadgroup);
     }
