@@ -17,6 +17,8 @@
 #   prefill                         check-prefill against fp32, then `ksearch bench attention --full`
 #   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
+#   item-trace [ARGS]               where a prefill work item's time goes (prefill_item_trace.py; ARGS are its options;
+#                                   by default the library's three kernels at D=128, L=2048 and 8192)
 #   decode                          `ksearch bench decode`, check-decode, the configuration sweep, MLX-CUDA overheads
 #   decode-versus-native [CONFIG...]  split-K configurations (e.g. warps=8,unroll=4) beside native on `bench decode`'s
 #                                   shapes, each call synchronised, or `--queued` (attention_gpu.py versus-native)
@@ -342,6 +344,8 @@ case "$part" in
   prefill) setup && prefill ;;
   prefill-configs) setup && prefill_configs "$@" ;;
   prefill-small) setup && prefill_small ;;
+  item-trace) setup && timeout -k 10 500 "$PY" benchmarks/prefill_item_trace.py "$OUT" "$@" 2>&1 \
+          | tee "$OUT/prefill-item-trace.log" | cut -c1-400 ;;
   decode) setup && decode ;;
   decode-versus-native) setup && timeout -k 10 500 "$PY" benchmarks/attention_gpu.py versus-native "$OUT" "$@" 2>&1 \
                           | tee "$OUT/decode-versus-native.log" | tail -16 ;;
