@@ -179,8 +179,7 @@ def test_tma_kernel_compiles_for_sm90a_without_spills() -> None:
     assert ok, log[-3000:]
     assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
     # ptxas reports kernels in its own order: match them by name. Three causal consumer warpgroups may spill two
-    # registers (8 bytes; one before the epilogue's quad transpose, as the library's bulk-copy kernel does,
-    # tests/test_attention_wgmma.py)
+    # registers (8 bytes with the 16-byte epilogue, 4 with the 4-byte one; benchmarks/prefill_sass.py)
     spills = {int(m[1]): int(m[2]) for m in re.finditer(
         r"custom_kernel_tm(\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
     assert sorted(spills) == list(range(len(combos))), log[-3000:]

@@ -176,7 +176,7 @@ EPILOGUE = r"""
     T* og = o + ((size_t)bhq * L + row_lo) * D + 8 * tq;
     // The shuffles run in every lane, outside any branch: a shuffle under a branch ptxas cannot prove warp-uniform
     // costs a persistent kernel's whole item loop its uniform datapath (its descriptors' arithmetic moved to the
-    // vector registers, seen in the SASS), so only the stores are guarded.
+    // vector registers: benchmarks/prefill_sass.py), so only the stores are guarded.
     #pragma unroll
     for (int r = 0; r < 2; ++r) {  // rows row_lo and row_lo + 8
       #pragma unroll

@@ -1,0 +1,64 @@
+"""benchmarks/prefill_sass.py: reading cuobjdump's SASS, finding a kernel's main loop, comparing two loops, and its
+one-line refusals; with nvcc, cuobjdump and nvdisasm present, the library's 16-byte epilogue against the 4-byte one."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/prefill_sass.py"
+_spec = importlib.util.spec_from_file_location("prefill_sass", SCRIPT)
+assert _spec is not None and _spec.loader is not None
+sass = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sass)
+
+SAMPLE = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                                  /* 0x00000a00ff017b82 */
+        /*0010*/                   S2R R0, SR_TID.X ;                                      /* 0x0000000000007919 */
+        /*0020*/                   HGMMA.64x128x16.F32 R24, gdesc[UR4], RZ, !UPT ;         /* 0x0000000018187df0 */
+        /*0030*/                   R2UR UR8, R2 ;                                          /* 0x00000000020872ca */
+        /*0040*/                   HGMMA.64x128x16.F32 R24, gdesc[UR8], R24 ;              /* 0x0000000818187df0 */
+        /*0050*/               @P0 BRA 0x20 ;                                              /* 0x0000000000000947 */
+        /*0060*/                   FADD R3, R3, R4 ;                                       /* 0x0000000403037221 */
+        /*0070*/               @P1 BRA 0x10 ;                                              /* 0x0000000000000947 */
+        /*0080*/                   EXIT ;                                                  /* 0x000000000000794d */
+"""
+
+
+def test_the_main_loop_is_the_first_innermost_loop_that_issues_hgmma() -> None:
+    ins = sass.parse_sass(SAMPLE)
+    assert ins[0] == (0, "LDC R1, c[0x0][0x28]") and len(ins) == 9
+    assert sass.loops(ins) == [(2, 5), (1, 7)]  # the inner loop at 0x20, the outer at 0x10
+    loop = sass.main_loop(ins)
+    assert loop is not None and len(loop) == 4 and loop[-1] == "@P0 BRA 0x20"
+    assert sass.summary(loop, 8) == {"main_loop": 4, "hgmma": 2, "r2ur": 1, "bssy": 0, "spill_bytes": 8}
+    assert sass.main_loop(sass.parse_sass(SAMPLE.replace("HGMMA.64x128x16.F32", "FMUL"))) is None
+
+
+def test_two_loops_are_the_same_code_whatever_their_branch_targets() -> None:
+    a = ["HGMMA.64x128x16.F32 R24, gdesc[UR4], R24", "@P0 BRA 0x20"]
+    assert sass.same_code(a, [a[0], "@P0 BRA 0x7f0"])
+    assert not sass.same_code(a, ["HGMMA.64x128x16.F32 R24, gdesc[UR8], R24", "@P0 BRA 0x20"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ws3_n64_s4_p4_tmas", "--shapes", "96"], "--shapes takes 64 or 128"),
+    (["wg3_n64"], "is not a producer-warpgroup configuration"),
+    (["ws3_n64_s4_p4_nope"], "is not a wgmma configuration"),
+])
+def test_bad_input_is_refused_in_one_line(args: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(sass.tool("cuobjdump") is None or sass.tool("nvdisasm") is None, reason="no cuobjdump / nvdisasm")
+def test_sixteen_byte_stores_leave_the_persistent_main_loop_as_it_was(tmp_path: Path) -> None:
+    out = tmp_path / "sass.json"
+    subprocess.run([sys.executable, str(SCRIPT), "ws2_n128_s3_p4_tmas_pst_st16", "--against", "ws2_n128_s3_p4_tmas_pst",
+                    "--shapes", "64", "--json", str(out)], check=True, capture_output=True, timeout=600)
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["main_loop_same_as_against"] and row["hgmma"] == 40
