@@ -60,7 +60,8 @@ def stamped_source(cfg: Any) -> str:
     text = _insert(text, _Q_BARRIER, "\n    KS_STAMP(1);")
     text = _insert(text, _S0_DONE, "\n    KS_STAMP(2);")
     text = _insert(text, _EPILOGUE_START, "    KS_STAMP(3);\n", before=True)
-    epilogue = wgmma.EPILOGUE_STORE4 if wgmma_ws.store_bytes(cfg) == 4 else wgmma.EPILOGUE
+    epilogue = (wgmma.EPILOGUE_BULK if cfg.obulk else wgmma.EPILOGUE_STORE4 if wgmma_ws.store_bytes(cfg) == 4
+                else wgmma.EPILOGUE)
     return _insert(text, epilogue, "    KS_STAMP(4); KS_WALL(7);\n"
                                         "    if (threadIdx.x == 0) trace[ks_tr + 5] = (unsigned long long)ntiles;\n")
 

@@ -288,3 +288,43 @@ def test_the_epilogues_shuffles_run_outside_any_branch() -> None:
     epilogue = W.EPILOGUE
     assert "if (row_lo < L) {" not in epilogue
     assert epilogue.index("ks_quad_transpose(") < epilogue.index("if (row_lo < L) *reinterpret_cast<uint4*>")
+
+
+def test_o_by_one_bulk_copy_a_warpgroup_is_named_refused_with_qn_and_ordered() -> None:
+    # `_ob` (not yet run on a GPU): O into the warpgroup's own Q rows, fenced for the async proxy, then one thread's
+    # bulk copy, whose read of shared memory is waited for before Q's rows are written again
+    cfg = WS.parse_config("ws2_n128_s3_p4_tmas_pst_ob")
+    assert cfg.obulk and WS.config_name(cfg) == "ws2_n128_s3_p4_tmas_pst_ob" and WS.kernel_name(cfg).endswith("_ob")
+    text = WS.source_text(cfg)
+    assert W.EPILOGUE_BULK in text and W.EPILOGUE not in text and W.EPILOGUE_STORE4 not in text
+    epi = W.EPILOGUE_BULK
+    at = [epi.index(x) for x in ("T* os = Qs + wg * 64 * D;", "ks_proxy_fence();", "bar.sync", "ks_bulk_store(",
+                                 "ks_bulk_wait_read();")]
+    assert at == sorted(at) and epi.rindex("bar.sync") > at[-1]
+    for bad in ("ws2_n128_s3_p4_tmas_pst_qn_ob", "ws3_n64_s4_p4_tmas_ob_st4"):
+        with pytest.raises(ValueError, match="_ob copies O out of Q's rows"):
+            WS.parse_config(bad)
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_o_by_bulk_copy_compiles_without_serialising_or_spilling_more() -> None:
+    combos = [("ws2_n128_s3_p4_tmas_pst", 64, False), ("ws3_n64_s4_p4_tmas_pst_preg32", 128, True),
+              ("ws3_n64_s4_p4_tmas", 128, False)]
+    units = []
+    for i, (name, d, causal) in enumerate(combos):
+        for tag in ("", "_ob"):
+            cfg = WS.parse_config(name + tag)
+            units.append(wrap(f"ob{i}{'b' if tag else 'p'}", WS.source_text(cfg),
+                              W.launch_bounds(cfg.threads(), cfg.blocks),
+                              [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
+                              [("o", "T"), ("maps", "uint64")],
+                              [("T", "float16"), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal),
+                               *WS.stage_args(cfg)]))
+    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
+    assert ok, log[-3000:]
+    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    spills = {m[1]: int(m[2]) for m in re.finditer(
+        r"custom_kernel_(ob\d[bp])E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
+    assert len(spills) == 2 * len(combos), log[-3000:]
+    # the persistent kernels spill what they spill without it; one block an item two registers more at most
+    assert spills["ob0b"] <= spills["ob0p"] and spills["ob1b"] <= spills["ob1p"] and spills["ob2b"] <= 8, spills

@@ -176,6 +176,14 @@ __device__ __forceinline__ void ks_mbar_wait(unsigned long long* b, int parity) 
   asm volatile("{\n.reg .pred P1;\nKS_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
                "@P1 bra KS_DONE;\nbra KS_WAIT;\nKS_DONE:\n}\n" :: "r"(ks_saddr(b)), "r"(parity) : "memory");
 }
+// Shared -> global bulk copy (sm_90) of `bytes` contiguous bytes (a multiple of 16, both ends 16-byte aligned), in
+// this thread's bulk group; the source must stay as it is until ks_bulk_wait_read() returns.
+__device__ __forceinline__ void ks_bulk_store(void* g, const void* smem, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+               :: "l"(g), "r"(ks_saddr(smem)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void ks_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void ks_commit_w() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most N of this thread's cp.async groups are pending (0: all have landed).
 template <int N> __device__ __forceinline__ void ks_wait_w() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }

@@ -190,6 +190,33 @@ EPILOGUE = r"""
       }
     }
 """
+# O through shared memory and one bulk copy a warpgroup (the producer kernels' `_ob`): the warpgroup's rows, 16 bytes
+# a lane after the quad transpose, go row-major into its own Q rows (every product of the work item has completed,
+# so nothing reads Q any more), and one thread copies the rows that exist to global memory asynchronously. The
+# warpgroup waits only for that copy to have read shared memory (Q's rows are written again by the next item, and a
+# block must not exit before), not for the global writes. Not with `_qn` (which loads the next Q under the epilogue).
+EPILOGUE_BULK = r"""
+    ks_fence_regs<4>(lacc);
+    const float lrow[2] = {1.f / lacc[0], 1.f / lacc[2]};
+    T* os = Qs + wg * 64 * D;
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {  // rows row_lo and row_lo + 8
+      #pragma unroll
+      for (int j4 = 0; j4 < D / 32; ++j4) {
+        const float* a = oacc + 16 * j4 + 2 * r;
+        *reinterpret_cast<uint4*>(os + (warp * 16 + g + 8 * r) * D + (4 * j4 + tq) * 8) = ks_quad_transpose(
+            ks_pack2<T>(a[0] * lrow[r], a[1] * lrow[r]), ks_pack2<T>(a[4] * lrow[r], a[5] * lrow[r]),
+            ks_pack2<T>(a[8] * lrow[r], a[9] * lrow[r]), ks_pack2<T>(a[12] * lrow[r], a[13] * lrow[r]), tq);
+      }
+    }
+    ks_proxy_fence();  // the rows, written through the generic proxy, visible to the bulk copy's async proxy
+    asm volatile("bar.sync %0, 128;\n" :: "r"(1 + wg) : "memory");
+    if (wt == 0 && rows_here > wg * 64) {  // rows past L (a partial last block) were computed on unloaded Q: not copied
+      ks_bulk_store(o + ((size_t)bhq * L + m0 + wg * 64) * D, os, min(64, rows_here - wg * 64) * D * (int)sizeof(T));
+      ks_bulk_wait_read();
+    }
+    asm volatile("bar.sync %0, 128;\n" :: "r"(1 + wg) : "memory");
+"""
 # The same epilogue storing 4 bytes a lane straight from the accumulator layout (the producer kernels' `_st4`):
 # kept selectable to compare against.
 EPILOGUE_STORE4 = r"""

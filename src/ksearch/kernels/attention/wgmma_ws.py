@@ -41,7 +41,15 @@ from ksearch.kernels.attention.cuda_prefill import (
     launch_args,
     softmax_scale,
 )
-from ksearch.kernels.attention.wgmma import EPILOGUE, EPILOGUE_STORE4, MAX_SMEM, SM_SMEM, cp_cache, launch_bounds
+from ksearch.kernels.attention.wgmma import (
+    EPILOGUE,
+    EPILOGUE_BULK,
+    EPILOGUE_STORE4,
+    MAX_SMEM,
+    SM_SMEM,
+    cp_cache,
+    launch_bounds,
+)
 from ksearch.kernels.attention.wgmma_ws_text import (  # the kernels' text; the rest of it in wgmma_ws_text
     BULK_HEADER,
     SOURCE,
@@ -81,6 +89,9 @@ class WsConfig:
     # wgmma.EPILOGUE), 4 bytes a lane from the accumulators (`_st4`, wgmma.EPILOGUE_STORE4), or 0: each kernel's
     # measured default (store_bytes)
     store: int = 0
+    # O through shared memory (its Q rows) and one bulk copy a warpgroup (`_ob`, wgmma.EPILOGUE_BULK): not yet run on
+    # a GPU
+    obulk: bool = False
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
@@ -116,6 +127,8 @@ def config_problem(cfg: WsConfig) -> str | None:
         return "_bN asks for 1 to 4 blocks an SM"
     if cfg.store not in (0, 4, 16):
         return "_stN stores O N bytes a lane: _st4 or _st16"
+    if cfg.obulk and (cfg.store or cfg.qnext):
+        return "_ob copies O out of Q's rows in shared memory: not with _stN (its own stores) or _qn (Q's next rows)"
     # the register file (64 K) over the blocks' threads: under 128 a thread the consumers' accumulators spill
     if 65536 // (cfg.threads() * cfg.blocks) < 128:
         return (f"{cfg.blocks} blocks of {cfg.threads()} threads leave {65536 // (cfg.threads() * cfg.blocks)} "
@@ -199,6 +212,8 @@ def source_text(cfg: WsConfig) -> str:
     """The kernel text a configuration runs: persistent, tensor copies, a producer or none, and its epilogue."""
     text = ((SOURCE_TMA_PERSIST if cfg.persist else SOURCE_TMA) if cfg.tma
             else SOURCE if cfg.pwarps else SOURCE_MB)
+    if cfg.obulk:
+        return text.replace(EPILOGUE, EPILOGUE_BULK)
     return text.replace(EPILOGUE, EPILOGUE_STORE4) if store_bytes(cfg) == 4 else text
 
 
@@ -312,7 +327,8 @@ def kernel_name(cfg: WsConfig) -> str:
     tag = cp_cache(cfg.cp)[1]
     return (f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}" + ("_bulk" if cfg.bulk else "")
             + (f"_tma{cfg.tma}" if cfg.tma else "") + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "")
-            + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + store_tag(cfg))
+            + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "")
+            + store_tag(cfg))
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -335,12 +351,13 @@ def config_name(cfg: Any) -> str:
         return f"wg{cfg.wg}_n{cfg.bn}" + (f"_s{cfg.stages}" if cfg.stages != 2 else "") + ca
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
             + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
-            + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + store_tag(cfg) + ca)
+            + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "") + store_tag(cfg)
+            + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_st4|_st16][_ca]" -> WsConfig(W, N, S, P)
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_ca]" -> WsConfig(W, N, S, P)
     (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
@@ -348,21 +365,22 @@ def parse_config(name: str) -> Any:
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(?:_st(4|16))?)(_ca)?", name.strip())
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_st4|_st16][_ca] (e.g. "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
                          "producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: launch bounds for B "
-                         "blocks an SM; _st4 / _st16: O stored 4 / 16 bytes a lane; _ca: cp.async through L1)")
-    cp = "ca" if m[16] else "cg"
+                         "blocks an SM; _ob: O out of shared memory by one bulk copy a warpgroup; _st4 / _st16: O stored 4 / 16 bytes "
+                         "a lane; _ca: cp.async through L1)")
+    cp = "ca" if m[17] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
     cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[12]), tma, int(m[14] or 1),
-                   persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), store=int(m[15] or 0))
+                   persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0))
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)
