@@ -3,6 +3,7 @@ the benchmarks with the best configuration (JSON into the output directory).
 
     python benchmarks/attention_gpu.py check-decode | check-prefill     # correctness, one process per kind
     KS_CHECK_CONFIGS=ws2_n128_s3_p4_tmas_pst,... python benchmarks/attention_gpu.py check-prefill  # only those
+        # (any wgmma configuration name: one outside the library's list gets the cases the library's kernels get)
     python benchmarks/attention_gpu.py sweep-decode | sweep-prefill      # timings per configuration (JSON)
     python benchmarks/attention_gpu.py versus-native OUT_DIR [--queued] [CONFIG ...]  # decode configs beside native
     python benchmarks/attention_gpu.py bench OUT_DIR                     # ksearch bench decode + attention
@@ -25,6 +26,7 @@ from ksearch.bench.timing import time_rounds  # noqa: E402
 from ksearch.kernels.attention.mma_sync import PrefillConfig, attention_cuda  # noqa: E402
 from ksearch.kernels.attention.wgmma import WgmmaConfig, attention_wgmma  # noqa: E402
 from ksearch.kernels.attention.wgmma_ws import WsConfig, attention_wgmma_ws, config_name  # noqa: E402
+from ksearch.kernels.attention.wgmma_ws import parse_config as parse_ws_config  # noqa: E402
 from ksearch.kernels.decode import cuda_split_k, decode, parse_config  # noqa: E402
 from ksearch.kernels.decode.cuda_cluster import ClusterConfig  # noqa: E402
 from ksearch.kernels.decode.cuda_split_k import DecodeConfig  # noqa: E402
@@ -128,9 +130,9 @@ def check(kind: str) -> int:
         runs = [(PREFILL_CONFIGS[1], c, t, cz) for c in cases for t in (mx.float16, mx.bfloat16) for cz in (False, True)]
         runs += [(cfg, c, mx.float16, cz) for cfg in PREFILL_CONFIGS if cfg != PREFILL_CONFIGS[1]
                  for c in cases[1:3] for cz in (False, True)]
+        # more work items than SMs (persistent blocks walk several; partial last blocks; S > L), D 128 and 64
+        many = [(2, 16, 4, 1216, 1280, 128), (1, 32, 8, 2240, 2304, 64)]
         if hopper():  # L=256 is a partial last block at 192 rows a block
-            # more work items than SMs (persistent blocks walk several; partial last blocks; S > L), D 128 and 64
-            many = [(2, 16, 4, 1216, 1280, 128), (1, 32, 8, 2240, 2304, 64)]
             runs += [(cfg, c, t, cz) for cfg in WGMMA_CONFIGS[:5] for c in cases + many
                      for t in (mx.float16, mx.bfloat16) for cz in (0, 1)]
             runs += [(cfg, c, mx.float16, cz) for cfg in WGMMA_CONFIGS[5:]
@@ -138,6 +140,15 @@ def check(kind: str) -> int:
         only = [t for t in os.environ.get("KS_CHECK_CONFIGS", "").split(",") if t]
         if only:  # KS_CHECK_CONFIGS=name,...: only these configurations (names as config_name writes them)
             runs = [r for r in runs if isinstance(r[0], (WsConfig, WgmmaConfig)) and config_name(r[0]) in only]
+            listed = {config_name(c) for c in WGMMA_CONFIGS}
+            for n in only:
+                try:
+                    parse_ws_config(n)
+                except ValueError as exc:
+                    sys.exit(f"KS_CHECK_CONFIGS: {exc}")
+            # a name outside the list (a store or epilogue variant): the cases the library's own kernels get
+            runs += [(parse_ws_config(n), c, t, cz) for n in only if n not in listed for c in cases + many
+                     for t in (mx.float16, mx.bfloat16) for cz in (0, 1)]
         for cfg, (b, hq, hkv, length, s, d), dt, causal in runs:
             if True:
                 q = mx.random.normal((b, hq, length, d)).astype(dt)

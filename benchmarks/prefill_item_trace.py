@@ -57,9 +57,11 @@ def stamped_source(cfg: Any) -> str:
     else:
         text = ("    const size_t ks_tr = ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 8;\n    KS_STAMP(0); KS_WALL(6);\n"
                 + text)
-    text = _insert(text, _Q_BARRIER, "\n    KS_STAMP(1);")
-    text = _insert(text, _S0_DONE, "\n    KS_STAMP(2);")
+    # the Q barrier and the first product are looked for before the epilogue, whose `_ob` form has barriers too
     text = _insert(text, _EPILOGUE_START, "    KS_STAMP(3);\n", before=True)
+    head, tail = text.split("    KS_STAMP(3);\n")
+    head = _insert(_insert(head, _Q_BARRIER, "\n    KS_STAMP(1);"), _S0_DONE, "\n    KS_STAMP(2);")
+    text = head + "    KS_STAMP(3);\n" + tail
     epilogue = (wgmma.EPILOGUE_BULK if cfg.obulk else wgmma.EPILOGUE_STORE4 if wgmma_ws.store_bytes(cfg) == 4
                 else wgmma.EPILOGUE)
     return _insert(text, epilogue, "    KS_STAMP(4); KS_WALL(7);\n"

@@ -263,19 +263,21 @@ def test_every_configuration_compiles_under_a_name_of_its_own() -> None:
     assert len(names) > 1000
 
 
-def test_the_epilogue_stores_16_bytes_a_lane_with_one_block_an_item_and_4_in_persistent_blocks() -> None:
-    # the measured defaults (WsConfig.store 0): the quad transpose for one block an item, 4-byte stores for persistent
-    # blocks, whose item loop ran slower with it; either one can be named
+def test_the_epilogue_stores_16_bytes_a_lane_unless_4_are_named() -> None:
+    # the measured default (WsConfig.store 0): the quad transpose in every kernel, persistent or not; `_st4` names
+    # the 4-byte stores straight from the accumulators
     wide, tall = WS.parse_config("ws3_n64_s4_p4_tmas"), WS.parse_config("ws2_n128_s3_p4_tmas_pst")
-    assert (WS.store_bytes(wide), WS.store_bytes(tall)) == (16, 4)
-    assert "ks_quad_transpose" in WS.source_text(wide) and W.EPILOGUE in WS.source_text(wide)
-    assert "ks_quad_transpose" not in WS.source_text(tall) and W.EPILOGUE_STORE4 in WS.source_text(tall)
-    for name, quad in (("ws3_n64_s4_p4_tmas_st4", False), ("ws2_n128_s3_p4_tmas_pst_st16", True)):
+    assert (WS.store_bytes(wide), WS.store_bytes(tall)) == (16, 16)
+    for cfg in (wide, tall):
+        assert "ks_quad_transpose" in WS.source_text(cfg) and W.EPILOGUE in WS.source_text(cfg)
+        assert W.EPILOGUE_STORE4 not in WS.source_text(cfg)
+    for name in ("ws3_n64_s4_p4_tmas_st4", "ws2_n128_s3_p4_tmas_pst_st4"):
         cfg = WS.parse_config(name)
-        assert ("ks_quad_transpose" in WS.source_text(cfg)) is quad
-        assert WS.config_name(cfg) == name and WS.kernel_name(cfg).endswith(name[name.rindex("_"):])
+        assert "ks_quad_transpose" not in WS.source_text(cfg) and W.EPILOGUE_STORE4 in WS.source_text(cfg)
+        assert WS.config_name(cfg) == name and WS.kernel_name(cfg).endswith("_st4")
     # naming a kernel's own default is the same configuration, under one spelling
-    assert WS.parse_config("ws2_n128_s3_p4_tmas_pst_st4") == tall and WS.parse_config("ws3_n64_s4_p4_tmas_st16") == wide
+    assert WS.parse_config("ws2_n128_s3_p4_tmas_pst_st16") == tall and WS.parse_config("ws3_n64_s4_p4_tmas_st16") == wide
+    assert WS.config_name(tall) == "ws2_n128_s3_p4_tmas_pst"
     with pytest.raises(ValueError, match="_st4 / _st16"):
         WS.parse_config("ws3_n64_s4_p4_tmas_st8")
     assert WS.config_problem(WS.WsConfig(3, 64, 4, 4, tma=3, store=8)) == "_stN stores O N bytes a lane: _st4 or _st16"
@@ -291,7 +293,7 @@ def test_the_epilogues_shuffles_run_outside_any_branch() -> None:
 
 
 def test_o_by_one_bulk_copy_a_warpgroup_is_named_refused_with_qn_and_ordered() -> None:
-    # `_ob` (not yet run on a GPU): O into the warpgroup's own Q rows, fenced for the async proxy, then one thread's
+    # `_ob`: O into the warpgroup's own Q rows, fenced for the async proxy, then one thread's
     # bulk copy, whose read of shared memory is waited for before Q's rows are written again
     cfg = WS.parse_config("ws2_n128_s3_p4_tmas_pst_ob")
     assert cfg.obulk and WS.config_name(cfg) == "ws2_n128_s3_p4_tmas_pst_ob" and WS.kernel_name(cfg).endswith("_ob")

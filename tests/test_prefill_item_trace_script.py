@@ -22,7 +22,8 @@ trace_script = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(trace_script)
 
 
-@pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas", "ws2_n128_s3_p4_tmas_pst", "ws2_n128_s3_p4_tmas_pst_st4"])
+@pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas", "ws2_n128_s3_p4_tmas_pst", "ws2_n128_s3_p4_tmas_pst_st4",
+                                  "ws2_n128_s3_p4_tmas_pst_ob", "ws3_n64_s4_p4_tmas_ob"])
 def test_the_stamps_sit_in_order_around_the_phases(name: str) -> None:
     cfg = WS.parse_config(name)
     persist = cfg.persist

@@ -58,7 +58,7 @@ def test_bad_input_is_refused_in_one_line(args: list[str], message: str) -> None
 @pytest.mark.skipif(sass.tool("cuobjdump") is None or sass.tool("nvdisasm") is None, reason="no cuobjdump / nvdisasm")
 def test_sixteen_byte_stores_leave_the_persistent_main_loop_as_it_was(tmp_path: Path) -> None:
     out = tmp_path / "sass.json"
-    subprocess.run([sys.executable, str(SCRIPT), "ws2_n128_s3_p4_tmas_pst_st16", "--against", "ws2_n128_s3_p4_tmas_pst",
+    subprocess.run([sys.executable, str(SCRIPT), "ws2_n128_s3_p4_tmas_pst", "--against", "ws2_n128_s3_p4_tmas_pst_st4",
                     "--shapes", "64", "--json", str(out)], check=True, capture_output=True, timeout=600)
     row = json.loads(out.read_text())["rows"][0]
     assert row["main_loop_same_as_against"] and row["hgmma"] == 40

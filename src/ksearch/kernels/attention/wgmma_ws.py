@@ -86,11 +86,11 @@ class WsConfig:
     # two 240; 32 leave three 160 and two 232 (consumer_registers) and keep the persistent producer loop from spilling
     preg: int = 24
     # How the epilogue stores O: 16 bytes a lane after a transpose within each quad of lanes (`_st16`,
-    # wgmma.EPILOGUE), 4 bytes a lane from the accumulators (`_st4`, wgmma.EPILOGUE_STORE4), or 0: each kernel's
-    # measured default (store_bytes)
+    # wgmma.EPILOGUE), 4 bytes a lane from the accumulators (`_st4`, wgmma.EPILOGUE_STORE4), or 0: the measured
+    # default, 16 (store_bytes)
     store: int = 0
-    # O through shared memory (its Q rows) and one bulk copy a warpgroup (`_ob`, wgmma.EPILOGUE_BULK): not yet run on
-    # a GPU
+    # O through shared memory (its Q rows) and one bulk copy a warpgroup (`_ob`, wgmma.EPILOGUE_BULK): correct, and
+    # within 1% of the 16-byte stores over the 96 shapes, slower in most groups (docs/kernels-attention.md)
     obulk: bool = False
 
     def threads(self) -> int:
@@ -218,12 +218,11 @@ def source_text(cfg: WsConfig) -> str:
 
 
 def store_bytes(cfg: WsConfig) -> int:
-    """Bytes a lane stores of O at a time. By default 16 with one block an item: the quad transpose took `WIDE`'s
-    epilogue from 2.2 to 0.6 tiles' time with the loop unchanged (benchmarks/prefill_item_trace.py). 4 for persistent
-    blocks, as measured: with the transpose's shuffles under the store's branch their loop ran 2-4% slower a tile,
-    more than the epilogue saved. With the shuffles outside it (wgmma.EPILOGUE now) their main loop compiles to the
-    same instructions as with 4-byte stores; `_st16` there is not yet timed on a GPU (docs/kernels-attention.md)."""
-    return cfg.store or (4 if cfg.persist else 16)
+    """Bytes a lane stores of O at a time: 16 unless `_st4` says 4. The quad transpose took the epilogue from 0.6-2.2
+    to 0.3-0.7 tiles' time in every kernel (benchmarks/prefill_item_trace.py); with its shuffles outside the store's
+    branch (wgmma.EPILOGUE) the persistent kernels' main loop compiles to the same instructions as with 4-byte stores,
+    and over the 96 shapes they ran 2-4% faster with it (docs/kernels-attention.md)."""
+    return cfg.store or 16
 
 
 def store_tag(cfg: WsConfig) -> str:
