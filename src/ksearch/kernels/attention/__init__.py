@@ -39,7 +39,8 @@ def wgmma_enabled() -> bool:
 # 24 registers for it, 160 for each consumer warpgroup) loads K / V by tensor copies (TMA) with the 128-byte swizzle
 # through a map the host encodes once per shape (kernels/tensor_map.py): no extra pass over K / V. Three consumer
 # warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two; the best at D=128
-# without the mask in all 6 groups of 4 shapes (as persistent blocks 0-4% slower: they spill).
+# without the mask in all 6 groups of 4 shapes (as persistent blocks 0-4% slower: they spill). With O stored 16 bytes
+# a lane in every kernel each group's choice below still stands (attention-prefill-configs-epilogue-*.json).
 WIDE = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3)
 # Two consumer warpgroups (128 rows) on 128-key tiles: half the softmax steps a key. Persistent blocks (one an SM,
 # each walking work items; its producer runs on into the next item while the consumers store O): 3% ahead of the
