@@ -13,6 +13,8 @@ there, and with three warpgroups at D=128 with the causal mask below L=4096); th
 through L2, ca through L1 too). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a
 thread without launch bounds; spills with them). A producer with 128-key tiles runs two consumer warpgroups and bulk
 or tensor copies (168 registers, no spills; the library's choice at D=64); with cp.async it spilled 208 bytes.
+Every producer rendering stores O as the library does, 16 bytes a lane after a transpose within each quad of lanes
+(0.922x of cuDNN over the 96 shapes for the library's dispatch against 0.892x with 4-byte stores).
 """
 
 from __future__ import annotations
