@@ -97,6 +97,15 @@ def same_code(a: list[str], b: list[str]) -> bool:
     return [norm(x) for x in a] == [norm(x) for x in b]
 
 
+def same_but_registers(a: list[str], b: list[str]) -> bool:
+    """The same instructions in the same order, register numbers (vector, uniform, predicate) and branch targets
+    aside: what ptxas's allocation alone moves between two compiles of the same code."""
+    def norm(x: str) -> str:
+        return re.sub(r"\bU?[PR]\d+\b", "REG", re.sub(r"0x[0-9a-f]+", "ADDR", x))
+
+    return [norm(x) for x in a] == [norm(x) for x in b]
+
+
 def compile_sass(name: str, d: int, causal: bool, dtype: str, cuobjdump: str) -> tuple[list[Instr], int | None]:
     from ksearch.backends.nvcc import PRELUDE, nvcc_path, wrap
     from ksearch.kernels import tensor_map
@@ -167,6 +176,7 @@ def main() -> None:
                    **summary(loop, spill)}
             if ref is not None and loop is not None:
                 row["main_loop_same_as_against"] = same_code(loop, ref)
+                row["main_loop_same_but_registers"] = same_but_registers(loop, ref)
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.json:

@@ -93,6 +93,53 @@ def test_the_schedule_visits_every_item_once_and_counts_stages_across_items() ->
 
 
 
+def _c_to_py(expr: str) -> str:
+    """A C mapping expression of ORDER / ORDER_HM as Python: `a ? b : c` and integer division."""
+    m = re.fullmatch(r"CAUSAL \? (.+) : (.+)", expr.strip())
+    expr = f"({m[1]}) if CAUSAL else ({m[2]})" if m else expr
+    return expr.replace("/", "//")
+
+
+def _mapping(text: str, item: str) -> tuple[str, str]:
+    mt = re.search(r"const int mt = ([^;]+);", text)[1]
+    bhq = re.search(r"const int bhq = ([^,]+),", text)[1]
+    return _c_to_py(mt).replace("item", item), _c_to_py(bhq).replace("item", item)
+
+
+def test_head_major_items_cover_every_item_once_and_keep_the_causal_order() -> None:
+    cfg = WS.parse_config("ws2_n128_s3_p4_tmas_pst_hm")
+    assert cfg.hm and WS.config_name(cfg) == "ws2_n128_s3_p4_tmas_pst_hm" and "_pst_hm" in WS.kernel_name(cfg)
+    assert WS.config_name(WS.parse_config("ws3_n64_s4_p4_tmas_pst_hm_qn_preg32")) == "ws3_n64_s4_p4_tmas_pst_hm_qn_preg32"
+    with pytest.raises(ValueError, match="_hm .work items head-major. is for persistent blocks"):
+        WS.parse_config("ws3_n64_s4_p4_tmas_hm")
+    assert not WS.with_bulk_copies(cfg).hm  # the fallback is one block an item, head-major by its grid
+    # the default kernels' text is untouched; _hm swaps both walks (producer, consumers) and the next Q's rows
+    plain, hm = WS.source_text(WS.parse_config("ws2_n128_s3_p4_tmas_pst")), WS.source_text(cfg)
+    assert plain.count(WT.ORDER) == 2 and WT.ORDER_HM not in plain
+    assert hm.count(WT.ORDER_HM) == 2 and WT.ORDER not in hm and WT.Q_NEXT_ORDER_HM[0] in hm
+    mt_e, bhq_e = _mapping(WT.ORDER_HM, "item")
+    qn_mt = _c_to_py(re.search(r"nm0 = \((.+)\) \* BM;", WT.Q_NEXT_ORDER_HM[0])[1])
+    qn_bhq = _c_to_py(re.search(r"\((.+)\) \* L \+ nm0", WT.Q_NEXT_ORDER_HM[1])[1])
+    for causal in (0, 1):
+        for mtiles, bh, grid in ((11, 128, 132), (1, 3, 3), (16, 128, 132), (7, 5, 35)):
+            waves: list[list[tuple[int, int]]] = []
+            for item in range(mtiles * bh):
+                env = {"MT": mtiles, "BH": bh, "item": item, "nx": item, "CAUSAL": causal}
+                got = (eval(mt_e, {}, env), eval(bhq_e, {}, env))  # noqa: S307
+                # the next item's Q rows (_qn) are the rows that item's walk computes
+                assert (eval(qn_mt, {}, env), eval(qn_bhq, {}, env)) == got  # noqa: S307
+                if item % grid == 0:
+                    waves.append([])
+                waves[-1].append(got)
+            seen = sorted(x for w in waves for x in w)
+            assert seen == [(m, h) for m in range(mtiles) for h in range(bh)]
+            heads = len({h for _, h in waves[0]})
+            if causal:  # the longest rows of every head first, as without _hm
+                assert waves[0][0][0] == mtiles - 1 and heads == min(grid, bh)
+            else:  # a wave of blocks holds the query blocks of few heads
+                assert heads <= -(-grid // mtiles) + 1
+
+
 def test_one_launch_is_made_once_per_shape_with_one_block_an_sm(monkeypatch: pytest.MonkeyPatch) -> None:
     mx = pytest.importorskip("mlx.core")
     built: list[tuple[Any, ...]] = []
@@ -168,7 +215,8 @@ def test_persistent_kernels_compile_for_sm_90a() -> None:
     # bound; with 32 (_preg32; two consumer warpgroups then keep 232) none
     combos = [("ws2_n128_s3_p4_tmas_pst", 64, True), ("ws2_n128_s3_p4_tmas_pst", 128, True),
               ("ws3_n64_s4_p4_tmas_pst", 128, False), ("ws2_n128_s3_p4_tmas_pst_preg32", 64, True),
-              ("ws3_n64_s4_p4_tmas_pst_qn_preg32", 128, True), ("ws2_n128_s3_p4_tmas_pst_pp", 128, True)]
+              ("ws3_n64_s4_p4_tmas_pst_qn_preg32", 128, True), ("ws2_n128_s3_p4_tmas_pst_pp", 128, True),
+              ("ws2_n128_s3_p4_tmas_pst_hm", 64, False), ("ws3_n64_s4_p4_tmas_pst_hm_preg32", 128, False)]
     units = []
     for i, (name, d, causal) in enumerate(combos):
         cfg = WS.parse_config(name)
@@ -183,7 +231,7 @@ def test_persistent_kernels_compile_for_sm_90a() -> None:
     spills = {int(m[1]): int(m[2]) for m in re.finditer(
         r"custom_kernel_pst(\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
     assert sorted(spills) == list(range(len(combos))), log[-3000:]
-    assert max(spills[i] for i in (0, 1, 2, 5)) <= 96 and spills[3] == spills[4] == 0, spills
+    assert max(spills[i] for i in (0, 1, 2, 5, 6)) <= 96 and spills[3] == spills[4] == spills[7] == 0, spills
 
 
 def _pp_programs(wg: int, items: list[int], per_item_open: bool) -> list[list[tuple[str, int]]]:

@@ -42,6 +42,10 @@ def test_two_loops_are_the_same_code_whatever_their_branch_targets() -> None:
     a = ["HGMMA.64x128x16.F32 R24, gdesc[UR4], R24", "@P0 BRA 0x20"]
     assert sass.same_code(a, [a[0], "@P0 BRA 0x7f0"])
     assert not sass.same_code(a, ["HGMMA.64x128x16.F32 R24, gdesc[UR8], R24", "@P0 BRA 0x20"])
+    # registers renamed: not the same code, but the same but for registers; another opcode is neither
+    renamed = ["HGMMA.64x128x16.F32 R26, gdesc[UR10], R26", "@P1 BRA 0x20"]
+    assert not sass.same_code(a, renamed) and sass.same_but_registers(a, renamed)
+    assert not sass.same_but_registers(a, ["HGMMA.64x64x16.F32 R24, gdesc[UR4], R24", "@P0 BRA 0x20"])
 
 
 @pytest.mark.parametrize("args, message", [

@@ -222,11 +222,18 @@ def _swap(text: str, old: str, new: str, count: int = 1) -> str:
 # next Q, so a block's start (maps published once, barriers, the first tiles in flight) and its end overlap the
 # neighbouring items instead of costing each block on its own (FlashAttention-3's persistent schedule without its
 # tile scheduler). Stages and phases follow a running count of the block's tiles, g0 + t.
+# Head-major order (`_hm`; built, not yet run on a GPU): without the causal mask, where every item costs the same and
+# balance needs no order, item = bhq * MT + mt, so the blocks at work at any time hold a few heads' query blocks and
+# find those heads' K / V in L2; the order above has every head in flight at once (132 heads' K / V at B 4, Hkv 32:
+# past L2, each tile read from HBM again for every wave of query blocks). With the mask the kernel keeps that order.
+ORDER = "const int mt = MT - 1 - item / BH;  // every head's longest causal tiles first\n    const int bhq = item % BH,"
+ORDER_HM = ("const int mt = CAUSAL ? MT - 1 - item / BH : item % MT;  // head-major without the mask (_hm)\n"
+            "    const int bhq = CAUSAL ? item % BH : item / MT,")
+Q_NEXT_ORDER = ("nm0 = (MT - 1 - nx / BH) * BM;", "(nx % BH) * L + nm0")
+Q_NEXT_ORDER_HM = ("nm0 = (CAUSAL ? MT - 1 - nx / BH : nx % MT) * BM;", "(CAUSAL ? nx % BH : nx / MT) * L + nm0")
 ITEM_COORDS = _swap(BLOCK_COORDS,
                     "const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first\n"
-                    "    const int bhq = blockIdx.y,",
-                    "const int mt = MT - 1 - item / BH;  // every head's longest causal tiles first\n"
-                    "    const int bhq = item % BH,")
+                    "    const int bhq = blockIdx.y,", ORDER)
 PERSIST_ITEMS = "\n    const int MT = (q_shape[2] + BM - 1) / BM, BH = q_shape[0] * q_shape[1], ITEMS = MT * BH;\n"
 _TMA_LOOP = PRODUCER_TMA[PRODUCER_TMA.index("          for (int t = 0; t < ntiles; ++t) {"):]
 PRODUCER_TMA_PERSIST = _swap(_swap(_swap(_swap(
@@ -290,3 +297,11 @@ SOURCE_TMA_PERSIST = (
                issued="pp_arrive();",
                end="release(vempty, ntiles - 1);  // the next item's tiles reuse the stage" + Q_NEXT)
     + EPILOGUE + "    g0 += ntiles;\n    }\n" + PP_LAST_TURN)
+
+
+def head_major(text: str) -> str:
+    """A persistent kernel's text with its work items in head-major order without the causal mask (`_hm`)."""
+    text = _swap(text, ORDER, ORDER_HM, 2)  # the producer's walk and the consumers'
+    for old, new in zip(Q_NEXT_ORDER, Q_NEXT_ORDER_HM, strict=True):
+        text = _swap(text, old, new)
+    return text
