@@ -305,3 +305,32 @@ def head_major(text: str) -> str:
     for old, new in zip(Q_NEXT_ORDER, Q_NEXT_ORDER_HM, strict=True):
         text = _swap(text, old, new)
     return text
+
+
+# Two Q buffers (`_q2`; built, not yet run on a GPU): a block's item k reads Q from buffer k % 2, and each consumer
+# warpgroup issues its rows of the next item's Q into the other buffer as soon as this item's Q is in, so the load
+# runs under the whole item instead of opening the next one (about a tile's time an item, prefill_item_trace.py). The
+# other buffer's last reader was the previous item's S products, all completed before its epilogue; its rows past L
+# (a partial last block) keep older rows, computed on and never stored, as with one buffer. `_qn` loads the next Q
+# into the one buffer under the epilogue instead; the two exclude each other.
+_Q_BARRIER = '    ks_wait_w<0>();\n    ks_proxy_fence();\n    asm volatile("bar.sync %0, 128;\\n" :: "r"(1 + wg) : "memory");\n'
+_CONSUMER_LOOP = ("    int g0 = 0;  // K / V tiles this block consumed before this item\n"
+                  "    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {")
+Q_SECOND = r"""    if (item + (int)gridDim.x < ITEMS) {  // the next item's Q into the other buffer (_q2)
+      const int nx = item + gridDim.x, nm0 = (MT - 1 - nx / BH) * BM;
+      ks_load_core<D, 128, 64>(Qs0 + ((qk + 1) & 1) * QB + wg * 64 * D, q + ((size_t)(nx % BH) * L + nm0 + wg * 64) * D,
+                               max(0, min(64, min(BM, L - nm0) - wg * 64)), wt);
+      ks_commit_w();
+    }
+"""
+
+
+def double_q(text: str) -> str:
+    """A persistent kernel's text (`SOURCE_TMA_PERSIST`, before its epilogue is chosen) with two Q buffers (`_q2`)."""
+    text = _swap(text, "T* Qs = ones + 128;", "T* const Qs0 = ones + 128;  // two Q buffers (_q2): item k in k % 2")
+    text = _swap(text, "Qs + QB", "Qs0 + 2 * QB", 2)  # K / V stages after both
+    text = _swap(text, _CONSUMER_LOOP, _CONSUMER_LOOP + "\n    const int qk = (item - (int)blockIdx.x) / (int)gridDim.x;"
+                 "  // the block's items before this one\n    T* const Qs = Qs0 + (qk & 1) * QB;")
+    text = _swap(text, "if (!QNEXT || item == blockIdx.x)", "if (item == blockIdx.x)", 2)  # the first item's own load
+    text = _swap(text, Q_NEXT, "")
+    return _swap(text, _Q_BARRIER, _Q_BARRIER + Q_SECOND)
