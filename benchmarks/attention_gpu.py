@@ -24,7 +24,7 @@ import mlx.core as mx  # noqa: E402
 from ksearch.bench import attention as ba  # noqa: E402
 from ksearch.bench.timing import time_rounds  # noqa: E402
 from ksearch.kernels.attention.mma_sync import PrefillConfig, attention_cuda  # noqa: E402
-from ksearch.kernels.attention.wgmma import WgmmaConfig, attention_wgmma  # noqa: E402
+from ksearch.kernels.attention.wgmma import MAX_SMEM, WgmmaConfig, attention_wgmma  # noqa: E402
 from ksearch.kernels.attention.wgmma_ws import WsConfig, attention_wgmma_ws, config_name  # noqa: E402
 from ksearch.kernels.attention.wgmma_ws import parse_config as parse_ws_config  # noqa: E402
 from ksearch.kernels.decode import cuda_split_k, decode, parse_config  # noqa: E402
@@ -146,8 +146,10 @@ def check(kind: str) -> int:
                     parse_ws_config(n)
                 except ValueError as exc:
                     sys.exit(f"KS_CHECK_CONFIGS: {exc}")
-            # a name outside the list (a store or epilogue variant): the cases the library's own kernels get
+            # a name outside the list (a store or epilogue variant): the cases the library's own kernels get, at the
+            # head dimensions its shared memory allows
             runs += [(parse_ws_config(n), c, t, cz) for n in only if n not in listed for c in cases + many
+                     if parse_ws_config(n).smem_bytes(c[5]) <= MAX_SMEM
                      for t in (mx.float16, mx.bfloat16) for cz in (0, 1)]
         for cfg, (b, hq, hkv, length, s, d), dt, causal in runs:
             if True:

@@ -16,6 +16,8 @@
 #                                   families = the attention template families, tile images, the cluster decode
 #   prefill                         check-prefill against fp32, then `ksearch bench attention --full`
 #   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios
+#   prefill-candidates CONFIG...    configurations beside the dispatch: check-prefill (KS_CHECK_CONFIGS), `bench attention
+#                                   --full --configs` in two processes, their items traced at L=2048
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
 #   item-trace [ARGS]               where a prefill work item's time goes (prefill_item_trace.py; ARGS are its options;
 #                                   by default the library's three kernels at D=128, L=2048 and 8192)
@@ -138,6 +140,24 @@ prefill() {
   timeout -k 10 360 "$PY" benchmarks/attention_gpu.py check-prefill > "$OUT/attention-check-prefill.log" 2>&1
   grep -v " ok$" "$OUT/attention-check-prefill.log" | tail -5
   timeout -k 10 300 "${KS[@]}" bench attention --full --out "$OUT" 2>&1 | tail -3
+}
+
+prefill_candidates() {
+  # Configurations not yet in the dispatch, in one call: checked against fp32, timed beside the dispatch over the 96
+  # shapes in two processes, and their work items traced at L=2048 (D=128; their own phases and cycles a tile).
+  local list
+  list=$(IFS=,; echo "$*")
+  KS_CHECK_CONFIGS=$list timeout -k 10 200 "$PY" benchmarks/attention_gpu.py check-prefill \
+    > "$OUT/attention-check-prefill-candidates.log" 2>&1
+  echo "check-prefill: $(grep -c ' ok$' "$OUT/attention-check-prefill-candidates.log") ok"
+  grep -v " ok$" "$OUT/attention-check-prefill-candidates.log" | tail -4
+  grep -q "prefill: 0 failures" "$OUT/attention-check-prefill-candidates.log" || die "a candidate failed its check"
+  local run
+  for run in candidates candidates-rerun; do
+    timeout -k 10 150 "${KS[@]}" bench attention --full --configs "$list" --out "$OUT/$run" 2>&1 | tail -1 | cut -c1-600
+  done
+  timeout -k 10 100 "$PY" benchmarks/prefill_item_trace.py "$OUT/item-trace" --lengths 2048 \
+    --configs "ws3_n64_s4_p4_tmas,$list" 2>&1 | grep -v "^wrote" | cut -c1-400
 }
 
 prefill_configs() {
@@ -343,6 +363,18 @@ case "$part" in
   tests) setup && run_tests "$@" ;;
   prefill) setup && prefill ;;
   prefill-configs) setup && prefill_configs "$@" ;;
+  prefill-candidates) [ $# -gt 0 ] || die "prefill-candidates: name wgmma configurations, e.g. ws2_n128_s3_p4_tmas_pst_q2"
+    bad=$(PYTHONPATH=$PWD/src "$PY" - "$@" 2>/dev/null <<'CHECK'
+import sys
+from ksearch.kernels.attention.wgmma_ws import parse_config
+try:
+    [parse_config(n) for n in sys.argv[1:]]
+except ValueError as exc:
+    print(exc)
+CHECK
+)
+    [ -z "$bad" ] || die "prefill-candidates: $bad"
+    setup && prefill_candidates "$@" ;;
   prefill-small) setup && prefill_small ;;
   item-trace) setup && timeout -k 10 500 "$PY" benchmarks/prefill_item_trace.py "$OUT" "$@" 2>&1 \
           | tee "$OUT/prefill-item-trace.log" | cut -c1-400 ;;

@@ -180,6 +180,15 @@ def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causa
     return row
 
 
+def too_big(cfg: Any, d: int) -> str | None:
+    """Why `cfg` cannot run at head dimension `d` (its shared memory past a block's), or None: such a pair is skipped
+    with a line, not launched (e.g. `TALL` with two Q buffers at D=128)."""
+    from ksearch.kernels.attention.wgmma import MAX_SMEM
+
+    need = cfg.smem_bytes(d)
+    return f"it needs {need} bytes of shared memory, a block may have {MAX_SMEM}" if need > MAX_SMEM else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
@@ -208,8 +217,15 @@ def main() -> None:
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
 
-    rows = [measure(name, args.batch, args.heads, args.hkv, length, d, args.causal)
-            for length in lengths for d in dims for name in names]
+    rows = []
+    for length in lengths:
+        for d in dims:
+            for name in names:
+                why = too_big(parse_config(name), d)
+                if why:
+                    print(f"{name} at D={d}: skipped, {why}", flush=True)
+                    continue
+                rows.append(measure(name, args.batch, args.heads, args.hkv, length, d, args.causal))
     data = make_result("prefill-item-trace", get_backend(None), rows,
                        [{"L": x, "D": d, "B": args.batch, "Hq": args.heads, "Hkv": args.hkv} for x in lengths for d in dims],
                        ["float16"], None, "phases of a work item in clock64 cycles, consumer thread 0")

@@ -92,3 +92,10 @@ def test_stamped_kernels_compile_like_the_librarys() -> None:
     assert len(spills) == 2 * len(combos), log[-3000:]
     for i in range(len(combos)):
         assert spills[f"k{i}s"] <= spills[f"k{i}p"], spills
+
+
+def test_a_configuration_too_big_for_a_head_dimension_is_skipped_not_launched() -> None:
+    assert trace_script.too_big(WS.parse_config("ws3_n64_s4_p4_tmas_pst_q2_preg32"), 128) is None
+    why = trace_script.too_big(WS.parse_config("ws2_n128_s3_p4_tmas_pst_q2"), 128)
+    assert why is not None and "263904 bytes of shared memory" in why
+    assert trace_script.too_big(WS.parse_config("ws2_n128_s3_p4_tmas_pst_q2"), 64) is None
