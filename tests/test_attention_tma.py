@@ -217,3 +217,42 @@ def test_blocks_an_sm_are_named_checked_and_bounded() -> None:
     with pytest.raises(ValueError, match="1 to 4 blocks"):
         WS.parse_config("ws1_n64_s2_p1_tmas_b5")
     assert "launch_bounds(160, 2)" in W.launch_bounds(160, 2)
+
+
+def test_q_first_issues_the_consumers_q_before_the_set_up_and_waits_where_it_did() -> None:
+    cfg = WS.parse_config("ws3_n64_s4_p4_tmas_qe")
+    assert cfg.qe and WS.config_name(cfg) == "ws3_n64_s4_p4_tmas_qe" and WS.kernel_name(cfg).endswith("_qe")
+    for bad in ("ws3_n64_s4_p4_tmas_pst_qe", "ws3_n64_s4_p0_qe"):
+        with pytest.raises(ValueError, match="_qe .Q issued before the set-up"):
+            WS.parse_config(bad)
+    plain, early = WS.source_text(WS.parse_config("ws3_n64_s4_p4_tmas")), WS.source_text(cfg)
+    assert "_qe" not in plain
+    issue = "ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg"
+    assert plain.count(issue) == early.count(issue) == 1
+    # issued by the consumers alone, before the barriers' set-up, the block barrier and the registers' hand-over;
+    # waited for, fenced for the tensor cores and the warpgroup's barrier passed where the kernel always did
+    at = [early.index(x) for x in ("const int rows_here", "if (threadIdx.x < NT) {  // consumers: Q first", issue,
+                                   "ks_mbar_init(", "__syncthreads();", "setmaxnreg.inc", "ks_wait_w<0>();\n    ks_proxy",
+                                   '"r"(1 + wg)', "issue_s(0);")]
+    assert at == sorted(at)
+    assert early.count("ks_commit_w();") == plain.count("ks_commit_w();")
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_q_first_compiles_for_sm90a_as_the_default_does() -> None:
+    combos = [("ws3_n64_s4_p4_tmas_qe", 128, False), ("ws3_n64_s4_p4_tmas_qe", 128, True),
+              ("ws2_n128_s3_p4_bulk_qe", 64, False)]
+    units = []
+    for i, (name, d, causal) in enumerate(combos):
+        cfg = WS.parse_config(name)
+        inputs = [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")] + ([("tmap", "uint64")] if cfg.tma else [])
+        outputs = [("o", "T")] + ([("maps", "uint64")] if cfg.tma else [])
+        units.append(wrap(f"qe{i}", WS.source_text(cfg), W.launch_bounds(cfg.threads(), cfg.blocks), inputs, outputs,
+                          [("T", "float16"), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal),
+                           *WS.stage_args(cfg)]))
+    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, WS.BULK_HEADER, *units])
+    assert ok, log[-3000:]
+    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    spills = {int(m[1]): int(m[2]) for m in re.finditer(
+        r"custom_kernel_qe(\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
+    assert sorted(spills) == [0, 1, 2] and spills[0] == spills[2] == 0 and spills[1] <= 8, spills

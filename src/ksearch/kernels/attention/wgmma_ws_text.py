@@ -334,3 +334,19 @@ def double_q(text: str) -> str:
     text = _swap(text, "if (!QNEXT || item == blockIdx.x)", "if (item == blockIdx.x)", 2)  # the first item's own load
     text = _swap(text, Q_NEXT, "")
     return _swap(text, _Q_BARRIER, _Q_BARRIER + Q_SECOND)
+
+
+# Q first (`_qe`, one block an item; built, not yet run on a GPU): the consumers issue their Q rows before the
+# barriers are set up, the block barrier passed and the registers handed over, so the load's latency runs under that
+# set-up instead of after it (one block an item waits 2.6 tiles' time for Q, prefill_item_trace.py); they wait for it
+# where they did. The entry registers (168 a thread at 384 threads) are enough to issue cp.async.
+_Q_ISSUE = ("    ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), "
+            "wt);\n    ks_commit_w();\n")
+_BARS = "    unsigned long long* bars = reinterpret_cast<unsigned long long*>(Vs + STAGES * KB);"
+
+
+def q_early(text: str) -> str:
+    """A producer kernel's text (one block an item) with the consumers' Q load issued before the set-up (`_qe`)."""
+    text = _swap(text, _Q_ISSUE, "")
+    return _swap(text, _BARS, "    if (threadIdx.x < NT) {  // consumers: Q first (_qe)\n  " + _Q_ISSUE.replace("\n    ", "\n      ")
+                 + "    }\n" + _BARS)
