@@ -141,15 +141,13 @@ def check(kind: str) -> int:
         if only:  # KS_CHECK_CONFIGS=name,...: only these configurations (names as config_name writes them)
             runs = [r for r in runs if isinstance(r[0], (WsConfig, WgmmaConfig)) and config_name(r[0]) in only]
             listed = {config_name(c) for c in WGMMA_CONFIGS}
-            for n in only:
-                try:
-                    parse_ws_config(n)
-                except ValueError as exc:
-                    sys.exit(f"KS_CHECK_CONFIGS: {exc}")
+            try:
+                extra = [parse_ws_config(n) for n in only if n not in listed]
+            except ValueError as exc:
+                sys.exit(f"KS_CHECK_CONFIGS: {exc}")
             # a name outside the list (a store or epilogue variant): the cases the library's own kernels get, at the
             # head dimensions its shared memory allows
-            runs += [(parse_ws_config(n), c, t, cz) for n in only if n not in listed for c in cases + many
-                     if parse_ws_config(n).smem_bytes(c[5]) <= MAX_SMEM
+            runs += [(cfg, c, t, cz) for cfg in extra for c in cases + many if cfg.smem_bytes(c[5]) <= MAX_SMEM
                      for t in (mx.float16, mx.bfloat16) for cz in (0, 1)]
         for cfg, (b, hq, hkv, length, s, d), dt, causal in runs:
             if True:

@@ -376,8 +376,9 @@ def config_name(cfg: Any) -> str:
         return f"wg{cfg.wg}_n{cfg.bn}" + (f"_s{cfg.stages}" if cfg.stages != 2 else "") + ca
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
             + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_hm" if cfg.hm else "")
-            + ("_q2" if cfg.q2 else "") + ("_qn" if cfg.qnext else "") + ("_qe" if cfg.qe else "") + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg)
-            + ("_ob" if cfg.obulk else "") + store_tag(cfg) + ca)
+            + ("_q2" if cfg.q2 else "") + ("_qn" if cfg.qnext else "") + ("_qe" if cfg.qe else "")
+            + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "") + store_tag(cfg)
+            + ca)
 
 
 def parse_config(name: str) -> Any:
@@ -389,19 +390,19 @@ def parse_config(name: str) -> Any:
 
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_hm)?(_q2)?(_qn)?(_qe)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?)(_ca)?", name.strip())
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?"
+                     r"(_hm)?(_q2)?(_qn)?(_qe)?(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_hm][_q2][_qn][_qe][_pp][_pregN][_bB][_ob][_st4|_st16]"
-                         "[_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / "
-                         "_tmas: by tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; "
-                         "_pst: persistent blocks; _hm: their work items head-major without the causal mask; _q2: two "
-                         "Q buffers, the next item's loaded under this one; _qn: their next Q loaded under the "
-                         "epilogue; _qe: Q issued before the set-up, one block an item; _pregN: N registers for a producer warpgroup; _pp: ping-pong between consumer "
-                         "warpgroups; _bB: launch bounds for B blocks an SM; _ob: O out of "
-                         "shared memory by one bulk copy a warpgroup; _st4 / _st16: O stored 4 / 16 bytes a lane; "
-                         "_ca: cp.async through L1)")
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_hm][_q2][_qn][_qe][_pp][_pregN][_bB][_ob]"
+                         "[_st4|_st16][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; "
+                         "_tma / _tmac / _tmas: by tensor copies, one a tile / one per 16-byte column / one per 64 "
+                         "columns swizzled; _pst: persistent blocks; _hm: their work items head-major without the "
+                         "causal mask; _q2: two Q buffers, the next item's loaded under this one; _qn: their next Q "
+                         "loaded under the epilogue; _qe: Q issued before the set-up, one block an item; _pregN: N "
+                         "registers for a producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: launch "
+                         "bounds for B blocks an SM; _ob: O out of shared memory by one bulk copy a warpgroup; _st4 / "
+                         "_st16: O stored 4 / 16 bytes a lane; _ca: cp.async through L1)")
     cp = "ca" if m[20] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)

@@ -313,12 +313,14 @@ def head_major(text: str) -> str:
 # other buffer's last reader was the previous item's S products, all completed before its epilogue; its rows past L
 # (a partial last block) keep older rows, computed on and never stored, as with one buffer. `_qn` loads the next Q
 # into the one buffer under the epilogue instead; the two exclude each other.
-_Q_BARRIER = '    ks_wait_w<0>();\n    ks_proxy_fence();\n    asm volatile("bar.sync %0, 128;\\n" :: "r"(1 + wg) : "memory");\n'
+_Q_BARRIER = ('    ks_wait_w<0>();\n    ks_proxy_fence();\n'
+              '    asm volatile("bar.sync %0, 128;\\n" :: "r"(1 + wg) : "memory");\n')
 _CONSUMER_LOOP = ("    int g0 = 0;  // K / V tiles this block consumed before this item\n"
                   "    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {")
 Q_SECOND = r"""    if (item + (int)gridDim.x < ITEMS) {  // the next item's Q into the other buffer (_q2)
       const int nx = item + gridDim.x, nm0 = (MT - 1 - nx / BH) * BM;
-      ks_load_core<D, 128, 64>(Qs0 + ((qk + 1) & 1) * QB + wg * 64 * D, q + ((size_t)(nx % BH) * L + nm0 + wg * 64) * D,
+      ks_load_core<D, 128, 64>(Qs0 + ((qk + 1) & 1) * QB + wg * 64 * D,
+                               q + ((size_t)(nx % BH) * L + nm0 + wg * 64) * D,
                                max(0, min(64, min(BM, L - nm0) - wg * 64)), wt);
       ks_commit_w();
     }
@@ -329,8 +331,9 @@ def double_q(text: str) -> str:
     """A persistent kernel's text (`SOURCE_TMA_PERSIST`, before its epilogue is chosen) with two Q buffers (`_q2`)."""
     text = _swap(text, "T* Qs = ones + 128;", "T* const Qs0 = ones + 128;  // two Q buffers (_q2): item k in k % 2")
     text = _swap(text, "Qs + QB", "Qs0 + 2 * QB", 2)  # K / V stages after both
-    text = _swap(text, _CONSUMER_LOOP, _CONSUMER_LOOP + "\n    const int qk = (item - (int)blockIdx.x) / (int)gridDim.x;"
-                 "  // the block's items before this one\n    T* const Qs = Qs0 + (qk & 1) * QB;")
+    text = _swap(text, _CONSUMER_LOOP, _CONSUMER_LOOP
+                 + "\n    const int qk = (item - (int)blockIdx.x) / (int)gridDim.x;  // the block's earlier items"
+                 + "\n    T* const Qs = Qs0 + (qk & 1) * QB;")
     text = _swap(text, "if (!QNEXT || item == blockIdx.x)", "if (item == blockIdx.x)", 2)  # the first item's own load
     text = _swap(text, Q_NEXT, "")
     return _swap(text, _Q_BARRIER, _Q_BARRIER + Q_SECOND)
@@ -340,13 +343,13 @@ def double_q(text: str) -> str:
 # barriers are set up, the block barrier passed and the registers handed over, so the load's latency runs under that
 # set-up instead of after it (one block an item waits 2.6 tiles' time for Q, prefill_item_trace.py); they wait for it
 # where they did. The entry registers (168 a thread at 384 threads) are enough to issue cp.async.
-_Q_ISSUE = ("    ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), "
-            "wt);\n    ks_commit_w();\n")
+_Q_LOAD_ARGS = "(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), wt);"
+_Q_ISSUE = f"    ks_load_core<D, 128, 64>{_Q_LOAD_ARGS}\n    ks_commit_w();\n"
+_Q_FIRST = (f"    if (threadIdx.x < NT) {{  // consumers: Q first (_qe)\n"
+            f"      ks_load_core<D, 128, 64>{_Q_LOAD_ARGS}\n      ks_commit_w();\n    }}\n")
 _BARS = "    unsigned long long* bars = reinterpret_cast<unsigned long long*>(Vs + STAGES * KB);"
 
 
 def q_early(text: str) -> str:
     """A producer kernel's text (one block an item) with the consumers' Q load issued before the set-up (`_qe`)."""
-    text = _swap(text, _Q_ISSUE, "")
-    return _swap(text, _BARS, "    if (threadIdx.x < NT) {  // consumers: Q first (_qe)\n  " + _Q_ISSUE.replace("\n    ", "\n      ")
-                 + "    }\n" + _BARS)
+    return _swap(_swap(text, _Q_ISSUE, ""), _BARS, _Q_FIRST + _BARS)
