@@ -363,7 +363,7 @@ case "$part" in
   tests) setup && run_tests "$@" ;;
   prefill) setup && prefill ;;
   prefill-configs) setup && prefill_configs "$@" ;;
-  prefill-candidates) [ $# -gt 0 ] || die "prefill-candidates: name wgmma configurations, e.g. ws2_n128_s3_p4_tmas_pst_q2"
+  prefill-candidates) [ $# -gt 0 ] || die "prefill-candidates: name wgmma configurations, e.g. ws2_n128_s3_p4_tmas_pst_qn"
     bad=$(PYTHONPATH=$PWD/src "$PY" - "$@" 2>/dev/null <<'CHECK'
 import sys
 from ksearch.kernels.attention.wgmma_ws import parse_config

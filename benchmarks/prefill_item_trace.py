@@ -182,7 +182,7 @@ def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causa
 
 def too_big(cfg: Any, d: int) -> str | None:
     """Why `cfg` cannot run at head dimension `d` (its shared memory past a block's), or None: such a pair is skipped
-    with a line, not launched (e.g. `TALL` with two Q buffers at D=128)."""
+    with a line, not launched (e.g. `TALL` with 4 stages at D=128)."""
     from ksearch.kernels.attention.wgmma import MAX_SMEM
 
     need = cfg.smem_bytes(d)

@@ -11,7 +11,7 @@ SUITE = Path(__file__).resolve().parents[1] / "benchmarks/gpu_suite.sh"
 
 @pytest.mark.parametrize(("args", "message"), [
     ([], "name wgmma configurations"),
-    (["ws3_n64_s4_p4_tmas_q2"], "_q2 (two Q buffers"),
+    (["ws3_n64_s4_p4_tmas_qn"], "_qn (the next item's Q"),
     (["ws3_n64_s4_p4_nope"], "is not a wgmma configuration"),
 ])
 def test_gpu_suite_prefill_candidates_refuses_bad_names_before_any_setup(args: list[str], message: str) -> None:

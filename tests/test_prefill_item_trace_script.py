@@ -23,7 +23,7 @@ _spec.loader.exec_module(trace_script)
 
 
 @pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas", "ws2_n128_s3_p4_tmas_pst", "ws2_n128_s3_p4_tmas_pst_st4",
-                                  "ws2_n128_s3_p4_tmas_pst_ob", "ws3_n64_s4_p4_tmas_ob", "ws3_n64_s4_p4_tmas_pst_q2_preg32"])
+                                  "ws2_n128_s3_p4_tmas_pst_ob", "ws3_n64_s4_p4_tmas_ob", "ws3_n64_s4_p4_tmas_pst_qn_preg32"])
 def test_the_stamps_sit_in_order_around_the_phases(name: str) -> None:
     cfg = WS.parse_config(name)
     persist = cfg.persist
@@ -72,7 +72,7 @@ def test_configurations_without_tensor_copies_are_refused_in_one_line() -> None:
 def test_stamped_kernels_compile_like_the_librarys() -> None:
     combos = [("ws3_n64_s4_p4_tmas", 128, False), ("ws3_n64_s4_p4_tmas_pst_preg32", 128, True),
               ("ws2_n128_s3_p4_tmas_pst", 64, True), ("ws2_n128_s3_p4_tmas_pst_ob", 64, False),
-              ("ws3_n64_s4_p4_tmas_pst_hm_q2_preg32", 128, False)]
+              ("ws3_n64_s4_p4_tmas_pst_qn_preg32", 128, False)]
     units = []
     for i, (name, d, causal) in enumerate(combos):
         cfg = WS.parse_config(name)
@@ -95,7 +95,7 @@ def test_stamped_kernels_compile_like_the_librarys() -> None:
 
 
 def test_a_configuration_too_big_for_a_head_dimension_is_skipped_not_launched() -> None:
-    assert trace_script.too_big(WS.parse_config("ws3_n64_s4_p4_tmas_pst_q2_preg32"), 128) is None
-    why = trace_script.too_big(WS.parse_config("ws2_n128_s3_p4_tmas_pst_q2"), 128)
-    assert why is not None and "263904 bytes of shared memory" in why
-    assert trace_script.too_big(WS.parse_config("ws2_n128_s3_p4_tmas_pst_q2"), 64) is None
+    assert trace_script.too_big(WS.parse_config("ws3_n64_s4_p4_tmas_pst_preg32"), 128) is None
+    why = trace_script.too_big(WS.parse_config("ws2_n128_s4_p4_tmas_pst"), 128)
+    assert why is not None and "296704 bytes of shared memory" in why
+    assert trace_script.too_big(WS.parse_config("ws2_n128_s4_p4_tmas_pst"), 64) is None

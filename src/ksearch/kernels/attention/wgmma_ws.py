@@ -56,9 +56,6 @@ from ksearch.kernels.attention.wgmma_ws_text import (  # the kernels' text; the 
     SOURCE_MB,
     SOURCE_TMA,
     SOURCE_TMA_PERSIST,
-    double_q,
-    head_major,
-    q_early,
 )
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
 from ksearch.kernels.kernel_text import cuda_kernel
@@ -95,15 +92,6 @@ class WsConfig:
     # O through shared memory (its Q rows) and one bulk copy a warpgroup (`_ob`, wgmma.EPILOGUE_BULK): correct, and
     # within 1% of the 16-byte stores over the 96 shapes, slower in most groups (docs/kernels-attention.md)
     obulk: bool = False
-    # Persistent blocks only: work items head-major without the causal mask (`_hm`, wgmma_ws_text.ORDER_HM), so the
-    # blocks at work share few heads' K / V in L2; built, not yet run on a GPU
-    hm: bool = False
-    # Persistent blocks only: two Q buffers, the next item's Q loaded under this whole item (`_q2`,
-    # wgmma_ws_text.double_q); built, not yet run on a GPU
-    q2: bool = False
-    # One block an item only: the consumers issue their Q rows before the barriers' set-up (`_qe`,
-    # wgmma_ws_text.q_early); built, not yet run on a GPU
-    qe: bool = False
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
@@ -111,8 +99,7 @@ class WsConfig:
     def smem_bytes(self, d: int) -> int:
         maps = 128 + 256 if self.tma else 0  # two tensor maps, 128-byte aligned
         align = 1024 if self.tma == 3 else 0  # the swizzled stages start at a multiple of 1024 bytes
-        q_rows = 64 * self.wg * (2 if self.q2 else 1)
-        return 256 + (q_rows + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps + align
+        return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps + align
 
 
 def config_problem(cfg: WsConfig) -> str | None:
@@ -128,12 +115,6 @@ def config_problem(cfg: WsConfig) -> str | None:
         return "_pst (persistent blocks) takes tensor copies (_tma, _tmac or _tmas)"
     if cfg.qnext and not cfg.persist:
         return "_qn (the next item's Q under this one's epilogue) is for persistent blocks (_pst)"
-    if cfg.hm and not cfg.persist:
-        return "_hm (work items head-major) is for persistent blocks (_pst); one block an item is head-major already"
-    if cfg.qe and (not cfg.pwarps or cfg.persist):
-        return "_qe (Q issued before the set-up) is for producer kernels (_pP) with one block an item (no _pst)"
-    if cfg.q2 and (not cfg.persist or cfg.qnext):
-        return "_q2 (two Q buffers, the next item's loaded under this one) is for persistent blocks (_pst), without _qn"
     if cfg.preg != 24 and (cfg.pwarps != 4 or cfg.preg % 8 or not 24 <= cfg.preg <= 64):
         return "_pregN sets a producer warpgroup's registers (_p4): N a multiple of 8 from 24 to 64"
     if cfg.pwarps == 0 and cfg.stages < 4:  # loads run two tiles ahead of the one released last
@@ -231,12 +212,6 @@ def source_text(cfg: WsConfig) -> str:
     """The kernel text a configuration runs: persistent, tensor copies, a producer or none, and its epilogue."""
     text = ((SOURCE_TMA_PERSIST if cfg.persist else SOURCE_TMA) if cfg.tma
             else SOURCE if cfg.pwarps else SOURCE_MB)
-    if cfg.q2:
-        text = double_q(text)
-    if cfg.qe:
-        text = q_early(text)
-    if cfg.hm:
-        text = head_major(text)
     if cfg.obulk:
         return text.replace(EPILOGUE, EPILOGUE_BULK)
     return text.replace(EPILOGUE, EPILOGUE_STORE4) if store_bytes(cfg) == 4 else text
@@ -342,7 +317,7 @@ def with_bulk_copies(cfg: WsConfig) -> WsConfig:
     """`cfg` with bulk copies from tile images instead of tensor copies, one block an item (persistent blocks need the
     tensor copies), its producer at the 24 registers the bulk-copy kernels were measured with: where no tensor map can
     be made."""
-    return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, hm=False, q2=False, preg=24)
+    return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24)
 
 
 def kernel_name(cfg: WsConfig) -> str:
@@ -351,9 +326,8 @@ def kernel_name(cfg: WsConfig) -> str:
     tag = cp_cache(cfg.cp)[1]
     return (f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}" + ("_bulk" if cfg.bulk else "")
             + (f"_tma{cfg.tma}" if cfg.tma else "") + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "")
-            + ("_hm" if cfg.hm else "") + ("_q2" if cfg.q2 else "") + ("_qn" if cfg.qnext else "")
-            + ("_qe" if cfg.qe else "") + preg_tag(cfg) + blocks_tag(cfg)
-            + ("_ob" if cfg.obulk else "") + store_tag(cfg))
+            + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "")
+            + store_tag(cfg))
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -375,41 +349,37 @@ def config_name(cfg: Any) -> str:
     if isinstance(cfg, WgmmaConfig):
         return f"wg{cfg.wg}_n{cfg.bn}" + (f"_s{cfg.stages}" if cfg.stages != 2 else "") + ca
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
-            + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_hm" if cfg.hm else "")
-            + ("_q2" if cfg.q2 else "") + ("_qn" if cfg.qnext else "") + ("_qe" if cfg.qe else "")
+            + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
             + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "") + store_tag(cfg)
             + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_hm][_q2][_qn][_qe][_pp][_pregN][_bB][_ob][_st4|_st16][_ca]"
-    -> WsConfig(W, N, S, P) (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError
-    with the accepted forms, or with what to change in a configuration that can run at no shape."""
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_ca]" -> WsConfig(W, N, S, P)
+    (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
+    change in a configuration that can run at no shape."""
     import re
 
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?"
-                     r"(_hm)?(_q2)?(_qn)?(_qe)?(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?)(_ca)?", name.strip())
+    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_hm][_q2][_qn][_qe][_pp][_pregN][_bB][_ob]"
-                         "[_st4|_st16][_ca] (e.g. ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; "
-                         "_tma / _tmac / _tmas: by tensor copies, one a tile / one per 16-byte column / one per 64 "
-                         "columns swizzled; _pst: persistent blocks; _hm: their work items head-major without the "
-                         "causal mask; _q2: two Q buffers, the next item's loaded under this one; _qn: their next Q "
-                         "loaded under the epilogue; _qe: Q issued before the set-up, one block an item; _pregN: N "
-                         "registers for a producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: launch "
-                         "bounds for B blocks an SM; _ob: O out of shared memory by one bulk copy a warpgroup; _st4 / "
-                         "_st16: O stored 4 / 16 bytes a lane; _ca: cp.async through L1)")
-    cp = "ca" if m[20] else "cg"
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_ca] (e.g. "
+                         "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
+                         "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
+                         "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
+                         "producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: launch bounds for B "
+                         "blocks an SM; _ob: O out of shared memory by one bulk copy a warpgroup; _st4 / _st16: O stored 4 / 16 bytes "
+                         "a lane; _ca: cp.async through L1)")
+    cp = "ca" if m[17] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
-    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[15]), tma, int(m[17] or 1),
-                   persist=bool(m[10]), hm=bool(m[11]), q2=bool(m[12]), qnext=bool(m[13]), qe=bool(m[14]),
-                   preg=int(m[16] or 24), obulk=bool(m[18]), store=int(m[19] or 0))
+    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[12]), tma, int(m[14] or 1),
+                   persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0))
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)

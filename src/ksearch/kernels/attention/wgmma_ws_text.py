@@ -222,18 +222,11 @@ def _swap(text: str, old: str, new: str, count: int = 1) -> str:
 # next Q, so a block's start (maps published once, barriers, the first tiles in flight) and its end overlap the
 # neighbouring items instead of costing each block on its own (FlashAttention-3's persistent schedule without its
 # tile scheduler). Stages and phases follow a running count of the block's tiles, g0 + t.
-# Head-major order (`_hm`; built, not yet run on a GPU): without the causal mask, where every item costs the same and
-# balance needs no order, item = bhq * MT + mt, so the blocks at work at any time hold a few heads' query blocks and
-# find those heads' K / V in L2; the order above has every head in flight at once (132 heads' K / V at B 4, Hkv 32:
-# past L2, each tile read from HBM again for every wave of query blocks). With the mask the kernel keeps that order.
-ORDER = "const int mt = MT - 1 - item / BH;  // every head's longest causal tiles first\n    const int bhq = item % BH,"
-ORDER_HM = ("const int mt = CAUSAL ? MT - 1 - item / BH : item % MT;  // head-major without the mask (_hm)\n"
-            "    const int bhq = CAUSAL ? item % BH : item / MT,")
-Q_NEXT_ORDER = ("nm0 = (MT - 1 - nx / BH) * BM;", "(nx % BH) * L + nm0")
-Q_NEXT_ORDER_HM = ("nm0 = (CAUSAL ? MT - 1 - nx / BH : nx % MT) * BM;", "(CAUSAL ? nx % BH : nx / MT) * L + nm0")
 ITEM_COORDS = _swap(BLOCK_COORDS,
                     "const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first\n"
-                    "    const int bhq = blockIdx.y,", ORDER)
+                    "    const int bhq = blockIdx.y,",
+                    "const int mt = MT - 1 - item / BH;  // every head's longest causal tiles first\n"
+                    "    const int bhq = item % BH,")
 PERSIST_ITEMS = "\n    const int MT = (q_shape[2] + BM - 1) / BM, BH = q_shape[0] * q_shape[1], ITEMS = MT * BH;\n"
 _TMA_LOOP = PRODUCER_TMA[PRODUCER_TMA.index("          for (int t = 0; t < ntiles; ++t) {"):]
 PRODUCER_TMA_PERSIST = _swap(_swap(_swap(_swap(
@@ -297,59 +290,3 @@ SOURCE_TMA_PERSIST = (
                issued="pp_arrive();",
                end="release(vempty, ntiles - 1);  // the next item's tiles reuse the stage" + Q_NEXT)
     + EPILOGUE + "    g0 += ntiles;\n    }\n" + PP_LAST_TURN)
-
-
-def head_major(text: str) -> str:
-    """A persistent kernel's text with its work items in head-major order without the causal mask (`_hm`)."""
-    text = _swap(text, ORDER, ORDER_HM, 2)  # the producer's walk and the consumers'
-    for old, new in zip(Q_NEXT_ORDER, Q_NEXT_ORDER_HM, strict=True):
-        text = _swap(text, old, new)
-    return text
-
-
-# Two Q buffers (`_q2`; built, not yet run on a GPU): a block's item k reads Q from buffer k % 2, and each consumer
-# warpgroup issues its rows of the next item's Q into the other buffer as soon as this item's Q is in, so the load
-# runs under the whole item instead of opening the next one (about a tile's time an item, prefill_item_trace.py). The
-# other buffer's last reader was the previous item's S products, all completed before its epilogue; its rows past L
-# (a partial last block) keep older rows, computed on and never stored, as with one buffer. `_qn` loads the next Q
-# into the one buffer under the epilogue instead; the two exclude each other.
-_Q_BARRIER = ('    ks_wait_w<0>();\n    ks_proxy_fence();\n'
-              '    asm volatile("bar.sync %0, 128;\\n" :: "r"(1 + wg) : "memory");\n')
-_CONSUMER_LOOP = ("    int g0 = 0;  // K / V tiles this block consumed before this item\n"
-                  "    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {")
-Q_SECOND = r"""    if (item + (int)gridDim.x < ITEMS) {  // the next item's Q into the other buffer (_q2)
-      const int nx = item + gridDim.x, nm0 = (MT - 1 - nx / BH) * BM;
-      ks_load_core<D, 128, 64>(Qs0 + ((qk + 1) & 1) * QB + wg * 64 * D,
-                               q + ((size_t)(nx % BH) * L + nm0 + wg * 64) * D,
-                               max(0, min(64, min(BM, L - nm0) - wg * 64)), wt);
-      ks_commit_w();
-    }
-"""
-
-
-def double_q(text: str) -> str:
-    """A persistent kernel's text (`SOURCE_TMA_PERSIST`, before its epilogue is chosen) with two Q buffers (`_q2`)."""
-    text = _swap(text, "T* Qs = ones + 128;", "T* const Qs0 = ones + 128;  // two Q buffers (_q2): item k in k % 2")
-    text = _swap(text, "Qs + QB", "Qs0 + 2 * QB", 2)  # K / V stages after both
-    text = _swap(text, _CONSUMER_LOOP, _CONSUMER_LOOP
-                 + "\n    const int qk = (item - (int)blockIdx.x) / (int)gridDim.x;  // the block's earlier items"
-                 + "\n    T* const Qs = Qs0 + (qk & 1) * QB;")
-    text = _swap(text, "if (!QNEXT || item == blockIdx.x)", "if (item == blockIdx.x)", 2)  # the first item's own load
-    text = _swap(text, Q_NEXT, "")
-    return _swap(text, _Q_BARRIER, _Q_BARRIER + Q_SECOND)
-
-
-# Q first (`_qe`, one block an item; built, not yet run on a GPU): the consumers issue their Q rows before the
-# barriers are set up, the block barrier passed and the registers handed over, so the load's latency runs under that
-# set-up instead of after it (one block an item waits 2.6 tiles' time for Q, prefill_item_trace.py); they wait for it
-# where they did. The entry registers (168 a thread at 384 threads) are enough to issue cp.async.
-_Q_LOAD_ARGS = "(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), wt);"
-_Q_ISSUE = f"    ks_load_core<D, 128, 64>{_Q_LOAD_ARGS}\n    ks_commit_w();\n"
-_Q_FIRST = (f"    if (threadIdx.x < NT) {{  // consumers: Q first (_qe)\n"
-            f"      ks_load_core<D, 128, 64>{_Q_LOAD_ARGS}\n      ks_commit_w();\n    }}\n")
-_BARS = "    unsigned long long* bars = reinterpret_cast<unsigned long long*>(Vs + STAGES * KB);"
-
-
-def q_early(text: str) -> str:
-    """A producer kernel's text (one block an item) with the consumers' Q load issued before the set-up (`_qe`)."""
-    return _swap(_swap(text, _Q_ISSUE, ""), _BARS, _Q_FIRST + _BARS)
