@@ -1,6 +1,7 @@
 """What ptxas made of the wgmma prefill kernels: each configuration compiled for sm_90a with nvcc as MLX would wrap it,
 disassembled (cuobjdump -sass), and its main loop found (the first innermost loop that issues HGMMA): instructions,
-HGMMAs, uniform-to-vector moves (R2UR) and convergence barriers in it, and the spill bytes ptxas reports; with
+HGMMAs, vector-to-uniform moves (R2UR), convergence barriers and local-memory loads and stores in it, and the spill
+bytes ptxas reports; with
 --against, whether each configuration's main loop is the same instruction for instruction as the other's (branch
 targets aside). No GPU needed.
 
@@ -86,7 +87,8 @@ def summary(loop: list[str] | None, spill: int | None) -> dict[str, Any]:
         return {"main_loop": None, "spill_bytes": spill}
     ops = Counter(opcode(x) for x in loop)
     return {"main_loop": len(loop), "hgmma": sum(n for k, n in ops.items() if k.startswith("HGMMA")),
-            "r2ur": ops["R2UR"], "bssy": ops["BSSY"], "spill_bytes": spill}
+            "r2ur": ops["R2UR"], "bssy": ops["BSSY"],
+            "local": sum(n for k, n in ops.items() if k.startswith(("LDL", "STL"))), "spill_bytes": spill}
 
 
 def same_code(a: list[str], b: list[str]) -> bool:
