@@ -261,22 +261,15 @@ if (QNEXT && item + (int)gridDim.x < ITEMS) {
 _CONSUMER_START = '    if (PT == 128) asm volatile("setmaxnreg.inc'
 _FRAME_PERSIST = WS_SPLIT_FRAME[:WS_SPLIT_FRAME.index(_CONSUMER_START)].replace("{PRODUCER}", PRODUCER_TMA_PERSIST)
 _Q_LOAD = WS_SPLIT_FRAME[WS_SPLIT_FRAME.index(_CONSUMER_START):]
-# The running count in unsigned arithmetic (g0 + t is never negative, but ptxas cannot know it across items: signed
-# % and / by STAGES cost sign fix-ups), and the Q descriptors' offsets added to their low 32 bits alone (the address
-# field never carries, see REGISTERS): with 64-bit sums ptxas kept seven of them in vector registers with their
-# carries and moved each to a uniform one before its wgmma, 31 instructions a pair of tiles more than one block an
-# item's loop (652 against 621 at D=128, three warpgroups); now 626 (prefill_sass.py). One block an item keeps
-# 64-bit sums: the low-word form lengthened its loop (621 -> 641).
-_STEPS_RUNNING = _swap(_swap(STEPS, "((t % STAGES) * KB", "(((unsigned)(g0 + t) % STAGES) * KB", 2),
-                       "dq0 + 16 * kc", "((dq0 & ~0xffffffffull) | (unsigned)((unsigned)dq0 + 16u * kc))", 2)
+_STEPS_RUNNING = _swap(STEPS, "((t % STAGES) * KB", "(((g0 + t) % STAGES) * KB", 2)
 # Ping-pong (`_pp`) across items: the last warpgroup's turn that ends one item hands the first warpgroup the next
 # item's first turn, so the last warpgroup's opening arrival comes once a block, and the first warpgroup takes the
 # block's one remaining arrival after its last item. Opening and closing every item instead would let the last
 # warpgroup, done with an item, arrive twice on the first warpgroup's barrier before that one's closing wait: 256
 # arrivals from one side complete a barrier of 256 without the other.
 _HANDOVER_RUNNING = _swap(_swap(_swap(WS_HANDOVER, "bar + t % STAGES, (t / STAGES) & 1",
-                                      "bar + (unsigned)(g0 + t) % STAGES, ((unsigned)(g0 + t) / STAGES) & 1"),
-                                "ks_mbar_arrive(bar + t % STAGES)", "ks_mbar_arrive(bar + (unsigned)(g0 + t) % STAGES)"),
+                                      "bar + (g0 + t) % STAGES, ((g0 + t) / STAGES) & 1"),
+                                "ks_mbar_arrive(bar + t % STAGES)", "ks_mbar_arrive(bar + (g0 + t) % STAGES)"),
                           "if (PP && wg == WG - 1) pp_arrive();",
                           "if (PP && wg == WG - 1 && item == (int)blockIdx.x) pp_arrive();")
 PP_LAST_TURN = '    if (PP && wg == 0) asm volatile("bar.sync %0, 256;\\n" :: "r"(8) : "memory");\n'
