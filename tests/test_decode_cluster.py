@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Any
 
 import mlx.core as mx
 import pytest
@@ -15,7 +14,6 @@ from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels import device
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 from ksearch.kernels.decode import cuda_cluster as DC
-from ksearch.kernels.decode import cuda_split_k as DS
 
 kd = importlib.import_module("ksearch.kernels.decode")  # the package re-exports a function of that name
 
@@ -113,29 +111,3 @@ def test_the_kernel_without_clusters_runs_under_cuda_graphs(monkeypatch: pytest.
     assert kd.decode_plan(q, kc, kc, 300, config=DC.ClusterConfig(cluster=False))[0] == "mma_split"
     monkeypatch.setattr(device, "hopper", lambda: False)
     assert kd.decode_plan(q, kc, kc, 300, config=DC.ClusterConfig(cluster=False))[0] == "native"
-
-
-def test_from_a_gib_of_k_and_v_the_library_takes_the_tensor_core_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    # `bench decode`'s shapes: the tensor-core kernel where it led side by side (1 and 2 GiB a call), split-K below
-    def crosses(b: int, length: int, dtype: Any = mx.float16) -> bool:
-        launch = DS._launch(b, 32, 8, 128, dtype, DS.default_for(4, 128))
-        return launch.kv_row_bytes * length >= kd.MMA_FROM_BYTES
-
-    assert [crosses(16, 16384), crosses(16, 32768), crosses(8, 32768)] == [True, True, True]
-    assert not any([crosses(1, 32768), crosses(8, 16384), crosses(16, 4096), crosses(8, 16000, mx.bfloat16)])
-    # the dispatch itself, with the threshold lowered to this small cache's 2 x 2 x 128 x 2 bytes a key position
-    q = mx.zeros((1, 8, 1, 128), dtype=mx.float16)
-    kc = mx.zeros((1, 2, 512, 128), dtype=mx.float16)
-    monkeypatch.setattr(device, "backend", lambda: "cuda")
-    monkeypatch.setattr(device, "hopper", lambda: True)
-    monkeypatch.setattr(kd, "MMA_FROM_BYTES", 1024 * 300)
-    assert kd.decode_plan(q, kc, kc, 300)[0] == "mma_split"
-    assert kd.decode_plan(q, kc, kc, 299)[0] == "split_k"
-    assert kd.decode_plan(q, kc, kc, 300, config=DS.DecodeConfig())[0] == "split_k"  # asked for outright: kept
-    monkeypatch.setattr(device, "hopper", lambda: False)
-    assert kd.decode_plan(q, kc, kc, 300)[0] == "split_k"
-    called: list[str] = []
-    monkeypatch.setattr(device, "hopper", lambda: True)
-    monkeypatch.setattr(DC, "decode_cluster", lambda *a, **k: called.append("mma") or "mma")
-    monkeypatch.setattr(DS, "decode_with", lambda *a, **k: called.append("split") or "split")
-    assert [kd.decode(q, kc, kc, 300), kd.decode(q, kc, kc, 100)] == ["mma", "split"] and called == ["mma", "split"]

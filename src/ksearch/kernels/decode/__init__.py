@@ -1,8 +1,7 @@
 """One GQA decode step as a plain function, `decode`: the dispatch over the decode kernels of this package.
 
 q (B, Hq, 1, D) against positions [0, length) of K / V caches (B, Hkv, capacity, D). On CUDA the split-K kernel
-(cuda_split_k.py), on Hopper from MMA_FROM_BYTES of K and V a call cuda_cluster.py's tensor-core kernel without
-clusters (its cluster kernel on request); on Metal, when opted in
+(cuda_split_k.py; cuda_cluster.py's tensor-core kernels on request); on Metal, when opted in
 (`KSEARCH_METAL_KERNELS=1` or `use_metal=True`), the split-K kernel of metal_split_k.py; MLX's own
 `mx.fast.scaled_dot_product_attention` wherever no kernel of ours fits.
 """
@@ -17,22 +16,6 @@ from ksearch.kernels import device
 from ksearch.kernels.decode import cuda_cluster, cuda_split_k
 from ksearch.kernels.decode.cuda_cluster import ClusterConfig
 from ksearch.kernels.decode.cuda_split_k import DecodeConfig
-
-#: K and V bytes a call from which the library runs the tensor-core kernel without clusters (`mma_split`) instead of
-#: split-K, on Hopper. Side by side in one process it led at B 16 with 16k and 32k keys and B 8 with 32k (1 and 2 GiB:
-#: 0.837x / 0.952x / 1.038x of native against 0.810x / 0.910x / 1.000x) and trailed below them
-#: (benchmarks/results/decode-versus-native-queued-mma-ring-*.json); at B 16, 16k it also keeps off the board's power
-#: limit that split-K's fp32 arithmetic holds it at (decode-power-mma-*.json).
-MMA_FROM_BYTES = 1 << 30
-#: The tensor-core kernel's configuration there: its default without clusters, safe under MLX's CUDA graphs.
-MMA_DEFAULT = ClusterConfig(cluster=False)
-
-
-def _takes_mma(launch: cuda_split_k.Launch, q: Any, k_cache: Any, length: int) -> bool:
-    """Whether a call the library's split-K launch would take goes to the tensor-core kernel instead (one multiply
-    below the threshold: at B 1 a call's Python work is time the caller waits for)."""
-    return (launch.kv_row_bytes * length >= MMA_FROM_BYTES and device.hopper()
-            and cuda_cluster.supports(q, k_cache, length, MMA_DEFAULT))
 
 
 def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
@@ -80,8 +63,6 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
     if where == "cuda":
         launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
         if launch is not None:
-            if config is None and _takes_mma(launch, q, k_cache, length):
-                return "mma_split", lambda: cuda_cluster.decode_cluster(q, k_cache, v_cache, length, MMA_DEFAULT)
             return "split_k", lambda: cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
     elif where == "metal" and device.metal_enabled(use_metal):
         from ksearch.kernels.decode import metal_split_k
@@ -100,7 +81,5 @@ def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool |
         length = int(length)
         launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
         if launch is not None:
-            if config is None and _takes_mma(launch, q, k_cache, length):
-                return cuda_cluster.decode_cluster(q, k_cache, v_cache, length, MMA_DEFAULT)
             return cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
     return decode_plan(q, k_cache, v_cache, length, use_metal=use_metal, config=config)[1]()

@@ -141,7 +141,6 @@ class Launch:
     threadgroup: tuple[int, int, int]
     threads: int
     merge: dict[str, Any]
-    kv_row_bytes: int  # bytes of K and V at one key position (all batches and kv heads): a call reads length times it
     # The split kernel's keyword arguments per split count, made at the first call with that count (a decode loop
     # meets a handful of counts): a call then builds no shapes, grid or dtype lists of its own.
     split_args: dict[int, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
@@ -209,7 +208,7 @@ def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) ->
                   max(1, cfg.target_blocks // max(1, blocks)),
                   [("T", dtype), ("D", d), ("G", g), ("NW", cfg.warps), ("U", cfg.unroll), ("PREFETCH", cfg.prefetch)]
                   + ([("RING", cfg.ring)] if cfg.ring else []),
-                  (nt, 1, 1), nt, merge, 2 * b * hkv * d * dtype.size)
+                  (nt, 1, 1), nt, merge)
 
 
 #: Static shared memory a block may declare (MLX's custom kernels set no larger dynamic size).
