@@ -14,6 +14,11 @@ stamps cost is on record, and its output is checked against cuDNN's.
 
     python benchmarks/prefill_item_trace.py OUT_DIR [--configs ws3_n64_s4_p4_tmas,...] [--lengths 2048,8192]
                                              [--dims 128] [--batch 4] [--heads 32] [--hkv 8] [--causal]
+                                             [--strip exp,max]
+
+`--strip` takes work out of every tile's softmax to see what the loop's time is made of (the output is then wrong,
+and recorded as such): `exp` leaves P the scaled scores without their exp2 (one MUFU.EX2 an element fewer), `max`
+also drops the row maxima (their FMNMX over the tile; the shuffles stay).
 
 Writes prefill-item-trace-*.json (ksearch-bench/1).
 """
@@ -45,12 +50,24 @@ def _insert(text: str, anchor: str, code: str, before: bool = False) -> str:
     return text.replace(anchor, code + anchor if before else anchor + code)
 
 
-def stamped_source(cfg: Any) -> str:
+# What `--strip` takes out of the softmax, as (text, replacement): each must occur once in the kernel's text.
+STRIPS = {
+    "exp": ("s[i] = ks_exp2(fmaf(s[i], sl2, -msc[(i >> 1) & 1]));", "s[i] = fmaf(s[i], sl2, -msc[(i >> 1) & 1]);"),
+    "max": ("for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);", ";"),
+}
+
+
+def stamped_source(cfg: Any, strip: tuple[str, ...] = ()) -> str:
     """The tensor-copy prefill's text for `cfg` (persistent or one block an item) with the stamps; it writes output
-    `trace` (MAXI items a block of SLOTS each, MAXI a template constant)."""
+    `trace` (MAXI items a block of SLOTS each, MAXI a template constant). `strip`: names of STRIPS to apply."""
     from ksearch.kernels.attention import wgmma, wgmma_ws
 
     text = wgmma_ws.source_text(cfg)
+    for name in strip:
+        old, new = STRIPS[name]
+        if text.count(old) != 1:
+            raise RuntimeError(f"--strip {name}: the softmax's text moved ({text.count(old)} matches)")
+        text = text.replace(old, new)
     if cfg.persist:
         text = _insert(text, _ITEM_LOOP, "\n    const size_t ks_tr = ((size_t)blockIdx.x * MAXI + (item - (int)blockIdx.x)"
                                          " / (int)gridDim.x) * 8;\n    KS_STAMP(0); KS_WALL(6);")
@@ -75,13 +92,14 @@ def stamped_header(cfg: Any) -> str:
             + wgmma_ws.launch_bounds(cfg.threads(), cfg.blocks) + STAMP_HEADER)
 
 
-def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, causal: bool, cfg: Any) -> Any:
+def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, causal: bool, cfg: Any,
+                 strip: tuple[str, ...] = ()) -> Any:
     """A function (q, k, v) -> (o, trace) running the stamped kernel; trace reshaped (blocks, items a block, SLOTS)."""
     import mlx.core as mx
 
     from ksearch.kernels.attention import cuda_prefill, wgmma_ws
 
-    kern = cuda_prefill.build_kernel("ks_item_trace_" + wgmma_ws.kernel_name(cfg), stamped_source(cfg),
+    kern = cuda_prefill.build_kernel("ks_item_trace_" + wgmma_ws.kernel_name(cfg), stamped_source(cfg, strip),
                                      stamped_header(cfg), cfg.smem_bytes(q_shape[-1]), ("tmap",), ("maps", "trace"))
     tmap = wgmma_ws.map_input(*wgmma_ws.tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=wgmma_ws.tma_swizzle(cfg.tma))
     items = cuda_prefill.blocks_for(q_shape, 64 * cfg.wg)
@@ -144,7 +162,8 @@ def phases(trace: Any, items: int) -> dict[str, Any]:
     return out
 
 
-def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causal: bool) -> dict[str, Any]:
+def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causal: bool,
+            strip: tuple[str, ...] = ()) -> dict[str, Any]:
     import mlx.core as mx
 
     from ksearch.bench.timing import time_rounds
@@ -158,7 +177,7 @@ def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causa
     k = mx.random.normal((b, hkv, length, d)).astype(mx.float16)
     v = mx.random.normal((b, hkv, length, d)).astype(mx.float16)
     mx.eval(q, k, v)
-    call = stamped_call(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
+    call = stamped_call(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg, strip)
     o, trace = call(q, k, v)
     ref = native_attention(q, k, v, causal)
     mx.eval(o, trace, ref)
@@ -167,10 +186,10 @@ def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causa
                      "stamped": lambda: call(q, k, v)[0], "native": partial(native_attention, q, k, v, causal)},
                     rounds=7, n=2, round_s=0.01)
     row = {"config": cfg_name, "B": b, "Hq": hq, "Hkv": hkv, "L": length, "S": length, "D": d, "causal": causal,
-           "dtype": "float16", "max_abs_diff_vs_native": err,
+           "dtype": "float16", "strip": list(strip), "max_abs_diff_vs_native": err,
            "latency_s": statistics.median(t["library"]), "stamped_latency_s": statistics.median(t["stamped"]),
            "native_latency_s": statistics.median(t["native"]), **phases(trace, blocks_for(tuple(q.shape), 64 * cfg.wg))}
-    print(f"{cfg_name} B {b} L {length} D {d} causal={causal}: err {err:.2e}, library {row['latency_s'] * 1e6:.1f} us, "
+    print(f"{cfg_name}{' stripped of ' + '+'.join(strip) if strip else ''} B {b} L {length} D {d} causal={causal}: err {err:.2e}, library {row['latency_s'] * 1e6:.1f} us, "
           f"stamped {row['stamped_latency_s'] * 1e6:.1f}, native {row['native_latency_s'] * 1e6:.1f}; "
           f"{row['items']} items of {row['median_tiles']:.0f} tiles, {row['loop_cycles_a_tile']:.0f} cycles a tile, "
           f"beyond the tiles {row['beyond_tiles_in_tiles']:.2f} tiles; in tiles {row['in_tiles']}; "
@@ -199,7 +218,11 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--hkv", type=int, default=8)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--strip", default="", help="comma-separated: exp, max (timing only: the output is then wrong)")
     args = ap.parse_args()
+    strip = tuple(x.strip() for x in args.strip.split(",") if x.strip())
+    if any(x not in STRIPS for x in strip):
+        raise SystemExit(f"prefill_item_trace: --strip takes {', '.join(STRIPS)} (comma-separated), not {args.strip!r}")
     try:
         lengths, dims = ([int(x) for x in s.split(",")] for s in (args.lengths, args.dims))
     except ValueError:
@@ -225,7 +248,7 @@ def main() -> None:
                 if why:
                     print(f"{name} at D={d}: skipped, {why}", flush=True)
                     continue
-                rows.append(measure(name, args.batch, args.heads, args.hkv, length, d, args.causal))
+                rows.append(measure(name, args.batch, args.heads, args.hkv, length, d, args.causal, strip))
     data = make_result("prefill-item-trace", get_backend(None), rows,
                        [{"L": x, "D": d, "B": args.batch, "Hq": args.heads, "Hkv": args.hkv} for x in lengths for d in dims],
                        ["float16"], None, "phases of a work item in clock64 cycles, consumer thread 0")

@@ -99,3 +99,36 @@ def test_a_configuration_too_big_for_a_head_dimension_is_skipped_not_launched() 
     why = trace_script.too_big(WS.parse_config("ws2_n128_s4_p4_tmas_pst"), 128)
     assert why is not None and "296704 bytes of shared memory" in why
     assert trace_script.too_big(WS.parse_config("ws2_n128_s4_p4_tmas_pst"), 64) is None
+
+
+@pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas", "ws2_n128_s3_p4_tmas_pst"])
+def test_strip_takes_the_exponentials_and_then_the_maxima_out_of_the_softmax(name: str) -> None:
+    cfg = WS.parse_config(name)
+    full, no_exp = trace_script.stamped_source(cfg), trace_script.stamped_source(cfg, ("exp",))
+    both = trace_script.stamped_source(cfg, ("exp", "max"))
+    assert full.count("ks_exp2(") == no_exp.count("ks_exp2(") + 1 == both.count("ks_exp2(") + 1  # corr's stays
+    assert "fmaxf(mx[(i >> 1) & 1], s[i])" in no_exp and "fmaxf(mx[(i >> 1) & 1], s[i])" not in both
+    assert "KS_STAMP(4)" in both  # the stamps unchanged
+
+
+def test_a_bad_strip_is_refused_in_one_line() -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "/tmp/unused", "--strip", "exp,sum"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "--strip takes exp, max" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_stripped_kernels_compile() -> None:
+    units = []
+    for i, (name, d) in enumerate([("ws3_n64_s4_p4_tmas", 128), ("ws2_n128_s3_p4_tmas_pst", 64)]):
+        cfg = WS.parse_config(name)
+        units.append(wrap(f"st{i}", trace_script.stamped_source(cfg, ("exp", "max")),
+                          WS.launch_bounds(cfg.threads(), cfg.blocks) + trace_script.STAMP_HEADER,
+                          [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
+                          [("o", "T"), ("maps", "uint64"), ("trace", "uint64")],
+                          [("T", "float16"), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", False),
+                           *WS.stage_args(cfg), ("MAXI", 4)]))
+    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
+    assert ok, log[-3000:]
+    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
