@@ -92,10 +92,6 @@ class WsConfig:
     # O through shared memory (its Q rows) and one bulk copy a warpgroup (`_ob`, wgmma.EPILOGUE_BULK): correct, and
     # within 1% of the 16-byte stores over the 96 shapes, slower in most groups (docs/kernels-attention.md)
     obulk: bool = False
-    # Every pexp-th exponential of the softmax (`_peN`, 0: none) as a cubic on the FMA units instead of MUFU.EX2 on
-    # the SFU, which takes 16 a cycle an SM (1,024 cycles of a 128 x 128 tile): FlashAttention-4's split of the
-    # exponentials (POLY_EXP2); without the exponentials a tile ran 5-13% fewer cycles (prefill_item_trace.py --strip)
-    pexp: int = 0
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
@@ -131,8 +127,6 @@ def config_problem(cfg: WsConfig) -> str | None:
         return "_bN asks for 1 to 4 blocks an SM"
     if cfg.store not in (0, 4, 16):
         return "_stN stores O N bytes a lane: _st4 or _st16"
-    if not 0 <= cfg.pexp <= 8:
-        return "_peN takes every N-th exponential to the FMA units: N from 1 (all) to 8"
     if cfg.obulk and (cfg.store or cfg.qnext):
         return "_ob copies O out of Q's rows in shared memory: not with _stN (its own stores) or _qn (Q's next rows)"
     # the register file (64 K) over the blocks' threads: under 128 a thread the consumers' accumulators spill
@@ -214,32 +208,10 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
                   [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)])
 
 
-# 2^x = 2^n 2^f with n = x rounded (1.5 x 2^23 added: n in the low bits) and f in [-0.5, 0.5]; the cubic's relative
-# error is 7.5e-5 there, under fp16's half ulp (P is rounded to fp16 / bf16 for its product). x below -126 (the mask's
-# -inf) is clamped, so that 2^n's exponent field stays in range: P is then about 1e-38 for a masked key, not 0.
-# Written with __fadd_rn / __fsub_rn, which no compiler setting reassociates away.
-EXP2_LINE = "s[i] = ks_exp2(fmaf(s[i], sl2, -msc[(i >> 1) & 1]));"
-POLY_EXP2 = """{
-          const float xe = fmaf(s[i], sl2, -msc[(i >> 1) & 1]);
-          if (i % PE == PE - 1) {
-            const float xc = fmaxf(xe, -126.f), tr = __fadd_rn(xc, 12582912.f);
-            const float f = __fsub_rn(xc, __fsub_rn(tr, 12582912.f));
-            const float p = fmaf(fmaf(fmaf(0.05516935f, f, 0.24260798f), f, 0.69326115f), f, 0.9999283f);
-            s[i] = __int_as_float(__float_as_int(p) + (__float_as_int(tr) << 23));
-          } else {
-            s[i] = ks_exp2(xe);
-          }
-        }"""
-
-
 def source_text(cfg: WsConfig) -> str:
     """The kernel text a configuration runs: persistent, tensor copies, a producer or none, and its epilogue."""
     text = ((SOURCE_TMA_PERSIST if cfg.persist else SOURCE_TMA) if cfg.tma
             else SOURCE if cfg.pwarps else SOURCE_MB)
-    if cfg.pexp:
-        if text.count(EXP2_LINE) != 1:
-            raise RuntimeError("_peN: the softmax's exponential moved in the kernel text")
-        text = text.replace(EXP2_LINE, POLY_EXP2.replace("PE", str(cfg.pexp)))
     if cfg.obulk:
         return text.replace(EPILOGUE, EPILOGUE_BULK)
     return text.replace(EPILOGUE, EPILOGUE_STORE4) if store_bytes(cfg) == 4 else text
@@ -355,7 +327,7 @@ def kernel_name(cfg: WsConfig) -> str:
     return (f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}" + ("_bulk" if cfg.bulk else "")
             + (f"_tma{cfg.tma}" if cfg.tma else "") + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "")
             + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "")
-            + store_tag(cfg) + (f"_pe{cfg.pexp}" if cfg.pexp else ""))
+            + store_tag(cfg))
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -379,13 +351,12 @@ def config_name(cfg: Any) -> str:
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
             + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
             + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "") + store_tag(cfg)
-            + (f"_pe{cfg.pexp}" if cfg.pexp else "") + ca)
+            + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_peN][_ca]" -> WsConfig(W, N, S,
-    P)
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_ca]" -> WsConfig(W, N, S, P)
     (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
@@ -393,23 +364,22 @@ def parse_config(name: str) -> Any:
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(?:_pe(\d))?)(_ca)?", name.strip())
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_peN][_ca] (e.g. "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
                          "producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: launch bounds for B "
                          "blocks an SM; _ob: O out of shared memory by one bulk copy a warpgroup; _st4 / _st16: O stored 4 / 16 bytes "
-                         "a lane; _peN: every N-th exponential on the FMA units; _ca: cp.async through L1)")
-    cp = "ca" if m[18] else "cg"
+                         "a lane; _ca: cp.async through L1)")
+    cp = "ca" if m[17] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
     cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[12]), tma, int(m[14] or 1),
-                   persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0),
-                   pexp=int(m[17] or 0))
+                   persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0))
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)
