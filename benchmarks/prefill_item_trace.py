@@ -14,11 +14,12 @@ stamps cost is on record, and its output is checked against cuDNN's.
 
     python benchmarks/prefill_item_trace.py OUT_DIR [--configs ws3_n64_s4_p4_tmas,...] [--lengths 2048,8192]
                                              [--dims 128] [--batch 4] [--heads 32] [--hkv 8] [--causal]
-                                             [--strip exp,max]
+                                             [--strip exp,max,rescale]
 
 `--strip` takes work out of every tile's softmax to see what the loop's time is made of (the output is then wrong,
 and recorded as such): `exp` leaves P the scaled scores without their exp2 (one MUFU.EX2 an element fewer), `max`
-also drops the row maxima (their FMNMX over the tile; the shuffles stay).
+drops the row maxima (their FMNMX over the tile; the shuffles stay), `rescale` O's multiplication by each tile's
+correction (what rescaling only when a row's maximum grows would save at most).
 
 Writes prefill-item-trace-*.json (ksearch-bench/1).
 """
@@ -54,6 +55,7 @@ def _insert(text: str, anchor: str, code: str, before: bool = False) -> str:
 STRIPS = {
     "exp": ("s[i] = ks_exp2(fmaf(s[i], sl2, -msc[(i >> 1) & 1]));", "s[i] = fmaf(s[i], sl2, -msc[(i >> 1) & 1]);"),
     "max": ("for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);", ";"),
+    "rescale": ("for (int i = 0; i < D / 2; ++i) oacc[i] *= corr[(i >> 1) & 1];", ";"),
 }
 
 
@@ -218,7 +220,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--hkv", type=int, default=8)
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--strip", default="", help="comma-separated: exp, max (timing only: the output is then wrong)")
+    ap.add_argument("--strip", default="", help="comma-separated: exp, max, rescale (timing only: the output is then wrong)")
     args = ap.parse_args()
     strip = tuple(x.strip() for x in args.strip.split(",") if x.strip())
     if any(x not in STRIPS for x in strip):

@@ -109,12 +109,14 @@ def test_strip_takes_the_exponentials_and_then_the_maxima_out_of_the_softmax(nam
     assert full.count("ks_exp2(") == no_exp.count("ks_exp2(") + 1 == both.count("ks_exp2(") + 1  # corr's stays
     assert "fmaxf(mx[(i >> 1) & 1], s[i])" in no_exp and "fmaxf(mx[(i >> 1) & 1], s[i])" not in both
     assert "KS_STAMP(4)" in both  # the stamps unchanged
+    no_rescale = trace_script.stamped_source(cfg, ("rescale",))
+    assert "oacc[i] *= corr" in full and "oacc[i] *= corr" not in no_rescale
 
 
 def test_a_bad_strip_is_refused_in_one_line() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "/tmp/unused", "--strip", "exp,sum"],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0 and "--strip takes exp, max" in proc.stderr
+    assert proc.returncode != 0 and "--strip takes exp, max, rescale" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -123,7 +125,7 @@ def test_stripped_kernels_compile() -> None:
     units = []
     for i, (name, d) in enumerate([("ws3_n64_s4_p4_tmas", 128), ("ws2_n128_s3_p4_tmas_pst", 64)]):
         cfg = WS.parse_config(name)
-        units.append(wrap(f"st{i}", trace_script.stamped_source(cfg, ("exp", "max")),
+        units.append(wrap(f"st{i}", trace_script.stamped_source(cfg, ("exp", "max", "rescale")),
                           WS.launch_bounds(cfg.threads(), cfg.blocks) + trace_script.STAMP_HEADER,
                           [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
                           [("o", "T"), ("maps", "uint64"), ("trace", "uint64")],
