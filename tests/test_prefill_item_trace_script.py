@@ -76,11 +76,14 @@ def test_stamped_kernels_compile_like_the_librarys() -> None:
     units = []
     for i, (name, d, causal) in enumerate(combos):
         cfg = WS.parse_config(name)
-        for stamped in (False, True):
-            source = trace_script.stamped_source(cfg) if stamped else WS.source_text(cfg)
-            header = WS.launch_bounds(cfg.threads(), cfg.blocks) + (trace_script.STAMP_HEADER if stamped else "")
-            outputs = [("o", "T"), ("maps", "uint64")] + ([("trace", "uint64")] if stamped else [])
-            units.append(wrap(f"k{i}{'s' if stamped else 'p'}", source, header,
+        # plain, stamped, and (the first two) stamped with every --strip: k{i}p, k{i}s, k{i}x
+        kinds = ("p", "s", "x") if i < 2 else ("p", "s")
+        for kind in kinds:
+            source = (WS.source_text(cfg) if kind == "p" else trace_script.stamped_source(
+                cfg, tuple(trace_script.STRIPS) if kind == "x" else ()))
+            header = WS.launch_bounds(cfg.threads(), cfg.blocks) + (trace_script.STAMP_HEADER if kind != "p" else "")
+            outputs = [("o", "T"), ("maps", "uint64")] + ([("trace", "uint64")] if kind != "p" else [])
+            units.append(wrap(f"k{i}{kind}", source, header,
                               [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")], outputs,
                               [("T", "float16"), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal),
                                *WS.stage_args(cfg), ("MAXI", 4)]))
@@ -119,18 +122,3 @@ def test_a_bad_strip_is_refused_in_one_line() -> None:
     assert proc.returncode != 0 and "--strip takes exp, max, rescale" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
-
-@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
-def test_stripped_kernels_compile() -> None:
-    units = []
-    for i, (name, d) in enumerate([("ws3_n64_s4_p4_tmas", 128), ("ws2_n128_s3_p4_tmas_pst", 64)]):
-        cfg = WS.parse_config(name)
-        units.append(wrap(f"st{i}", trace_script.stamped_source(cfg, ("exp", "max", "rescale")),
-                          WS.launch_bounds(cfg.threads(), cfg.blocks) + trace_script.STAMP_HEADER,
-                          [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
-                          [("o", "T"), ("maps", "uint64"), ("trace", "uint64")],
-                          [("T", "float16"), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", False),
-                           *WS.stage_args(cfg), ("MAXI", 4)]))
-    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
-    assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
