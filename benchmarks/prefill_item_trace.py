@@ -191,7 +191,9 @@ def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causa
            "dtype": "float16", "strip": list(strip), "max_abs_diff_vs_native": err,
            "latency_s": statistics.median(t["library"]), "stamped_latency_s": statistics.median(t["stamped"]),
            "native_latency_s": statistics.median(t["native"]), **phases(trace, blocks_for(tuple(q.shape), 64 * cfg.wg))}
-    print(f"{cfg_name}{' stripped of ' + '+'.join(strip) if strip else ''} B {b} L {length} D {d} causal={causal}: err {err:.2e}, library {row['latency_s'] * 1e6:.1f} us, "
+    stripped = " stripped of " + "+".join(strip) if strip else ""
+    print(f"{cfg_name}{stripped} B {b} L {length} D {d} causal={causal}: err {err:.2e}, "
+          f"library {row['latency_s'] * 1e6:.1f} us, "
           f"stamped {row['stamped_latency_s'] * 1e6:.1f}, native {row['native_latency_s'] * 1e6:.1f}; "
           f"{row['items']} items of {row['median_tiles']:.0f} tiles, {row['loop_cycles_a_tile']:.0f} cycles a tile, "
           f"beyond the tiles {row['beyond_tiles_in_tiles']:.2f} tiles; in tiles {row['in_tiles']}; "
@@ -220,7 +222,8 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--hkv", type=int, default=8)
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--strip", default="", help="comma-separated: exp, max, rescale (timing only: the output is then wrong)")
+    ap.add_argument("--strip", default="",
+                    help="comma-separated: exp, max, rescale (timing only: the output is then wrong)")
     args = ap.parse_args()
     strip = tuple(x.strip() for x in args.strip.split(",") if x.strip())
     if any(x not in STRIPS for x in strip):
