@@ -204,12 +204,11 @@ def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causa
 
 
 def too_big(cfg: Any, d: int) -> str | None:
-    """Why `cfg` cannot run at head dimension `d` (its shared memory past a block's), or None: such a pair is skipped
-    with a line, not launched (e.g. `TALL` with 4 stages at D=128)."""
-    from ksearch.kernels.attention.wgmma import MAX_SMEM
+    """Why `cfg` cannot run at head dimension `d` (wgmma_ws.smem_problem), or None: such a pair is skipped with a
+    line, not launched (e.g. `TALL` with 4 stages at D=128)."""
+    from ksearch.kernels.attention.wgmma_ws import smem_problem
 
-    need = cfg.smem_bytes(d)
-    return f"it needs {need} bytes of shared memory, a block may have {MAX_SMEM}" if need > MAX_SMEM else None
+    return smem_problem(cfg, d)
 
 
 def main() -> None:

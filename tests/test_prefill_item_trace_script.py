@@ -102,6 +102,9 @@ def test_a_configuration_too_big_for_a_head_dimension_is_skipped_not_launched() 
     why = trace_script.too_big(WS.parse_config("ws2_n128_s4_p4_tmas_pst"), 128)
     assert why is not None and "296704 bytes of shared memory" in why
     assert trace_script.too_big(WS.parse_config("ws2_n128_s4_p4_tmas_pst"), 64) is None
+    # two blocks an SM: each fits a block, together not an SM (the dispatch's own rule, wgmma_ws.smem_problem)
+    two = WS.parse_config("ws1_n64_s4_p1_tmas_b2")
+    assert "exceed an SM's" in (trace_script.too_big(two, 128) or "") and trace_script.too_big(two, 64) is None
 
 
 @pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas", "ws2_n128_s3_p4_tmas_pst"])

@@ -149,9 +149,19 @@ def _supports(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple
     """`supports` by shapes and dtypes, once each: asked on every call, it was a fifth of a call's host time."""
     if config_problem(cfg) is not None:
         return False
-    smem = cfg.smem_bytes(q_shape[-1])
-    return (smem <= MAX_SMEM and (cfg.blocks == 1 or cfg.blocks * (smem + 1024) <= SM_SMEM)
+    return (smem_problem(cfg, q_shape[-1]) is None
             and fits_shapes(q_shape, k_shape, v_shape, dtypes, causal, 64, cfg.bn, 0))  # partial last block
+
+
+def smem_problem(cfg: WsConfig, d: int) -> str | None:
+    """Why `cfg`'s shared memory cannot be had at head dimension `d` (a block's limit, or an SM's for `_bB`), or None:
+    the one rule the dispatch, the GPU checks and the item trace skip a head dimension by."""
+    smem = cfg.smem_bytes(d)
+    if smem > MAX_SMEM:
+        return f"it needs {smem} bytes of shared memory, a block may have {MAX_SMEM}"
+    if cfg.blocks > 1 and cfg.blocks * (smem + 1024) > SM_SMEM:
+        return f"{cfg.blocks} blocks of {smem} bytes of shared memory (and 1 KB each) exceed an SM's {SM_SMEM}"
+    return None
 
 
 # Tile images of K and V in one launch: thread j writes 16-byte chunk j of the image (core matrix j / 8, row j % 8 of
