@@ -42,17 +42,19 @@ RING_CONFIGS = [cuda_split_k.DEFAULT, DecodeConfig(ring=3, unroll=2), DecodeConf
 MMA_CONFIGS = [ClusterConfig(cluster=False), ClusterConfig(consumers=4, producers=2, cluster=False)]
 PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), PrefillConfig(64, 64, False),
                    PrefillConfig(128, 32, True), PrefillConfig(64, 32, True)]
-# Hopper only; the first two are the library's there (kernels/attention: WIDE; TALL, persistent, at D=64 and causal
-# D=128 from L=4096), then TALL one block an item and the two with bulk copies from tile images (where no tensor map
-# can be made).
-WGMMA_CONFIGS = [WsConfig(3, 64, 4, 4, tma=3), WsConfig(2, 128, 3, 4, tma=3, persist=True),
+# Hopper only; the first two are the library's there (kernels/attention: WIDE, with the conditional rescale; TALL,
+# persistent, at D=64), then TALL one block an item and the two with bulk copies from tile images (where no tensor map
+# can be made; the first is WIDE's).
+WGMMA_CONFIGS = [WsConfig(3, 64, 4, 4, tma=3, crescale=True), WsConfig(2, 128, 3, 4, tma=3, persist=True),
                  WsConfig(2, 128, 3, 4, tma=3),
-                 WsConfig(3, 64, 4, 4, bulk=True), WsConfig(2, 128, 3, 4, bulk=True),
+                 WsConfig(3, 64, 4, 4, bulk=True, crescale=True), WsConfig(2, 128, 3, 4, bulk=True),
                  # persistent blocks whose producer keeps 32 registers (no spills): the second is the library's
-                 # WIDE_PERSIST (D=128 causal below L=4096); one with the next Q early
+                 # WIDE_PERSIST (D=128 causal); one with the next Q early
                  WsConfig(2, 128, 3, 4, tma=3, persist=True, preg=32),
-                 WsConfig(3, 64, 4, 4, tma=3, persist=True, preg=32),
+                 WsConfig(3, 64, 4, 4, tma=3, persist=True, preg=32, crescale=True),
                  WsConfig(2, 128, 3, 4, tma=3, persist=True, qnext=True, preg=32),
+                 # WIDE rescaling O at every tile
+                 WsConfig(3, 64, 4, 4, tma=3),
                  # ping-pong between the two consumer warpgroups (FlashAttention-3's order), persistent and not
                  WsConfig(2, 128, 3, 4, tma=3, persist=True, pp=True), WsConfig(2, 128, 3, 4, tma=3, pp=True),
                  WsConfig(3, 64, 3, 4, bulk=True),
@@ -149,18 +151,18 @@ def check(kind: str) -> int:
             # head dimensions its shared memory allows
             runs += [(cfg, c, t, cz) for cfg in extra for c in cases + many if smem_problem(cfg, c[5]) is None
                      for t in (mx.float16, mx.bfloat16) for cz in (0, 1)]
-        for cfg, (b, hq, hkv, length, s, d), dt, causal in runs:
-            if True:
-                q = mx.random.normal((b, hq, length, d)).astype(dt)
-                k = mx.random.normal((b, hkv, s, d)).astype(dt)
-                v = mx.random.normal((b, hkv, s, d)).astype(dt)
-                out = prefill_kernel(cfg, q, k, v, bool(causal)).astype(mx.float32)
-                err = float(mx.max(mx.abs(out - ref_attention(q, k, v, causal))).item())
-                ok = err < (3e-2 if dt == mx.bfloat16 else 5e-3)
-                bad += not ok
-                failed.add(repr(cfg)) if not ok else None
-                print(f"prefill {cfg} {(b, hq, hkv, length, s, d)} {dt} causal={causal}: err {err:.2e} "
-                      f"{'ok' if ok else 'FAIL'}", flush=True)
+        # and the two middle shapes again with rising scores: rows whose maxima grow tile after tile, so the online
+        # softmax rescales O inside the loop (with `_cr`, some tiles do and some keep the old maximum)
+        scored = [(*r, "random") for r in runs] + [(*r, "rising") for r in runs if r[1] in cases[1:3]]
+        for cfg, (b, hq, hkv, length, s, d), dt, causal, scores in scored:
+            q, k, v = ba.prefill_inputs((b, hq, length, d), (b, hkv, s, d), dt, scores)
+            out = prefill_kernel(cfg, q, k, v, bool(causal)).astype(mx.float32)
+            err = float(mx.max(mx.abs(out - ref_attention(q, k, v, causal))).item())
+            ok = err < (3e-2 if dt == mx.bfloat16 else 5e-3)
+            bad += not ok
+            failed.add(repr(cfg)) if not ok else None
+            print(f"prefill {cfg} {(b, hq, hkv, length, s, d)} {dt} causal={causal} {scores}: err {err:.2e} "
+                  f"{'ok' if ok else 'FAIL'}", flush=True)
     print(f"{kind}: {bad} failures", flush=True)
     with open(os.path.join(os.environ.get("OUT", "."), f"failed-{kind}.json"), "w") as fh:
         json.dump(sorted(failed), fh)

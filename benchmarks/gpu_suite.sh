@@ -157,7 +157,7 @@ prefill_candidates() {
     timeout -k 10 150 "${KS[@]}" bench attention --full --configs "$list" --out "$OUT/$run" 2>&1 | tail -1 | cut -c1-600
   done
   timeout -k 10 100 "$PY" benchmarks/prefill_item_trace.py "$OUT/item-trace" --lengths 2048 \
-    --configs "ws3_n64_s4_p4_tmas,$list" 2>&1 | grep -v "^wrote" | cut -c1-400
+    --configs "ws3_n64_s4_p4_tmas_cr,$list" 2>&1 | grep -v "^wrote" | cut -c1-400
 }
 
 prefill_configs() {

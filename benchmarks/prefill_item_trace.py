@@ -14,12 +14,13 @@ stamps cost is on record, and its output is checked against cuDNN's.
 
     python benchmarks/prefill_item_trace.py OUT_DIR [--configs ws3_n64_s4_p4_tmas,...] [--lengths 2048,8192]
                                              [--dims 128] [--batch 4] [--heads 32] [--hkv 8] [--causal]
-                                             [--strip exp,max,rescale]
+                                             [--strip exp,max,rescale] [--scores random|rising]
 
 `--strip` takes work out of every tile's softmax to see what the loop's time is made of (the output is then wrong,
 and recorded as such): `exp` leaves P the scaled scores without their exp2 (one MUFU.EX2 an element fewer), `max`
 drops the row maxima (their FMNMX over the tile; the shuffles stay), `rescale` O's multiplication by each tile's
-correction (what rescaling only when a row's maximum grows would save at most).
+correction (what rescaling only when a row's maximum grows would save at most). `--scores rising` times inputs whose
+row maxima keep growing (the conditional rescale's worst case) instead of standard normal ones.
 
 Writes prefill-item-trace-*.json (ksearch-bench/1).
 """
@@ -165,20 +166,17 @@ def phases(trace: Any, items: int) -> dict[str, Any]:
 
 
 def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causal: bool,
-            strip: tuple[str, ...] = ()) -> dict[str, Any]:
+            strip: tuple[str, ...] = (), scores: str = "random") -> dict[str, Any]:
     import mlx.core as mx
 
+    from ksearch.bench.attention import prefill_inputs
     from ksearch.bench.timing import time_rounds
     from ksearch.kernels.attention import attention, native_attention
     from ksearch.kernels.attention.cuda_prefill import blocks_for
     from ksearch.kernels.attention.wgmma_ws import parse_config
 
     cfg = parse_config(cfg_name)
-    mx.random.seed(0)
-    q = mx.random.normal((b, hq, length, d)).astype(mx.float16)
-    k = mx.random.normal((b, hkv, length, d)).astype(mx.float16)
-    v = mx.random.normal((b, hkv, length, d)).astype(mx.float16)
-    mx.eval(q, k, v)
+    q, k, v = prefill_inputs((b, hq, length, d), (b, hkv, length, d), mx.float16, scores)
     call = stamped_call(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg, strip)
     o, trace = call(q, k, v)
     ref = native_attention(q, k, v, causal)
@@ -188,10 +186,11 @@ def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causa
                      "stamped": lambda: call(q, k, v)[0], "native": partial(native_attention, q, k, v, causal)},
                     rounds=7, n=2, round_s=0.01)
     row = {"config": cfg_name, "B": b, "Hq": hq, "Hkv": hkv, "L": length, "S": length, "D": d, "causal": causal,
-           "dtype": "float16", "strip": list(strip), "max_abs_diff_vs_native": err,
+           "dtype": "float16", "strip": list(strip), "scores": scores,
+           "max_abs_diff_vs_native": err,
            "latency_s": statistics.median(t["library"]), "stamped_latency_s": statistics.median(t["stamped"]),
            "native_latency_s": statistics.median(t["native"]), **phases(trace, blocks_for(tuple(q.shape), 64 * cfg.wg))}
-    stripped = " stripped of " + "+".join(strip) if strip else ""
+    stripped = (" stripped of " + "+".join(strip) if strip else "") + (f", {scores} scores" if scores != "random" else "")
     print(f"{cfg_name}{stripped} B {b} L {length} D {d} causal={causal}: err {err:.2e}, "
           f"library {row['latency_s'] * 1e6:.1f} us, "
           f"stamped {row['stamped_latency_s'] * 1e6:.1f}, native {row['native_latency_s'] * 1e6:.1f}; "
@@ -214,7 +213,7 @@ def too_big(cfg: Any, d: int) -> str | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
-    ap.add_argument("--configs", default="ws3_n64_s4_p4_tmas,ws3_n64_s4_p4_tmas_pst_preg32,ws2_n128_s3_p4_tmas_pst")
+    ap.add_argument("--configs", default="ws3_n64_s4_p4_tmas_cr,ws3_n64_s4_p4_tmas_pst_preg32_cr,ws2_n128_s3_p4_tmas_pst")
     ap.add_argument("--lengths", default="2048,8192")
     ap.add_argument("--dims", default="128")
     ap.add_argument("--batch", type=int, default=4)
@@ -223,6 +222,8 @@ def main() -> None:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--strip", default="",
                     help="comma-separated: exp, max, rescale (timing only: the output is then wrong)")
+    ap.add_argument("--scores", choices=("random", "rising"), default="random",
+                    help="rising: every row's maximum grows tile after tile (bench.attention.prefill_inputs)")
     args = ap.parse_args()
     strip = tuple(x.strip() for x in args.strip.split(",") if x.strip())
     if any(x not in STRIPS for x in strip):
@@ -252,7 +253,8 @@ def main() -> None:
                 if why:
                     print(f"{name} at D={d}: skipped, {why}", flush=True)
                     continue
-                rows.append(measure(name, args.batch, args.heads, args.hkv, length, d, args.causal, strip))
+                rows.append(measure(name, args.batch, args.heads, args.hkv, length, d, args.causal, strip,
+                                    args.scores))
     data = make_result("prefill-item-trace", get_backend(None), rows,
                        [{"L": x, "D": d, "B": args.batch, "Hq": args.heads, "Hkv": args.hkv} for x in lengths for d in dims],
                        ["float16"], None, "phases of a work item in clock64 cycles, consumer thread 0")

@@ -114,6 +114,35 @@ def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, con
             "kernel": decode_plan(q, kc, vc, length, config=config)[0]}
 
 
+# A row's maximum score grows about RISE units of exp2 per 64 keys in `rising` inputs: around the 2^8 (8 units) up to
+# which the conditional rescale keeps a row's old maximum, so some tiles rescale O and others do not.
+RISE = 8.0
+
+
+def prefill_inputs(q_shape: tuple[int, ...], kv_shape: tuple[int, ...], dtype: Any,
+                   scores: str = "random") -> tuple[Any, Any, Any]:
+    """q (B, Hq, L, D), k / v (B, Hkv, S, D), seeded and evaluated. `random`: standard normal entries, whose row maxima
+    settle within the first tiles (the online softmax then rarely rescales O). `rising`: positive queries and keys
+    drifting along the key axis, so that each row's maximum keeps growing, by about RISE units of exp2 a 64-key tile
+    (the scores' scale 1 / sqrt(D) included) and to the last key, where the causal mask lets it."""
+    import mlx.core as mx
+
+    if scores not in ("random", "rising"):
+        raise ValueError(f"scores {scores!r}: use random or rising")
+    mx.random.seed(0)
+    q = mx.random.normal(q_shape)
+    k = mx.random.normal(kv_shape)
+    v = mx.random.normal(kv_shape)
+    if scores == "rising":
+        d, s = q_shape[-1], kv_shape[2]
+        q = mx.abs(q)  # q . 1 is about 0.8 D: a drift along 1 raises every row's scores alike
+        per_key = RISE / 64 / math.log2(math.e) / (0.8 * math.sqrt(d))  # natural units, through q . k / sqrt(D)
+        k = k + (per_key * mx.arange(s, dtype=mx.float32)).reshape(1, 1, s, 1)
+    q, k, v = (x.astype(dtype) for x in (q, k, v))
+    mx.eval(q, k, v)
+    return q, k, v
+
+
 def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, config: Any = None,
                         round_s: float = 0.01, configs: Sequence[str] = ()) -> dict[str, Any]:
     """configs: wgmma configuration names (wgmma_ws.parse_config) timed beside the dispatch and native in the same
@@ -125,11 +154,7 @@ def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, conf
 
     dt = _dtype(shape["dtype"])
     b, hq, hkv, d, length, s, causal = (shape[k] for k in ("B", "Hq", "Hkv", "D", "L", "S", "causal"))
-    mx.random.seed(0)
-    q = mx.random.normal((b, hq, length, d)).astype(dt)
-    k = mx.random.normal((b, hkv, s, d)).astype(dt)
-    v = mx.random.normal((b, hkv, s, d)).astype(dt)
-    mx.eval(q, k, v)
+    q, k, v = prefill_inputs((b, hq, length, d), (b, hkv, s, d), dt)
     chosen = {name: parse_config(name) for name in configs}
     fns: dict[str, Callable[[], Any]] = {"ours": lambda: attention(q, k, v, causal, config=config),
                                          "native": lambda: native_attention(q, k, v, causal)}

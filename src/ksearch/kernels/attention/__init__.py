@@ -40,30 +40,33 @@ def wgmma_enabled() -> bool:
 # through a map the host encodes once per shape (kernels/tensor_map.py): no extra pass over K / V. Three consumer
 # warpgroups (192 query rows) share each 64-key tile: a third less K/V traffic from L2 than two; the best at D=128
 # without the mask in all 6 groups of 4 shapes (as persistent blocks 0-4% slower: they spill). With O stored 16 bytes
-# a lane in every kernel each group's choice below still stands (attention-prefill-configs-epilogue-*.json).
-WIDE = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3)
+# a lane in every kernel each group's choice below still stands (attention-prefill-configs-epilogue-*.json). O is
+# rescaled only when a row's maximum grew past 2^8 (`_cr`, FlashAttention-4's rule): 2,055 -> 1,939 cycles a tile at
+# D=128 (B 4, L=8192); 3-5% less time than without it at D=128 without the mask, the shapes WIDE takes (two
+# processes; attention-prefill-configs-conditional-rescale-*.json).
+WIDE = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, crescale=True)
 # Two consumer warpgroups (128 rows) on 128-key tiles: half the softmax steps a key. Persistent blocks (one an SM,
 # each walking work items; its producer runs on into the next item while the consumers store O): 3% ahead of the
-# same kernel one block an item at D=64 (geomean; ahead in all 12 groups of 4 shapes) and 1-5% ahead of WIDE at
-# D=128 with the causal mask from L=4096 on (4 groups).
+# same kernel one block an item at D=64 (geomean; ahead in all 12 groups of 4 shapes). With the conditional rescale
+# it took 9-13% more time at D=64 and no fewer cycles a tile at D=128 (2,899 -> 2,911): not taken.
 TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True)
 # WIDE as persistent blocks whose producer keeps 32 registers (no spills; two warpgroups would keep 232, three keep
 # 160 either way): at D=128 with the causal mask below L=4096, 0.808x of cuDNN against WIDE's 0.766x and TALL's
-# 0.780x in one process (8 shapes; attention-prefill-configs-preg-*.json). Shorter causal prefills take it too,
-# unmeasured (the benchmark's shortest is L=2048).
-WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32)
+# 0.780x in one process (8 shapes; attention-prefill-configs-preg-*.json). With the conditional rescale it takes
+# every causal D=128 shape: 0.945x from L=4096 on against TALL's 0.915x / 0.912x in two processes (16 shapes).
+# Shorter causal prefills take it too, unmeasured (the benchmark's shortest is L=2048).
+WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True)
 
 
 def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
-    """TALL at D=64, and at D=128 with the causal mask from L=4096 on, where S is a multiple of 128 keys; WIDE_PERSIST
-    at D=128 with the mask otherwise; WIDE elsewhere; each with bulk copies from tile images of K / V (one extra pass
-    over them, one block an item) where no tensor map can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names
-    another (wgmma_ws.parse_config: e.g. wg3_n64, ws3_n64_s4_p4_bulk)."""
+    """TALL at D=64, where S is a multiple of 128 keys; WIDE_PERSIST at D=128 with the causal mask; WIDE elsewhere;
+    each with bulk copies from tile images of K / V (one extra pass over them, one block an item) where no tensor map
+    can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names another (wgmma_ws.parse_config: e.g. wg3_n64,
+    ws3_n64_s4_p4_bulk)."""
     name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
     if name:
         return wgmma_ws.parse_config(name)
-    tall = q.shape[-1] == 64 or (causal and q.shape[2] >= 4096)
-    if tall and wgmma_ws.supports(q, k, k, causal, TALL):
+    if q.shape[-1] == 64 and wgmma_ws.supports(q, k, k, causal, TALL):
         cfg = TALL
     elif causal and q.shape[-1] == 128 and wgmma_ws.supports(q, k, k, causal, WIDE_PERSIST):
         cfg = WIDE_PERSIST

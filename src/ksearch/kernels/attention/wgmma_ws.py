@@ -56,6 +56,7 @@ from ksearch.kernels.attention.wgmma_ws_text import (  # the kernels' text; the 
     SOURCE_MB,
     SOURCE_TMA,
     SOURCE_TMA_PERSIST,
+    conditional_rescale,
 )
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
 from ksearch.kernels.kernel_text import cuda_kernel
@@ -92,6 +93,9 @@ class WsConfig:
     # O through shared memory (its Q rows) and one bulk copy a warpgroup (`_ob`, wgmma.EPILOGUE_BULK): correct, and
     # within 1% of the 16-byte stores over the 96 shapes, slower in most groups (docs/kernels-attention.md)
     obulk: bool = False
+    # Conditional rescale (`_cr`, wgmma_ws_text.conditional_rescale): O multiplied by corr only when a row's maximum
+    # grew past 2^8, at the top of a step instead of under S(t)
+    crescale: bool = False
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
@@ -222,6 +226,8 @@ def source_text(cfg: WsConfig) -> str:
     """The kernel text a configuration runs: persistent, tensor copies, a producer or none, and its epilogue."""
     text = ((SOURCE_TMA_PERSIST if cfg.persist else SOURCE_TMA) if cfg.tma
             else SOURCE if cfg.pwarps else SOURCE_MB)
+    if cfg.crescale:
+        text = conditional_rescale(text)
     if cfg.obulk:
         return text.replace(EPILOGUE, EPILOGUE_BULK)
     return text.replace(EPILOGUE, EPILOGUE_STORE4) if store_bytes(cfg) == 4 else text
@@ -326,7 +332,7 @@ def consumer_registers(cfg: WsConfig) -> int:
 def with_bulk_copies(cfg: WsConfig) -> WsConfig:
     """`cfg` with bulk copies from tile images instead of tensor copies, one block an item (persistent blocks need the
     tensor copies), its producer at the 24 registers the bulk-copy kernels were measured with: where no tensor map can
-    be made."""
+    be made. The conditional rescale stays (WIDE's bulk rendering with it passes check-prefill; not timed)."""
     return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24)
 
 
@@ -337,7 +343,7 @@ def kernel_name(cfg: WsConfig) -> str:
     return (f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}" + ("_bulk" if cfg.bulk else "")
             + (f"_tma{cfg.tma}" if cfg.tma else "") + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "")
             + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "")
-            + store_tag(cfg))
+            + store_tag(cfg) + ("_cr" if cfg.crescale else ""))
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -361,12 +367,12 @@ def config_name(cfg: Any) -> str:
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
             + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
             + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "") + store_tag(cfg)
-            + ca)
+            + ("_cr" if cfg.crescale else "") + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_ca]" -> WsConfig(W, N, S, P)
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_ca]" -> WsConfig(W, N, S, P)
     (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
@@ -374,22 +380,23 @@ def parse_config(name: str) -> Any:
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?)(_ca)?", name.strip())
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_ca] (e.g. "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
                          "producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: launch bounds for B "
                          "blocks an SM; _ob: O out of shared memory by one bulk copy a warpgroup; _st4 / _st16: O stored 4 / 16 bytes "
-                         "a lane; _ca: cp.async through L1)")
-    cp = "ca" if m[17] else "cg"
+                         "a lane; _cr: O rescaled only when a row's maximum grew past 2^8; _ca: cp.async through L1)")
+    cp = "ca" if m[18] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
     cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[12]), tma, int(m[14] or 1),
-                   persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0))
+                   persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0),
+                   crescale=bool(m[17]))
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)

@@ -10,11 +10,12 @@ tile images and one bulk copy a tile (`bulk`: 0.81-0.82x of cuDNN at L >= 4096 a
 ping-pong between consumer warpgroups (`pp`, with bulk copies); with tensor copies, persistent blocks (`persist`:
 one block an SM walks the work items, the grid sized by the driver's SM count; the library's choice at D=64, 3% ahead
 there, and with three warpgroups at D=128 with the causal mask below L=4096); the cp.async cache mode (`cp`: cg
-through L2, ca through L1 too). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a
+through L2, ca through L1 too); with a producer, O rescaled only when a row's maximum grew past 2^8 (`crescale`:
+the library's choice at D=128, 3-5% less time there, 9-13% more at D=64 with 128-key tiles). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a
 thread without launch bounds; spills with them). A producer with 128-key tiles runs two consumer warpgroups and bulk
 or tensor copies (168 registers, no spills; the library's choice at D=64); with cp.async it spilled 208 bytes.
 Every producer rendering stores O as the library does, 16 bytes a lane after a transpose within each quad of lanes
-(0.922x of cuDNN over the 96 shapes for the library's dispatch against 0.892x with 4-byte stores).
+(0.922x of cuDNN over the 96 shapes for the library's dispatch then against 0.892x with 4-byte stores).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def configs(p: dict[str, Any]) -> tuple[Any, Any]:
     # ptxas spills its item loop); two keep 24, as TALL does (32 measured no faster there)
     preg = 32 if p["persist"] and p["wg"] == 3 else 24
     ws = wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], pwarps=4, cp=p["cp"],
-                           bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0, persist=p["persist"], preg=preg)
+                           bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0, persist=p["persist"], preg=preg,
+                           crescale=p["crescale"])
     return cfg, ws
 
 
@@ -51,6 +53,8 @@ def valid(p: dict[str, Any]) -> bool:
     if p["tma"] and (not p["producer"] or p["pp"]):  # tensor copies were checked without ping-pong
         return False
     if p["persist"] and not p["tma"]:  # persistent blocks walk their items with tensor copies only
+        return False
+    if p["crescale"] and not p["producer"]:  # the conditional rescale is the producer kernels' knob
         return False
     cfg, ws = configs(p)
     if p["producer"]:  # the producer variants checked on the H200: 64-key tiles with 3-4 stages and ping-pong with
@@ -200,9 +204,10 @@ FLASH_WGMMA = TemplateFamily(
     id="attention.cuda.flash_wgmma", tasks=("attention",), backends=("mlx-cuda",),
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "double_buffering",
               "causal_block_skipping", "gqa_head_grouping"),
-    # The first choice of each is the library's Hopper default at D=128 (ws3_n64_s4_p4_tmas).
+    # The first choice of each is the library's Hopper default at D=128 (ws3_n64_s4_p4_tmas_cr).
     params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False), "tma": (True, False), "bulk": (False, True),
-            "stages": (4, 3, 2), "pp": (False, True), "cp": ("cg", "ca"), "persist": (False, True)},
+            "stages": (4, 3, 2), "pp": (False, True), "cp": ("cg", "ca"), "persist": (False, True),
+            "crescale": (True, False)},
     render=render_flash_wgmma,
     valid=valid,
     pattern_params={"double_buffering": {"stages": (4, 3)}},
