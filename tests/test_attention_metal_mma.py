@@ -21,15 +21,16 @@ def _use(name: str, source: str, inputs: list[str], outputs: list[str], template
                      input_dtypes=in_dtypes or {})
 
 
-def _mma(d: int, causal: bool) -> KernelUse:
-    return _use(f"mma_d{d}_{int(causal)}", metal_simdgroup.SOURCE, ["q", "k", "v"], ["o"],
+def _mma(d: int, causal: bool, crescale: bool = True) -> KernelUse:
+    return _use(f"mma_d{d}_{int(causal)}{int(crescale)}", metal_simdgroup.SOURCE, ["q", "k", "v"], ["o"],
                 [TemplateArg("T", "dtype", "float16"), TemplateArg("D", "int", d),
-                 TemplateArg("BK", "int", metal_simdgroup.block_keys(d)), TemplateArg("CAUSAL", "bool", causal)])
+                 TemplateArg("BK", "int", metal_simdgroup.block_keys(d)), TemplateArg("CAUSAL", "bool", causal),
+                 TemplateArg("CRESCALE", "bool", crescale)])
 
 
 @needs_clang
 def test_simdgroup_mma_prefill_passes_clang_at_every_configuration() -> None:
-    kernels = [_mma(d, c) for d in (64, 128) for c in (False, True)]
+    kernels = [_mma(d, c, r) for d in (64, 128) for c in (False, True) for r in (True, False)]
     errors = check_kernels(kernels)
     assert errors == [], [str(e) for e in errors or []]
 
@@ -89,7 +90,7 @@ def test_flash_simdgroup_family_sizes_match_the_threadgroup_limit() -> None:
     assert F.tg_bytes(128, metal_simdgroup.block_keys(128)) <= F.METAL_TG_BYTES  # the library's own choice
     assert F.tg_bytes(128, 32) > F.METAL_TG_BYTES and F.tg_bytes(64, 64) > F.METAL_TG_BYTES  # why they are left out
     params = F.FLASH_SIMDGROUP.all_params()
-    assert len(params) == 6 and params[0] == {"bk128": 16, "bk64": 32}
+    assert len(params) == 12 and params[0] == {"bk128": 16, "bk64": 32, "crescale": True}
 
 
 @needs_clang
@@ -102,6 +103,7 @@ def test_flash_simdgroup_renderings_pass_clang_and_a_broken_one_does_not(monkeyp
     for p in F.FLASH_SIMDGROUP.all_params():
         src = F.FLASH_SIMDGROUP.source(p)
         assert f'("BK", {p["bk64"]})' in src and f'("BK", {p["bk128"]})' in src
+        assert src.count(f'("CRESCALE", {p["crescale"]})') == 2
         assert [str(d) for d in check_metal_candidate(src, task) if d.severity == "error"] == []
     bad = metal_simdgroup.SOURCE.replace("simdgroup_float8x8 s =", "simdgroup_matrix<int, 8, 8> s =", 1)
     monkeypatch.setattr(metal_simdgroup, "SOURCE", bad)

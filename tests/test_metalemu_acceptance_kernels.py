@@ -92,6 +92,45 @@ def test_causal_prefill_in_reverse_block_order_writes_every_row(dtype: mx.Dtype,
     _close(attention(q, k, v, True, use_metal=True), _sdpa(q, k, v, True), tol, tol)
 
 
+def _kept_and_rescaled(q: mx.array, k: mx.array, bk: int, causal: bool) -> tuple[int, int]:
+    """(blocks in which a simdgroup's 8 rows all keep their maximum, blocks in which one grows it past 2^8): the
+    conditional rescale's rule, followed on the host over the kernel's key blocks."""
+    d, length, s = q.shape[-1], q.shape[2], k.shape[2]
+    qf = np.array(q.astype(mx.float32)) / math.sqrt(d) * math.log2(math.e)
+    kf = np.repeat(np.array(k.astype(mx.float32)), q.shape[1] // k.shape[1], axis=1)
+    sc = qf @ kf.transpose(0, 1, 3, 2)
+    if causal:
+        sc = np.where(np.arange(s)[None, :] <= np.arange(length)[:, None] + s - length, sc, -np.inf)
+    kept = grew = 0
+    for r0 in range(0, length - 7, 8):  # whole simdgroups of 8 rows
+        m = np.full(sc.shape[:2] + (8,), -np.inf)
+        for k0 in range(0, s, bk):
+            blk = sc[:, :, r0:r0 + 8, k0:k0 + bk].max(axis=-1)
+            keep = blk <= m + 8
+            with np.errstate(invalid="ignore"):
+                first = np.isneginf(m) & np.isfinite(blk)  # a row's first visible key: corr 0, not a growth
+            grew += int((~keep & ~first).any(axis=-1).sum())
+            kept += int(keep.all(axis=-1).sum())
+            m = np.where(keep, m, np.maximum(m, blk))
+    return kept, grew
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_simdgroup_prefill_rescales_only_where_a_row_grew(causal: bool) -> None:
+    """Rising scores (each row's maximum growing about 2 units of exp2 a 16-key block): the kernel with the conditional
+    rescale skips the diagonal product in some blocks and runs it in others, and matches MLX's attention and the
+    kernel that rescales every block."""
+    from ksearch.bench.attention import prefill_inputs
+    from ksearch.kernels.attention.metal_simdgroup import attention_metal_mma, block_keys
+
+    q, k, v = prefill_inputs((1, 4, 40, 128), (1, 2, 160, 128), mx.float16, "rising")
+    kept, grew = _kept_and_rescaled(q, k, block_keys(128), causal)
+    assert kept > 0 and grew > 0, (kept, grew)
+    want = _sdpa(q, k, v, causal)
+    for crescale in (True, False):
+        _close(attention_metal_mma(q, k, v, causal, crescale=crescale), want, 2e-2, 2e-2)
+
+
 @pytest.mark.parametrize("dtype,d,length", [(mx.float16, 128, 300), (mx.float32, 64, 1000)])
 def test_split_k_decode(dtype: mx.Dtype, d: int, length: int) -> None:
     from ksearch.kernels.decode import decode, decode_plan

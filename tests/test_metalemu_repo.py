@@ -105,7 +105,8 @@ def test_simdgroup_matrix_flash_attention_runs() -> None:
     o = np.zeros_like(q)
     arrays = {"q": q, "k": k, "v": v}
     src, host = mlx_source("ks_attention_simdgroup_mma", arrays, {"o": "float16"}, SOURCE,
-                           template=[("T", "float16"), ("D", d), ("BK", block_keys(d)), ("CAUSAL", True)])
+                           template=[("T", "float16"), ("D", d), ("BK", block_keys(d)), ("CAUSAL", True),
+                                     ("CRESCALE", True)])
     run_kernel(src, host, mlx_buffers(arrays, {"o": o}, SOURCE), (math.ceil(length / BQ) * NT, b * hq, 1),
                (NT, 1, 1))
     qf, kf, vf = (a.astype(np.float32) for a in (q, k, v))

@@ -9,7 +9,8 @@ Per key block of BK rows (16 at D=128, 32 at D=64, so that Q, K, V, S and P fit 
 memory): K and V are staged in threadgroup memory; S = Q K^T is built from 8x8 products (K loaded transposed by
 `simdgroup_load`), stored to threadgroup memory, where 4 lanes per row run the online softmax in exp2 (scale and
 log2(e) folded into Q) and write P as half; the accumulator rows are rescaled by a diagonal 8x8 matrix (matrix
-units have no per-row access), and O += P V. Tiles are addressed by pointer (origin 0), so the only layout convention
+units have no per-row access; skipped by a simdgroup none of whose rows' maxima grew past 2^8, CRESCALE), and
+O += P V. Tiles are addressed by pointer (origin 0), so the only layout convention
 relied on is `simdgroup_load`'s transpose flag for K^T. Causal: keys aligned lower right (key j visible to query i when
 j <= i + S - L), blocks past the last visible key skipped, each head's query blocks handed out longest first (in reverse
 order, as the CUDA kernels do; not measured on Apple hardware). GQA: head h reads kv head h / (Hq / Hkv).
@@ -25,8 +26,14 @@ from ksearch.kernels.kernel_text import metal_kernel
 
 BQ = 32  # query rows per threadgroup (4 simdgroups x 8)
 NT = 128
+# The conditional rescale on by default: checked on the Metal emulation, not measured on Apple hardware. On the H200
+# it took 6% off a tile where O's rescale sat on the path between products (docs/kernels-attention.md); here the
+# rescale is a third of the matrix work after S at D=128 (16 diagonal products against P V's 32).
+CRESCALE = True
 
-# Template: T (half), D (64 or 128), BK (key rows per block), CAUSAL.
+# Template: T (half), D (64 or 128), BK (key rows per block), CAUSAL, CRESCALE (rows keep their maximum while it grows
+# by at most 2^8, and a simdgroup whose rows all kept skips its diagonal product: at D=128 16 of the 48 8x8 products
+# that follow S a block).
 SOURCE = r"""
     constexpr int NSG = 4;
     constexpr int BQ = 32;
@@ -65,6 +72,7 @@ SOURCE = r"""
     simdgroup_float8x8 acc[DT];
     for (int t = 0; t < DT; ++t) acc[t] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
     const int kend = CAUSAL ? min(S, q0 + BQ + off) : S;
+    bool resc = true;  // whether this key block's diagonal product runs (CRESCALE)
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
     for (int k0 = 0; k0 < kend; k0 += BK) {
@@ -105,7 +113,10 @@ SOURCE = r"""
             }
             mblk = max(mblk, simd_shuffle_xor(mblk, ushort(1)));
             mblk = max(mblk, simd_shuffle_xor(mblk, ushort(2)));
-            const float mnew = max(mold, mblk);
+            // CRESCALE (FlashAttention-4's rule, as the Hopper kernels' `_cr`): a row keeps its old maximum while the
+            // block grows it by at most 2^8, so P stays <= 256 (half holds it) and the row's correction is exactly 1
+            const bool keep = CRESCALE && mblk <= mold + 8.0f;
+            const float mnew = keep ? mold : max(mold, mblk);
             const float base = (mnew == -INFINITY) ? 0.0f : mnew;  // no visible key yet: avoid -inf - -inf
             float ls = 0.0f;
             for (int c = 0; c < CPL; ++c) {
@@ -115,7 +126,8 @@ SOURCE = r"""
             }
             ls += simd_shuffle_xor(ls, ushort(1));
             ls += simd_shuffle_xor(ls, ushort(2));
-            const float corr = fast::exp2(mold - base);
+            const float corr = keep ? 1.0f : fast::exp2(mold - base);
+            resc = !CRESCALE || simd_any(corr != 1.0f);  // the simdgroup's rows all kept: no diagonal product
             for (uint e = lane; e < 64; e += 32) Ds[sg * 64 + e] = 0.0f;
             simdgroup_barrier(mem_flags::mem_threadgroup);
             if (part == 0) {
@@ -128,12 +140,14 @@ SOURCE = r"""
 
         // acc = diag(corr) acc + P V
         {
-            simdgroup_float8x8 dg;
-            simdgroup_load(dg, Ds + sg * 64, 8);
-            for (int t = 0; t < DT; ++t) {
-                simdgroup_float8x8 scaled;
-                simdgroup_multiply(scaled, dg, acc[t]);
-                acc[t] = scaled;
+            if (resc) {  // uniform across the simdgroup (simd_any)
+                simdgroup_float8x8 dg;
+                simdgroup_load(dg, Ds + sg * 64, 8);
+                for (int t = 0; t < DT; ++t) {
+                    simdgroup_float8x8 scaled;
+                    simdgroup_multiply(scaled, dg, acc[t]);
+                    acc[t] = scaled;
+                }
             }
             for (int j = 0; j < KT; ++j) {
                 simdgroup_matrix<T, 8, 8> pa;
@@ -195,10 +209,10 @@ def _kernel() -> Any:
                         source=SOURCE)
 
 
-def attention_metal_mma(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
+def attention_metal_mma(q: Any, k: Any, v: Any, causal: bool = False, crescale: bool = CRESCALE) -> Any:
     b, hq, length, d = q.shape
     nblk = math.ceil(length / BQ)
     return _kernel()(inputs=[q, k, v], template=[("T", q.dtype), ("D", d), ("BK", block_keys(d)),
-                                                 ("CAUSAL", bool(causal))],
+                                                 ("CAUSAL", bool(causal)), ("CRESCALE", bool(crescale))],
                      grid=(nblk * NT, b * hq, 1), threadgroup=(NT, 1, 1), output_shapes=[q.shape],
                      output_dtypes=[q.dtype])[0]

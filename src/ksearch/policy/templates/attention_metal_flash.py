@@ -5,7 +5,9 @@ row kernel of ksearch.kernels.attention.metal_rows for inputs that are not float
 The parameters are the key rows staged per block at each head dim (BK): threadgroup memory holds Q (32 x D), K and V
 (BK x D each), S (32 x BK, fp32) and P (32 x BK), and must stay within 32 KB, so D=128 takes 16 or 8, D=64 32, 16 or 8.
 A larger block halves the barriers per key and the softmax passes; a smaller one may let two threadgroups share a
-core. Not yet measured on Apple hardware: every rendering passes clang with the project's MSL shim
+core. `crescale`: rows keep their maximum while it grows by at most 2^8, and a simdgroup whose rows all kept skips
+the diagonal product that rescales O (the library's default; the Hopper kernels' `_cr`). Not yet measured on Apple
+hardware: every rendering passes clang with the project's MSL shim
 (tests/test_attention_templates.py), and two of them run correctly on the Metal emulation (backend mlx-metal-emu,
 tests/test_metalemu_acceptance_eval.py).
 """
@@ -35,7 +37,8 @@ def render_flash_simdgroup(p: dict[str, Any]) -> str:
     bq, nt = metal_simdgroup.BQ, metal_simdgroup.NT
     calls = "\n".join(f'''        if d == {d}:
             return _mma(inputs=[q.astype(f16), k.astype(f16), v.astype(f16)],
-                        template=[("T", f16), ("D", {d}), ("BK", {p[f"bk{d}"]}), ("CAUSAL", bool(causal))],
+                        template=[("T", f16), ("D", {d}), ("BK", {p[f"bk{d}"]}), ("CAUSAL", bool(causal)),
+                                  ("CRESCALE", {bool(p["crescale"])})],
                         grid=((length + {bq - 1}) // {bq} * {nt}, b * hq, 1), threadgroup=({nt}, 1, 1),
                         output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
     rnt, rbn = metal_rows.PREFILL_NT, metal_rows.PREFILL_BN
@@ -43,7 +46,8 @@ def render_flash_simdgroup(p: dict[str, Any]) -> str:
 # FlashAttention-2 on simdgroup_matrix (8x8 matrix units): 4 simdgroups x 8 query rows a threadgroup, K / V blocks of
 # {p["bk128"]} (D=128) or {p["bk64"]} (D=64) rows in threadgroup memory, S = Q K^T with K loaded transposed, online softmax in
 # exp2, rows rescaled by a diagonal product, O += P V, causal block skipping, GQA. float16 only; the row kernel
-# otherwise. Not yet measured on Apple hardware.
+# otherwise.{" The rescale only where a row's maximum grew past 2^8." if p["crescale"] else ""} Not yet measured on Apple
+# hardware.
 import mlx.core as mx
 
 MMA_SOURCE = {metal_simdgroup.SOURCE!r}
@@ -69,8 +73,8 @@ FLASH_SIMDGROUP = TemplateFamily(
     id="attention.metal.flash_simdgroup", tasks=("attention",), backends=("mlx-metal",),
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "k_transposition",
               "causal_block_skipping", "gqa_head_grouping"),
-    # The first choices are the library's (metal_simdgroup.block_keys).
-    params={"bk128": (16, 8), "bk64": (32, 16, 8)},
+    # The first choices are the library's (metal_simdgroup.block_keys, metal_simdgroup.CRESCALE).
+    params={"bk128": (16, 8), "bk64": (32, 16, 8), "crescale": (True, False)},
     render=render_flash_simdgroup,
     valid=lambda p: tg_bytes(128, p["bk128"]) <= METAL_TG_BYTES and tg_bytes(64, p["bk64"]) <= METAL_TG_BYTES,
     description="FlashAttention-2 on simdgroup_matrix (opt-in; not yet measured on Apple hardware)")
