@@ -4,8 +4,6 @@ without serialised wgmma or more spills. Correctness and speed on the GPU: bench
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
@@ -14,6 +12,7 @@ from ksearch.kernels.attention import wgmma as W
 from ksearch.kernels.attention import wgmma_ws as WS
 from ksearch.kernels.attention.wgmma_ws_text import conditional_rescale
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
+from ksearch.knowledge.resources import parse_ptxas
 
 
 @pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas_cr", "ws2_n128_s3_p4_tmas_pst_cr", "ws3_n64_s4_p4_cr",
@@ -58,7 +57,7 @@ def test_compiles_without_serialising_or_spilling_more() -> None:
     for i, (name, dt, d, causal) in enumerate(combos):
         for tag in ("", "_cr"):
             cfg = WS.parse_config(name + tag)
-            units.append(wrap(f"cr{i}{'c' if tag else 'p'}", WS.source_text(cfg),
+            units.append(wrap(f"cr{i}{'c' if tag else 'p'}_0", WS.source_text(cfg),
                               W.launch_bounds(cfg.threads(), cfg.blocks),
                               [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
                               [("o", "T"), ("maps", "uint64")],
@@ -68,8 +67,7 @@ def test_compiles_without_serialising_or_spilling_more() -> None:
     assert ok, log[-3000:]
     # C7513 / C7514: a branch between a wgmma and its wait made ptxas serialise every wgmma of the kernel
     assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
-    spills = {m[1]: int(m[2]) for m in re.finditer(
-        r"custom_kernel_(cr\d[cp])E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
+    spills = {r.kernel: r.spill_store_bytes for r in parse_ptxas(log)}
     assert len(spills) == 2 * len(combos), log[-3000:]
     for i in range(len(combos)):
         assert spills[f"cr{i}c"] <= spills[f"cr{i}p"] + 4, spills
