@@ -18,7 +18,8 @@ from ksearch.kernels.decode import cuda_cluster as DC
 kd = importlib.import_module("ksearch.kernels.decode")  # the package re-exports a function of that name
 
 CONFIGS = [DC.ClusterConfig(), DC.ClusterConfig(consumers=4, producers=2), DC.ClusterConfig(keys=64),
-           DC.ClusterConfig(consumers=8, producers=2, keys=16)]
+           DC.ClusterConfig(consumers=8, producers=2, keys=16),
+           DC.ClusterConfig(consumers=4, producers=0, slots=3)]  # no producer warp: each consumer copies its tiles
 
 
 @pytest.mark.slow
@@ -34,7 +35,8 @@ def test_cluster_decode_compiles_for_sm90a_without_spills() -> None:
                           DC.template(dt, d, g, cfg, cs)))
         budgets.append(65536 // cfg.threads())
     # The graph-safe variant's ending (partials to global memory) at two of them.
-    for i, (cfg, dt, d, g) in enumerate([(CONFIGS[0], "float16", 128, 4), (CONFIGS[1], "bfloat16", 64, 8)]):
+    for i, (cfg, dt, d, g) in enumerate([(CONFIGS[0], "float16", 128, 4), (CONFIGS[1], "bfloat16", 64, 8),
+                                         (CONFIGS[4], "float16", 128, 4), (CONFIGS[4], "bfloat16", 64, 16)]):
         units.append(wrap(f"parts{i}", DC.PARTS_SOURCE, DC.header(cfg, 1)[prefix:],
                           [("q", "T"), ("k", "T"), ("v", "T")], [("part_acc", "float32"), ("part_ml", "float32")],
                           DC.template(dt, d, g, cfg, 0)))
@@ -63,6 +65,7 @@ def test_bad_configurations_say_what_to_change() -> None:
     assert "multiple of 16" in (DC.config_problem(DC.ClusterConfig(keys=24)) or "")
     assert "portable" in (DC.config_problem(DC.ClusterConfig(max_cluster=16)) or "")
     assert "shared memory" in (DC.config_problem(DC.ClusterConfig(consumers=8, keys=128, slots=4)) or "")
+    assert "producers 0-4" in (DC.config_problem(DC.ClusterConfig(producers=5)) or "")
     assert DC.config_problem(DC.ClusterConfig()) is None
 
 

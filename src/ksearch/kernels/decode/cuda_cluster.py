@@ -83,7 +83,7 @@ BODY = r"""
     const T* kb = k + b * k_strides[0] + hk * k_strides[1];
     const T* vb = v + b * v_strides[0] + hk * v_strides[1];
 
-    if (threadIdx.x == 0) {
+    if (PW > 0 && threadIdx.x == 0) {
       for (int s = 0; s < NS; ++s) { ks_mbar_init(full + s, 32 * PW); ks_mbar_init(empty + s, 1); }
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -111,6 +111,30 @@ BODY = r"""
         ks_cp_mbar_arrive(full + s);
       }
     } else {
+      // Without producer warps (PW == 0) each consumer warp copies its own tiles into its own SPW slots, SPW - 1 of
+      // its tiles ahead: rows past the end zero-filled by the copy itself (source size 0), each lane's copies waited
+      // for by cp.async.wait_group and made visible to the warp's ldmatrix by __syncwarp; no mbarrier, no producer
+      // handshake. Every call commits a group, empty or not, so that wait_group's count stays one a tile.
+      auto issue = [&](int i) {
+        if (PW == 0 && i < ntiles) {
+          T* ks = slots + (warp * SPW + (i / NC) % SPW) * SLOT;
+          const int j0 = (t0 + i) * BK;
+          #pragma unroll 4
+          for (int e = lane; e < BK * CPR; e += 32) {
+            const int r = e / CPR, c = e % CPR, n = j0 + r < len ? 16 : 0, j = n ? j0 + r : j0;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(ks_saddr(ks + ks_sw<D>(r, c))),
+                         "l"(kb + (size_t)j * k_strides[2] + c * 8), "r"(n));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::
+                         "r"(ks_saddr(ks + BK * D + ks_sw<D>(r, c))), "l"(vb + (size_t)j * v_strides[2] + c * 8),
+                         "r"(n));
+          }
+        }
+        ks_commit();
+      };
+      if (PW == 0) {
+        #pragma unroll
+        for (int r = 0; r < SPW - 1; ++r) issue(warp + r * NC);
+      }
       // Q fragments (A operand, rows = the G query heads of this kv head, zero beyond G), kept for the whole loop.
       unsigned qa[D / 16][4];
       const T* qb = q + b * q_strides[0] + (size_t)hk * G * q_strides[1];
@@ -125,11 +149,17 @@ BODY = r"""
       const float sl2 = 1.4426950408889634f * rsqrtf((float)D);  // exp2 domain
       for (int i = warp; i < ntiles; i += NC) {
         const int s = warp * SPW + (i / NC) % SPW;
-        ks_mbar_wait(full + s, (i / NS) & 1);
+        if (PW == 0) {
+          issue(i + (SPW - 1) * NC);  // into the slot the previous tile used: its reads ended at the __syncwarp
+          ks_wait<SPW - 1>();
+          __syncwarp();
+        } else {
+          ks_mbar_wait(full + s, (i / NS) & 1);
+        }
         T* ks = slots + s * SLOT;
         T* vs = ks + BK * D;
         const int rows = min(BK, len - (t0 + i) * BK);
-        if (rows < BK) {
+        if (PW > 0 && rows < BK) {
           // Only the last tile of the sequence is partial: rows past it hold stale or uninitialised bits, and
           // 0 * NaN in P V would poison the sum, so zero them (nothing refills this slot afterwards).
           for (int e = lane; e < (BK - rows) * (D / 8); e += 32)
@@ -187,8 +217,9 @@ BODY = r"""
           }
         }
         __syncwarp();
-        if (lane == 0) ks_mbar_arrive(empty + s);  // release: this warp's ldmatrix reads come before the refill
+        if (PW > 0 && lane == 0) ks_mbar_arrive(empty + s);  // release: this warp's ldmatrix reads come before the refill
       }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");  // (PW == 0) nothing may land in the merge area below
       #pragma unroll
       for (int r = 0; r < 2; ++r) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -285,7 +316,7 @@ class ClusterConfig:
     # Consumer warps (NC). On the H200, 2 was the only configuration above native with CUDA graphs on (1.09x); with
     # them off it measured 1.22x, 4 consumers with 2 producers 1.26x (ahead at B 1-8, behind at B 16 and D 64).
     consumers: int = 2
-    producers: int = 1     # warps that issue the copies (PW)
+    producers: int = 1     # warps that issue the copies (PW); 0: each consumer warp copies its own tiles ahead
     keys: int = 32         # keys per tile (BK), a multiple of 16
     slots: int = 2         # tiles in flight per consumer warp (SPW)
     max_cluster: int = 8   # most splits of one (batch, kv head): a cluster of at most 8 blocks is portable
@@ -325,8 +356,8 @@ def config_problem(cfg: ClusterConfig) -> str | None:
     """Why a configuration can never run, in words (None when it can)."""
     if cfg.keys % 16 or not 16 <= cfg.keys <= 128:
         return f"keys={cfg.keys}: use a multiple of 16 from 16 to 128"
-    if not 1 <= cfg.consumers <= 8 or not 1 <= cfg.producers <= 4 or not 1 <= cfg.slots <= 4:
-        return "consumers 1-8, producers 1-4 and slots 1-4 a warp"
+    if not 1 <= cfg.consumers <= 8 or not 0 <= cfg.producers <= 4 or not 1 <= cfg.slots <= 4:
+        return "consumers 1-8, producers 0-4 (0: each consumer copies its own tiles) and slots 1-4 a warp"
     if cfg.max_cluster not in (1, 2, 4, 8):
         return f"max_cluster={cfg.max_cluster}: use 1, 2, 4 or 8 (a portable cluster has at most 8 blocks)"
     if cfg.smem_bytes(128, 16) > 227 * 1024:
