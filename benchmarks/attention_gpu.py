@@ -38,11 +38,6 @@ DECODE_CONFIGS = [DecodeConfig(),  # 4 warps, 4 steps in flight in registers, se
 # Split-K with the steps' rows through a ring in shared memory (cp.async): the library default (2 steps of 4 keys a
 # lane), 3 and 4 steps of 2.
 RING_CONFIGS = [cuda_split_k.DEFAULT, DecodeConfig(ring=3, unroll=2), DecodeConfig(ring=4, unroll=2)]
-# Split-K with its products on tensor cores (cuda_split_mma_text.py): 16 keys a warp a step through a ring of 3
-# steps, and 32 through a ring of 2.
-TC_CONFIGS = [DecodeConfig(tensor_cores=True, ring=3, unroll=1), DecodeConfig(tensor_cores=True, ring=2, unroll=2)]
-# The ring filled by bulk copies, one a row: the library's ring, and 3 steps of 2 keys a lane.
-BULK_CONFIGS = [DecodeConfig(ring=2, bulk=True), DecodeConfig(ring=3, unroll=2, bulk=True)]
 # The tensor-core decode without clusters (safe under MLX's CUDA graphs; Hopper): the default, 4 + 2 warps, and
 # consumers that copy their own tiles (no producer warp), 3 and 4 slots a warp.
 MMA_CONFIGS = [ClusterConfig(cluster=False), ClusterConfig(consumers=4, producers=2, cluster=False),
@@ -99,13 +94,11 @@ def check(kind: str) -> int:
     if kind == "decode":
         cases = [(2, 8, 2, 1300, 1000, 128), (1, 8, 2, 600, 37, 64), (1, 32, 8, 4352, 4096, 128),
                  (3, 16, 4, 9000, 8191, 128), (1, 8, 8, 2100, 2048, 128), (2, 8, 1, 5000, 4999, 64)]
-        # Every dtype/head dim/group size for the default, the fused (its merge's lanes depend on G x D) and a ring
-        # configuration; the others at D=128 fp16 (each instance JIT-compiles).
-        runs = [(cfg, c, t) for cfg in [*DECODE_CONFIGS[:2], RING_CONFIGS[0], *MMA_CONFIGS[:3:2], TC_CONFIGS[0],
-                                  BULK_CONFIGS[0]]
+        # Every dtype/head dim/group size for the default, the fused (its merge's lanes depend on G x D), a ring
+        # configuration and two tensor-core ones; the others at D=128 fp16 (each instance JIT-compiles).
+        runs = [(cfg, c, t) for cfg in [*DECODE_CONFIGS[:2], RING_CONFIGS[0], *MMA_CONFIGS[:3:2]]
                 for c in cases for t in (mx.float16, mx.bfloat16)]
-        runs += [(cfg, c, mx.float16) for cfg in [*DECODE_CONFIGS[2:], *RING_CONFIGS[1:], *MMA_CONFIGS[1::2],
-                                                  *TC_CONFIGS[1:], *BULK_CONFIGS[1:]]
+        runs += [(cfg, c, mx.float16) for cfg in [*DECODE_CONFIGS[2:], *RING_CONFIGS[1:], *MMA_CONFIGS[1::2]]
                  for c in cases[2:4]]
         for cfg, (b, hq, hkv, cap, length, d), dt in runs:
             if True:
@@ -129,8 +122,7 @@ def check(kind: str) -> int:
             q = mx.random.normal((b, hq, 1, d + 2)).astype(mx.float16)[..., 1:d + 1]
             kc = mx.random.normal((b, hkv, cap, d + 4)).astype(mx.float16)[..., :d]
             vc = mx.random.normal((b, hkv, cap, d)).astype(mx.float16)
-            for cfg in (DECODE_CONFIGS[0], RING_CONFIGS[0], MMA_CONFIGS[0], MMA_CONFIGS[2], TC_CONFIGS[0],
-                        BULK_CONFIGS[0]):
+            for cfg in (DECODE_CONFIGS[0], RING_CONFIGS[0], MMA_CONFIGS[0], MMA_CONFIGS[2]):
                 out = decode(q, kc, vc, length, config=cfg).astype(mx.float32)
                 err = float(mx.max(mx.abs(out - ref_attention(q, kc[:, :, :length], vc[:, :, :length],
                                                               False))).item())

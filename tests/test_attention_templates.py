@@ -14,7 +14,7 @@ from full import FULL, spread
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels.attention import metal_rows, mma_sync
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER
-from ksearch.kernels.decode import cuda_split_k_text, cuda_split_mma_text, metal_split_k
+from ksearch.kernels.decode import cuda_split_k_text, metal_split_k
 from ksearch.policy.templates import attention as attn_t
 from ksearch.policy.templates import gqa_decode as dec_t
 
@@ -76,12 +76,6 @@ def _decode_units() -> list[str]:
                                                     (2, 4, "float16", 128, 4)], 2)):
         units.append(wrap(f"ring{i}", cuda_split_k_text.SPLIT_RING_SOURCE, "", ins, outs,
                           [("T", dt), ("D", d), ("G", g), ("NW", 4), ("U", u), ("PREFETCH", True), ("RING", ring)]))
-    for i, (ring, u, dt, d, g) in enumerate([(2, 4, "float16", 128, 4), (3, 2, "bfloat16", 64, 8)]):
-        units.append(wrap(f"bulk{i}", cuda_split_k_text.SPLIT_BULK_SOURCE, "", ins, outs,
-                          [("T", dt), ("D", d), ("G", g), ("NW", 4), ("U", u), ("PREFETCH", True), ("RING", ring)]))
-    for i, (ring, u, dt, d, g) in enumerate([(3, 1, "float16", 128, 4), (2, 2, "bfloat16", 64, 8)]):
-        units.append(wrap(f"tc{i}", cuda_split_mma_text.SOURCE, MMA_SYNC_HEADER if i == 0 else "", ins, outs,
-                          [("T", dt), ("D", d), ("G", g), ("NW", 4), ("U", u), ("RING", ring)]))
     for k, (dt, d) in enumerate(spread(list(itertools.product(("float16", "bfloat16"), (64, 128))), 2)):
         units.append(wrap(f"split_{dt}_{d}", cuda_split_k_text.SPLIT_SOURCE, "", ins, outs,
                           [("T", dt), ("D", d), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", True)]))

@@ -41,11 +41,6 @@ def native_decode(q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
                                                 scale=1.0 / math.sqrt(q.shape[-1]))
 
 
-def _split_k_runs_here(config: DecodeConfig | None) -> bool:
-    """The tensor-core split kernel was built and checked for Hopper only; the others for any CUDA GPU."""
-    return config is None or not config.tensor_cores or device.hopper()
-
-
 def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
                 config: DecodeConfig | ClusterConfig | None = None) -> tuple[str, Callable[[], Any]]:
     """(name of the kernel `decode` runs: split_k, cluster, metal_split_k or native, a call that runs it).
@@ -65,7 +60,7 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
             return ("cluster" if cl.cluster else "mma_split",
                     lambda: cuda_cluster.decode_cluster(q, k_cache, v_cache, length, cl))
         return "native", lambda: native_decode(q, k_cache, v_cache, length)
-    if where == "cuda" and _split_k_runs_here(config):
+    if where == "cuda":
         launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
         if launch is not None:
             return "split_k", lambda: cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
@@ -82,7 +77,7 @@ def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool |
     """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D)."""
     # The common case straight to the kernel, without decode_plan's name and closure: at B 1 a call's Python work is
     # time the caller waits for (benchmarks/decode_host_work.py).
-    if not isinstance(config, ClusterConfig) and device.backend() == "cuda" and _split_k_runs_here(config):
+    if not isinstance(config, ClusterConfig) and device.backend() == "cuda":
         length = int(length)
         launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
         if launch is not None:

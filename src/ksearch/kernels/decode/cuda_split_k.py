@@ -19,13 +19,10 @@ from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any
 
-from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER
-from ksearch.kernels.decode import cuda_split_mma_text
 from ksearch.kernels.decode.cuda_split_k_text import (
     FUSED_SOURCE,
     HEADER,
     MERGE_SOURCE,
-    SPLIT_BULK_SOURCE,
     SPLIT_RING_SOURCE,
     SPLIT_SOURCE,
     work_floats,
@@ -50,27 +47,14 @@ class DecodeConfig:
     min_blocks: int = 0
     # > 0: the steps' rows go through shared memory, this many steps in the ring (RING_LOOP), instead of registers.
     ring: int = 0
-    # Scores and P V on tensor cores (cuda_split_mma_text.py; Hopper's mma.sync, G <= 8): `unroll` groups of 16 keys
-    # a warp a step, through a ring of `ring` steps in dynamic shared memory.
-    tensor_cores: bool = False
-    # The ring's rows copied by the copy engine, one cp.async.bulk a row (BULK_LOOP), instead of 16 bytes a lane.
-    bulk: bool = False
 
     def keys_per_step(self, d: int) -> int:
-        if self.tensor_cores:
-            return self.warps * 16 * self.unroll
         return self.warps * (32 // (d // 8)) * self.unroll
 
     def shared_bytes(self, g: int, d: int) -> int:
-        """Static shared memory of the split kernel a block: the warps' merge, and the ring where there is one
-        (the tensor-core kernel's ring is dynamic: ring_bytes)."""
+        """Static shared memory of the split kernel a block: the warps' merge, and the ring where there is one."""
         merge = self.warps * g * (d + 2) * 4
-        return merge + (self.ring * 2 * self.unroll * self.warps * 32 * 16 if self.ring and not self.tensor_cores
-                        else 0)
-
-    def ring_bytes(self, d: int) -> int:
-        """The tensor-core kernel's ring (dynamic shared memory): each lane's 16-byte rows, D / 8 per 16 keys."""
-        return self.ring * self.warps * 32 * self.unroll * (d // 8) * 16 if self.tensor_cores else 0
+        return merge + (self.ring * 2 * self.unroll * self.warps * 32 * 16 if self.ring else 0)
 
     @classmethod
     def parse(cls, text: str) -> DecodeConfig:
@@ -124,7 +108,7 @@ def launch_bounds(threads: int, min_blocks: int) -> str:
 def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
     # The bounds and the ring go in the name, for profiles (the digest `cuda_kernel` adds keeps kernels apart).
     tag = f"w{cfg.warps}_u{cfg.unroll}" + (f"_b{cfg.min_blocks}" if cfg.min_blocks else "") \
-        + (f"_r{cfg.ring}" if cfg.ring else "") + ("_bulk" if cfg.bulk else "")
+        + (f"_r{cfg.ring}" if cfg.ring else "")
     header = HEADER + (launch_bounds(cfg.warps * 32, cfg.min_blocks) if cfg.min_blocks else "")
     if cfg.fused:
         fused = cuda_kernel(
@@ -134,22 +118,11 @@ def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
         return fused, None
     split = cuda_kernel(
         name=f"ks_decode_split_{tag}", input_names=["q", "k", "v"],
-        output_names=["part_acc", "part_ml"], header=header,
-        source=(SPLIT_BULK_SOURCE if cfg.bulk else SPLIT_RING_SOURCE) if cfg.ring else SPLIT_SOURCE,
+        output_names=["part_acc", "part_ml"], source=SPLIT_RING_SOURCE if cfg.ring else SPLIT_SOURCE, header=header,
         ensure_row_contiguous=False)
     merge = cuda_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
                         source=MERGE_SOURCE)
     return split, merge
-
-
-@cache
-def _tensor_core_split(cfg: DecodeConfig, d: int) -> Any:
-    # The ring is dynamic shared memory, so its size (D's) is part of the kernel.
-    smem = cfg.ring_bytes(d)
-    return cuda_kernel(name=f"ks_decode_split_tc_w{cfg.warps}_u{cfg.unroll}_r{cfg.ring}_m{smem}",
-                       input_names=["q", "k", "v"], output_names=["part_acc", "part_ml"],
-                       source=cuda_split_mma_text.SOURCE, header=HEADER + MMA_SYNC_HEADER,
-                       ensure_row_contiguous=False, shared_memory=smem)
 
 
 @dataclass(frozen=True)
@@ -177,10 +150,7 @@ class Launch:
 
     def kernels(self) -> list[Any]:
         if not self.made:
-            if self.cfg.tensor_cores:
-                self.made.extend([_tensor_core_split(self.cfg, self.d), _kernels(PLAIN)[1]])
-            else:
-                self.made.extend(_kernels(self.cfg))
+            self.made.extend(_kernels(self.cfg))
         return self.made
 
     def nsplit(self, length: int) -> int:
@@ -227,11 +197,6 @@ def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) ->
     g = hq // hkv if cfg.group_heads else 1
     if cfg.ring and (cfg.fused or cfg.ring < 2):
         raise ValueError(f"ring={cfg.ring}: a ring has 2 steps at least and is not made for the fused kernel")
-    if cfg.bulk and (cfg.ring < 2 or cfg.tensor_cores):
-        raise ValueError("bulk=1 fills the shared-memory ring: set ring=2 or more (and not tensor_cores)")
-    if cfg.tensor_cores and (cfg.fused or cfg.ring < 2 or cfg.ring_bytes(d) > MAX_DYNAMIC_SHARED):
-        raise ValueError(f"tensor_cores=1 takes a ring of 2 steps or more ({cfg.ring_bytes(d)} bytes a block at D {d}, "
-                         f"at most {MAX_DYNAMIC_SHARED}) and no fused merge: set ring=2 or lower warps or unroll")
     if cfg.shared_bytes(g, d) > MAX_STATIC_SHARED:
         raise ValueError(f"{cfg} needs {cfg.shared_bytes(g, d)} bytes of shared memory a block at G {g}, D {d}; "
                          f"MLX's kernels get {MAX_STATIC_SHARED}: lower ring, unroll or warps")
@@ -241,17 +206,13 @@ def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) ->
              "threadgroup": (d, 1, 1), "output_shapes": [(b, hq, 1, d)], "output_dtypes": [dtype]}
     return Launch(cfg, blocks, g, d, cfg.keys_per_step(d),
                   max(1, cfg.target_blocks // max(1, blocks)),
-                  [("T", dtype), ("D", d), ("G", g), ("NW", cfg.warps), ("U", cfg.unroll)]
-                  + ([] if cfg.tensor_cores else [("PREFETCH", cfg.prefetch)])
+                  [("T", dtype), ("D", d), ("G", g), ("NW", cfg.warps), ("U", cfg.unroll), ("PREFETCH", cfg.prefetch)]
                   + ([("RING", cfg.ring)] if cfg.ring else []),
                   (nt, 1, 1), nt, merge)
 
 
-#: Static shared memory a block may declare.
+#: Static shared memory a block may declare (MLX's custom kernels set no larger dynamic size).
 MAX_STATIC_SHARED = 48 * 1024
-#: Dynamic shared memory a block may ask for on Hopper (227 KB), static arrays included: what the tensor-core
-#: kernel's ring may take beside its merge arrays.
-MAX_DYNAMIC_SHARED = 200 * 1024
 #: The library's configuration: 4 warps, 4 steps in flight through a ring of 2 steps in shared memory
 #: (benchmarks/results/decode-versus-native-queued-ring-*.json), where that fits in MLX's 48 KB (G <= 4 at D 128).
 DEFAULT = DecodeConfig(ring=2)

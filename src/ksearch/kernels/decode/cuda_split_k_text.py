@@ -207,61 +207,6 @@ RING_LOOP = r"""
 """ + STEP_MATH + r"""    }
     asm volatile("cp.async.wait_all;\n" ::);
 """
-# The same ring filled by the copy engine instead (DecodeConfig.bulk): per step, lane i < KPW x U of a warp copies
-# key row i of the warp's step, K and V, with one `cp.async.bulk` each (256 bytes at D 128), completing on the slot's
-# mbarrier; the lanes then read their 16 bytes of each row from shared memory. Fewer, larger requests than a
-# cp.async of 16 bytes a lane, and no copy instructions on the other lanes. Rows past the end are not copied: their
-# scores are masked and their V read as zeros (a slot's old bytes may be anything).
-BULK_LOOP = r"""
-    constexpr int ROWS = KPW * U;
-    __shared__ __align__(128) T ks_tile[RING][NW][2][ROWS][D];
-    __shared__ __align__(8) unsigned long long ks_full[RING][NW];
-    if (lane == 0) {
-      #pragma unroll
-      for (int r = 0; r < RING; ++r)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::
-                     "r"((unsigned)__cvta_generic_to_shared(&ks_full[r][warp])) : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncwarp();
-    uint4 kr[U], vr[U];
-    int j0 = start + warp * ROWS;
-    auto issue = [&](int first, int slot) {
-      const int n = max(0, min(ROWS, end - first));
-      const unsigned bar = (unsigned)__cvta_generic_to_shared(&ks_full[slot][warp]);
-      __syncwarp();  // every lane has read the slot's previous rows
-      if (lane == 0)
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::
-                     "r"(bar), "r"((unsigned)(n * 2 * D * sizeof(T))) : "memory");
-      __syncwarp();
-      if (lane < n) {
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-                     "r"((unsigned)__cvta_generic_to_shared(&ks_tile[slot][warp][0][lane][0])),
-                     "l"(kb - part * 8 + (int64_t)(first + lane) * ksj), "n"(D * sizeof(T)), "r"(bar) : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-                     "r"((unsigned)__cvta_generic_to_shared(&ks_tile[slot][warp][1][lane][0])),
-                     "l"(vb - part * 8 + (int64_t)(first + lane) * vsj), "n"(D * sizeof(T)), "r"(bar) : "memory");
-      }
-    };
-    if (j0 < end) {
-      #pragma unroll
-      for (int r = 0; r < RING - 1; ++r) issue(j0 + r * STEP, r);
-    }
-    for (int it = 0; j0 < end; j0 += STEP, ++it) {
-      issue(j0 + (RING - 1) * STEP, (it + RING - 1) % RING);
-      const int slot = it % RING;
-      asm volatile("{\n.reg .pred P1;\nKS_BWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-                   "@P1 bra KS_BDONE;\nbra KS_BWAIT;\nKS_BDONE:\n}\n" ::
-                   "r"((unsigned)__cvta_generic_to_shared(&ks_full[slot][warp])), "r"((it / RING) & 1) : "memory");
-      #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int row = u * KPW + sub;
-        kr[u] = *reinterpret_cast<const uint4*>(&ks_tile[slot][warp][0][row][part * 8]);
-        vr[u] = j0 + row < end ? *reinterpret_cast<const uint4*>(&ks_tile[slot][warp][1][row][part * 8])
-                               : make_uint4(0, 0, 0, 0);
-      }
-""" + STEP_MATH + r"""    }
-"""
 SPLIT_TAIL = r"""    // Merge the KPW key groups of the warp (lanes part, part + LPK, ...).
     #pragma unroll
     for (int off = LPK; off < 32; off *= 2) {
@@ -290,11 +235,7 @@ SPLIT_TAIL = r"""    // Merge the KPW key groups of the warp (lanes part, part +
         for (int i = 0; i < 8; ++i) sm_acc[warp][g][part * 8 + i] = acc[g][i];
       }
     }
-"""
-
-# The warps' states (sm_m, sm_l, sm_acc: [NW][G](D) in shared memory) merged, this split's partial written; the
-# tensor-core split kernel (cuda_split_mma_text.py) ends the same way.
-BLOCK_MERGE = r"""    __syncthreads();
+    __syncthreads();
     // Merge the warps and write this split's partial: part_acc[bh][split][g][d], part_ml[bh][split][g][2].
     for (int e = threadIdx.x; e < G * D; e += NW * 32) {
       int g = e / D, d = e % D;
@@ -314,9 +255,8 @@ BLOCK_MERGE = r"""    __syncthreads();
       if (d == 0) { part_ml[row * 2] = mn; part_ml[row * 2 + 1] = ls; }
     }
 """
-SPLIT_SOURCE = SPLIT_HEAD + REGISTER_LOOP + SPLIT_TAIL + BLOCK_MERGE
-SPLIT_RING_SOURCE = SPLIT_HEAD + RING_LOOP + SPLIT_TAIL + BLOCK_MERGE
-SPLIT_BULK_SOURCE = SPLIT_HEAD + BULK_LOOP + SPLIT_TAIL + BLOCK_MERGE
+SPLIT_SOURCE = SPLIT_HEAD + REGISTER_LOOP + SPLIT_TAIL
+SPLIT_RING_SOURCE = SPLIT_HEAD + RING_LOOP + SPLIT_TAIL
 
 # FUSED variant: one launch and one graph node (the separate merge kernel is a second MLX primitive, ~8 us of host
 # dispatch at B=1, as much as the whole 4k-key read). Its outputs are o and one float32 work buffer, both
