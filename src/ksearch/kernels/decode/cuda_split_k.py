@@ -47,8 +47,6 @@ class DecodeConfig:
     min_blocks: int = 0
     # > 0: the steps' rows go through shared memory, this many steps in the ring (RING_LOOP), instead of registers.
     ring: int = 0
-    # The ring's copies ask L2 to fetch this many bytes around each 16-byte read (0, 128 or 256: PTX's .L2::NB).
-    l2_prefetch: int = 0
 
     def keys_per_step(self, d: int) -> int:
         return self.warps * (32 // (d // 8)) * self.unroll
@@ -110,9 +108,8 @@ def launch_bounds(threads: int, min_blocks: int) -> str:
 def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
     # The bounds and the ring go in the name, for profiles (the digest `cuda_kernel` adds keeps kernels apart).
     tag = f"w{cfg.warps}_u{cfg.unroll}" + (f"_b{cfg.min_blocks}" if cfg.min_blocks else "") \
-        + (f"_r{cfg.ring}" if cfg.ring else "") + (f"_pf{cfg.l2_prefetch}" if cfg.l2_prefetch else "")
-    header = (f"#define KS_L2PF {cfg.l2_prefetch}\n" if cfg.l2_prefetch else "") + HEADER \
-        + (launch_bounds(cfg.warps * 32, cfg.min_blocks) if cfg.min_blocks else "")
+        + (f"_r{cfg.ring}" if cfg.ring else "")
+    header = HEADER + (launch_bounds(cfg.warps * 32, cfg.min_blocks) if cfg.min_blocks else "")
     if cfg.fused:
         fused = cuda_kernel(
             name=f"ks_decode_fused_{tag}", input_names=["q", "k", "v"],
@@ -200,8 +197,6 @@ def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) ->
     g = hq // hkv if cfg.group_heads else 1
     if cfg.ring and (cfg.fused or cfg.ring < 2):
         raise ValueError(f"ring={cfg.ring}: a ring has 2 steps at least and is not made for the fused kernel")
-    if cfg.l2_prefetch not in (0, 128, 256) or (cfg.l2_prefetch and not cfg.ring):
-        raise ValueError(f"l2_prefetch={cfg.l2_prefetch}: use 0, 128 or 256, with a ring (ring=2)")
     if cfg.shared_bytes(g, d) > MAX_STATIC_SHARED:
         raise ValueError(f"{cfg} needs {cfg.shared_bytes(g, d)} bytes of shared memory a block at G {g}, D {d}; "
                          f"MLX's kernels get {MAX_STATIC_SHARED}: lower ring, unroll or warps")

@@ -26,21 +26,6 @@ template <typename T> __device__ __forceinline__ void ks_unpack8(const uint4& r,
   float2 a = KsPack<T>::f2(r.x), b = KsPack<T>::f2(r.y), c = KsPack<T>::f2(r.z), d = KsPack<T>::f2(r.w);
   f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y; f[4] = c.x; f[5] = c.y; f[6] = d.x; f[7] = d.y;
 }
-// The ring's L2 prefetch size (DecodeConfig.l2_prefetch): a kernel's header may define it before this one.
-#ifndef KS_L2PF
-#define KS_L2PF 0
-#endif
-// 16 bytes global -> shared, zero-filled when n is 0; PF > 0 asks L2 to fetch PF bytes around it (.L2::PFB).
-template <int PF> __device__ __forceinline__ void ks_cp16_pf(void* smem, const void* g, int n) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  if (PF == 256) {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" :: "r"(s), "l"(g), "r"(n));
-  } else if (PF == 128) {
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" :: "r"(s), "l"(g), "r"(n));
-  } else {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(g), "r"(n));
-  }
-}
 #endif
 """
 
@@ -199,8 +184,10 @@ RING_LOOP = r"""
         const int n = j < end ? 16 : 0;
         const T* ksrc = kb + (n ? j : start) * ksj;
         const T* vsrc = vb + (n ? j : start) * vsj;
-        ks_cp16_pf<KS_L2PF>(&ks_ring[slot][u][threadIdx.x], ksrc, n);
-        ks_cp16_pf<KS_L2PF>(&ks_ring[slot][U + u][threadIdx.x], vsrc, n);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::
+                     "r"((unsigned)__cvta_generic_to_shared(&ks_ring[slot][u][threadIdx.x])), "l"(ksrc), "r"(n));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::
+                     "r"((unsigned)__cvta_generic_to_shared(&ks_ring[slot][U + u][threadIdx.x])), "l"(vsrc), "r"(n));
       }
       asm volatile("cp.async.commit_group;\n" ::);
     };
