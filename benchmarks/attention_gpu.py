@@ -42,7 +42,9 @@ RING_CONFIGS = [cuda_split_k.DEFAULT, DecodeConfig(ring=3, unroll=2), DecodeConf
 # consumers that copy their own tiles (no producer warp), 3 and 4 slots a warp.
 MMA_CONFIGS = [ClusterConfig(cluster=False), ClusterConfig(consumers=4, producers=2, cluster=False),
                ClusterConfig(consumers=4, producers=0, slots=3, cluster=False),
-               ClusterConfig(consumers=2, producers=0, slots=4, cluster=False)]
+               ClusterConfig(consumers=2, producers=0, slots=4, cluster=False),
+               # the tiles by tensor copies through a host-encoded map (TMA)
+               ClusterConfig(consumers=4, producers=0, slots=3, cluster=False, tma=True)]
 PREFILL_CONFIGS = [PrefillConfig(64, 64, True), PrefillConfig(128, 64, True), PrefillConfig(64, 64, False),
                    PrefillConfig(128, 32, True), PrefillConfig(64, 32, True)]
 # Hopper only; the first two are the library's there (kernels/attention: WIDE, with the conditional rescale; TALL,
@@ -95,10 +97,10 @@ def check(kind: str) -> int:
         cases = [(2, 8, 2, 1300, 1000, 128), (1, 8, 2, 600, 37, 64), (1, 32, 8, 4352, 4096, 128),
                  (3, 16, 4, 9000, 8191, 128), (1, 8, 8, 2100, 2048, 128), (2, 8, 1, 5000, 4999, 64)]
         # Every dtype/head dim/group size for the default, the fused (its merge's lanes depend on G x D), a ring
-        # configuration and two tensor-core ones; the others at D=128 fp16 (each instance JIT-compiles).
-        runs = [(cfg, c, t) for cfg in [*DECODE_CONFIGS[:2], RING_CONFIGS[0], *MMA_CONFIGS[:3:2]]
+        # configuration and three tensor-core ones; the others at D=128 fp16 (each instance JIT-compiles).
+        runs = [(cfg, c, t) for cfg in [*DECODE_CONFIGS[:2], RING_CONFIGS[0], *MMA_CONFIGS[:5:2]]
                 for c in cases for t in (mx.float16, mx.bfloat16)]
-        runs += [(cfg, c, mx.float16) for cfg in [*DECODE_CONFIGS[2:], *RING_CONFIGS[1:], *MMA_CONFIGS[1::2]]
+        runs += [(cfg, c, mx.float16) for cfg in [*DECODE_CONFIGS[2:], *RING_CONFIGS[1:], *MMA_CONFIGS[1:4:2]]
                  for c in cases[2:4]]
         for cfg, (b, hq, hkv, cap, length, d), dt in runs:
             if True:
@@ -122,7 +124,7 @@ def check(kind: str) -> int:
             q = mx.random.normal((b, hq, 1, d + 2)).astype(mx.float16)[..., 1:d + 1]
             kc = mx.random.normal((b, hkv, cap, d + 4)).astype(mx.float16)[..., :d]
             vc = mx.random.normal((b, hkv, cap, d)).astype(mx.float16)
-            for cfg in (DECODE_CONFIGS[0], RING_CONFIGS[0], MMA_CONFIGS[0], MMA_CONFIGS[2]):
+            for cfg in (DECODE_CONFIGS[0], RING_CONFIGS[0], MMA_CONFIGS[0], MMA_CONFIGS[2], MMA_CONFIGS[4]):
                 out = decode(q, kc, vc, length, config=cfg).astype(mx.float32)
                 err = float(mx.max(mx.abs(out - ref_attention(q, kc[:, :, :length], vc[:, :, :length],
                                                               False))).item())

@@ -14,6 +14,7 @@ from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels import device
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 from ksearch.kernels.decode import cuda_cluster as DC
+from ksearch.kernels.tensor_map import TMA_HEADER
 
 kd = importlib.import_module("ksearch.kernels.decode")  # the package re-exports a function of that name
 
@@ -26,7 +27,7 @@ CONFIGS = [DC.ClusterConfig(), DC.ClusterConfig(consumers=4, producers=2), DC.Cl
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_cluster_decode_compiles_for_sm90a_without_spills() -> None:
     units, budgets = [], []
-    prefix = len(MMA_SYNC_HEADER + WGMMA_HEADER + DC.CLUSTER_HEADER)
+    prefix = len(MMA_SYNC_HEADER + WGMMA_HEADER + TMA_HEADER + DC.CLUSTER_HEADER)
     for i, (cfg, dt, d, g, cs) in enumerate([(CONFIGS[0], "float16", 128, 4, 8), (CONFIGS[0], "bfloat16", 64, 1, 1),
                                              (CONFIGS[1], "float16", 128, 8, 4), (CONFIGS[2], "bfloat16", 128, 16, 2),
                                              (CONFIGS[3], "float16", 64, 4, 8)]):
@@ -41,6 +42,14 @@ def test_cluster_decode_compiles_for_sm90a_without_spills() -> None:
                           [("q", "T"), ("k", "T"), ("v", "T")], [("part_acc", "float32"), ("part_ml", "float32")],
                           DC.template(dt, d, g, cfg, 0)))
         budgets.append(65536 // cfg.threads())
+    # Tensor copies (TMA) into the same consumers: the map's input and the scratch output for the published maps.
+    tma = DC.ClusterConfig(consumers=4, producers=0, slots=3, cluster=False, tma=True)
+    for i, (dt, d, g) in enumerate([("float16", 128, 4), ("bfloat16", 64, 8)]):
+        units.append(wrap(f"tma{i}", DC.PARTS_TMA_SOURCE, DC.header(tma, 1)[prefix:] if i == 0 else "",
+                          [("q", "T"), ("k", "T"), ("v", "T"), ("tmap", "uint64")],
+                          [("part_acc", "float32"), ("part_ml", "float32"), ("maps", "uint64")],
+                          DC.template(dt, d, g, tma, 0)))
+        budgets.append(65536 // tma.threads())
     ok, log = compile_check(units)
     assert ok, log[-3000:]
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
@@ -66,6 +75,9 @@ def test_bad_configurations_say_what_to_change() -> None:
     assert "portable" in (DC.config_problem(DC.ClusterConfig(max_cluster=16)) or "")
     assert "shared memory" in (DC.config_problem(DC.ClusterConfig(consumers=8, keys=128, slots=4)) or "")
     assert "producers 0-4" in (DC.config_problem(DC.ClusterConfig(producers=5)) or "")
+    assert "tma=1 takes producers=0" in (DC.config_problem(DC.ClusterConfig(tma=True)) or "")
+    assert "tma=1 takes producers=0" in (DC.config_problem(DC.ClusterConfig(producers=0, tma=True)) or "")
+    assert DC.config_problem(DC.ClusterConfig(producers=0, cluster=False, tma=True)) is None
     assert DC.config_problem(DC.ClusterConfig()) is None
 
 

@@ -1,5 +1,6 @@
-"""GPU checks of the one-launch cluster decode (marker `gpu`: skipped in CI; run on the H200 with mlx-cuda). Each runs
-in a process of its own with MLX_USE_CUDA_GRAPHS=0, which MLX reads when it starts and the kernel requires."""
+"""GPU checks of the one-launch cluster decode and the tensor-core kernel without clusters (marker `gpu`: skipped in CI;
+run on the H200 with mlx-cuda). Each runs in a process of its own; the cluster kernel's with MLX_USE_CUDA_GRAPHS=0,
+which MLX reads when it starts and that kernel requires."""
 
 from __future__ import annotations
 
@@ -50,4 +51,43 @@ def test_cluster_decode_matches_fp32_with_graphs_off() -> None:
 def test_decode_with_a_cluster_config_runs_it_and_leaves_later_kernels_intact() -> None:
     pytest.importorskip("mlx.core")
     proc = _run(["-c", THROUGH_THE_LIBRARY], {})
+    assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+
+
+TENSOR_COPIES = r"""
+import importlib, math
+import mlx.core as mx
+from ksearch.kernels.decode.cuda_cluster import ClusterConfig
+kd = importlib.import_module("ksearch.kernels.decode")
+cfg = ClusterConfig(consumers=4, producers=0, slots=3, cluster=False, tma=True)
+mx.random.seed(0)
+def ref(q, kc, vc, n):
+    g = q.shape[1] // kc.shape[1]
+    k = mx.repeat(kc[:, :, :n].astype(mx.float32), g, axis=1)
+    v = mx.repeat(vc[:, :, :n].astype(mx.float32), g, axis=1)
+    d = q.shape[-1]
+    return mx.softmax((q.astype(mx.float32) @ k.transpose(0, 1, 3, 2)) / math.sqrt(d), axis=-1) @ v
+for b, hq, hkv, cap, n, d, dt in [(1, 32, 8, 4352, 4096, 128, mx.float16), (4, 32, 8, 8448, 8192, 64, mx.bfloat16),
+                                  (3, 16, 4, 9000, 8191, 128, mx.float16), (2, 8, 1, 5000, 4999, 64, mx.float16)]:
+    q = mx.random.normal((b, hq, 1, d)).astype(dt)
+    kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+    vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+    kc[:, :, n:] = mx.nan  # rows past the length reach the tile's last rows: never in the result
+    vc[:, :, n:] = mx.nan
+    assert kd.decode_plan(q, kc, vc, n, config=cfg)[0] == "mma_split"
+    err = mx.max(mx.abs(kd.decode(q, kc, vc, n, config=cfg).astype(mx.float32) - ref(q, kc, vc, n))).item()
+    assert err < (2e-2 if dt == mx.bfloat16 else 4e-3), (b, n, d, dt, err)
+# A cache whose rows are not D apart (a view of wider rows): NaN or the right numbers, never a wrong one.
+q = mx.random.normal((1, 32, 1, 128)).astype(mx.float16)
+kc = mx.random.normal((1, 8, 4352, 136)).astype(mx.float16)[..., :128]
+vc = mx.random.normal((1, 8, 4352, 128)).astype(mx.float16)
+out = kd.decode(q, kc, vc, 4096, config=cfg).astype(mx.float32)
+assert mx.all(mx.isnan(out)).item() or mx.max(mx.abs(out - ref(q, kc, vc, 4096))).item() < 4e-3
+print("ok")
+"""
+
+
+def test_the_tensor_copy_variant_matches_fp32_under_cuda_graphs() -> None:
+    pytest.importorskip("mlx.core")
+    proc = _run(["-c", TENSOR_COPIES], {"MLX_USE_CUDA_GRAPHS": "1"})
     assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]

@@ -38,6 +38,7 @@ from typing import Any
 
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 from ksearch.kernels.kernel_text import cuda_kernel
+from ksearch.kernels.tensor_map import TMA_HEADER, encode
 
 CLUSTER_HEADER = r"""
 #ifndef KS_CLUSTER_HEADER
@@ -66,27 +67,36 @@ BODY = r"""
     extern __shared__ __align__(128) unsigned char ks_smem[];
     unsigned long long* full = reinterpret_cast<unsigned long long*>(ks_smem);
     unsigned long long* empty = full + NS;
-    T* slots = reinterpret_cast<T*>(ks_smem + 128 * ((16 * NS + 127) / 128));
+    // Tensor copies with the 128-byte swizzle (TMA) land in 1024-byte aligned tiles: the slots start at the first
+    // 1024-byte boundary of the shared window past the barriers and the two maps' staging copies.
+    const unsigned ks_base = ks_saddr(ks_smem), ks_head = 128 * ((16 * NS + 127) / 128) + (TMA ? 256 : 0);
+    T* slots = reinterpret_cast<T*>(ks_smem + (TMA ? ((ks_base + ks_head + 1023) & ~1023u) - ks_base : ks_head));
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int gq = lane >> 2, tq = lane & 3;
     const int bh = blockIdx.x, split = blockIdx.y;  // with a cluster, split == rank: cluster dims (1, CS, 1)
     const int Hkv = k_shape[1], len = k_shape[2];  // k / v are views cache[:, :, :length]: the shape is the length
     const int b = bh / Hkv, hk = bh % Hkv;
     // 16-byte copies need 16-byte aligned rows: a layout we cannot copy gives NaN, never a silently wrong number.
-    const bool layout_ok = k_strides[3] == 1 && v_strides[3] == 1 && q_strides[3] == 1
+    bool layout_ok = k_strides[3] == 1 && v_strides[3] == 1 && q_strides[3] == 1
         && ((k_strides[0] | k_strides[1] | k_strides[2] | v_strides[0] | v_strides[1] | v_strides[2]) & 7) == 0
         && ((q_strides[0] | q_strides[1]) & 1) == 0 && (reinterpret_cast<unsigned long long>(q) & 3) == 0
         && ((reinterpret_cast<unsigned long long>(k) | reinterpret_cast<unsigned long long>(v)) & 15) == 0;
     const int all_tiles = (len + BK - 1) / BK, per = (all_tiles + gridDim.y - 1) / gridDim.y;
     const int t0 = split * per;
-    const int ntiles = layout_ok ? max(0, min(all_tiles, t0 + per) - t0) : 0;
+    int ntiles = layout_ok ? max(0, min(all_tiles, t0 + per) - t0) : 0;
     const T* kb = k + b * k_strides[0] + hk * k_strides[1];
     const T* vb = v + b * v_strides[0] + hk * v_strides[1];
+    // Element (row r, 16-byte column c) of a K or V tile: rows of D swizzled by ks_sw, or (TMA) the tensor copy's
+    // layout, one region of BK rows x 128 bytes per 64 columns, each 16-byte chunk XORed with the row's low 3 bits.
+    auto sw = [](int r, int c) {
+      return TMA ? (c >> 3) * BK * 64 + r * 64 + (((c & 7) ^ (r & 7)) << 3) : ks_sw<D>(r, c);
+    };
 
-    if (PW > 0 && threadIdx.x == 0) {
-      for (int s = 0; s < NS; ++s) { ks_mbar_init(full + s, 32 * PW); ks_mbar_init(empty + s, 1); }
+    if ((PW > 0 || TMA) && threadIdx.x == 0) {
+      for (int s = 0; s < NS; ++s) { ks_mbar_init(full + s, PW > 0 ? 32 * PW : 1); ks_mbar_init(empty + s, 1); }
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+/*TMA_SETUP*/
     __syncthreads();
 
     float m[2] = {-1e30f, -1e30f}, l[2] = {0.f, 0.f};  // finite floor: no inf - inf before the first key
@@ -105,8 +115,8 @@ BODY = r"""
         T* ks = slots + s * SLOT;
         for (int e = pt; e < rows * CPR; e += 32 * PW) {
           const int r = e / CPR, c = e % CPR;
-          ks_cp16(ks + ks_sw<D>(r, c), kb + (size_t)(j0 + r) * k_strides[2] + c * 8);
-          ks_cp16(ks + BK * D + ks_sw<D>(r, c), vb + (size_t)(j0 + r) * v_strides[2] + c * 8);
+          ks_cp16(ks + sw(r, c), kb + (size_t)(j0 + r) * k_strides[2] + c * 8);
+          ks_cp16(ks + BK * D + sw(r, c), vb + (size_t)(j0 + r) * v_strides[2] + c * 8);
         }
         ks_cp_mbar_arrive(full + s);
       }
@@ -116,20 +126,33 @@ BODY = r"""
       // for by cp.async.wait_group and made visible to the warp's ldmatrix by __syncwarp; no mbarrier, no producer
       // handshake. Every call commits a group, empty or not, so that wait_group's count stays one a tile.
       auto issue = [&](int i) {
-        if (PW == 0 && i < ntiles) {
+        if (TMA && i < ntiles && lane == 0) {
+          // One tensor copy per 64 columns of K and of V, completing on the slot's barrier by bytes; rows past the
+          // cache's capacity arrive as zeros, rows between the length and the capacity as they are (see below).
+          const int s = warp * SPW + (i / NC) % SPW, j0 = (t0 + i) * BK, bhk = b * Hkv + hk;
+          T* ks = slots + s * SLOT;
+          ks_mbar_expect(full + s, 2 * BK * D * (int)sizeof(T));
+          #pragma unroll
+          for (int h = 0; h < D / 64; ++h) {
+            ks_tma_load3(ks_saddr(ks + h * BK * 64), gmap, 64 * h, j0, bhk, full + s);
+            ks_tma_load3(ks_saddr(ks + BK * D + h * BK * 64), gmap + 16, 64 * h, j0, bhk, full + s);
+          }
+          return;
+        }
+        if (PW == 0 && !TMA && i < ntiles) {
           T* ks = slots + (warp * SPW + (i / NC) % SPW) * SLOT;
           const int j0 = (t0 + i) * BK;
           #pragma unroll 4
           for (int e = lane; e < BK * CPR; e += 32) {
             const int r = e / CPR, c = e % CPR, n = j0 + r < len ? 16 : 0, j = n ? j0 + r : j0;
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(ks_saddr(ks + ks_sw<D>(r, c))),
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(ks_saddr(ks + sw(r, c))),
                          "l"(kb + (size_t)j * k_strides[2] + c * 8), "r"(n));
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::
-                         "r"(ks_saddr(ks + BK * D + ks_sw<D>(r, c))), "l"(vb + (size_t)j * v_strides[2] + c * 8),
+                         "r"(ks_saddr(ks + BK * D + sw(r, c))), "l"(vb + (size_t)j * v_strides[2] + c * 8),
                          "r"(n));
           }
         }
-        ks_commit();
+        if (!TMA) ks_commit();
       };
       if (PW == 0) {
         #pragma unroll
@@ -151,19 +174,23 @@ BODY = r"""
         const int s = warp * SPW + (i / NC) % SPW;
         if (PW == 0) {
           issue(i + (SPW - 1) * NC);  // into the slot the previous tile used: its reads ended at the __syncwarp
-          ks_wait<SPW - 1>();
-          __syncwarp();
+          if (TMA) {
+            ks_mbar_wait(full + s, ((i / NC) / SPW) & 1);
+          } else {
+            ks_wait<SPW - 1>();
+            __syncwarp();
+          }
         } else {
           ks_mbar_wait(full + s, (i / NS) & 1);
         }
         T* ks = slots + s * SLOT;
         T* vs = ks + BK * D;
         const int rows = min(BK, len - (t0 + i) * BK);
-        if (PW > 0 && rows < BK) {
+        if ((PW > 0 || TMA) && rows < BK) {
           // Only the last tile of the sequence is partial: rows past it hold stale or uninitialised bits, and
           // 0 * NaN in P V would poison the sum, so zero them (nothing refills this slot afterwards).
           for (int e = lane; e < (BK - rows) * (D / 8); e += 32)
-            *reinterpret_cast<uint4*>(vs + (rows + e / CPR) * D + (e % CPR) * 8) = make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4*>(vs + sw(rows + e / CPR, e % CPR)) = make_uint4(0, 0, 0, 0);
           __syncwarp();
         }
         float sacc[BK / 8][4];
@@ -173,7 +200,7 @@ BODY = r"""
           #pragma unroll
           for (int kk = 0; kk < D / 16; kk += 2) {
             unsigned r4[4];
-            ks_ldsm4(r4, ks + ks_sw<D>(nt * 8 + (lane & 7), kk * 2 + (lane >> 3)));
+            ks_ldsm4(r4, ks + sw(nt * 8 + (lane & 7), kk * 2 + (lane >> 3)));
             KsMma<T>::mma(sacc[nt], qa[kk], r4[0], r4[1]);
             KsMma<T>::mma(sacc[nt], qa[kk + 1], r4[2], r4[3]);
           }
@@ -211,7 +238,7 @@ BODY = r"""
           #pragma unroll
           for (int dn = 0; dn < D / 8; dn += 2) {
             unsigned r4[4];
-            ks_ldsm4t(r4, vs + ks_sw<D>(kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dn + (lane >> 4)));
+            ks_ldsm4t(r4, vs + sw(kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dn + (lane >> 4)));
             KsMma<T>::mma(oacc[dn], pa, r4[0], r4[1]);
             KsMma<T>::mma(oacc[dn + 1], pa, r4[2], r4[3]);
           }
@@ -307,8 +334,36 @@ PARTS_TAIL = r"""
       if (d == 0) { part_ml[row * 2] = mn; part_ml[row * 2 + 1] = ls; }
     }
 """
-SOURCE = BODY + CLUSTER_TAIL
-PARTS_SOURCE = BODY + PARTS_TAIL
+# The tensor-copy variant's set-up (TMA, with no producer warps; the graph-safe kernel only): warp 0 copies the host's
+# map (input tmap: 16 words, then the cache's capacity) twice into shared memory, sets K's and V's global addresses,
+# publishes both to this block's 256 bytes of the scratch output `maps`; each warp's copying lane acquires them before
+# its first copy. The map describes a (B x Hkv, capacity, D) cache, so a K or V view of another layout reads nothing
+# (layout_ok: NaN, never a wrong number).
+TMA_SETUP = r"""
+    unsigned long long* smap = reinterpret_cast<unsigned long long*>(ks_smem + 128 * ((16 * NS + 127) / 128));
+    const unsigned long long* gmap = reinterpret_cast<unsigned long long*>(
+        (reinterpret_cast<size_t>(maps) + 127) & ~(size_t)127) + ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 32;
+    {
+      const long long cap = (long long)tmap[16];
+      const bool tma_layout = k_strides[2] == D && v_strides[2] == D && k_strides[1] == cap * D
+          && v_strides[1] == cap * D && k_strides[0] == Hkv * cap * D && v_strides[0] == Hkv * cap * D;
+      if (!tma_layout) ntiles = 0;
+      if (!tma_layout) layout_ok = false;
+    }
+    if (warp == 0) {
+      if (lane < 16) { smap[lane] = tmap[lane]; smap[16 + lane] = tmap[lane]; }
+      __syncwarp();
+      if (lane == 0) { ks_tmap_address(smap, k); ks_tmap_address(smap + 16, v); }
+      __syncwarp();
+      ks_tmap_publish(const_cast<unsigned long long*>(gmap), smap);
+      ks_tmap_publish(const_cast<unsigned long long*>(gmap) + 16, smap + 16);
+    }
+    __syncthreads();
+    if (lane == 0) { ks_tmap_acquire(gmap); ks_tmap_acquire(gmap + 16); }
+"""
+SOURCE = BODY.replace("/*TMA_SETUP*/", "    const unsigned long long* gmap = nullptr;") + CLUSTER_TAIL
+PARTS_SOURCE = BODY.replace("/*TMA_SETUP*/", "    const unsigned long long* gmap = nullptr;") + PARTS_TAIL
+PARTS_TMA_SOURCE = BODY.replace("/*TMA_SETUP*/", TMA_SETUP) + PARTS_TAIL
 
 
 @dataclass(frozen=True)
@@ -324,6 +379,10 @@ class ClusterConfig:
     # False: no cluster dims (safe under MLX's CUDA graphs): as many splits as one wave holds, each writing its
     # partial to global memory, merged by cuda_split_k's merge kernel (a second launch).
     cluster: bool = True
+    # With producers=0 and cluster=False: the tiles come by tensor copies (TMA, 128-byte swizzle) through a map the
+    # host encodes once per cache shape (kernels/tensor_map.py), one copy per 64 columns of K and of V, instead of
+    # 16-byte cp.async a lane. Caches laid out (B, Hkv, capacity, D), row-contiguous; others read nothing (NaN).
+    tma: bool = False
 
     def threads(self) -> int:
         return 32 * (self.consumers + self.producers)
@@ -343,7 +402,8 @@ class ClusterConfig:
     def smem_bytes(self, d: int, g: int) -> int:
         slots = self.consumers * self.slots * 2 * self.keys * d * 2
         merge = 4 * (self.consumers * g * (d + 2) + g * (d + 2))
-        return 128 * math.ceil(16 * self.consumers * self.slots / 128) + max(slots, merge)
+        maps = 256 + 1024 if self.tma else 0  # two maps' staging copies, and the slots aligned to 1024 bytes
+        return 128 * math.ceil(16 * self.consumers * self.slots / 128) + maps + max(slots, merge)
 
     def blocks_per_sm(self, d: int, g: int) -> int:
         # Registers a thread, rounded up from ptxas's counts (122-184 at 32 keys a tile, 178-218 at 64): too few
@@ -360,6 +420,8 @@ def config_problem(cfg: ClusterConfig) -> str | None:
         return "consumers 1-8, producers 0-4 (0: each consumer copies its own tiles) and slots 1-4 a warp"
     if cfg.max_cluster not in (1, 2, 4, 8):
         return f"max_cluster={cfg.max_cluster}: use 1, 2, 4 or 8 (a portable cluster has at most 8 blocks)"
+    if cfg.tma and (cfg.producers or cfg.cluster):
+        return "tma=1 takes producers=0 and the kernel without clusters (cluster=0, or the mma: form)"
     if cfg.smem_bytes(128, 16) > 227 * 1024:
         return f"{cfg.smem_bytes(128, 16)} bytes of shared memory at D=128: fewer consumers, keys or slots"
     return None
@@ -406,7 +468,9 @@ def wave_splits(bh: int, length: int, d: int, g: int, cfg: ClusterConfig) -> int
 def header(cfg: ClusterConfig, cs: int) -> str:
     """MLX writes the `__global__` line, so launch bounds and the cluster shape ride on a redefinition of it."""
     cluster = f" __cluster_dims__(1, {cs}, 1)" if cs > 1 else ""
-    return (MMA_SYNC_HEADER + WGMMA_HEADER + CLUSTER_HEADER + "\n#undef __global__\n#define __global__ __attribute__((global)) "
+    # TMA_HEADER in every variant: the body names its helpers in branches that only the tensor-copy variant takes.
+    return (MMA_SYNC_HEADER + WGMMA_HEADER + TMA_HEADER + CLUSTER_HEADER
+            + "\n#undef __global__\n#define __global__ __attribute__((global)) "
             f"__attribute__((launch_bounds({cfg.threads()}, 1))){cluster}\n")
 
 
@@ -421,15 +485,35 @@ def _kernel(cfg: ClusterConfig, cs: int, smem: int) -> Any:
 
 @cache
 def _parts_kernel(cfg: ClusterConfig, smem: int) -> Any:
-    name = f"ks_decode_mma_split_w{cfg.consumers}_p{cfg.producers}_k{cfg.keys}_s{cfg.slots}_m{smem}"
+    name = f"ks_decode_mma_split_w{cfg.consumers}_p{cfg.producers}_k{cfg.keys}_s{cfg.slots}_m{smem}" \
+        + ("_tma" if cfg.tma else "")
+    if cfg.tma:
+        return cuda_kernel(name=name, input_names=["q", "k", "v", "tmap"],
+                           output_names=["part_acc", "part_ml", "maps"], source=PARTS_TMA_SOURCE,
+                           header=header(cfg, 1), ensure_row_contiguous=False, shared_memory=smem)
     return cuda_kernel(name=name, input_names=["q", "k", "v"], output_names=["part_acc", "part_ml"],
                        source=PARTS_SOURCE, header=header(cfg, 1), ensure_row_contiguous=False,
                        shared_memory=smem)
 
 
+@cache
+def tma_map(d: int, capacity: int, rows: int, keys: int) -> Any:
+    """The tensor map over a (rows = B x Hkv, capacity, D) cache of 2-byte elements, boxes of 64 columns x `keys`
+    rows with the 128-byte swizzle, then the capacity (the kernel checks its views against it): 18 uint64, made once
+    per cache shape."""
+    import mlx.core as mx
+    import numpy as np
+
+    words = np.frombuffer(encode((d, capacity, rows), (d * 2, capacity * d * 2), (64, keys, 1), swizzle=3),
+                          dtype=np.uint64)
+    arr = mx.array(np.concatenate([words, np.array([capacity, 0], dtype=np.uint64)]))
+    mx.eval(arr)
+    return arr
+
+
 def template(dtype: Any, d: int, g: int, cfg: ClusterConfig, cs: int) -> list[tuple[str, Any]]:
     return [("T", dtype), ("D", d), ("G", g), ("NC", cfg.consumers), ("PW", cfg.producers), ("BK", cfg.keys),
-            ("SPW", cfg.slots), ("CS", cs)]
+            ("SPW", cfg.slots), ("CS", cs), ("TMA", cfg.tma)]
 
 
 def decode_cluster(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig | None = None) -> Any:
@@ -461,8 +545,14 @@ def _decode_parts(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterC
     g = hq // hkv
     ns = wave_splits(b * hkv, length, d, g, cfg)
     nt = cfg.threads()
+    inputs = [q, k_cache[:, :, :length], v_cache[:, :, :length]]
+    shapes: list[tuple[int, ...]] = [(b * hkv, ns, g, d), (b * hkv, ns, g, 2)]
+    dtypes = [mx.float32, mx.float32]
+    if cfg.tma:
+        inputs.append(tma_map(d, k_cache.shape[2], b * hkv, cfg.keys))
+        shapes.append((b * hkv * ns * 32 + 16,))  # 256 bytes of published maps a block, room to align to 128
+        dtypes.append(mx.uint64)
     part_acc, part_ml = _parts_kernel(cfg, cfg.smem_bytes(d, g))(
-        inputs=[q, k_cache[:, :, :length], v_cache[:, :, :length]], template=template(q.dtype, d, g, cfg, 0),
-        grid=(b * hkv * nt, ns, 1), threadgroup=(nt, 1, 1), output_shapes=[(b * hkv, ns, g, d), (b * hkv, ns, g, 2)],
-        output_dtypes=[mx.float32, mx.float32])
+        inputs=inputs, template=template(q.dtype, d, g, cfg, 0), grid=(b * hkv * nt, ns, 1), threadgroup=(nt, 1, 1),
+        output_shapes=shapes, output_dtypes=dtypes)[:2]
     return cuda_split_k.merge_partials(part_acc, part_ml, q)
