@@ -4,12 +4,14 @@ Nsight Compute times one kernel at a time, the board idle around it; a decode st
 decode`, run the calls back to back, where a memory-bound kernel at B 8-16 can hold the board at its power limit and
 the clock drops. Per shape and contender (MLX's attention on the cache slices, the library decode, its split
 kernel without the merge, other split-K configurations, the tensor-core kernel): ten calls queued before each
-evaluation for SECONDS, the time a call, and over that window the median and largest power, the median SM clock, the
-share of samples in which the driver reported the software power cap (throttle reason bit 0x4), and from them the
-board's energy a call and the K/V bytes read per joule (the whole board's, idle draw included). Beside it, one call
-waited for alone (the median of 30).
+evaluation for SECONDS after WARM seconds of the same stream, the time a call, and over that window the median and
+largest power, the median SM clock, the share of samples in which the driver reported the software power cap
+(throttle reason bit 0x4), and from them the board's energy a call and the K/V bytes read per joule (the whole
+board's, idle draw included). Beside it, one call waited for alone (the median of 30). Files made before the warm-up
+existed: `--warm 0`.
 
-    python benchmarks/decode_power.py OUT_DIR [--shapes 16x16384,1x4096] [--seconds 2] [--configs ring=0 mma ...]
+    python benchmarks/decode_power.py OUT_DIR [--shapes 16x16384,1x4096] [--seconds 2] [--warm 1]
+                                      [--configs ring=0 mma ...]
 
 Hq 32, Hkv 8, D 128, fp16, capacity = length + 256. Writes decode-power-*.json to OUT_DIR.
 """
@@ -86,11 +88,17 @@ def contenders(q: Any, kc: Any, vc: Any, length: int, configs: list[Any]) -> dic
     return calls
 
 
-def sustained(fn: Callable[[], Any], seconds: float) -> tuple[float, float, float]:
-    """(time a call, window start, window end), ten calls queued before each evaluation."""
+def sustained(fn: Callable[[], Any], seconds: float, warm: float = 1.0) -> tuple[float, float, float]:
+    """(time a call, window start, window end), ten calls queued before each evaluation. The same stream runs `warm`
+    seconds before the window opens: nvidia-smi's power.draw is an average over about a second, so a window opened as
+    a contender starts reads some of the one before it (the first round's first contender read 320-374 W where the
+    second round's read 636-694 W, decode-power-*.json of 2026-12-04)."""
     import mlx.core as mx
 
     mx.eval([fn() for _ in range(10)])
+    t_warm = time.perf_counter()
+    while time.perf_counter() - t_warm < warm:
+        mx.eval([fn() for _ in range(10)])
     mx.synchronize()
     start = time.time()
     t0, n = time.perf_counter(), 0
@@ -118,6 +126,8 @@ def main() -> None:
     ap.add_argument("out", help="directory for decode-power-*.json")
     ap.add_argument("--shapes", default="16x16384,8x16384,1x4096", help="BxLENGTH,...")
     ap.add_argument("--seconds", type=float, default=2.0, help="sustained stream per contender and shape")
+    ap.add_argument("--warm", type=float, default=1.0,
+                    help="seconds of the same stream before each window opens (power.draw is a ~1 s average)")
     ap.add_argument("--configs", nargs="*", default=["ring=0", "mma"],
                     help="split-K configurations besides the library's; `mma[:FIELD=VALUE,...]` the tensor-core kernel")
     args = ap.parse_args()
@@ -129,6 +139,9 @@ def main() -> None:
         configs = [parse_config(c) for c in args.configs]
     except ValueError as exc:
         raise SystemExit(f"decode_power: {exc} (configurations as ring=0,unroll=2 or mma:consumers=4)") from None
+    if not args.seconds > 0 or not args.warm >= 0:
+        raise SystemExit(f"decode_power: --seconds {args.seconds} --warm {args.warm}: give a positive window and a "
+                         "warm-up of 0 or more seconds")
     if shutil.which("nvidia-smi") is None:
         raise SystemExit("decode_power: nvidia-smi is not on the PATH; run this on the CUDA machine")
     import mlx.core as mx
@@ -147,7 +160,7 @@ def main() -> None:
             kv = 2 * b * 8 * length * 128 * 2
             for rnd in range(2):  # two rounds in turn: the second shows whether the first one's order mattered
                 for name, fn in contenders(q, kc, vc, length, configs).items():
-                    per_call, start, end = sustained(fn, args.seconds)
+                    per_call, start, end = sustained(fn, args.seconds, args.warm)
                     row = {"B": b, "length": length, "contender": name, "round": rnd, "per_call_s": per_call,
                            "waited_s": waited(fn), "tbs": kv / per_call / 1e12,
                            **window_stats(sampler.samples, start, end)}
@@ -161,7 +174,8 @@ def main() -> None:
     finally:
         sampler.stop()
     data = make_result("decode-power", get_backend("mlx-cuda"), figures, [list(s) for s in shapes], ["float16"],
-                       notes=f"ten calls queued per evaluation for {args.seconds} s per contender; nvidia-smi every "
+                       notes=f"ten calls queued per evaluation for {args.seconds} s per contender after {args.warm} s of "
+                             "the same stream; nvidia-smi every "
                              "100 ms; power_capped_share: samples with throttle reason 0x4 (software power cap)")
     print(write_result(data, args.out), flush=True)
 

@@ -4,6 +4,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,4 +56,31 @@ def test_bad_input_and_a_machine_without_nvidia_smi_are_refused_in_one_line(tmp_
     done = _run(str(tmp_path), path=str(tmp_path))  # a PATH without nvidia-smi
     assert done.returncode == 1 and "nvidia-smi is not on the PATH" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_window_opens_after_the_warm_stream():
+    # nvidia-smi's power.draw is an average over about a second: the window must not open as a contender starts.
+    import mlx.core as mx
+
+    stamps: list[float] = []
+
+    def fn():
+        stamps.append(time.time())
+        return mx.array(0.0)
+
+    per_call, start, end = decode_power.sustained(fn, 0.05, warm=0.2)
+    assert stamps[0] <= start - 0.2 and start < end and per_call > 0
+    before = [t for t in stamps if t < start]
+    assert len(before) >= 20  # the first ten, then at least one warm round
+    stamps.clear()
+    decode_power.sustained(fn, 0.05, warm=0.0)  # no warm-up: the window opens after the first ten
+    assert len(stamps) >= 20
+
+
+def test_a_window_or_warm_up_out_of_range_is_refused_in_one_line(tmp_path):
+    for args in (["--seconds", "0"], ["--warm", "-1"]):
+        done = _run(str(tmp_path), *args)
+        assert done.returncode == 1 and done.stderr.strip().startswith("decode_power: --seconds"), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())
