@@ -131,7 +131,7 @@ def main() -> None:
     ap.add_argument("--configs", nargs="*", default=["ring=0", "mma"],
                     help="split-K configurations besides the library's; `mma[:FIELD=VALUE,...]` the tensor-core kernel")
     args = ap.parse_args()
-    from ksearch.bench.attention import parse_batch_lengths
+    from ksearch.bench.attention import decode_inputs, parse_batch_lengths
     from ksearch.kernels.decode import parse_config
 
     try:
@@ -144,7 +144,6 @@ def main() -> None:
                          "warm-up of 0 or more seconds")
     if shutil.which("nvidia-smi") is None:
         raise SystemExit("decode_power: nvidia-smi is not on the PATH; run this on the CUDA machine")
-    import mlx.core as mx
 
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
@@ -153,10 +152,8 @@ def main() -> None:
     figures = []
     try:
         for b, length in shapes:
-            mx.random.seed(0)
-            q = mx.random.normal((b, 32, 1, 128)).astype(mx.float16)
-            kc, vc = (mx.random.normal((b, 8, length + 256, 128)).astype(mx.float16) for _ in range(2))
-            mx.eval(q, kc, vc)
+            q, kc, vc = decode_inputs({"B": b, "Hq": 32, "Hkv": 8, "D": 128, "capacity": length + 256,
+                                       "dtype": "float16"})
             kv = 2 * b * 8 * length * 128 * 2
             for rnd in range(2):  # two rounds in turn: the second shows whether the first one's order mattered
                 for name, fn in contenders(q, kc, vc, length, configs).items():

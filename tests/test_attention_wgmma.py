@@ -355,7 +355,7 @@ def test_bench_rejects_an_unwritable_out_dir_before_timing(tmp_path: pathlib.Pat
 
 
 @pytest.mark.parametrize(("extra", "env", "says"), [(["--kernel", "cluster"], {}, "MLX_USE_CUDA_GRAPHS=0"),
-                                                    (["--kernel", "fused"], {}, "split_k, mma_split or cluster"),
+                                                    (["--kernel", "fused"], {}, "library, split_k, mma_split or cluster"),
                                                     (["--config", "warp=8"], {}, "fields: warps, unroll"),
                                                     (["--config", "unroll=two"], {}, "give an integer"),
                                                     (["--config", "unroll=2", "--kernel", "cluster"],

@@ -12,9 +12,7 @@ import pytest
 
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels import device
-from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 from ksearch.kernels.decode import cuda_cluster as DC
-from ksearch.kernels.tensor_map import TMA_HEADER
 
 kd = importlib.import_module("ksearch.kernels.decode")  # the package re-exports a function of that name
 
@@ -27,10 +25,12 @@ CONFIGS = [DC.ClusterConfig(), DC.ClusterConfig(consumers=4, producers=2), DC.Cl
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_cluster_decode_compiles_for_sm90a_without_spills() -> None:
     units, budgets = [], []
-    prefix = len(MMA_SYNC_HEADER + WGMMA_HEADER + TMA_HEADER + DC.CLUSTER_HEADER)
+    prefix = DC.header(CONFIGS[0], 1).index("\n#undef __global__")  # the helpers' length, the same in every header
     for i, (cfg, dt, d, g, cs) in enumerate([(CONFIGS[0], "float16", 128, 4, 8), (CONFIGS[0], "bfloat16", 64, 1, 1),
                                              (CONFIGS[1], "float16", 128, 8, 4), (CONFIGS[2], "bfloat16", 128, 16, 2),
-                                             (CONFIGS[3], "float16", 64, 4, 8)]):
+                                             (CONFIGS[3], "float16", 64, 4, 8),
+                                             # no cluster dims, no producer warp: the graph-safe variant's one split
+                                             (CONFIGS[4], "float16", 128, 4, 1), (CONFIGS[4], "bfloat16", 64, 8, 1)]):
         header = DC.header(cfg, cs) if i == 0 else DC.header(cfg, cs)[prefix:]  # the helpers once per unit
         units.append(wrap(f"cl{i}", DC.SOURCE, header, [("q", "T"), ("k", "T"), ("v", "T")], [("o", "T")],
                           DC.template(dt, d, g, cfg, cs)))
@@ -126,3 +126,27 @@ def test_the_kernel_without_clusters_runs_under_cuda_graphs(monkeypatch: pytest.
     assert kd.decode_plan(q, kc, kc, 300, config=DC.ClusterConfig(cluster=False))[0] == "mma_split"
     monkeypatch.setattr(device, "hopper", lambda: False)
     assert kd.decode_plan(q, kc, kc, 300, config=DC.ClusterConfig(cluster=False))[0] == "native"
+
+
+def test_the_library_gives_large_calls_to_the_tensor_core_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Shapes only: decode_plan builds nothing, so these arrays are never allocated.
+    def plan(b: int, hkv: int, length: int, d: int = 128, dtype: mx.Dtype = mx.float16, **kw: object) -> str:
+        q = mx.zeros((b, 4 * hkv, 1, d), dtype=dtype)
+        kc = mx.zeros((b, hkv, length + 256, d), dtype=dtype)
+        return kd.decode_plan(q, kc, kc, length, **kw)[0]
+
+    kd._mma_fits.cache_clear()
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    monkeypatch.setattr(device, "hopper", lambda: True)
+    try:
+        assert plan(16, 8, 16384) == "mma_split"  # 512 MiB over 128 pairs
+        assert plan(16, 8, 4096) == "mma_split" and plan(16, 8, 4095) == "split_k"  # 256 MiB is the line
+        assert plan(8, 8, 32768) == "mma_split" and plan(4, 8, 65536) == "split_k"  # 32 pairs: too few
+        assert plan(16, 8, 16384, d=64) == "split_k"  # measured at D=128 only
+        assert plan(16, 8, 16384, config=kd.decode_config(mx.zeros((16, 32, 1, 128)), mx.zeros((16, 8, 1, 128)),
+                                                          16384)) == "split_k"  # a configuration asks for split-K
+        monkeypatch.setattr(device, "hopper", lambda: False)
+        kd._mma_fits.cache_clear()
+        assert plan(16, 8, 16384) == "split_k"  # no tensor-core decode off Hopper
+    finally:
+        kd._mma_fits.cache_clear()

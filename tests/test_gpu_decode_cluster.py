@@ -91,3 +91,43 @@ def test_the_tensor_copy_variant_matches_fp32_under_cuda_graphs() -> None:
     pytest.importorskip("mlx.core")
     proc = _run(["-c", TENSOR_COPIES], {"MLX_USE_CUDA_GRAPHS": "1"})
     assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+
+
+ONE_SPLIT = r"""
+import importlib, math
+import mlx.core as mx
+from ksearch.kernels.decode import cuda_cluster as DC
+kd = importlib.import_module("ksearch.kernels.decode")
+cfg = DC.ClusterConfig(consumers=4, producers=0, slots=3, cluster=False)
+mx.random.seed(0)
+def ref(q, kc, vc, n):
+    g = q.shape[1] // kc.shape[1]
+    k = mx.repeat(kc[:, :, :n].astype(mx.float32), g, axis=1)
+    v = mx.repeat(vc[:, :, :n].astype(mx.float32), g, axis=1)
+    return mx.softmax((q.astype(mx.float32) @ k.transpose(0, 1, 3, 2)) / math.sqrt(q.shape[-1]), axis=-1) @ v
+for b, hq, hkv, cap, n, d, dt in [(16, 32, 8, 4352, 4097, 128, mx.float16), (24, 32, 8, 2304, 2000, 64, mx.bfloat16),
+                                  (9, 64, 8, 1100, 1000, 128, mx.bfloat16)]:
+    q = mx.random.normal((b, hq, 1, d)).astype(dt)
+    kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+    vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+    kc[:, :, n:] = mx.nan
+    vc[:, :, n:] = mx.nan
+    assert DC.wave_splits(b * hkv, n, d, hq // hkv, cfg) == 1, (b, hkv, d)  # the shapes take the one-split path
+    err = mx.max(mx.abs(kd.decode(q, kc, vc, n, config=cfg).astype(mx.float32) - ref(q, kc, vc, n))).item()
+    assert err < (2e-2 if dt == mx.bfloat16 else 4e-3), (b, n, d, dt, err)
+    # and a later custom kernel (split-K) still runs under the same graphs
+    split_k = kd.decode_config(q, kc, n)
+    err = mx.max(mx.abs(kd.decode(q, kc, vc, n, config=split_k).astype(mx.float32) - ref(q, kc, vc, n))).item()
+    assert err < (2e-2 if dt == mx.bfloat16 else 4e-3), ("split-K after", b, n, d, dt, err)
+    if (b, n) == (16, 4097):  # 256 MiB of K/V and more: the library's own dispatch takes the same kernel
+        assert kd.decode_plan(q, kc, vc, n)[0] == "mma_split"
+        err = mx.max(mx.abs(kd.decode(q, kc, vc, n).astype(mx.float32) - ref(q, kc, vc, n))).item()
+        assert err < (2e-2 if dt == mx.bfloat16 else 4e-3), ("library", b, n, d, dt, err)
+print("ok")
+"""
+
+
+def test_one_split_a_head_writes_the_output_itself_under_cuda_graphs() -> None:
+    pytest.importorskip("mlx.core")
+    proc = _run(["-c", ONE_SPLIT], {"MLX_USE_CUDA_GRAPHS": "1"})
+    assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]

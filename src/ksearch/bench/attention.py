@@ -82,14 +82,21 @@ def decode_inputs(shape: dict[str, Any]) -> tuple[Any, Any, Any]:
     return q, kc, vc
 
 
+#: bench_decode_shape's `config` for split-K in the library's configuration at every shape (where the dispatch would
+#: give a call to the tensor-core kernel, too).
+SPLIT_K = "split_k"
+
+
 def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, config: Any = None) -> dict[str, Any]:
     import mlx.core as mx
 
-    from ksearch.kernels.decode import decode, decode_plan, native_decode
+    from ksearch.kernels.decode import decode, decode_config, decode_plan, native_decode
 
     dt = _dtype(shape["dtype"])
     b, hkv, d, length = (shape[k] for k in ("B", "Hkv", "D", "length"))
     q, kc, vc = decode_inputs(shape)
+    if config == SPLIT_K:
+        config = decode_config(q, kc, length)
 
     def native_contig() -> Any:
         k = mx.contiguous(kc[:, :, :length])

@@ -4,8 +4,10 @@ MMA_SYNC_HEADER: `mma.sync` m16n8k16 for fp16 / bf16, `ldmatrix` (plain and tran
 swizzled tile load; the mma.sync prefill (attention/mma_sync.py) and the cluster decode (decode/cuda_cluster.py) use it.
 WGMMA_HEADER: Hopper's `wgmma` (shared-memory and register A operands), register and proxy fences, mbarriers,
 `cp.async` into the core-matrix layout that wgmma descriptors describe; the wgmma prefills (attention/wgmma.py,
-attention/wgmma_ws.py) and the cluster decode use it.
-Both are include-guarded: a checker may compile several kernels of one candidate in one translation unit.
+attention/wgmma_ws.py) use it.
+MBARRIER_HEADER: the mbarrier helpers alone (WGMMA_HEADER holds them too): the cluster decode's, whose text MLX copies
+on every call (the whole of WGMMA_HEADER is 18 KB of it).
+All three are include-guarded: a checker may compile several kernels of one candidate in one translation unit.
 """
 
 from __future__ import annotations
@@ -102,6 +104,30 @@ def _wgmma_funcs(ctype: str, ptx: str) -> str:
 
 
 
+MBARRIER_HEADER = r"""
+#ifndef KS_MBAR_HEADER
+#define KS_MBAR_HEADER
+// mbarriers (shared memory, 8 bytes each) for the warp-specialised prefill (attention/wgmma_ws.py) and the
+// tensor-core decode (decode/cuda_cluster.py), which needs these and none of the rest of WGMMA_HEADER.
+__device__ __forceinline__ unsigned ks_saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void ks_mbar_init(unsigned long long* b, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(ks_saddr(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void ks_mbar_arrive(unsigned long long* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(ks_saddr(b)) : "memory");
+}
+// One arrival on b once every cp.async this thread has issued so far has landed.
+__device__ __forceinline__ void ks_cp_mbar_arrive(unsigned long long* b) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(ks_saddr(b)) : "memory");
+}
+__device__ __forceinline__ void ks_mbar_wait(unsigned long long* b, int parity) {
+  asm volatile("{\n.reg .pred P1;\nKS_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+               "@P1 bra KS_DONE;\nbra KS_WAIT;\nKS_DONE:\n}\n" :: "r"(ks_saddr(b)), "r"(parity) : "memory");
+}
+#endif
+"""
+
+
 WGMMA_HEADER = r"""
 #ifndef KS_WGMMA_HEADER
 #define KS_WGMMA_HEADER
@@ -160,22 +186,7 @@ __device__ __forceinline__ void ks_cp16w(void* smem, const void* gmem) {
   unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async." KS_CP_CACHE ".shared.global [%0], [%1], 16;\n" :: "r"(s), "l"(gmem));
 }
-// mbarriers (shared memory, 8 bytes each) for the warp-specialised kernel (attention_wgmma_ws.py).
-__device__ __forceinline__ unsigned ks_saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void ks_mbar_init(unsigned long long* b, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(ks_saddr(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void ks_mbar_arrive(unsigned long long* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(ks_saddr(b)) : "memory");
-}
-// One arrival on b once every cp.async this thread has issued so far has landed.
-__device__ __forceinline__ void ks_cp_mbar_arrive(unsigned long long* b) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(ks_saddr(b)) : "memory");
-}
-__device__ __forceinline__ void ks_mbar_wait(unsigned long long* b, int parity) {
-  asm volatile("{\n.reg .pred P1;\nKS_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-               "@P1 bra KS_DONE;\nbra KS_WAIT;\nKS_DONE:\n}\n" :: "r"(ks_saddr(b)), "r"(parity) : "memory");
-}
+""" + MBARRIER_HEADER + r"""
 // Shared -> global bulk copy (sm_90) of `bytes` contiguous bytes (a multiple of 16, both ends 16-byte aligned), in
 // this thread's bulk group; the source must stay as it is until ks_bulk_wait_read() returns.
 __device__ __forceinline__ void ks_bulk_store(void* g, const void* smem, unsigned bytes) {

@@ -68,26 +68,27 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("decode")
     def decode_cmd(full: bool = typer.Option(True, help="add a bf16 and a D=64 shape to the B x length grid"),
                    out: str = typer.Option("benchmarks/results", help="directory for the JSON result"),
-                   kernel: str = typer.Option("split_k", help="split_k (the default kernel); mma_split: tensor "
-                                              "cores, splits merged by a second kernel (Hopper); cluster: the same "
-                                              "in one launch (Hopper, MLX_USE_CUDA_GRAPHS=0)"),
+                   kernel: str = typer.Option("library", help="library: the dispatch (split-K, the tensor-core "
+                                              "kernel from 256 MiB of K/V on Hopper); split_k: split-K at every "
+                                              "shape; mma_split: tensor cores, without clusters (Hopper); cluster: "
+                                              "the same in one launch (Hopper, MLX_USE_CUDA_GRAPHS=0)"),
                    config: str = typer.Option("", help="a configuration other than the kernel's default, e.g. "
-                                              "'target_blocks=528,min_chunk=256' for split_k, 'consumers=4,"
+                                              "'target_blocks=528,min_chunk=256' for split_k (and the library's), 'consumers=4,"
                                               "producers=2' for mma_split (written as decode-config-*.json)")
                    ) -> None:
         """GQA decode: our kernel vs MLX's attention on the cache (the faster of two ways)."""
-        from ksearch.bench.attention import run_bench
+        from ksearch.bench.attention import SPLIT_K, run_bench
         from ksearch.kernels.decode.cuda_cluster import GRAPHS_ERROR, ClusterConfig, graphs_off
         from ksearch.kernels.decode.cuda_split_k import DecodeConfig
 
-        if kernel not in ("split_k", "mma_split", "cluster"):
-            raise typer.BadParameter(f"{kernel!r}: use split_k, mma_split or cluster", param_hint="--kernel")
+        if kernel not in ("library", "split_k", "mma_split", "cluster"):
+            raise typer.BadParameter(f"{kernel!r}: use library, split_k, mma_split or cluster", param_hint="--kernel")
         if kernel == "cluster" and not graphs_off():
             raise typer.BadParameter(GRAPHS_ERROR, param_hint="--kernel")
         if config and kernel == "cluster":
             raise typer.BadParameter("a configuration is for the split_k and mma_split kernels", param_hint="--config")
         try:
-            chosen = (DecodeConfig.parse(config) if kernel == "split_k" and config else
+            chosen = (DecodeConfig.parse(config) if kernel in ("library", "split_k") and config else
                       ClusterConfig.parse_mma_split(config) if kernel == "mma_split" else None)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--config") from None
@@ -99,5 +100,7 @@ def register(bench_app: typer.Typer) -> None:
             run_bench("decode", full, out, config=chosen, name="decode-config" if config else "decode-mma-split")
         elif chosen is not None:
             run_bench("decode", full, out, config=chosen, name="decode-config")
+        elif kernel == "split_k":
+            run_bench("decode", full, out, config=SPLIT_K, name="decode-split-k")
         else:
             run_bench("decode", full, out)

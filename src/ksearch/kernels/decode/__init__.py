@@ -1,7 +1,8 @@
 """One GQA decode step as a plain function, `decode`: the dispatch over the decode kernels of this package.
 
 q (B, Hq, 1, D) against positions [0, length) of K / V caches (B, Hkv, capacity, D). On CUDA the split-K kernel
-(cuda_split_k.py; cuda_cluster.py's tensor-core kernels on request); on Metal, when opted in
+(cuda_split_k.py), and on Hopper from 256 MiB of K / V over 64 (batch, kv head) pairs at D=128 the tensor-core kernel of
+cuda_cluster.py (`mma_takes`; its other configurations on request); on Metal, when opted in
 (`KSEARCH_METAL_KERNELS=1` or `use_metal=True`), the split-K kernel of metal_split_k.py; MLX's own
 `mx.fast.scaled_dot_product_attention` wherever no kernel of ours fits.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from ksearch.kernels import device
@@ -24,6 +26,33 @@ def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
     shared-memory ring where it fits (decode-versus-native-queued-*.json). Kept per (G, D): a call's Python work
     counts at B 1."""
     return cuda_split_k.default_for(q.shape[1] // k_cache.shape[1], q.shape[-1])
+
+
+#: The tensor-core kernel (one block a (batch, kv head) and split, no producer warp, no clusters) takes the library's
+#: calls where it measured ahead of split-K side by side: K and V of MMA_MIN_KV_BYTES or more over MMA_MIN_PAIRS
+#: (batch, kv head) pairs or more, at D=128 (measured at G 4: B 8 and 16 from 16k, B 16 from 4k;
+#: benchmarks/results/decode-versus-native-queued-one-split-*.json). There one split covers a pair and the kernel
+#: writes the output itself (no merge launch).
+MMA_DEFAULT = ClusterConfig(consumers=4, producers=0, slots=3, cluster=False)
+MMA_MIN_KV_BYTES = 256 * 2**20
+MMA_MIN_PAIRS = 64
+
+
+def mma_takes(q: Any, k_cache: Any, v_cache: Any, length: int) -> bool:
+    """Whether the library's dispatch gives this call to the tensor-core kernel (MMA_DEFAULT) rather than split-K."""
+    b, _, _, d = q.shape
+    pairs = b * k_cache.shape[1]
+    return (d == 128 and pairs >= MMA_MIN_PAIRS and 2 * pairs * length * d * q.dtype.size >= MMA_MIN_KV_BYTES
+            and 0 < length <= k_cache.shape[2] and _mma_fits(q.shape, q.dtype, k_cache.shape, k_cache.dtype,
+                                                             v_cache.shape))
+
+
+@cache
+def _mma_fits(q_shape: tuple[int, ...], q_dtype: Any, k_shape: tuple[int, ...], k_dtype: Any,
+              v_shape: tuple[int, ...]) -> bool:
+    # Once per shapes and dtypes: device.hopper() asks MLX for the device's properties.
+    return v_shape == k_shape and device.hopper() and cuda_cluster.fits(q_shape, q_dtype, k_shape, k_dtype,
+                                                                       MMA_DEFAULT)
 
 
 def parse_config(text: str) -> DecodeConfig | ClusterConfig:
@@ -61,6 +90,8 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
                     lambda: cuda_cluster.decode_cluster(q, k_cache, v_cache, length, cl))
         return "native", lambda: native_decode(q, k_cache, v_cache, length)
     if where == "cuda":
+        if config is None and mma_takes(q, k_cache, v_cache, length):
+            return "mma_split", lambda: cuda_cluster.decode_cluster(q, k_cache, v_cache, length, MMA_DEFAULT)
         launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
         if launch is not None:
             return "split_k", lambda: cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
@@ -79,6 +110,8 @@ def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool |
     # time the caller waits for (benchmarks/decode_host_work.py).
     if not isinstance(config, ClusterConfig) and device.backend() == "cuda":
         length = int(length)
+        if config is None and mma_takes(q, k_cache, v_cache, length):
+            return cuda_cluster.decode_cluster(q, k_cache, v_cache, length, MMA_DEFAULT)
         launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
         if launch is not None:
             return cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)

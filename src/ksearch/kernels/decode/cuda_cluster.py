@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
+from ksearch.kernels.cuda_headers import MBARRIER_HEADER, MMA_SYNC_HEADER
 from ksearch.kernels.decode.cuda_cluster_text import CLUSTER_HEADER, PARTS_SOURCE, PARTS_TMA_SOURCE, SOURCE
 from ksearch.kernels.kernel_text import cuda_kernel
 from ksearch.kernels.tensor_map import TMA_HEADER, encode
@@ -114,14 +114,20 @@ GRAPHS_ERROR = ("the cluster decode kernel needs MLX_USE_CUDA_GRAPHS=0 set befor
 
 
 def supports(q: Any, k_cache: Any, length: int, cfg: ClusterConfig | None = None) -> bool:
+    return 0 < length <= k_cache.shape[2] and fits(q.shape, q.dtype, k_cache.shape, k_cache.dtype, cfg or ClusterConfig())
+
+
+@cache
+def fits(q_shape: tuple[int, ...], q_dtype: Any, k_shape: tuple[int, ...], k_dtype: Any, cfg: ClusterConfig) -> bool:
+    """Per shapes, dtypes and configuration, once: the checks are a decode call's host work (at B 1 the caller waits
+    for it), and the answer does not change with the length."""
     import mlx.core as mx
 
-    if q.dtype not in (mx.float16, mx.bfloat16) or k_cache.dtype != q.dtype:
+    if q_dtype not in (mx.float16, mx.bfloat16) or k_dtype != q_dtype or len(q_shape) != 4 or len(k_shape) != 4:
         return False
-    b, hq, t, d = q.shape
-    hkv = k_cache.shape[1]
-    return (t == 1 and d in (64, 128) and hq % hkv == 0 and hq // hkv <= 16 and 0 < length <= k_cache.shape[2]
-            and config_problem(cfg or ClusterConfig()) is None)
+    b, hq, t, d = q_shape
+    hkv = k_shape[1]
+    return t == 1 and d in (64, 128) and hq % hkv == 0 and hq // hkv <= 16 and config_problem(cfg) is None
 
 
 def cluster_size(bh: int, length: int, d: int, g: int, cfg: ClusterConfig) -> int:
@@ -137,15 +143,18 @@ def cluster_size(bh: int, length: int, d: int, g: int, cfg: ClusterConfig) -> in
 def wave_splits(bh: int, length: int, d: int, g: int, cfg: ClusterConfig) -> int:
     """Splits per (batch, kv head) without a cluster: as many as keep every block in one wave, at least two tiles
     each (one split where the (batch, kv head) pairs alone fill a wave)."""
-    room = cfg.sms * cfg.blocks_per_sm(d, g)
-    return max(1, min(room // max(1, bh), math.ceil(length / cfg.keys) // 2))
+    return _splits(cfg.sms * cfg.blocks_per_sm(d, g), bh, length, cfg.keys)
+
+
+def _splits(room: int, bh: int, length: int, keys: int) -> int:
+    return max(1, min(room // max(1, bh), math.ceil(length / keys) // 2))
 
 
 def header(cfg: ClusterConfig, cs: int) -> str:
     """MLX writes the `__global__` line, so launch bounds and the cluster shape ride on a redefinition of it."""
     cluster = f" __cluster_dims__(1, {cs}, 1)" if cs > 1 else ""
     # TMA_HEADER in every variant: the body names its helpers in branches that only the tensor-copy variant takes.
-    return (MMA_SYNC_HEADER + WGMMA_HEADER + TMA_HEADER + CLUSTER_HEADER
+    return (MMA_SYNC_HEADER + MBARRIER_HEADER + TMA_HEADER + CLUSTER_HEADER
             + "\n#undef __global__\n#define __global__ __attribute__((global)) "
             f"__attribute__((launch_bounds({cfg.threads()}, 1))){cluster}\n")
 
@@ -210,25 +219,67 @@ def decode_cluster(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: Cluster
                 output_dtypes=[q.dtype])[0]
 
 
-def _decode_parts(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig) -> Any:
-    """The graph-safe variant: one launch of BODY + PARTS_TAIL over (batch x kv head, splits), then the merge."""
+@dataclass(frozen=True)
+class _PartsLaunch:
+    """What a call of the graph-safe variant needs besides the length, made once per shapes, dtype and configuration
+    (`_parts_launch`): each call's Python work is host time that a queued stream of calls adds to the device's
+    (benchmarks/decode_stream.py)."""
+
+    kernel: Any
+    template: list[tuple[str, Any]]
+    threads: int
+    bh: int
+    g: int
+    room: int
+    direct: Any  # the one-launch kernel without cluster dims: where one split covers a (batch, kv head), no merge
+    direct_template: list[tuple[str, Any]]
+
+
+@cache
+def _parts_launch(cfg: ClusterConfig, q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any) -> _PartsLaunch:
+    b, hq, _, d = q_shape
+    bh, g = b * k_shape[1], hq // k_shape[1]
+    smem = cfg.smem_bytes(d, g)
+    return _PartsLaunch(_parts_kernel(cfg, smem), template(dtype, d, g, cfg, 0), cfg.threads(), bh, g,
+                        cfg.sms * cfg.blocks_per_sm(d, g), None if cfg.tma else _kernel(cfg, 1, smem),
+                        template(dtype, d, g, cfg, 1))
+
+
+def mma_partials(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig) -> tuple[Any, Any]:
+    """The graph-safe variant's one launch of BODY + PARTS_TAIL over (batch x kv head, splits): each split's
+    unnormalised accumulator (B x Hkv, splits, G, D) and its row maxima and sums (B x Hkv, splits, G, 2), fp32."""
+    lp = _parts_launch(cfg, q.shape, k_cache.shape, q.dtype)
+    return _partials(lp, q, k_cache, v_cache, length, cfg, _splits(lp.room, lp.bh, length, cfg.keys))
+
+
+def _partials(lp: _PartsLaunch, q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig,
+              ns: int) -> tuple[Any, Any]:
     import mlx.core as mx
 
-    from ksearch.kernels.decode import cuda_split_k
-
-    b, hq, _, d = q.shape
-    hkv = k_cache.shape[1]
-    g = hq // hkv
-    ns = wave_splits(b * hkv, length, d, g, cfg)
-    nt = cfg.threads()
-    inputs = [q, k_cache[:, :, :length], v_cache[:, :, :length]]
-    shapes: list[tuple[int, ...]] = [(b * hkv, ns, g, d), (b * hkv, ns, g, 2)]
+    d = q.shape[-1]
+    # V whole: the kernel reads its strides only (K's view carries the length); one slice fewer a call.
+    inputs = [q, k_cache[:, :, :length], v_cache]
+    shapes: list[tuple[int, ...]] = [(lp.bh, ns, lp.g, d), (lp.bh, ns, lp.g, 2)]
     dtypes = [mx.float32, mx.float32]
     if cfg.tma:
-        inputs.append(tma_map(d, k_cache.shape[2], b * hkv, cfg.keys))
-        shapes.append((b * hkv * ns * 32 + 16,))  # 256 bytes of published maps a block, room to align to 128
+        inputs.append(tma_map(d, k_cache.shape[2], lp.bh, cfg.keys))
+        shapes.append((lp.bh * ns * 32 + 16,))  # 256 bytes of published maps a block, room to align to 128
         dtypes.append(mx.uint64)
-    part_acc, part_ml = _parts_kernel(cfg, cfg.smem_bytes(d, g))(
-        inputs=inputs, template=template(q.dtype, d, g, cfg, 0), grid=(b * hkv * nt, ns, 1), threadgroup=(nt, 1, 1),
-        output_shapes=shapes, output_dtypes=dtypes)[:2]
-    return cuda_split_k.merge_partials(part_acc, part_ml, q)
+    part_acc, part_ml = lp.kernel(inputs=inputs, template=lp.template, grid=(lp.bh * lp.threads, ns, 1),
+                                  threadgroup=(lp.threads, 1, 1), output_shapes=shapes, output_dtypes=dtypes)[:2]
+    return part_acc, part_ml
+
+
+def _decode_parts(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig) -> Any:
+    """The graph-safe variant: where the (batch, kv head) pairs fill a wave (one split each), the one-launch kernel
+    without cluster dims writes the output itself (SOURCE with CS = 1: no partials, no merge launch, safe under
+    graphs: nothing of a cluster is in it); otherwise mma_partials, then split-K's merge."""
+    from ksearch.kernels.decode import cuda_split_k
+
+    lp = _parts_launch(cfg, q.shape, k_cache.shape, q.dtype)
+    ns = _splits(lp.room, lp.bh, length, cfg.keys)
+    if ns == 1 and lp.direct is not None:
+        return lp.direct(inputs=[q, k_cache[:, :, :length], v_cache], template=lp.direct_template,
+                         grid=(lp.bh * lp.threads, 1, 1), threadgroup=(lp.threads, 1, 1), output_shapes=[q.shape],
+                         output_dtypes=[q.dtype])[0]
+    return cuda_split_k.merge_partials(*_partials(lp, q, k_cache, v_cache, length, cfg, ns), q)

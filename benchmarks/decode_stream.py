@@ -1,0 +1,164 @@
+"""A decode call's time in a stream, driven in different ways: does the host's work a call hide under the device's?
+
+Under Nsight Compute (one kernel at a time) the tensor-core decode's kernel and cuDNN's take the same time at B 16,
+16k (`ncu-decode-b16-*` in benchmarks/results/logs), yet in `decode_power.py`'s stream (ten calls queued before each
+evaluation) ours take 30% longer. Per shape and contender (MLX's attention on the cache slices, the library decode,
+the configurations given), the time a call in a sustained stream under each way of driving it:
+
+    queued:N   N calls built, then one evaluation of all N (decode_power.py's stream is queued:10)
+    async:N    each call handed to the device as it is built (mx.async_eval), at most N in flight; the host builds
+               the next call while the device runs the ones before
+
+and, as a floor from the host's side, build:N: the time a call only to build N calls' graphs (nothing evaluated).
+The modes run in turn, twice, and the better round is kept. `--pieces` adds what a call is made of as contenders of
+their own: the library's split kernel without its merge, each tensor-core configuration's kernel without it, the
+merge alone (on partials made once) and MLX's slice of K.
+
+    python benchmarks/decode_stream.py OUT_DIR [--shapes 16x16384,1x4096] [--seconds 0.5]
+                                       [--modes queued:1,queued:10,queued:100,async:2,async:8,build:10]
+                                       [--pieces] [--configs mma:producers=0,consumers=4,slots=3 ...]
+
+Hq 32, Hkv 8, D 128, fp16, capacity = length + 256. Writes decode-stream-*.json to OUT_DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+MODES = ("queued", "async", "build")
+
+
+def parse_modes(text: str) -> list[tuple[str, int]]:
+    """`queued:10,async:2` -> [("queued", 10), ("async", 2)]; ValueError naming the part it cannot read."""
+    out = []
+    for part in (p for p in text.split(",") if p):
+        kind, _, n = part.partition(":")
+        if kind not in MODES or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"mode {part!r}: write MODE:N with MODE one of {', '.join(MODES)} and N >= 1")
+        out.append((kind, int(n)))
+    if not out:
+        raise ValueError("no mode given")
+    return out
+
+
+def per_call(fn: Callable[[], Any], mode: tuple[str, int], seconds: float) -> float:
+    """Seconds a call of `fn` in a stream driven as `mode`, over about `seconds` after one warm pass."""
+    import mlx.core as mx
+
+    kind, n = mode
+
+    def burst() -> int:
+        if kind == "queued":
+            mx.eval([fn() for _ in range(n)])
+            return n
+        if kind == "build":
+            outs = [fn() for _ in range(n)]
+            del outs
+            return n
+        flight: deque[Any] = deque()
+        for _ in range(max(4 * n, 32)):
+            out = fn()
+            mx.async_eval(out)
+            flight.append(out)
+            if len(flight) > n:
+                mx.eval(flight.popleft())
+        mx.eval(list(flight))
+        return max(4 * n, 32)
+
+    burst()
+    mx.synchronize()
+    t0, calls = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        calls += burst()
+    if kind != "build":
+        mx.synchronize()
+    return (time.perf_counter() - t0) / calls
+
+
+def contenders(q: Any, kc: Any, vc: Any, length: int, configs: list[Any],
+               pieces: bool = False) -> dict[str, Callable[[], Any]]:
+    """Native, the library and each configuration; with `pieces`, also what a call is made of: the library's split
+    kernel without its merge, each tensor-core configuration's kernel without it, the merge alone (on partials made
+    once) and MLX's slice of K."""
+    import mlx.core as mx
+
+    from ksearch.kernels.decode import decode, native_decode
+    from ksearch.kernels.decode.cuda_cluster import ClusterConfig, mma_partials
+    from ksearch.kernels.decode.cuda_split_k import launch_for, merge_partials, split_partials
+
+    calls: dict[str, Callable[[], Any]] = {"native": lambda: native_decode(q, kc, vc, length),
+                                           "library": lambda: decode(q, kc, vc, length)}
+    for cfg in configs:
+        calls[repr(cfg)] = lambda c=cfg: decode(q, kc, vc, length, config=c)
+    if pieces:
+        launch = launch_for(q, kc, vc)
+        assert launch is not None, "the library's split-K kernel does not take these shapes"
+        calls["library split kernel alone"] = lambda: split_partials(launch, q, kc, vc, length)[0]
+        parts = split_partials(launch, q, kc, vc, length)
+        mx.eval(parts)
+        calls["merge alone"] = lambda: merge_partials(parts[0], parts[1], q)
+        calls["slice of K"] = lambda: kc[:, :, :length]
+        for cfg in configs:
+            if isinstance(cfg, ClusterConfig) and not cfg.cluster:
+                calls[f"{cfg!r} kernel alone"] = lambda c=cfg: mma_partials(q, kc, vc, length, c)[0]
+    return calls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="directory for decode-stream-*.json")
+    ap.add_argument("--shapes", default="16x16384,1x4096", help="BxLENGTH,...")
+    ap.add_argument("--seconds", type=float, default=0.5, help="stream per contender, mode and round")
+    ap.add_argument("--modes", default="queued:1,queued:10,queued:100,async:2,async:8,build:10")
+    ap.add_argument("--pieces", action="store_true",
+                    help="also each kernel without its merge, the merge alone and MLX's slice of K")
+    ap.add_argument("--configs", nargs="*", default=["mma:producers=0,consumers=4,slots=3"],
+                    help="configurations besides the library's: split-K's (ring=0) or `mma[:FIELD=VALUE,...]`")
+    args = ap.parse_args()
+    from ksearch.bench.attention import decode_inputs, parse_batch_lengths
+    from ksearch.kernels.decode import parse_config
+
+    try:
+        shapes = parse_batch_lengths(args.shapes)
+        modes = parse_modes(args.modes)
+        configs = [parse_config(c) for c in args.configs]
+    except ValueError as exc:
+        raise SystemExit(f"decode_stream: {exc} (shapes as 16x16384, modes as queued:10,async:2, "
+                         "configurations as ring=0 or mma:consumers=4)") from None
+    if not args.seconds > 0:
+        raise SystemExit(f"decode_stream: --seconds {args.seconds}: give a positive stream length")
+    import mlx.core as mx
+
+    from ksearch.backends import get_backend
+    from ksearch.bench.results import make_result, write_result
+
+    if not mx.cuda.is_available():
+        raise SystemExit("decode_stream: MLX here has no CUDA device; run this on the CUDA machine")
+    figures = []
+    for b, length in shapes:
+        q, kc, vc = decode_inputs({"B": b, "Hq": 32, "Hkv": 8, "D": 128, "capacity": length + 256,
+                                   "dtype": "float16"})
+        kv = 2 * b * 8 * length * 128 * 2
+        calls = contenders(q, kc, vc, length, configs, args.pieces)
+        best: dict[tuple[str, str], float] = {}
+        for _ in range(2):  # rounds in turn, so that a slow stretch of the machine falls on every contender alike
+            for name, fn in calls.items():
+                for mode in modes:
+                    key = (name, f"{mode[0]}:{mode[1]}")
+                    best[key] = min(best.get(key, float("inf")), per_call(fn, mode, args.seconds))
+        for (name, label), t in best.items():
+            figures.append({"B": b, "length": length, "contender": name, "mode": label, "per_call_s": t,
+                            "tbs": None if label.startswith("build") else kv / t / 1e12})
+            print(f"{b:>2} {length:>6} {name[:48]:<48} {label:<11} {t * 1e6:8.1f} us", flush=True)
+    data = make_result("decode-stream", get_backend("mlx-cuda"), figures, [list(s) for s in shapes], ["float16"],
+                       notes=f"the better of two rounds of {args.seconds} s per contender and mode; build:N times "
+                             "building the calls' graphs only")
+    print(write_result(data, args.out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""benchmarks/decode_stream.py: the ways of driving a stream of calls, and its one-line refusals."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/decode_stream.py"
+_spec = importlib.util.spec_from_file_location("decode_stream", SCRIPT)
+assert _spec is not None and _spec.loader is not None
+decode_stream = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(decode_stream)
+
+
+def test_modes_read_as_kind_and_count():
+    assert decode_stream.parse_modes("queued:10,async:2,build:1") == [("queued", 10), ("async", 2), ("build", 1)]
+    for bad in ("queued", "queued:0", "later:3", "async:x", ""):
+        with pytest.raises(ValueError, match="mode"):
+            decode_stream.parse_modes(bad)
+
+
+@pytest.mark.parametrize("mode", [("queued", 1), ("queued", 10), ("async", 2), ("build", 5)])
+def test_every_mode_calls_the_function_and_times_a_call(mode):
+    mx = pytest.importorskip("mlx.core")
+    a = mx.ones((32, 32))
+    calls = []
+
+    def fn():
+        calls.append(1)
+        return a @ a
+
+    t = decode_stream.per_call(fn, mode, 0.02)
+    assert 0 < t < 0.02 and len(calls) > mode[1]  # a warm pass, then whole bursts within the window
+
+
+def test_async_keeps_at_most_n_calls_in_flight(monkeypatch):
+    mx = pytest.importorskip("mlx.core")
+    a = mx.ones((8, 8))
+    made, waited = [], []
+    real_eval = mx.eval
+
+    def counting_eval(*args):
+        waited.append(1)
+        return real_eval(*args)
+
+    monkeypatch.setattr(mx, "eval", counting_eval)
+    decode_stream.per_call(lambda: made.append(1) or a + 1, ("async", 3), 0.01)
+    # Every call past the first three in a burst waits for the oldest one; each burst ends with one wait for the rest.
+    bursts = len(made) // 32
+    assert len(waited) == bursts * (32 - 3 + 1)
+
+
+def test_bad_input_and_a_machine_without_cuda_are_refused_in_one_line(tmp_path):
+    for args, want in ((["--modes", "queued:0"], "MODE:N"), (["--shapes", "16by1024"], "BxLENGTH"),
+                       (["--configs", "nope=1"], "nope"), (["--seconds", "0"], "positive")):
+        done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *args], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 1 and done.stderr.strip().startswith("decode_stream: "), done.stderr
+        assert want in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "no CUDA device" in done.stderr, done.stderr  # this machine: MLX on the CPU
+    assert not list(tmp_path.iterdir())
