@@ -1,5 +1,6 @@
-"""The library decode's own Python work a call, on any machine: `decode()` with MLX's two custom-kernel calls replaced
-by stubs that hand back outputs made once, so what is timed is this package's dispatch and argument building plus
+"""The library decode's own Python work a call, on any machine: `decode()` with MLX's custom-kernel calls replaced
+by stubs that hand back outputs made once (split-K's two, or the tensor-core kernel's where the dispatch takes it, as on
+the H200), so what is timed is this package's dispatch and argument building plus
 MLX's slice of K (the one array operation a call builds besides the kernels), not MLX's own cost of a kernel call.
 
 At B 1 a decode call's host work is most of its time on the H200 (benchmarks/results/process-trace-*.json), so every
@@ -36,11 +37,13 @@ def per_call(fns: dict[str, Callable[[], Any]], calls: int, repeat: int) -> dict
 
 
 def measure(b: int, length: int, calls: int, repeat: int) -> dict[str, Any]:
-    """One shape's figures, MLX's kernel calls stubbed by callables that hand back outputs made once."""
+    """One shape's figures, MLX's kernel calls stubbed by callables that hand back outputs made once: split-K's split
+    and merge kernels and the tensor-core kernel's (which the dispatch takes from 256 MiB of K/V over 64 pairs)."""
     import mlx.core as mx
 
     kd = importlib.import_module("ksearch.kernels.decode")
     ck = importlib.import_module("ksearch.kernels.decode.cuda_split_k")
+    cc = importlib.import_module("ksearch.kernels.decode.cuda_cluster")
     q = mx.zeros((b, 32, 1, 128), dtype=mx.float16)
     kc, vc = (mx.zeros((b, 8, length + 256, 128), dtype=mx.float16) for _ in range(2))
     mx.eval(q, kc, vc)
@@ -48,17 +51,28 @@ def measure(b: int, length: int, calls: int, repeat: int) -> dict[str, Any]:
     nsplit = launch.nsplit(length)
     parts = [mx.zeros((launch.blocks, nsplit, launch.g, 128)), mx.zeros((launch.blocks, nsplit, launch.g, 2))]
     out = [mx.zeros(q.shape, dtype=q.dtype)]
-    real = ck._kernels
-    ck._kernels = lambda cfg: (lambda **kw: parts, lambda **kw: out)
+    stubs = {(ck, "_kernels"): lambda cfg: (lambda **kw: parts, lambda **kw: out),
+             (cc, "_parts_kernel"): lambda cfg, smem: (lambda **kw: parts),
+             (cc, "_kernel"): lambda cfg, cs, smem: (lambda **kw: out)}
+    real = {key: getattr(*key) for key in stubs if hasattr(*key)}
+    caches = [f for f in (getattr(cc, "_parts_launch", None), getattr(kd, "_mma_fits", None)) if f is not None]
     made = getattr(launch, "made", [])  # where a launch keeps its kernels, it takes the stubs at its first call
     try:
+        for (mod, name), stub in stubs.items():
+            if (mod, name) in real:
+                setattr(mod, name, stub)
+        for f in caches:
+            f.cache_clear()
         made.clear()
         times = per_call({"decode_s": lambda: kd.decode(q, kc, vc, length),
                           "plan_s": lambda: kd.decode_plan(q, kc, vc, length),
                           "slice_s": lambda: kc[:, :, :length]}, calls, repeat)
-        row: dict[str, Any] = {"B": b, "length": length, **times}
+        row: dict[str, Any] = {"B": b, "length": length, "kernel": kd.decode_plan(q, kc, vc, length)[0], **times}
     finally:
-        ck._kernels = real
+        for (mod, name), fn in real.items():
+            setattr(mod, name, fn)
+        for f in caches:
+            f.cache_clear()
         made.clear()
     # This machine's speed moves up to 2x from one process to the next: MLX's slice, timed beside, is the yardstick.
     row["decode_in_slices"] = row["decode_s"] / row["slice_s"]
@@ -85,17 +99,19 @@ def main() -> None:
     from ksearch.kernels import device
 
     figures = []
-    real_backend = device.backend
+    real_backend, real_hopper = device.backend, device.hopper
     try:
+        # The H200's dispatch: CUDA, and Hopper (the tensor-core kernel where the dispatch gives it the call).
         device.backend = lambda: "cuda"  # type: ignore[assignment]
+        device.hopper = lambda: True  # type: ignore[assignment]
         for b, length in shapes:
             row = measure(b, length, args.calls, args.repeat)
             figures.append(row)
-            print(f"B {b:>2} {length:>6}: decode() {row['decode_s'] * 1e6:5.2f} us, plan {row['plan_s'] * 1e6:5.2f} "
+            print(f"B {b:>2} {length:>6} ({row['kernel']}): decode() {row['decode_s'] * 1e6:5.2f} us, plan {row['plan_s'] * 1e6:5.2f} "
                   f"us, MLX's slice {row['slice_s'] * 1e6:5.2f} us; decode() = {row['decode_in_slices']:.2f} slices",
                   flush=True)
     finally:
-        device.backend = real_backend  # type: ignore[assignment]
+        device.backend, device.hopper = real_backend, real_hopper  # type: ignore[assignment]
     if args.out:
         data = make_result("decode-host-work", get_backend("mlx-cpu"), figures,
                            [[r["B"], r["length"]] for r in figures], ["float16"],
