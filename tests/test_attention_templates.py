@@ -164,8 +164,8 @@ def test_gpu_renders_pass_the_project_linter(fam, backend, params):
     assert not errors, errors
 
 
-@pytest.mark.parametrize("src", [metal_split_k.DECODE_SPLIT_SOURCE, metal_split_k.DECODE_MERGE_SOURCE,
-                                 metal_rows.PREFILL_SOURCE])
+@pytest.mark.parametrize("src", [metal_split_k.DECODE_SPLIT_SOURCE, metal_split_k.DECODE_ONE_SPLIT_SOURCE,
+                                 metal_split_k.DECODE_MERGE_SOURCE, metal_rows.PREFILL_SOURCE])
 def test_metal_sources_use_the_metal_dialect(src):
     # No Metal compiler here: at least balanced braces and no CUDA-only spellings.
     assert src.count("{") == src.count("}") and src.count("(") == src.count(")")

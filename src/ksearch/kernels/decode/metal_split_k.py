@@ -16,7 +16,7 @@ from ksearch.kernels.kernel_text import metal_kernel
 
 # Template: T, D, G (query heads per kv head), NW (simdgroups per threadgroup), U (key rows each lane loads before
 # using them: the CUDA kernel's unroll, loads in flight to hide memory latency). meta = [length, chunk, nsplit].
-DECODE_SPLIT_SOURCE = r"""
+_SPLIT_BODY = r"""
     constexpr int LPK = D / 4;
     constexpr int KPW = 32 / LPK;
     constexpr int STEP = NW * KPW * U;
@@ -89,11 +89,23 @@ DECODE_SPLIT_SOURCE = r"""
         ls += sm_l[w * G + g] * c;
         as += sm_acc[(w * G + g) * D + d] * c;
       }
+"""
+# The split's un-normalised partial, for the merge kernel.
+_PARTS_TAIL = r"""
       size_t row = (size_t(bh) * nsplit + split) * G + g;
       part_acc[row * D + d] = as;
       if (d == 0) { part_ml[row * 2] = mn; part_ml[row * 2 + 1] = ls; }
     }
 """
+# One split a (batch, kv head): the normalised output itself, no merge launch (o is (B, Hq, 1, D), row-contiguous:
+# heads bh * G .. + G - 1). The CUDA tensor-core decode does the same where its pairs fill the GPU.
+_OUTPUT_TAIL = r"""
+      (void)nsplit;
+      o[(size_t(bh) * G + g) * D + d] = T(as / ls);
+    }
+"""
+DECODE_SPLIT_SOURCE = _SPLIT_BODY + _PARTS_TAIL
+DECODE_ONE_SPLIT_SOURCE = _SPLIT_BODY + _OUTPUT_TAIL
 
 # One threadgroup of D threads per (batch, query head), as in cuda_split_k_text.MERGE_SOURCE: the splits' weights
 # exp2(max_s - max) go through threadgroup memory a tile of D splits at a time, so a thread's reads of the partial
@@ -142,12 +154,14 @@ def supports_decode(q: Any, k_cache: Any, length: int) -> bool:
 
 
 @cache
-def _decode_kernels() -> tuple[Any, Any]:
+def _decode_kernels() -> tuple[Any, Any, Any]:
     split = metal_kernel(name="ks_decode_split", input_names=["q", "k_cache", "v_cache", "meta"],
                          output_names=["part_acc", "part_ml"], source=DECODE_SPLIT_SOURCE)
     merge = metal_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
                          source=DECODE_MERGE_SOURCE)
-    return split, merge
+    one_split = metal_kernel(name="ks_decode_one_split", input_names=["q", "k_cache", "v_cache", "meta"],
+                             output_names=["o"], source=DECODE_ONE_SPLIT_SOURCE)
+    return split, merge, one_split
 
 
 def decode_metal(q: Any, k_cache: Any, v_cache: Any, length: int, warps: int = 4, target_blocks: int = 256,
@@ -163,11 +177,15 @@ def decode_metal(q: Any, k_cache: Any, v_cache: Any, length: int, warps: int = 4
     chunk = max(128, math.ceil(length / max(1, target_blocks // (b * hkv))))
     chunk = math.ceil(chunk / step) * step
     nsplit = math.ceil(length / chunk)
-    split_k, merge_k = _decode_kernels()
+    split_k, merge_k, one_split = _decode_kernels()
     meta = mx.array([length, chunk, nsplit], dtype=mx.int32)
     nt = warps * 32
+    tmpl = [("T", q.dtype), ("D", d), ("G", g), ("NW", warps), ("U", unroll)]
+    if nsplit == 1:  # the (batch, kv head) pairs fill target_blocks: one launch writes the output, no merge
+        return one_split(inputs=[q, k_cache, v_cache, meta], template=tmpl, grid=(b * hkv * nt, 1, 1),
+                         threadgroup=(nt, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
     part_acc, part_ml = split_k(
-        inputs=[q, k_cache, v_cache, meta], template=[("T", q.dtype), ("D", d), ("G", g), ("NW", warps), ("U", unroll)],
+        inputs=[q, k_cache, v_cache, meta], template=tmpl,
         grid=(b * hkv * nt, nsplit, 1), threadgroup=(nt, 1, 1),
         output_shapes=[(b * hkv, nsplit, g, d), (b * hkv, nsplit, g, 2)], output_dtypes=[mx.float32, mx.float32])
     return merge_k(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],

@@ -123,12 +123,15 @@ import mlx.core as mx
 
 SPLIT = {metal_split_k.DECODE_SPLIT_SOURCE!r}
 MERGE = {metal_split_k.DECODE_MERGE_SOURCE!r}
+ONE_SPLIT = {metal_split_k.DECODE_ONE_SPLIT_SOURCE!r}
 WARPS, TARGET_BLOCKS, MIN_CHUNK, UNROLL = {p["warps"]}, {p["target_blocks"]}, {p["min_chunk"]}, {p["unroll"]}
 
 _split = mx.fast.metal_kernel(name="gqa_split_k", input_names=["q", "k_cache", "v_cache", "meta"],
                               output_names=["part_acc", "part_ml"], source=SPLIT)
 _merge = mx.fast.metal_kernel(name="gqa_lse_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
                               source=MERGE)
+_one_split = mx.fast.metal_kernel(name="gqa_one_split", input_names=["q", "k_cache", "v_cache", "meta"],
+                                  output_names=["o"], source=ONE_SPLIT)
 {_OPS_FALLBACK}
 
 def run(q, k_cache, v_cache, length):
@@ -143,6 +146,11 @@ def run(q, k_cache, v_cache, length):
     nsplit = math.ceil(length / chunk)
     nt = WARPS * 32
     meta = mx.array([length, chunk, nsplit], dtype=mx.int32)
+    if nsplit == 1:  # one split a (batch, kv head): the output itself, no merge launch
+        return _one_split(
+            inputs=[q, k_cache, v_cache, meta],
+            template=[("T", q.dtype), ("D", d), ("G", g), ("NW", WARPS), ("U", UNROLL)],
+            grid=(b * hkv * nt, 1, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
     part_acc, part_ml = _split(
         inputs=[q, k_cache, v_cache, meta],
         template=[("T", q.dtype), ("D", d), ("G", g), ("NW", WARPS), ("U", UNROLL)],
