@@ -237,8 +237,9 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
         rows.append(bench_prefill_shape(shape, config=config, configs=configs) if configs else one(shape, config=config))
         r = rows[-1]
         extra = "".join(f", {c}: {x['speedup']:.2f}x" for c, x in r.get("configs", {}).items())
+        kernel = f" ({r['kernel']})" if "kernel" in r else ""  # decode: which of the library's kernels ran
         log(f"{shape}: {r['latency_s'] * 1e6:.1f} us vs native {r['native_latency_s'] * 1e6:.1f} us "
-            f"-> {r['speedup']:.2f}x{extra}")
+            f"-> {r['speedup']:.2f}x{kernel}{extra}")
     data = make_result(name, backend, rows, shapes, sorted({s["dtype"] for s in shapes}), summ(rows), notes)
     path = write_result(data, out_dir)
     log(f"summary: {data['summary']}\nwrote {path}")
