@@ -146,6 +146,9 @@ def _gpu_renders():
                 # persistent blocks: a grid sized by the driver's SM count, one row of blocks
                 persistent = [p for p in params if p.get("persist")]
                 out += [(fam, backend, persistent[0])] if persistent else []
+                # the library's tensor-core decode beside split-K (its kernels compiled with their header)
+                tensor_cores = [p for p in params if p.get("mma")]
+                out += [(fam, backend, tensor_cores[0])] if tensor_cores else []
     return out
 
 

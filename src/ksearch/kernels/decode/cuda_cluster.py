@@ -17,14 +17,13 @@ warps merge in shared memory; the CS splits of one (batch, kv head) form one clu
 blocks) and merge through distributed shared memory, each rank writing a slice of the output. One kernel, one graph
 node, no zero-initialised scratch (the one-launch split-K variant needed an atomic counter and MLX's fill for it).
 
-Both opt-in. The cluster kernel only with MLX's CUDA graphs off (MLX_USE_CUDA_GRAPHS=0 before MLX starts): under MLX
-0.32.4's graphs,
-once a kernel with cluster dims has run, later custom kernels without them silently do not run (reproduced by
-benchmarks/experiments/cluster_graph_hazard.py; docs/kernels-attention.md). Measured on the H200 with graphs off: 1.22x of
-native as a geometric mean over `ksearch bench decode`'s shapes, where split-K gives 1.14x; but graphs off slows
-native as well (B 16, 16k: 373 us, 258 us with graphs on), so it pays only where graphs are off anyway. mma_split,
-under graphs: 0.82x-0.94x of native side by side (split-K 0.84x-0.95x), ahead of split-K at B 16 and behind at B 1
-(docs/kernels-attention.md).
+The cluster kernel is opt-in, and only with MLX's CUDA graphs off (MLX_USE_CUDA_GRAPHS=0 before MLX starts): under
+MLX 0.32.4's graphs, once a kernel with cluster dims has run, later custom kernels without them silently do not run
+(reproduced by benchmarks/experiments/cluster_graph_hazard.py; docs/kernels-attention.md). Measured on the H200 with
+graphs off: 1.22x of native as a geometric mean over `ksearch bench decode`'s shapes, where split-K gives 1.14x; but
+graphs off slows native as well (B 16, 16k: 373 us, 258 us with graphs on). The graph-safe variant with no producer
+warp (`decode.MMA_DEFAULT`) is the library's kernel for calls of 256 MiB of K/V or more over 64 (batch, kv head)
+pairs or more at D=128 (`decode.mma_takes`); alone it takes cuDNN's time at B 16, 16k (docs/kernels-attention.md).
 """
 
 from __future__ import annotations

@@ -180,12 +180,14 @@ def decode_metal(q: Any, k_cache: Any, v_cache: Any, length: int, warps: int = 4
     split_k, merge_k, one_split = _decode_kernels()
     meta = mx.array([length, chunk, nsplit], dtype=mx.int32)
     nt = warps * 32
-    tmpl = [("T", q.dtype), ("D", d), ("G", g), ("NW", warps), ("U", unroll)]
+    # Literal template lists: the repository's kernel checks read each kernel's template arguments from its call.
     if nsplit == 1:  # the (batch, kv head) pairs fill target_blocks: one launch writes the output, no merge
-        return one_split(inputs=[q, k_cache, v_cache, meta], template=tmpl, grid=(b * hkv * nt, 1, 1),
-                         threadgroup=(nt, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
+        return one_split(inputs=[q, k_cache, v_cache, meta],
+                         template=[("T", q.dtype), ("D", d), ("G", g), ("NW", warps), ("U", unroll)],
+                         grid=(b * hkv * nt, 1, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
+                         output_dtypes=[q.dtype])[0]
     part_acc, part_ml = split_k(
-        inputs=[q, k_cache, v_cache, meta], template=tmpl,
+        inputs=[q, k_cache, v_cache, meta], template=[("T", q.dtype), ("D", d), ("G", g), ("NW", warps), ("U", unroll)],
         grid=(b * hkv * nt, nsplit, 1), threadgroup=(nt, 1, 1),
         output_shapes=[(b * hkv, nsplit, g, d), (b * hkv, nsplit, g, 2)], output_dtypes=[mx.float32, mx.float32])
     return merge_k(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ksearch.kernels.decode import cuda_split_k_text, metal_split_k
+from ksearch.kernels.decode import MMA_DEFAULT, MMA_MIN_PAIRS, cuda_cluster, cuda_split_k_text, metal_split_k
+from ksearch.kernels.kernel_text import compact
 from ksearch.policy.templates.base import TemplateFamily
 
 _OPS_FALLBACK = '''
@@ -33,6 +34,71 @@ def _split_call(kernel: str, template: str, indent: str) -> str:
 {indent}    output_shapes=[(blocks, nsplit, g, d), (blocks, nsplit, g, 2)],
 {indent}    output_dtypes=[mx.float32, mx.float32])
 '''
+
+
+def _mma_code(mib: int) -> tuple[str, str]:
+    """(module-level code, the call in run()) for the library's tensor-core decode (kernels/decode/cuda_cluster.py with
+    no producer warp, decode.MMA_DEFAULT) on Hopper at D 128 and G 4 (where it was measured), for calls of `mib` MiB
+    of K/V or more over MMA_MIN_PAIRS (batch, kv head) pairs or more: the library's own dispatch at mib=256. The texts
+    are the library's, compacted as the library hands them to MLX (a call's host work grows with them)."""
+    cfg, d, g = MMA_DEFAULT, 128, 4
+    nt, smem = cfg.threads(), cfg.smem_bytes(d, g)
+    room = cfg.sms * cfg.blocks_per_sm(d, g)
+
+    def tmpl(cs: int) -> str:
+        return (f'[("T", q.dtype), ("D", {d}), ("G", {g}), ("NC", {cfg.consumers}), ("PW", {cfg.producers}), '
+                f'("BK", {cfg.keys}), ("SPW", {cfg.slots}), ("CS", {cs}), ("TMA", False)]')
+
+    module = f'''
+MMA_HEADER = {compact(cuda_cluster.header(cfg, 1))!r}
+MMA_ONE = {compact(cuda_cluster.SOURCE)!r}
+MMA_PARTS = {compact(cuda_cluster.PARTS_SOURCE)!r}
+_mma_one = mx.fast.cuda_kernel(name="gqa_mma_one", input_names=["q", "k", "v"], output_names=["o"], source=MMA_ONE,
+                               header=MMA_HEADER, ensure_row_contiguous=False, shared_memory={smem})
+_mma_parts = mx.fast.cuda_kernel(name="gqa_mma_parts", input_names=["q", "k", "v"],
+                                 output_names=["part_acc", "part_ml"], source=MMA_PARTS, header=MMA_HEADER,
+                                 ensure_row_contiguous=False, shared_memory={smem})
+_mma_merge = mx.fast.cuda_kernel(name="gqa_mma_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
+                                 source=MERGE)
+
+
+def _hopper():
+    try:
+        return int(mx.device_info().get("compute_capability_major", 0)) == 9
+    except Exception:
+        return False
+
+
+_HOPPER = _hopper()
+
+
+def _mma(q, k, v, length):
+    # One block of {nt} threads a (batch, kv head) and split, S and P V on mma.sync, each warp copying its own tiles
+    # {cfg.slots} ahead with cp.async; as many splits as one wave of {room} blocks holds; at one split a pair the block
+    # writes the output itself, otherwise split-K's merge.
+    b, hq, _, d = q.shape
+    # No-ops that tell static checkers the arrays keep q's dtype.
+    k = k.astype(q.dtype)
+    v = v.astype(q.dtype)
+    pairs = b * k.shape[1]
+    ns = max(1, min({room} // pairs, math.ceil(length / {cfg.keys}) // 2))
+    if ns == 1:
+        return _mma_one(inputs=[q, k, v], template={tmpl(1)},
+                        grid=(pairs * {nt}, 1, 1), threadgroup=({nt}, 1, 1), output_shapes=[q.shape],
+                        output_dtypes=[q.dtype])[0]
+    part_acc, part_ml = _mma_parts(
+        inputs=[q, k, v], template={tmpl(0)},
+        grid=(pairs * {nt}, ns, 1), threadgroup=({nt}, 1, 1),
+        output_shapes=[(pairs, ns, {g}, {d}), (pairs, ns, {g}, 2)], output_dtypes=[mx.float32, mx.float32])
+    return _mma_merge(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", {d}), ("G", {g})],
+                      grid=(b * hq * {d}, 1, 1), threadgroup=({d}, 1, 1), output_shapes=[q.shape],
+                      output_dtypes=[q.dtype])[0]
+'''
+    call = f'''    if _HOPPER and d == {d} and hq == {g} * hkv and b * hkv >= {MMA_MIN_PAIRS} and \\
+            2 * b * hkv * length * d * q.dtype.size >= {mib} * 2**20:
+        return _mma(q, k, v, length)
+'''
+    return module, call
 
 
 def render_cuda(p: dict[str, Any]) -> str:
@@ -77,10 +143,11 @@ _ring = mx.fast.cuda_kernel(name="gqa_split_k_ring", input_names=["q", "k", "v"]
         launch += '''    return _merge(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
                   grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
                   output_dtypes=[q.dtype])[0]'''
+    mma_module, mma_call = _mma_code(p["mma"]) if p.get("mma") else ("", "")
     return f'''# gqa_decode.cuda.split_k {p}
 # Split-K flash-decoding: (batch, head block, split) blocks, 16-byte loads, online softmax in exp2, then a log-sum-exp
 # merge: by the last block to finish (fused, one launch) or by a second kernel. With a ring, each lane's rows come
-# through shared memory by cp.async, ring - 1 steps ahead.
+# through shared memory by cp.async, ring - 1 steps ahead. With mma, large calls on Hopper take the tensor-core kernel.
 import math
 
 import mlx.core as mx
@@ -90,7 +157,7 @@ SOURCE = {(cuda_split_k_text.FUSED_SOURCE if fused else cuda_split_k_text.SPLIT_
 MERGE = {cuda_split_k_text.MERGE_SOURCE!r}
 RING_SOURCE = {(cuda_split_k_text.SPLIT_RING_SOURCE if ring else "")!r}
 {kernels}
-{_OPS_FALLBACK}
+{mma_module}{_OPS_FALLBACK}
 
 def run(q, k_cache, v_cache, length):
     b, hq, _, d = q.shape
@@ -110,7 +177,7 @@ def run(q, k_cache, v_cache, length):
     # arrays keep q's dtype).
     k = k_cache[:, :, :length].astype(q.dtype)
     v = v_cache.astype(q.dtype)
-{launch}
+{mma_call}{launch}
 '''
 
 
@@ -212,15 +279,17 @@ FAMILIES = [
     TemplateFamily(
         id="gqa_decode.cuda.split_k", tasks=("gqa_decode",), backends=("mlx-cuda",),
         patterns=("split_k_decode_lse_merge", "gqa_head_grouping", "vectorized_loads", "simd_register_reduction",
-                  "online_softmax", "exp2_trick", "loop_unrolling", "double_buffering", "fused_epilogue"),
+                  "online_softmax", "exp2_trick", "loop_unrolling", "double_buffering", "fused_epilogue",
+                  "tensor_core_mma"),
         # First choices: one block per query head, no split, no prefetch: the naive starter with 16-byte loads.
         params={"group_heads": (False, True), "target_blocks": (1, 264, 528, 1056, 2112), "unroll": (1, 2, 4, 8),
                 "prefetch": (False, True), "warps": (4, 2, 8), "min_chunk": (128, 256, 512), "fused": (False, True),
-                "ring": (0, 2)},
+                "ring": (0, 2), "mma": (0, 256)},
         render=render_cuda,
         valid=lambda p: p["warps"] * p["unroll"] <= 32 and not (p["ring"] and p["fused"]),
         # Double buffering on sm_80+: each lane's next rows copied into shared memory by cp.async (the library's ring).
-        pattern_params={"double_buffering": {"ring": (2,), "fused": (False,)}},
+        # Tensor cores: the library's mma.sync kernel for calls of 256 MiB of K/V or more (Hopper, D 128, G 4).
+        pattern_params={"double_buffering": {"ring": (2,), "fused": (False,)}, "tensor_core_mma": {"mma": (256,)}},
         description="split-K flash-decoding with an LSE merge (last block or a kernel); GQA heads grouped per block"),
     TemplateFamily(
         id="gqa_decode.metal.split_k", tasks=("gqa_decode",), backends=("mlx-metal",),
