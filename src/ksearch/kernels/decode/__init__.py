@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 from ksearch.kernels import device
@@ -47,7 +47,7 @@ def mma_takes(q: Any, k_cache: Any, v_cache: Any, length: int) -> bool:
                                                              v_cache.shape))
 
 
-@cache
+@lru_cache(maxsize=256)
 def _mma_fits(q_shape: tuple[int, ...], q_dtype: Any, k_shape: tuple[int, ...], k_dtype: Any,
               v_shape: tuple[int, ...]) -> bool:
     # Once per shapes and dtypes: device.hopper() asks MLX for the device's properties.

@@ -32,7 +32,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from ksearch.kernels.cuda_headers import MBARRIER_HEADER, MMA_SYNC_HEADER
@@ -116,7 +116,7 @@ def supports(q: Any, k_cache: Any, length: int, cfg: ClusterConfig | None = None
     return 0 < length <= k_cache.shape[2] and fits(q.shape, q.dtype, k_cache.shape, k_cache.dtype, cfg or ClusterConfig())
 
 
-@cache
+@lru_cache(maxsize=256)  # shapes vary as a cache grows: bounded, as split-K's launches are
 def fits(q_shape: tuple[int, ...], q_dtype: Any, k_shape: tuple[int, ...], k_dtype: Any, cfg: ClusterConfig) -> bool:
     """Per shapes, dtypes and configuration, once: the checks are a decode call's host work (at B 1 the caller waits
     for it), and the answer does not change with the length."""
@@ -234,7 +234,7 @@ class _PartsLaunch:
     direct_template: list[tuple[str, Any]]
 
 
-@cache
+@lru_cache(maxsize=256)
 def _parts_launch(cfg: ClusterConfig, q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any) -> _PartsLaunch:
     b, hq, _, d = q_shape
     bh, g = b * k_shape[1], hq // k_shape[1]
