@@ -1,6 +1,5 @@
 """benchmarks/decode_power.py: reading nvidia-smi's samples, what a window of them says, and its one-line refusals."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -8,12 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from script_module import load_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/decode_power.py"
-_spec = importlib.util.spec_from_file_location("decode_power", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-decode_power = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(decode_power)
+decode_power = load_module(SCRIPT)
 
 
 def test_a_sample_line_reads_as_watts_clock_and_reasons():

@@ -1,17 +1,14 @@
 """benchmarks/decode_stream.py: the ways of driving a stream of calls, and its one-line refusals."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/decode_stream.py"
-_spec = importlib.util.spec_from_file_location("decode_stream", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-decode_stream = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(decode_stream)
+decode_stream = load_module(SCRIPT)
 
 
 def test_modes_read_as_kind_and_count():

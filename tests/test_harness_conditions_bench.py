@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from script_module import load_script
+
 ROOT = Path(__file__).parents[1]
 
 
@@ -55,16 +57,12 @@ def test_between_runs_times_every_condition_beside_nothing_and_refuses_an_unknow
 
 def test_the_fused_fingerprint_gives_the_workers_lanes() -> None:
     # between_runs.py's `fingerprint_fused` (timed on a GPU only) must measure the same commitment, not a cheaper one.
-    import importlib.util
 
     import mlx.core as mx
 
     from ksearch.harness import digest
 
-    spec = importlib.util.spec_from_file_location("between_runs", ROOT / "benchmarks/between_runs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/between_runs.py")
     fused = module.fused_fingerprinter()
     for dtype in (mx.float16, mx.float32, mx.bfloat16, mx.int8, mx.bool_, mx.int64):
         calls = [(mx.random.normal((33, 17), key=mx.random.key(i)).astype(dtype), mx.arange(5, dtype=mx.int32) * i)

@@ -10,7 +10,6 @@ found the threadgroup-memory overflow of gqa_head_grouping at head dim 128.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ sys.path.insert(0, str(DATA))
 
 from exemplar_candidates import LAUNCHES, candidate  # noqa: E402
 from micro_tasks import make  # noqa: E402
+from script_module import load_module  # noqa: E402
 
 pytestmark = pytest.mark.skipif(clang_path() is None, reason="clang++ not installed: the Metal emulation needs it")
 
@@ -54,11 +54,7 @@ def emulated() -> Iterator[None]:
 def _module(source: str, tag: str, tmp_path: Path) -> Any:
     path = tmp_path / f"exemplar_{tag}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"ksearch_exemplar_{tag}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(path, f"ksearch_exemplar_{tag}")
 
 
 def test_every_metal_exemplar_has_a_launch() -> None:

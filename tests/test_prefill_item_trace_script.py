@@ -1,7 +1,6 @@
 """benchmarks/prefill_item_trace.py: the stamps land where their phases say, the stamped kernels compile as the
 library's do (no serialised wgmma, no more spills), which records a launch wrote, and what a trace reads as."""
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from script_module import load_module
 
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels import tensor_map
@@ -16,10 +16,7 @@ from ksearch.kernels.attention import wgmma_ws as WS
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/prefill_item_trace.py"
-_spec = importlib.util.spec_from_file_location("prefill_item_trace", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-trace_script = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(trace_script)
+trace_script = load_module(SCRIPT)
 
 
 @pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas", "ws2_n128_s3_p4_tmas_pst", "ws2_n128_s3_p4_tmas_pst_st4",

@@ -1,19 +1,16 @@
 """benchmarks/prefill_sass.py: reading cuobjdump's SASS, finding a kernel's main loop, comparing two loops, and its
 one-line refusals; with nvcc, cuobjdump and nvdisasm present, the library's 16-byte epilogue against the 4-byte one."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/prefill_sass.py"
-_spec = importlib.util.spec_from_file_location("prefill_sass", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-sass = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sass)
+sass = load_module(SCRIPT)
 
 SAMPLE = """
         /*0000*/                   LDC R1, c[0x0][0x28] ;                                  /* 0x00000a00ff017b82 */

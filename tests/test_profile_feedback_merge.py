@@ -3,21 +3,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
+from script_module import load_script
 
 ROOT = Path(__file__).parents[1]
 
 
 def _module() -> Any:
-    spec = importlib.util.spec_from_file_location("profile_feedback", ROOT / "benchmarks/profile_feedback.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/profile_feedback.py")
 
 
 def _part(mode: str, curve: list[float], device: str = "NVIDIA H200") -> dict[str, Any]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from script_module import load_module
 
 SCRIPT = Path(__file__).parent.parent / "benchmarks" / "wgmma_compare.py"
 RESULT = {"correct": ["base", "fast", "slow"],
@@ -27,9 +28,6 @@ def test_the_best_correct_candidate_past_the_margin_wins(tmp_path: Path) -> None
 
 
 def test_ratios_are_geometric_means_over_shared_shapes() -> None:
-    spec = importlib.util.spec_from_file_location("wgmma_compare", SCRIPT)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_module(SCRIPT)
     r = mod.ratios(RESULT, "base", ["fast", "slow", "missing"])
     assert abs(r["fast"] - (1.1 * 1.05) ** 0.5) < 1e-9 and "missing" not in r
