@@ -28,7 +28,7 @@ from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 from ksearch.kernels.tensor_map import TMA_HEADER
 from ksearch.policy.templates.attention_common import RUN_HEAD, fallbacks
-from ksearch.policy.templates.base import TemplateFamily
+from ksearch.policy.templates.base import HOPPER_CHECK, TemplateFamily
 
 # The mma.sync configuration a non-Hopper GPU runs (the library's default there).
 _MMA = mma_sync.PrefillConfig(128, 64, True)
@@ -146,16 +146,7 @@ MMA_HEADER = {MMA_SYNC_HEADER!r}
 MMA_SOURCE = {mma_sync.SOURCE!r}
 {kernels}
 
-
-def _hopper():
-    try:
-        return int(mx.device_info().get("compute_capability_major", 0)) == 9
-    except Exception:
-        return False
-
-
-_HOPPER = _hopper()
-{fallbacks()}{RUN_HEAD}    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or (causal and length > s):
+{HOPPER_CHECK}{fallbacks()}{RUN_HEAD}    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or (causal and length > s):
         return _ops(q, k, v, causal)
     scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
     if _HOPPER and length % 64 == 0 and s % {cfg.bn} == 0:

@@ -13,6 +13,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: Candidate code shared by the CUDA families: whether the device is Hopper (wgmma, tensor copies, the tensor-core
+#: decode), asked once when the candidate loads.
+HOPPER_CHECK = '''
+def _hopper():
+    try:
+        return int(mx.device_info().get("compute_capability_major", 0)) == 9
+    except Exception:
+        return False
+
+
+_HOPPER = _hopper()
+'''
+
 
 @dataclass(frozen=True)
 class TemplateFamily:

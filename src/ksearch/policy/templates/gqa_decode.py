@@ -10,7 +10,7 @@ from typing import Any
 
 from ksearch.kernels.decode import MMA_DEFAULT, MMA_MIN_PAIRS, cuda_cluster, cuda_split_k_text, metal_split_k
 from ksearch.kernels.kernel_text import compact
-from ksearch.policy.templates.base import TemplateFamily
+from ksearch.policy.templates.base import HOPPER_CHECK, TemplateFamily
 
 _OPS_FALLBACK = '''
 def _ops(q, k_cache, v_cache, length):
@@ -61,16 +61,7 @@ _mma_parts = mx.fast.cuda_kernel(name="gqa_mma_parts", input_names=["q", "k", "v
 _mma_merge = mx.fast.cuda_kernel(name="gqa_mma_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
                                  source=MERGE)
 
-
-def _hopper():
-    try:
-        return int(mx.device_info().get("compute_capability_major", 0)) == 9
-    except Exception:
-        return False
-
-
-_HOPPER = _hopper()
-
+{HOPPER_CHECK}
 
 def _mma(q, k, v, length):
     # One block of {nt} threads a (batch, kv head) and split, S and P V on mma.sync, each warp copying its own tiles
