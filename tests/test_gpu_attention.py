@@ -8,6 +8,7 @@ family's renderings passes the harness on the tasks' first GPU workload.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,18 @@ def test_cuda_family_renderings_pass_the_harness(cuda_backend, fam, params):
     workload = min(task.select_workloads("gpu"), key=lambda w: w.axes.get("L", 0) * w.axes["B"])
     result = evaluate(task, fam.source(params), cuda_backend,
                       EvalOptions(workloads=[workload.name], baseline=None, timeout_s=600))
+    assert result.status == "passed", result.message
+
+
+def test_the_decode_familys_tensor_core_choice_passes_the_harness(cuda_backend):
+    # `mma`: the library's tensor-core decode beside split-K. B 8, 16k takes it with two splits a pair (partials and
+    # the merge), B 16, 32k with one (the block writes the output); B 1 stays on split-K.
+    fam = next(f for f in dec_t.FAMILIES if f.id == "gqa_decode.cuda.split_k")
+    params = fam.realise("tensor_core_mma", fam.default(), random.Random(0))
+    assert params["mma"]
+    result = evaluate(get_task("gqa_decode"), fam.source(params), cuda_backend,
+                      EvalOptions(workloads=["gpu_b1_len4096", "gpu_b8_len16384", "gpu_b16_len32768"], baseline=None,
+                                  timeout_s=600))
     assert result.status == "passed", result.message
 
 
