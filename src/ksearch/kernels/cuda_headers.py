@@ -1,12 +1,12 @@
 """Inline-PTX device helpers that several CUDA kernels put in their `header=` text (MLX-CUDA, `mx.fast.cuda_kernel`).
 
 MMA_SYNC_HEADER: `mma.sync` m16n8k16 for fp16 / bf16, `ldmatrix` (plain and transposed), 16-byte `cp.async` and a
-swizzled tile load; the mma.sync prefill (attention/mma_sync.py) and the cluster decode (decode/cuda_cluster.py) use it.
+swizzled tile load; the mma.sync prefill (attention/mma_sync.py) and the tensor-core decode (decode/cuda_cluster.py) use it.
 WGMMA_HEADER: Hopper's `wgmma` (shared-memory and register A operands), register and proxy fences, mbarriers,
 `cp.async` into the core-matrix layout that wgmma descriptors describe; the wgmma prefills (attention/wgmma.py,
 attention/wgmma_ws.py) use it.
-MBARRIER_HEADER: the mbarrier helpers alone (WGMMA_HEADER holds them too): the cluster decode's, whose text MLX copies
-on every call (the whole of WGMMA_HEADER is 18 KB of it).
+MBARRIER_HEADER: the mbarrier helpers alone (WGMMA_HEADER holds them too), for the tensor-core decode
+(decode/cuda_cluster.py): MLX copies a kernel's whole text on every call, and WGMMA_HEADER is 18 KB of it.
 All three are include-guarded: a checker may compile several kernels of one candidate in one translation unit.
 """
 
