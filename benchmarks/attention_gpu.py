@@ -16,6 +16,8 @@ import math
 import os
 import statistics
 import sys
+from functools import partial
+from typing import Any
 
 os.environ.setdefault("MLX_ENABLE_TF32", "0")  # the fp32 reference must be real fp32
 
@@ -221,9 +223,13 @@ def versus_native(out: str, texts: list[str]) -> None:
     """Decode configurations and MLX's SDPA on the cache slice, side by side on `bench decode`'s shapes, each
     contender's calls back to back in blocks (the blocks in turn, 5 times): the configurations' speedups over native
     per shape and as a geomean (JSON). Each call evaluated and synchronised (the latency of one waited-for call), or
-    with `--queued` ten calls queued before one evaluation (as `ksearch bench decode` times them)."""
-    queued = "--queued" in texts
-    texts = [t for t in texts if t != "--queued"]
+    with `--queued` ten calls queued before one evaluation, independent (the same inputs each call), or with
+    `--chained` too each call's query the previous call's output, caches read in turn (as `ksearch bench decode`
+    times them)."""
+    queued, chain = "--queued" in texts, "--chained" in texts
+    texts = [t for t in texts if t not in ("--queued", "--chained")]
+    if chain and not queued:
+        raise SystemExit("versus-native: --chained is for --queued rounds (each call waited for is chained already)")
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
     from ksearch.bench.timing import geomean
@@ -237,9 +243,12 @@ def versus_native(out: str, texts: list[str]) -> None:
     for shape in ba.decode_shapes(True):
         q, kc, vc = ba.decode_inputs(shape)
         n = shape["length"]
-        fns = {"native": lambda q=q, kc=kc, vc=vc, n=n: native_decode(q, kc, vc, n)}
+        caches = ba.decode_caches(shape, kc, vc) if chain else [(kc, vc)]
+        calls: dict[str, Any] = {"native": lambda q, kc, vc, n=n: native_decode(q, kc, vc, n)}
         for cfg in configs:
-            fns[repr(cfg)] = lambda c=cfg, q=q, kc=kc, vc=vc, n=n: decode(q, kc, vc, n, config=c)
+            calls[repr(cfg)] = lambda q, kc, vc, c=cfg, n=n: decode(q, kc, vc, n, config=c)
+        fns = {name: ba.chained(call, q, caches) if chain else partial(call, q, kc, vc)
+               for name, call in calls.items()}
         time_rounds(fns, 2, warmup=3, sync_each=True)
         times: dict[str, list[float]] = {k: [] for k in fns}
         for _ in range(5):
@@ -260,9 +269,10 @@ def versus_native(out: str, texts: list[str]) -> None:
                for c in configs}
     for name, s in summary.items():
         print(f"{name}: geomean x{s['geomean_speedup']:.3f}, min x{s['min_speedup']:.3f}", flush=True)
-    how = ("blocks of 4 rounds of 10 queued calls" if queued
+    how = ("blocks of 4 rounds of 10 queued calls" + (", chained" if chain else "") if queued
            else "each call evaluated and synchronised, blocks of 20 calls")
-    data = make_result("decode-versus-native-queued" if queued else "decode-versus-native", get_backend("mlx-cuda"),
+    name = ("decode-versus-native-queued" + ("-chained" if chain else "")) if queued else "decode-versus-native"
+    data = make_result(name, get_backend("mlx-cuda"),
                        figures, shapes, sorted({s["dtype"] for s in shapes}), summary=summary,
                        notes=f"{how} per contender in turn, 5 times; native = SDPA on the cache slice")
     print(write_result(data, out), flush=True)

@@ -12,11 +12,17 @@ the configurations given), the time a call in a sustained stream under each way 
 and, as a floor from the host's side, build:N: the time a call only to build N calls' graphs (nothing evaluated).
 The modes run in turn, twice, and the better round is kept. `--pieces` adds what a call is made of as contenders of
 their own: the library's split kernel without its merge, each tensor-core configuration's kernel without it, the
-merge alone (on partials made once) and MLX's slice of K.
+merge alone (on partials made once) and MLX's slice of K. `--timeline N` records, per contender, N queued rounds of
+the first queued mode through CUPTI (torch's profiler, which traces every kernel in the process, MLX's included) and
+splits a call's time into the device's kernels (each kernel's median) and the device's idle time between them;
+the first kernels as recorded show whether calls overlapped. By default the calls are independent (the same inputs
+each call; MLX's graphs let queued ones run side by side); `--chained` makes each call's query the previous call's
+output and reads caches in turn, as `ksearch bench decode` does (bench.attention.chained).
 
     python benchmarks/decode_stream.py OUT_DIR [--shapes 16x16384,1x4096] [--seconds 0.5]
                                        [--modes queued:1,queued:10,queued:100,async:2,async:8,build:10]
                                        [--pieces] [--configs mma:producers=0,consumers=4,slots=3 ...]
+                                       [--timeline ROUNDS] [--chained]
 
 Hq 32, Hkv 8, D 128, fp16, capacity = length + 256. Writes decode-stream-*.json to OUT_DIR.
 """
@@ -79,21 +85,71 @@ def per_call(fn: Callable[[], Any], mode: tuple[str, int], seconds: float) -> fl
     return (time.perf_counter() - t0) / calls
 
 
-def contenders(q: Any, kc: Any, vc: Any, length: int, configs: list[Any],
-               pieces: bool = False) -> dict[str, Callable[[], Any]]:
+def summarize_timeline(kernels: list[tuple[str, float, float]], calls: int) -> dict[str, Any]:
+    """Kernel intervals (name, start, end in us) of `calls` calls -> a call's span (first start to last end, over
+    calls), the device's busy time a call (the union of the intervals), its idle time a call, and per kernel name
+    the launches a call and the median duration."""
+    import statistics
+
+    if not kernels or calls < 1:
+        raise ValueError("no kernels recorded: the profiler saw none of the calls' kernels")
+    kernels = sorted(kernels, key=lambda k: k[1])
+    busy, run_start, run_end = 0.0, kernels[0][1], kernels[0][2]
+    for _, start, end in kernels[1:]:
+        if start > run_end:
+            busy += run_end - run_start
+            run_start, run_end = start, end
+        else:
+            run_end = max(run_end, end)
+    busy += run_end - run_start
+    span = max(k[2] for k in kernels) - kernels[0][1]
+    by_name: dict[str, list[float]] = {}
+    for name, start, end in kernels:
+        by_name.setdefault(name, []).append(end - start)
+    t0 = kernels[0][1]
+    return {"span_us": span / calls, "busy_us": busy / calls, "idle_us": (span - busy) / calls,
+            # the first kernels as recorded (name, start from the first, duration): where the idle time falls
+            "first": [(name[:60], start - t0, end - start) for name, start, end in kernels[:40]],
+            "kernels": {name: {"per_call": len(d) / calls, "median_us": statistics.median(d)}
+                        for name, d in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))}}
+
+
+def trace_queued(fn: Callable[[], Any], n: int, rounds: int) -> dict[str, Any]:
+    """`rounds` rounds of n queued calls under CUPTI (torch's profiler): summarize_timeline of their kernels."""
+    import mlx.core as mx
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    mx.eval([fn() for _ in range(n)])
+    mx.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(rounds):
+            mx.eval([fn() for _ in range(n)])
+        mx.synchronize()
+    kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+               if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start]
+    return summarize_timeline(kernels, rounds * n)
+
+
+def contenders(q: Any, kc: Any, vc: Any, length: int, configs: list[Any], pieces: bool = False,
+               caches: list[tuple[Any, Any]] | None = None) -> dict[str, Callable[[], Any]]:
     """Native, the library and each configuration; with `pieces`, also what a call is made of: the library's split
     kernel without its merge, each tensor-core configuration's kernel without it, the merge alone (on partials made
-    once) and MLX's slice of K."""
+    once) and MLX's slice of K. With `caches`, the whole calls are chained (bench.attention.chained): each call's
+    query the previous call's output, the caches read in turn."""
     import mlx.core as mx
 
+    from ksearch.bench.attention import chained
     from ksearch.kernels.decode import decode, native_decode
     from ksearch.kernels.decode.cuda_cluster import ClusterConfig, mma_partials
     from ksearch.kernels.decode.cuda_split_k import launch_for, merge_partials, split_partials
 
-    calls: dict[str, Callable[[], Any]] = {"native": lambda: native_decode(q, kc, vc, length),
-                                           "library": lambda: decode(q, kc, vc, length)}
+    whole: dict[str, Callable[[Any, Any, Any], Any]] = {
+        "native": lambda q, k, v: native_decode(q, k, v, length), "library": lambda q, k, v: decode(q, k, v, length)}
     for cfg in configs:
-        calls[repr(cfg)] = lambda c=cfg: decode(q, kc, vc, length, config=c)
+        whole[repr(cfg)] = lambda q, k, v, c=cfg: decode(q, k, v, length, config=c)
+    calls: dict[str, Callable[[], Any]] = {
+        name: chained(fn, q, caches) if caches else (lambda fn=fn: fn(q, kc, vc)) for name, fn in whole.items()}
     if pieces:
         launch = launch_for(q, kc, vc)
         assert launch is not None, "the library's split-K kernel does not take these shapes"
@@ -118,8 +174,12 @@ def main() -> None:
                     help="also each kernel without its merge, the merge alone and MLX's slice of K")
     ap.add_argument("--configs", nargs="*", default=["mma:producers=0,consumers=4,slots=3"],
                     help="configurations besides the library's: split-K's (ring=0) or `mma[:FIELD=VALUE,...]`")
+    ap.add_argument("--chained", action="store_true",
+                    help="each call's query the previous call's output, caches read in turn (as `bench decode`)")
+    ap.add_argument("--timeline", type=int, default=0, metavar="ROUNDS",
+                    help="also trace ROUNDS rounds of the first queued mode per contender (CUPTI, through torch)")
     args = ap.parse_args()
-    from ksearch.bench.attention import decode_inputs, parse_batch_lengths
+    from ksearch.bench.attention import decode_caches, decode_inputs, parse_batch_lengths
     from ksearch.kernels.decode import parse_config
 
     try:
@@ -131,6 +191,11 @@ def main() -> None:
                          "configurations as ring=0 or mma:consumers=4)") from None
     if not args.seconds > 0:
         raise SystemExit(f"decode_stream: --seconds {args.seconds}: give a positive stream length")
+    if args.chained and args.pieces:
+        raise SystemExit("decode_stream: --pieces times parts whose outputs are not a query; drop --chained for them")
+    queued = [n for kind, n in modes if kind == "queued"]
+    if args.timeline < 0 or (args.timeline and not queued):
+        raise SystemExit("decode_stream: --timeline ROUNDS takes ROUNDS >= 1 and a queued:N mode to trace")
     import mlx.core as mx
 
     from ksearch.backends import get_backend
@@ -140,10 +205,11 @@ def main() -> None:
         raise SystemExit("decode_stream: MLX here has no CUDA device; run this on the CUDA machine")
     figures = []
     for b, length in shapes:
-        q, kc, vc = decode_inputs({"B": b, "Hq": 32, "Hkv": 8, "D": 128, "capacity": length + 256,
-                                   "dtype": "float16"})
+        shape = {"B": b, "Hq": 32, "Hkv": 8, "D": 128, "capacity": length + 256, "dtype": "float16"}
+        q, kc, vc = decode_inputs(shape)
         kv = 2 * b * 8 * length * 128 * 2
-        calls = contenders(q, kc, vc, length, configs, args.pieces)
+        calls = contenders(q, kc, vc, length, configs, args.pieces,
+                           decode_caches(shape, kc, vc) if args.chained else None)
         best: dict[tuple[str, str], float] = {}
         for _ in range(2):  # rounds in turn, so that a slow stretch of the machine falls on every contender alike
             for name, fn in calls.items():
@@ -154,9 +220,17 @@ def main() -> None:
             figures.append({"B": b, "length": length, "contender": name, "mode": label, "per_call_s": t,
                             "tbs": None if label.startswith("build") else kv / t / 1e12})
             print(f"{b:>2} {length:>6} {name[:48]:<48} {label:<11} {t * 1e6:8.1f} us", flush=True)
-    data = make_result("decode-stream", get_backend("mlx-cuda"), figures, [list(s) for s in shapes], ["float16"],
+        for name, fn in calls.items() if args.timeline else ():
+            tl = trace_queued(fn, queued[0], args.timeline)
+            figures.append({"B": b, "length": length, "contender": name, "mode": f"timeline queued:{queued[0]}", **tl})
+            top = ", ".join(f"{k[:40]} {v['median_us']:.1f} us x{v['per_call']:.2g}" for k, v in
+                            list(tl["kernels"].items())[:3])
+            print(f"{b:>2} {length:>6} {name[:48]:<48} span {tl['span_us']:7.1f} busy {tl['busy_us']:7.1f} "
+                  f"idle {tl['idle_us']:6.1f} us a call; {top}", flush=True)
+    data = make_result("decode-stream-chained" if args.chained else "decode-stream", get_backend("mlx-cuda"),
+                       figures, [list(s) for s in shapes], ["float16"],
                        notes=f"the better of two rounds of {args.seconds} s per contender and mode; build:N times "
-                             "building the calls' graphs only")
+                             "building the calls' graphs only" + ("; calls chained" if args.chained else ""))
     print(write_result(data, args.out), flush=True)
 
 

@@ -140,8 +140,8 @@ def test_the_library_gives_large_calls_to_the_tensor_core_kernel(monkeypatch: py
     monkeypatch.setattr(device, "hopper", lambda: True)
     try:
         assert plan(16, 8, 16384) == "mma_split"  # 512 MiB over 128 pairs
-        assert plan(16, 8, 4096) == "mma_split" and plan(16, 8, 4095) == "split_k"  # 256 MiB is the line
-        assert plan(8, 8, 32768) == "mma_split" and plan(4, 8, 65536) == "split_k"  # 32 pairs: too few
+        assert plan(1, 8, 16385) == "mma_split" and plan(1, 8, 16384) == "split_k"  # more than 64 MiB, any pairs
+        assert plan(1, 2, 65537) == "mma_split" and plan(4, 8, 4096) == "split_k"
         assert plan(16, 8, 16384, d=64) == "split_k"  # measured at D=128 only
         assert plan(16, 8, 16384, config=kd.decode_config(mx.zeros((16, 32, 1, 128)), mx.zeros((16, 8, 1, 128)),
                                                           16384)) == "split_k"  # a configuration asks for split-K

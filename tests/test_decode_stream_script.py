@@ -51,7 +51,9 @@ def test_async_keeps_at_most_n_calls_in_flight(monkeypatch):
 
 def test_bad_input_and_a_machine_without_cuda_are_refused_in_one_line(tmp_path):
     for args, want in ((["--modes", "queued:0"], "MODE:N"), (["--shapes", "16by1024"], "BxLENGTH"),
-                       (["--configs", "nope=1"], "nope"), (["--seconds", "0"], "positive")):
+                       (["--configs", "nope=1"], "nope"), (["--seconds", "0"], "positive"),
+                       (["--timeline", "2", "--modes", "async:2"], "queued:N"), (["--timeline", "-1"], "ROUNDS"),
+                       (["--chained", "--pieces"], "drop --chained")):
         done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *args], capture_output=True, text=True,
                               timeout=300)
         assert done.returncode == 1 and done.stderr.strip().startswith("decode_stream: "), done.stderr
@@ -59,3 +61,17 @@ def test_bad_input_and_a_machine_without_cuda_are_refused_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "no CUDA device" in done.stderr, done.stderr  # this machine: MLX on the CPU
     assert not list(tmp_path.iterdir())
+
+
+def test_a_timeline_splits_a_call_into_kernels_and_idle_time():
+    # Two calls: a 10 us kernel overlapping a 4 us one, 6 us idle, then a 10 us kernel; 20 us idle; the same again.
+    kernels = [("split", 0.0, 10.0), ("merge", 8.0, 12.0), ("split", 18.0, 28.0),
+               ("split", 48.0, 58.0), ("merge", 56.0, 60.0), ("split", 66.0, 76.0)]
+    tl = decode_stream.summarize_timeline(kernels, 2)
+    assert tl["span_us"] == 38.0 and tl["busy_us"] == 22.0 and tl["idle_us"] == 16.0
+    assert tl["first"][:2] == [("split", 0.0, 10.0), ("merge", 8.0, 4.0)]
+    assert list(tl["kernels"]) == ["split", "merge"]  # the most time first
+    assert tl["kernels"]["split"] == {"per_call": 2.0, "median_us": 10.0}
+    assert tl["kernels"]["merge"] == {"per_call": 1.0, "median_us": 4.0}
+    with pytest.raises(ValueError, match="no kernels"):
+        decode_stream.summarize_timeline([], 3)

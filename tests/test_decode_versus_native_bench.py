@@ -45,6 +45,7 @@ def test_the_tensor_core_kernel_is_named_mma_and_parsed_as_a_cluster_config():
     (["--kernel", "mma_split", "--config", "keys=24x"], "keys='24x': give an integer"),
     (["--kernel", "mma_split", "--config", "warps=2"], "unknown ClusterConfig field 'warps'"),
     (["--config", "consumers=2"], "unknown DecodeConfig field 'consumers'"),
+    (["--calls", "together"], "'together': use chained or independent"),
 ])
 def test_bench_decode_refuses_a_bad_kernel_or_configuration_in_one_line(args, message, tmp_path):
     out = subprocess.run([sys.executable, "-m", "ksearch.cli", "bench", "decode", "--out", str(tmp_path), *args],
@@ -52,6 +53,34 @@ def test_bench_decode_refuses_a_bad_kernel_or_configuration_in_one_line(args, me
     assert out.returncode == 2, out.stderr[-2000:]
     assert message in " ".join(out.stderr.split()), out.stderr[-2000:]
     assert "Traceback" not in out.stderr and not list(tmp_path.iterdir())
+
+
+def test_chained_calls_take_the_previous_output_as_their_query_and_read_the_caches_in_turn():
+    from ksearch.bench.attention import chained
+
+    seen = []
+
+    def call(q, k, v):
+        seen.append((q, k, v))
+        return q + 1
+
+    fn = chained(call, 10, [("k0", "v0"), ("k1", "v1"), ("k2", "v2")])
+    assert [fn() for _ in range(4)] == [11, 12, 13, 14]
+    assert seen == [(10, "k0", "v0"), (11, "k1", "v1"), (12, "k2", "v2"), (13, "k0", "v0")]
+
+
+def test_a_chained_stream_rotates_small_caches_up_to_256_mib_and_keeps_a_big_one_alone():
+    mx = pytest.importorskip("mlx.core")
+    from ksearch.bench.attention import ROTATE_BYTES, decode_caches, decode_inputs
+
+    small = {"B": 1, "Hq": 4, "Hkv": 1, "D": 64, "capacity": 2**16, "dtype": "float16"}  # 8 MiB each of K and V
+    q, kc, vc = decode_inputs(small)
+    caches = decode_caches(small, kc, vc)
+    assert len(caches) == ROTATE_BYTES // (2 * kc.nbytes) == 16 and caches[0] == (kc, vc)
+    assert not mx.array_equal(caches[1][0], kc).item()  # each cache its own contents
+    big = {**small, "capacity": 2**20}  # 128 MiB each
+    q, kc, vc = decode_inputs(big)
+    assert decode_caches(big, kc, vc) == [(kc, vc)]
 
 
 def test_the_decode_summary_counts_bandwidth_over_256_mib_only():

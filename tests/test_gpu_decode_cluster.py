@@ -119,10 +119,16 @@ for b, hq, hkv, cap, n, d, dt in [(16, 32, 8, 4352, 4097, 128, mx.float16), (24,
     split_k = kd.decode_config(q, kc, n)
     err = mx.max(mx.abs(kd.decode(q, kc, vc, n, config=split_k).astype(mx.float32) - ref(q, kc, vc, n))).item()
     assert err < (2e-2 if dt == mx.bfloat16 else 4e-3), ("split-K after", b, n, d, dt, err)
-    if (b, n) == (16, 4097):  # 256 MiB of K/V and more: the library's own dispatch takes the same kernel
+    if (b, n) == (16, 4097):  # more than 64 MiB of K/V: the library's own dispatch takes the same kernel
         assert kd.decode_plan(q, kc, vc, n)[0] == "mma_split"
         err = mx.max(mx.abs(kd.decode(q, kc, vc, n).astype(mx.float32) - ref(q, kc, vc, n))).item()
         assert err < (2e-2 if dt == mx.bfloat16 else 4e-3), ("library", b, n, d, dt, err)
+# B 1 just past 64 MiB: the library's dispatch takes the kernel with many splits a pair, then split-K's merge
+q = mx.random.normal((1, 32, 1, 128)).astype(mx.float16)
+kc, vc = (mx.random.normal((1, 8, 16400, 128)).astype(mx.float16) for _ in range(2))
+assert kd.decode_plan(q, kc, vc, 16385)[0] == "mma_split" and DC.wave_splits(8, 16385, 128, 4, cfg) > 1
+err = mx.max(mx.abs(kd.decode(q, kc, vc, 16385).astype(mx.float32) - ref(q, kc, vc, 16385))).item()
+assert err < 4e-3, ("library at B 1", err)
 print("ok")
 """
 

@@ -32,7 +32,7 @@ def test_off_by_default_and_realised_by_the_tensor_core_pattern(monkeypatch):
 
     assert FAM.default()["mma"] == 0 and "_mma" not in _candidate(FAM.default(), monkeypatch)
     assert "tensor_core_mma" in FAM.patterns
-    assert FAM.realise("tensor_core_mma", FAM.default(), random.Random(0))["mma"] == 256
+    assert FAM.realise("tensor_core_mma", FAM.default(), random.Random(0))["mma"] == 64
 
 
 def test_the_rendering_carries_the_librarys_texts_and_launch(monkeypatch):
@@ -67,14 +67,14 @@ def test_its_splits_are_the_librarys(b, length, monkeypatch):
 
 
 def test_the_rule_is_the_librarys(monkeypatch):
-    """Where the candidate takes the tensor-core kernel on Hopper: 256 MiB of K/V or more over 64 pairs or more, D 128
-    and G 4, as decode.mma_takes (which also takes other G)."""
-    cand = _candidate({**FAM.default(), "mma": 256}, monkeypatch)
+    """Where the candidate takes the tensor-core kernel on Hopper: more than 64 MiB of K/V, D 128 and G 4, as
+    decode.mma_takes (which also takes other G)."""
+    cand = _candidate({**FAM.default(), "mma": 64}, monkeypatch)
     monkeypatch.setitem(cand, "_HOPPER", True)
     took = []
     monkeypatch.setitem(cand, "_mma", lambda *a: took.append(a) or "mma")
-    for b, hkv, length, d, want in [(16, 8, 4096, 128, True), (16, 8, 4095, 128, False), (4, 8, 65536, 128, False),
-                                    (16, 8, 16384, 64, False), (8, 8, 16384, 128, True)]:
+    for b, hkv, length, d, want in [(1, 8, 16384, 128, False), (1, 8, 16385, 128, True), (1, 8, 32768, 128, True),
+                                    (16, 8, 16384, 64, False), (8, 8, 4096, 128, True), (1, 2, 65536, 128, False)]:
         q = mx.zeros((b, 4 * hkv, 1, d), dtype=mx.float16)
         kc = mx.zeros((b, hkv, length + 16, d), dtype=mx.float16)
         took.clear()

@@ -5,6 +5,8 @@ each time `n` calls of ours and `n` calls of native back to back (interleaved, s
 in an order drawn at random); a round's time is the wall clock of the n calls plus one `mx.eval` and
 `mx.synchronize`, divided by n; prefill raises n until a round lasts about 10 ms. We report the median over rounds,
 the spread (min/max ratio across rounds) and, from the median, TFLOP/s, GB/s and the fraction of the roofline.
+Decode's calls are chained by default (`chained`): each call's query is the previous call's output, as in a model's
+layers, so no two calls of a round run side by side on the device.
 """
 
 from __future__ import annotations
@@ -68,13 +70,13 @@ def _dtype(name: str) -> Any:
     return getattr(mx, name)
 
 
-def decode_inputs(shape: dict[str, Any]) -> tuple[Any, Any, Any]:
+def decode_inputs(shape: dict[str, Any], seed: int = 0) -> tuple[Any, Any, Any]:
     """q (B, Hq, 1, D) and K / V caches (B, Hkv, capacity, D) for a decode shape, seeded, evaluated."""
     import mlx.core as mx
 
     dt = _dtype(shape["dtype"])
     b, hq, hkv, d, cap = (shape[k] for k in ("B", "Hq", "Hkv", "D", "capacity"))
-    mx.random.seed(0)
+    mx.random.seed(seed)
     q = mx.random.normal((b, hq, 1, d)).astype(dt)
     kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
     vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
@@ -82,30 +84,72 @@ def decode_inputs(shape: dict[str, Any]) -> tuple[Any, Any, Any]:
     return q, kc, vc
 
 
+#: A chained stream reads caches of this many bytes in turn (the H200's L2 holds 50 MB): a model's layers each read
+#: a cache of their own, so a stream that read one small cache again and again would time the L2, not the HBM.
+ROTATE_BYTES = 256 * 2**20
+
+#: How bench decode's calls follow each other: "chained" (the default) or "independent".
+CALLS = ("chained", "independent")
+
+
+def decode_caches(shape: dict[str, Any], kc: Any, vc: Any) -> list[tuple[Any, Any]]:
+    """(K, V) caches of `shape` to read in turn, kc / vc first: as many as make ROTATE_BYTES (one where it alone
+    does)."""
+    copies = max(1, math.ceil(ROTATE_BYTES / (kc.nbytes + vc.nbytes)))
+    return [(kc, vc)] + [decode_inputs(shape, seed)[1:] for seed in range(1, copies)]
+
+
+def chained(call: Callable[[Any, Any, Any], Any], q: Any, caches: Sequence[tuple[Any, Any]]) -> Callable[[], Any]:
+    """`call(q, k_cache, v_cache)` as a stream of dependent calls: each call's query is the previous call's output
+    (same shape and dtype) and the caches are read in turn, as a model's next layer waits for this one and reads its
+    own cache. Independent calls queued together may run side by side on the device: MLX puts them in one CUDA
+    graph without an edge between them, and two of cuDNN's calls at B 16, 16k then read the same cache at once, two
+    calls in 358 us (6.0 TB/s of K/V counted, above HBM's peak; benchmarks/results/decode-stream-timeline-*.json)."""
+    state = [q, 0]
+
+    def fn() -> Any:
+        kc, vc = caches[state[1] % len(caches)]
+        out = call(state[0], kc, vc)
+        state[0], state[1] = out, state[1] + 1
+        return out
+
+    return fn
+
+
 #: bench_decode_shape's `config` for split-K in the library's configuration at every shape (where the dispatch would
 #: give a call to the tensor-core kernel, too).
 SPLIT_K = "split_k"
 
 
-def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, config: Any = None) -> dict[str, Any]:
+def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, config: Any = None,
+                       calls: str = "chained") -> dict[str, Any]:
+    """calls: "chained" (each call's query the previous call's output, caches read in turn: `chained`) or
+    "independent" (the same query and cache every call; calls queued together may overlap on the device)."""
     import mlx.core as mx
 
     from ksearch.kernels.decode import decode, decode_config, decode_plan, native_decode
 
+    if calls not in CALLS:
+        raise ValueError(f"calls={calls!r}: use one of {', '.join(CALLS)}")
     dt = _dtype(shape["dtype"])
     b, hkv, d, length = (shape[k] for k in ("B", "Hkv", "D", "length"))
     q, kc, vc = decode_inputs(shape)
     if config == SPLIT_K:
         config = decode_config(q, kc, length)
+    caches = decode_caches(shape, kc, vc) if calls == "chained" else [(kc, vc)]
 
-    def native_contig() -> Any:
+    def native_contig(q: Any, kc: Any, vc: Any) -> Any:
         k = mx.contiguous(kc[:, :, :length])
         v = mx.contiguous(vc[:, :, :length])
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(d))
 
-    t = time_rounds({"ours": lambda: decode(q, kc, vc, length, config=config),
-                      "native_slice": lambda: native_decode(q, kc, vc, length),
-                      "native_contiguous": native_contig}, rounds, n)
+    contenders: dict[str, Callable[[Any, Any, Any], Any]] = {
+        "ours": lambda q, kc, vc: decode(q, kc, vc, length, config=config),
+        "native_slice": lambda q, kc, vc: native_decode(q, kc, vc, length),
+        "native_contiguous": native_contig}
+    t = time_rounds({name: chained(call, q, caches) if calls == "chained" else partial(call, q, kc, vc)
+                     for name, call in contenders.items()}, rounds, n)
+    del caches
     # The task's native baseline keeps the faster of the two ways of calling MLX per shape; so do we.
     base = min(("native_slice", "native_contiguous"), key=lambda k: statistics.median(t[k]))
     med = statistics.median(t["ours"])
@@ -117,7 +161,7 @@ def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, con
             "native_contiguous_latency_s": statistics.median(t["native_contiguous"]),
             **ratio_stats(t["ours"], t[base]), "kv_bytes": kv_bytes, "gbs": kv_bytes / med / 1e9,
             "native_gbs": kv_bytes / statistics.median(t[base]) / 1e9, "roofline_fraction": kv_bytes / med / HBM_BYTES_PER_S,
-            "max_abs_diff_vs_native": err, "config": repr(config),
+            "max_abs_diff_vs_native": err, "config": repr(config), "calls": calls,
             "kernel": decode_plan(q, kc, vc, length, config=config)[0]}
 
 
@@ -219,22 +263,27 @@ def summarize_prefill(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callable[[str], None] = print,
-              config: Any = None, name: str | None = None, configs: Sequence[str] = ()) -> Path:
-    """configs (prefill only): wgmma configuration names timed beside the dispatch at every shape."""
+              config: Any = None, name: str | None = None, configs: Sequence[str] = (),
+              calls: str = "chained") -> Path:
+    """configs (prefill only): wgmma configuration names timed beside the dispatch at every shape; calls (decode
+    only): "chained" or "independent" (bench_decode_shape), the latter written under a name of its own."""
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
 
     backend = get_backend(None)
     if kind == "decode":
-        shapes, one, summ, default = decode_shapes(full), bench_decode_shape, summarize_decode, "decode"
+        shapes, summ, default = decode_shapes(full), summarize_decode, "decode"
     else:
-        shapes, one, summ, default = prefill_shapes(full), bench_prefill_shape, summarize_prefill, "attention-prefill"
+        shapes, summ, default = prefill_shapes(full), summarize_prefill, "attention-prefill"
     if configs and kind == "decode":
         raise ValueError("configurations beside the dispatch are for prefill: run `ksearch bench attention --configs`")
-    name = name or default
+    if calls not in CALLS:
+        raise ValueError(f"calls={calls!r}: use one of {', '.join(CALLS)}")
+    name = (name or default) + ("-independent" if kind == "decode" and calls == "independent" else "")
     rows = []
     for shape in shapes:
-        rows.append(bench_prefill_shape(shape, config=config, configs=configs) if configs else one(shape, config=config))
+        rows.append(bench_decode_shape(shape, config=config, calls=calls) if kind == "decode" else
+                    bench_prefill_shape(shape, config=config, configs=configs))
         r = rows[-1]
         extra = "".join(f", {c}: {x['speedup']:.2f}x" for c, x in r.get("configs", {}).items())
         kernel = f" ({r['kernel']})" if "kernel" in r else ""  # decode: which of the library's kernels ran

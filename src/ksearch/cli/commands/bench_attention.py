@@ -74,15 +74,21 @@ def register(bench_app: typer.Typer) -> None:
                                               "the same in one launch (Hopper, MLX_USE_CUDA_GRAPHS=0)"),
                    config: str = typer.Option("", help="a configuration other than the kernel's default, e.g. "
                                               "'target_blocks=528,min_chunk=256' for split_k (and the library's), 'consumers=4,"
-                                              "producers=2' for mma_split (written as decode-config-*.json)")
+                                              "producers=2' for mma_split (written as decode-config-*.json)"),
+                   calls: str = typer.Option("chained", help="chained: each call's query is the previous call's "
+                                             "output, caches read in turn (a model's layers); independent: the same "
+                                             "inputs every call, calls free to overlap on the device "
+                                             "(decode-*-independent-*.json)")
                    ) -> None:
         """GQA decode: our kernel vs MLX's attention on the cache (the faster of two ways)."""
-        from ksearch.bench.attention import SPLIT_K, run_bench
+        from ksearch.bench.attention import CALLS, SPLIT_K, run_bench
         from ksearch.kernels.decode.cuda_cluster import GRAPHS_ERROR, ClusterConfig, graphs_off
         from ksearch.kernels.decode.cuda_split_k import DecodeConfig
 
         if kernel not in ("library", "split_k", "mma_split", "cluster"):
             raise typer.BadParameter(f"{kernel!r}: use library, split_k, mma_split or cluster", param_hint="--kernel")
+        if calls not in CALLS:
+            raise typer.BadParameter(f"{calls!r}: use {' or '.join(CALLS)}", param_hint="--calls")
         if kernel == "cluster" and not graphs_off():
             raise typer.BadParameter(GRAPHS_ERROR, param_hint="--kernel")
         if config and kernel == "cluster":
@@ -95,12 +101,13 @@ def register(bench_app: typer.Typer) -> None:
         check_out_dir(out)
         # Anything but the default kernel in its default configuration gets a file of its own.
         if kernel == "cluster":
-            run_bench("decode", full, out, config=ClusterConfig(), name="decode-cluster")
+            run_bench("decode", full, out, config=ClusterConfig(), name="decode-cluster", calls=calls)
         elif kernel == "mma_split":
-            run_bench("decode", full, out, config=chosen, name="decode-config" if config else "decode-mma-split")
+            run_bench("decode", full, out, config=chosen, name="decode-config" if config else "decode-mma-split",
+                      calls=calls)
         elif chosen is not None:
-            run_bench("decode", full, out, config=chosen, name="decode-config")
+            run_bench("decode", full, out, config=chosen, name="decode-config", calls=calls)
         elif kernel == "split_k":
-            run_bench("decode", full, out, config=SPLIT_K, name="decode-split-k")
+            run_bench("decode", full, out, config=SPLIT_K, name="decode-split-k", calls=calls)
         else:
-            run_bench("decode", full, out)
+            run_bench("decode", full, out, calls=calls)

@@ -1,7 +1,7 @@
 """One GQA decode step as a plain function, `decode`: the dispatch over the decode kernels of this package.
 
 q (B, Hq, 1, D) against positions [0, length) of K / V caches (B, Hkv, capacity, D). On CUDA the split-K kernel
-(cuda_split_k.py), and on Hopper from 256 MiB of K / V over 64 (batch, kv head) pairs at D=128 the tensor-core kernel of
+(cuda_split_k.py), and on Hopper above 64 MiB of K / V at D=128 the tensor-core kernel of
 cuda_cluster.py (`mma_takes`; its other configurations on request); on Metal, when opted in
 (`KSEARCH_METAL_KERNELS=1` or `use_metal=True`), the split-K kernel of metal_split_k.py; MLX's own
 `mx.fast.scaled_dot_product_attention` wherever no kernel of ours fits.
@@ -29,20 +29,20 @@ def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
 
 
 #: The tensor-core kernel (one block a (batch, kv head) and split, no producer warp, no clusters) takes the library's
-#: calls where it measured ahead of split-K side by side: K and V of MMA_MIN_KV_BYTES or more over MMA_MIN_PAIRS
-#: (batch, kv head) pairs or more, at D=128 (measured at G 4: B 8 and 16 from 16k, B 16 from 4k;
-#: benchmarks/results/decode-versus-native-queued-one-split-*.json). There one split covers a pair and the kernel
-#: writes the output itself (no merge launch).
+#: calls of more than MMA_MIN_KV_BYTES of K and V at D=128, where it measured ahead of split-K side by side in chained
+#: calls (each call's query the previous call's output, as `bench decode` times them; at G 4 ahead at every shape of
+#: more than 64 MiB, from B 1, 32k on, behind at B 1, 16k and level at B 1, 4k;
+#: benchmarks/results/decode-versus-native-queued-chained-*.json). Where one split
+#: covers a pair (the pairs fill a wave) the kernel writes the output itself (no merge launch).
 MMA_DEFAULT = ClusterConfig(consumers=4, producers=0, slots=3, cluster=False)
-MMA_MIN_KV_BYTES = 256 * 2**20
-MMA_MIN_PAIRS = 64
+MMA_MIN_KV_BYTES = 64 * 2**20
 
 
 def mma_takes(q: Any, k_cache: Any, v_cache: Any, length: int) -> bool:
     """Whether the library's dispatch gives this call to the tensor-core kernel (MMA_DEFAULT) rather than split-K."""
     b, _, _, d = q.shape
     pairs = b * k_cache.shape[1]
-    return (d == 128 and pairs >= MMA_MIN_PAIRS and 2 * pairs * length * d * q.dtype.size >= MMA_MIN_KV_BYTES
+    return (d == 128 and 2 * pairs * length * d * q.dtype.size > MMA_MIN_KV_BYTES
             and 0 < length <= k_cache.shape[2] and _mma_fits(q.shape, q.dtype, k_cache.shape, k_cache.dtype,
                                                              v_cache.shape))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ksearch.kernels.decode import MMA_DEFAULT, MMA_MIN_PAIRS, cuda_cluster, cuda_split_k_text, metal_split_k
+from ksearch.kernels.decode import MMA_DEFAULT, cuda_cluster, cuda_split_k_text, metal_split_k
 from ksearch.kernels.kernel_text import compact
 from ksearch.policy.templates.base import HOPPER_CHECK, TemplateFamily
 
@@ -38,8 +38,8 @@ def _split_call(kernel: str, template: str, indent: str) -> str:
 
 def _mma_code(mib: int) -> tuple[str, str]:
     """(module-level code, the call in run()) for the library's tensor-core decode (kernels/decode/cuda_cluster.py with
-    no producer warp, decode.MMA_DEFAULT) on Hopper at D 128 and G 4 (where it was measured), for calls of `mib` MiB
-    of K/V or more over MMA_MIN_PAIRS (batch, kv head) pairs or more: the library's own dispatch at mib=256. The texts
+    no producer warp, decode.MMA_DEFAULT) on Hopper at D 128 and G 4 (where it was measured), for calls of more than
+    `mib` MiB of K/V: the library's own dispatch at mib=64 (decode.MMA_MIN_KV_BYTES). The texts
     are the library's, compacted as the library hands them to MLX (a call's host work grows with them)."""
     cfg, d, g = MMA_DEFAULT, 128, 4
     nt, smem = cfg.threads(), cfg.smem_bytes(d, g)
@@ -85,8 +85,7 @@ def _mma(q, k, v, length):
                       grid=(b * hq * {d}, 1, 1), threadgroup=({d}, 1, 1), output_shapes=[q.shape],
                       output_dtypes=[q.dtype])[0]
 '''
-    call = f'''    if _HOPPER and d == {d} and hq == {g} * hkv and b * hkv >= {MMA_MIN_PAIRS} and \\
-            2 * b * hkv * length * d * q.dtype.size >= {mib} * 2**20:
+    call = f'''    if _HOPPER and d == {d} and hq == {g} * hkv and 2 * b * hkv * length * d * q.dtype.size > {mib} * 2**20:
         return _mma(q, k, v, length)
 '''
     return module, call
@@ -275,12 +274,12 @@ FAMILIES = [
         # First choices: one block per query head, no split, no prefetch: the naive starter with 16-byte loads.
         params={"group_heads": (False, True), "target_blocks": (1, 264, 528, 1056, 2112), "unroll": (1, 2, 4, 8),
                 "prefetch": (False, True), "warps": (4, 2, 8), "min_chunk": (128, 256, 512), "fused": (False, True),
-                "ring": (0, 2), "mma": (0, 256)},
+                "ring": (0, 2), "mma": (0, 64, 256)},
         render=render_cuda,
         valid=lambda p: p["warps"] * p["unroll"] <= 32 and not (p["ring"] and p["fused"]),
         # Double buffering on sm_80+: each lane's next rows copied into shared memory by cp.async (the library's ring).
-        # Tensor cores: the library's mma.sync kernel for calls of 256 MiB of K/V or more (Hopper, D 128, G 4).
-        pattern_params={"double_buffering": {"ring": (2,), "fused": (False,)}, "tensor_core_mma": {"mma": (256,)}},
+        # Tensor cores: the library's mma.sync kernel for calls of more than 64 MiB of K/V (Hopper, D 128, G 4).
+        pattern_params={"double_buffering": {"ring": (2,), "fused": (False,)}, "tensor_core_mma": {"mma": (64,)}},
         description="split-K flash-decoding with an LSE merge (last block or a kernel); GQA heads grouped per block"),
     TemplateFamily(
         id="gqa_decode.metal.split_k", tasks=("gqa_decode",), backends=("mlx-metal",),
