@@ -78,6 +78,7 @@ CASES = [
     ("forbidden_reload", "softmax", "forbidden", "mx.softmax", {}),
     ("forbidden_gc", "softmax", "forbidden", "mx.softmax", {}),
     ("timer_patch_all", "softmax", "runtime_error", "inconsistent timings", {}),
+    ("skip_chained", "gqa_decode", "wrong_answer", "a timed call", {}),
     ("memory_hog", "softmax", "runtime_error", "memory limit", {"memory_limit_bytes": 1 << 30}),
     ("infinite_loop", "softmax", "timeout", "time limit", {"timeout_s": 6.0}),
 ]

@@ -101,6 +101,24 @@ def test_the_plain_loop_calls_each_contender_back_to_back_in_blocks(cpu_backend)
     assert len(times["a"]) == sum(n for name, n in blocks if name == "a")
 
 
+def test_the_plain_loop_chains_a_chained_tasks_calls_as_the_harness_does(cpu_backend):
+    from ksearch.bench.plain_loop import plain_times
+
+    task = get_task("gqa_decode")
+    w = task.select_workloads("cpu")[0]
+    took: list = []
+    made: list = []
+
+    def run(q, k_cache, v_cache, length):
+        took.append(q)
+        made.append(q + 1)
+        return made[-1]
+
+    plain_times(task, w, {"a": run}, sets=3, budget_s=0.02, blocks=1, run=2)
+    assert len(took) > 10 and all(took[i] is made[i - 1] for i in range(1, len(took)))
+    assert took[0] is not made[0]
+
+
 def test_a_harness_figure_is_within_the_plain_loops_spread_only_inside_its_range_widened_by_the_tolerance():
     from ksearch.bench.fidelity import TOLERANCE, _within_plain_spread
 

@@ -126,6 +126,56 @@ def test_the_worker_times_calls_in_runs_and_commits_to_each() -> None:
     assert times[0] == times[1] == times[2] and times[3] == times[4] == times[5] and times[6] == times[7] == times[8]
 
 
+def test_a_chained_tasks_calls_take_the_previous_output_within_a_run() -> None:
+    import mlx.core as mx
+
+    from ksearch.harness.pool import TimingPool
+    from ksearch.harness.worker import Worker
+    from ksearch.tasks import get_task
+
+    mx.set_default_device(mx.cpu)
+    task = get_task("gqa_decode")
+    assert task.chain == ("q", 0)
+    w = task.select_workloads("cpu")[0]
+    ours, theirs = socket.socketpair()
+    threading.Thread(target=lambda: [None for _ in iter(lambda: theirs.recv(1 << 16), b"")], daemon=True).start()
+    made: list[Any] = []
+    took: list[Any] = []
+
+    def run(q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
+        took.append(q)
+        made.append(q * 0.5)
+        return made[-1]
+
+    worker = Worker(ours)
+    worker.mx, worker._eval, worker._synchronize, worker.task = mx, mx.eval, mx.synchronize, task
+    worker.pool = TimingPool(task, w, 3, 4)
+    worker.run, worker.params = run, dict(w.params)
+    reply = worker.go({"offset": 0, "n": 7, "batch": 7, "run": 3})
+    ours.close()
+    assert reply["ok"] and reply["runs"] == [3, 3, 1]
+    # The first call of each run takes its own set's query; the others the previous call's output, the same array.
+    chained = [took[i] is made[i - 1] for i in range(1, 7)]
+    assert chained == [True, True, False, True, True, False]
+    assert all(timing.starts_run(c, 0, 3, 4) == (c in (0, 3, 6)) for c in range(7))
+    assert timing.run_length(24, 4) == 4 and timing.run_length(0, 9) == 1
+
+
+def test_a_chain_must_join_an_output_to_an_input_of_its_shape() -> None:
+    from dataclasses import replace
+
+    from ksearch.tasks import get_task
+
+    task = get_task("gqa_decode")
+    with pytest.raises(ValueError, match="names no input 'x'"):
+        replace(task, chain=("x", 0))
+    with pytest.raises(ValueError, match="no output 1"):
+        replace(task, chain=("q", 1))
+    with pytest.raises(ValueError, match="not shaped as input 'k_cache'"):
+        replace(task, chain=("k_cache", 0))
+    assert replace(task, chain=None).chain is None
+
+
 def test_work_moved_between_the_calls_of_a_run_gains_at_most_the_run_bound() -> None:
     # A run's inputs are all there before its first call: a candidate computes other calls' outputs early, so four
     # calls in six look twice as fast as they are and two pay for them (each run's total is honest: 6 ms).

@@ -19,7 +19,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,10 +108,13 @@ def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any
     base = set_inputs(task, w, 1, 0)
     pool = [base] + [set_inputs(task, w, 1, k, base) for k in range(1, sets)]
     params = dict(w.params)
-    fns = {}
+    fns: dict[str, Callable[[], Any]] = {}
     for name, fn in contenders.items():
         cycle = itertools.cycle(pool)
-        fns[name] = (lambda f=fn, c=cycle: f(**next(c), **params))
+        if task.chain is not None:
+            fns[name] = _chained(fn, cycle, params, task.chain)
+        else:
+            fns[name] = partial(_independent, fn, cycle, params)
     run = max(1, run)
     probe = time_rounds(fns, 2, run, warmup=3, sync_each=run == 1)
     share = budget_s / max(1, blocks * len(fns))
@@ -122,6 +126,27 @@ def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any
     return times
 
 
+
+
+def _independent(fn: Callable[..., Any], cycle: Iterator[dict[str, Any]], params: dict[str, Any]) -> Any:
+    return fn(**next(cycle), **params)
+
+
+def _chained(fn: Callable[..., Any], cycle: Iterator[dict[str, Any]], params: dict[str, Any],
+             chain: tuple[str, int]) -> Callable[[], Any]:
+    """Calls of `fn` on the sets in turn, each after the first taking the previous call's output `chain[1]` as its
+    input `chain[0]` (Task.chain), as the harness's runs make them."""
+    last: list[Any] = []
+
+    def call() -> Any:
+        x = dict(next(cycle))
+        if last:
+            x[chain[0]] = last.pop()
+        out = fn(**x, **params)
+        last.append(out[chain[1]] if isinstance(out, (tuple, list)) else out)
+        return out
+
+    return call
 
 
 def plain_measurement(task: Task, w: Workload, contenders: dict[str, Callable[..., Any]], sets: int,

@@ -17,7 +17,7 @@ import numpy as np
 
 from ksearch.harness import timing
 from ksearch.harness.baselines import Baselines
-from ksearch.harness.digest import from_raw_bits
+from ksearch.harness.digest import fingerprint_numpy, from_raw_bits
 from ksearch.harness.judge import judge
 from ksearch.harness.measure import Check, Fail, Timed, classify_exception, time_workload
 from ksearch.harness.process import WorkerDied, WorkerProcess, initialise, spawn, start
@@ -161,7 +161,8 @@ class Evaluator:
         return spawn("candidate", self.task.origin, self.device, opts.memory_limit_bytes, opts.extra_env)
 
     # -- trusted reference ---------------------------------------------------------------------------------------
-    def _reference(self, key: tuple[Any, ...], msg: dict[str, Any]) -> tuple[dict[str, str], list[np.ndarray]]:
+    def _reference(self, key: tuple[Any, ...], msg: dict[str, Any], given: dict[str, np.ndarray] | None = None
+                   ) -> tuple[dict[str, str], list[np.ndarray]]:
         if key in self._ref_cache:
             self._ref_cache.move_to_end(key)
             return self._ref_cache[key]
@@ -178,7 +179,7 @@ class Evaluator:
                 self._ref, reply = pool.submit(start, *args, env=env).result()
             if not reply.get("ok"):
                 raise RuntimeError(f"the reference worker failed to start: {reply.get('error')}")
-        reply, arrays = self._ref.request({"op": "reference", **msg}, deadline)
+        reply, arrays = self._ref.request({"op": "reference", **msg}, deadline, arrays=given)
         if not reply.get("ok"):
             raise RuntimeError(f"the task's reference failed on {msg['workload']}: {reply.get('error')}")
         outs = [arrays[f"out{i}"] for i in range(len(arrays))]
@@ -195,10 +196,15 @@ class Evaluator:
         return self._reference((workload.name, seed), {"workload": workload.name, "seed": seed})
 
     def reference_for_call(self, check: Check) -> list[np.ndarray]:
-        """Reference outputs for the inputs a timed call saw (pool.call_inputs)."""
+        """Reference outputs for the inputs a timed call saw (pool.call_inputs; a chained call's input the previous
+        call's output, check.given)."""
         msg = {"workload": check.workload.name, "seed": check.seed, "sets": check.sets, "batch": check.batch_key,
                "call": check.call}
-        return self._reference(tuple(msg.values()), msg)[1]
+        if check.given is None:
+            return self._reference(tuple(msg.values()), msg)[1]
+        name, bits, dtype = check.given
+        given = {name: from_raw_bits(bits, dtype)}
+        return self._reference((*msg.values(), name, fingerprint_numpy([bits])), msg, given)[1]
 
     def _references(self, needed: list[tuple[Workload, int]]) -> None:
         for w, seed in needed:

@@ -87,6 +87,9 @@ class Check:
     call: int
     outputs: list[np.ndarray]
     dtypes: list[str]
+    #: A chained call's input (Task.chain): name, the previous call's output (exact bits) and its dtype; None where
+    #: the call took its own input set whole (independent calls, or the first of a run).
+    given: tuple[str, np.ndarray, str] | None = None
 
 
 @dataclass
@@ -230,7 +233,7 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
             pending_checks += 1
         if (pending_checks or bonus) and check:
             if _take_check(worker, task, workload, seed, plan.pool_sets, b, rng, timed, deadline,
-                           timing.ring_for(1 if probe else run)):
+                           1 if probe else run):
                 if pending_checks:
                     pending_checks -= 1
                 else:
@@ -253,16 +256,45 @@ def time_workload(worker: WorkerProcess, task: Task, workload: Workload, plan: t
 
 
 def _take_check(worker: WorkerProcess, task: Task, w: Workload, seed: int, sets: int, b: Batch,
-                rng: random.SystemRandom, timed: Timed, deadline: float, ring: int) -> bool:
-    """Name one of the batch's last `ring` calls (timing.ring_for the run the parent asked for) committed to before
-    the stop, take its outputs and hold them against the commitment. False when no call qualifies (the check moves to
-    a later batch)."""
+                rng: random.SystemRandom, timed: Timed, deadline: float, run: int) -> bool:
+    """Name one of the batch's last calls (timing.ring_for the run the parent asked for) committed to before the
+    stop, take its outputs and hold them against the commitment. For a chained task (Task.chain) the named call is
+    one that took the previous call's output as an input, wherever one qualifies: the previous call's outputs are
+    taken and held against their commitment too, the reference is made from them, and where the previous call opened
+    its run (its inputs all its own set's) it is judged as well. False when no call qualifies (the check moves to a
+    later batch)."""
     m = len(b.times)
-    lo, hi = max(0, m - ring), b.before_stop
+    lo, hi = max(0, m - timing.ring_for(run)), b.before_stop
     if hi <= lo:
         return False
-    call = b.first + rng.randrange(lo, hi)
+    opens = [timing.starts_run(b.first + i, b.first, run, sets) for i in range(lo, hi)]
+    if task.chain is None:
+        picks = list(range(lo, hi))
+    else:  # a chained call whose predecessor the ring still holds; else one that opens its run
+        picks = [i for i in range(lo + 1, hi) if not opens[i - lo]] or [i for i in range(lo, hi) if opens[i - lo]]
+    if not picks:
+        return False
+    call = b.first + rng.choice(picks)
     t0 = time.perf_counter()
+    outs, dtypes = _spot(worker, task, w, b, call, deadline)
+    given = None
+    if task.chain is not None and not timing.starts_run(call, b.first, run, sets):
+        before, before_dtypes = _spot(worker, task, w, b, call - 1, deadline)
+        name, index = task.chain
+        if index >= len(before):
+            raise Fail("wrong_shape", f"{w.name}: timed call {call - 1} returned {len(before)} outputs; the task "
+                       f"chains output {index} into the next call")
+        given = (name, before[index], before_dtypes[index])
+        if timing.starts_run(call - 1, b.first, run, sets):
+            timed.checks.append(Check(w, seed, sets, b.batch_key, call - 1, before, before_dtypes))
+    timed.checks.append(Check(w, seed, sets, b.batch_key, call, outs, dtypes, given))
+    timed.checking_s += time.perf_counter() - t0
+    return True
+
+
+def _spot(worker: WorkerProcess, task: Task, w: Workload, b: Batch, call: int,
+          deadline: float) -> tuple[list[np.ndarray], list[str]]:
+    """A kept timed call's outputs (exact bits) and dtypes, held against the commitment made when the call ended."""
     max_bytes = 2 * task.output_bytes(w) + (1 << 20)
     reply, arrays = worker.request({"op": "spot", "call": call}, deadline, max_bytes)
     if not reply.get("ok"):
@@ -274,6 +306,4 @@ def _take_check(worker: WorkerProcess, task: Task, w: Workload, seed: int, sets:
     if fingerprint_numpy(outs) != b.commits[call - b.first]:
         raise Fail("wrong_answer", f"{w.name}: the outputs the worker showed for timed call {call} are not the ones "
                    "it committed to when the call ended, so its timed calls did not compute what it claims")
-    timed.checks.append(Check(w, seed, sets, b.batch_key, call, outs, [str(d) for d in reply.get("dtypes", [])]))
-    timed.checking_s += time.perf_counter() - t0
-    return True
+    return outs, [str(d) for d in reply.get("dtypes", [])]

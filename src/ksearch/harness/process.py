@@ -284,12 +284,14 @@ class WorkerProcess:
 
     # -- messaging -----------------------------------------------------------------------------------------------
     def request(
-        self, header: dict[str, Any], deadline: float, max_bytes: int = 1 << 36, stop_at: float | None = None
+        self, header: dict[str, Any], deadline: float, max_bytes: int = 1 << 36, stop_at: float | None = None,
+        arrays: dict[str, np.ndarray] | None = None,
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """Send one message and wait for the reply. With `stop_at` (time.monotonic()), a `stop` message follows when
-        no reply has come by then: it ends a batch of timed calls at a moment the worker cannot foresee."""
+        """Send one message (with `arrays`, where the op takes some) and wait for the reply. With `stop_at`
+        (time.monotonic()), a `stop` message follows when no reply has come by then: it ends a batch of timed calls
+        at a moment the worker cannot foresee."""
         try:
-            protocol.send(self.sock, header)
+            protocol.send(self.sock, header, arrays)
             if stop_at is not None and not self._readable_before(min(stop_at, deadline)):
                 protocol.send(self.sock, {"op": "stop"})
             reply, arrays = protocol.recv(self.sock, deadline=deadline, max_bytes=max_bytes, poll=self._poll)

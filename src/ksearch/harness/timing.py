@@ -162,6 +162,18 @@ if RUN_SETTING is not None:
     RUN, RING, MIN_GPU_SETS, CPU_RUN = (RUN_SETTING, 2 * RUN_SETTING, max(_MIN_GPU_SETS_SHORT, RUN_SETTING),
                                         RUN_SETTING)
 
+def run_length(asked: int, sets: int) -> int:
+    """The calls a worker's run holds when the parent asks for runs of `asked` over a pool of `sets` sets (the last
+    run of a batch may be shorter). The parent and the worker compute it alike: a run's first call is the one a
+    chained task (Task.chain) gives its own input set whole."""
+    return max(1, min(asked, RUN, sets))
+
+
+def starts_run(call: int, first: int, asked: int, sets: int) -> bool:
+    """Whether timed call `call` of a batch whose first call is `first` opens a run (run_length)."""
+    return (call - first) % run_length(asked, sets) == 0
+
+
 #: Batches past the plan's, at most, to take a check that found no committed call to name (a descheduled worker's
 #: commitments arrive after the stop: on a loaded 2-core machine three were seen to miss in a row).
 EXTRA_BATCHES = 8

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ksearch.harness import protocol
-from ksearch.harness.timing import RING, RUN, ring_for
+from ksearch.harness.timing import RING, ring_for, run_length
 
 # Captured before any candidate code exists in this process.
 _clock = time.perf_counter
@@ -196,8 +196,10 @@ class Worker:
         return {"ok": True, "dtypes": dtypes}, {f"out{i}": raw_bits(o) for i, o in enumerate(outs)}
 
     # -- operations ----------------------------------------------------------------------------------------------
-    def reference(self, msg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """Reference outputs (float32) for a trial's inputs (seed), or for a timed call's (seed, sets, batch, call)."""
+    def reference(self, msg: dict[str, Any], given: dict[str, np.ndarray] | None = None
+                  ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Reference outputs (float32) for a trial's inputs (seed), or for a timed call's (seed, sets, batch, call),
+        with `given` in place of the inputs it names (a chained call's input, Task.chain)."""
         from ksearch.harness.digest import digest_inputs_mx, to_numpy
         from ksearch.harness.pool import call_inputs
 
@@ -211,6 +213,8 @@ class Worker:
                 self._bases[key] = self._inputs(w, key[1]) if self.task.generator is None else None
             inputs = call_inputs(self.task, w, key[1], int(msg["sets"]), int(msg["batch"]), int(msg["call"]),
                                  self._bases[key])
+            for name, value in (given or {}).items():  # a chained call's input: the previous call's output
+                inputs[name] = mx.array(value).astype(inputs[name].dtype)
         else:
             inputs = self._inputs(w, int(msg["seed"]))
         digests = digest_inputs_mx(inputs)
@@ -265,7 +269,8 @@ class Worker:
         `run` calls (timing.RUN).
 
         A run: its calls' inputs made together (each call its own pool set, stamped anew) before its clock starts;
-        then its calls queued one after the other, as a caller's code queues a model's layers, and their outputs
+        then its calls queued one after the other, as a caller's code queues a model's layers (for a chained task,
+        Task.chain, each call after the first taking the previous call's output as an input), and their outputs
         evaluated together and the device synchronised inside one clock (each call's time is the run's mean); after
         the run, outside the clock, a fingerprint of each call's outputs computed on the device and sent to the parent
         at once (a commitment: the parent later names one of the last calls before its stop, takes that call's outputs
@@ -277,12 +282,13 @@ class Worker:
         assert self.pool is not None, "prepare first"
         start, n, batch = int(msg["offset"]), int(msg["n"]), int(msg["batch"])
         asked = max(1, int(msg.get("run") or 1))
-        run = min(asked, RUN, len(self.pool.sets))
+        run = run_length(asked, len(self.pool.sets))
         if self.ring.maxlen != ring_for(asked):  # the calls the parent may name: twice the run it asked for
             self.ring = collections.deque(maxlen=ring_for(asked))
         times: list[float] = []
         gaps: list[float] = []
         runs: list[int] = []
+        chain = self.task.chain
         self.ring.clear()
         t_begin = _clock()
         lead, last_end = 0.0, 0.0
@@ -301,6 +307,8 @@ class Worker:
                 for j in range(r):
                     x, inputs[j] = inputs[j], None
                     assert x is not None
+                    if j and chain is not None:  # the previous call's output as this call's input (Task.chain)
+                        x[chain[0]] = queued[-1][chain[1]]
                     queued.append(self._as_tuple(self.run(**x, **self.params)))
                     del x
                 self._eval(queued)
@@ -375,7 +383,7 @@ class Worker:
     def serve(self) -> None:
         while True:
             try:
-                msg, _ = protocol.recv(self.sock)
+                msg, given = protocol.recv(self.sock)
             except (protocol.ProtocolError, OSError):
                 return
             op = msg.get("op")
@@ -388,7 +396,7 @@ class Worker:
                 if op == "init":
                     reply = self.init(msg)
                 elif op == "reference":
-                    reply, arrays = self.reference(msg)
+                    reply, arrays = self.reference(msg, given)
                 elif op == "trial":
                     reply, arrays = self.trial(msg)
                 elif op == "prepare":

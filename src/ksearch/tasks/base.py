@@ -108,6 +108,24 @@ class Task:
     generator: Callable[[Workload, int], dict[str, Any]] | None = None
     #: Where the task came from: a built-in name or a file path (workers re-load it from here).
     origin: str = ""
+    #: (input name, output index): in a timed run each call after the first takes the previous call's output as that
+    #: input, as a model's next layer takes this layer's output, so a run's calls wait for each other on the device
+    #: (independent calls queued together may run side by side there). None: the calls are independent.
+    chain: tuple[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.chain is None:
+            return
+        name, index = self.chain
+        ins = {s.name: s for s in self.inputs}
+        if name not in ins or not 0 <= index < len(self.outputs):
+            raise ValueError(f"task {self.name!r}: chain={self.chain!r} names no input {name!r} or no output "
+                             f"{index}; give (an input's name, an output's index)")
+        out = self.outputs[index]
+        if (ins[name].shape, ins[name].dtype) != (out.shape, out.dtype):
+            raise ValueError(f"task {self.name!r}: chain={self.chain!r}: output {index} ({out.shape}, {out.dtype}) "
+                             f"is not shaped as input {name!r} ({ins[name].shape}, {ins[name].dtype}); chain an "
+                             "output to an input of its shape and dtype")
 
     # -- lookups ---------------------------------------------------------------------------------------------------
     def tolerance(self, dtype: str) -> tuple[float, float]:

@@ -75,6 +75,8 @@ TASK = Task(
     flops=_flops,
     bytes_moved=_bytes,
     forbidden=("mx.fast.scaled_dot_product_attention",),
+    # A decode step's layers: each call's query is the previous call's output (docs/harness.md, "Chained calls").
+    chain=("q", 0),
     baselines={
         "naive": Baseline(
             "naive",
