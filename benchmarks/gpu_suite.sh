@@ -23,7 +23,8 @@
 #                                   by default the library's three kernels at D=128, L=2048 and 8192)
 #   decode                          `ksearch bench decode`, check-decode, the configuration sweep, MLX-CUDA overheads
 #   decode-versus-native [CONFIG...]  split-K configurations (e.g. warps=8,unroll=4) beside native on `bench decode`'s
-#                                   shapes, each call synchronised, or `--queued` (attention_gpu.py versus-native)
+#                                   shapes, each call synchronised, or `--queued` (with `--chained`: each call's
+#                                   query the previous call's output, as `bench decode`; attention_gpu.py)
 #   decode-power [CONFIG...]        decode calls back to back with the board's power, clock and power-cap share
 #                                   sampled (decode_power.py; default contenders: ring=0 mma beside the library)
 #   decode-cluster                  the opt-in cluster decode with CUDA graphs off: check, sweep, bench; the hazard
