@@ -99,6 +99,8 @@ class Evaluator:
             self._env["hardware_profile"] = self.profile.get("id")
             if timing.RUN_SETTING is not None:  # timed runs of a length other than the default
                 self._env["timing_run"] = timing.RUN_SETTING
+            if self.task.chain is not None:  # a run's calls chained (Task.chain): recorded with every result
+                self._env["timing_chain"] = list(self.task.chain)
         return self._env
 
     def close(self) -> None:

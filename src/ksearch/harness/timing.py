@@ -162,6 +162,7 @@ if RUN_SETTING is not None:
     RUN, RING, MIN_GPU_SETS, CPU_RUN = (RUN_SETTING, 2 * RUN_SETTING, max(_MIN_GPU_SETS_SHORT, RUN_SETTING),
                                         RUN_SETTING)
 
+
 def run_length(asked: int, sets: int) -> int:
     """The calls a worker's run holds when the parent asks for runs of `asked` over a pool of `sets` sets (the last
     run of a batch may be shorter). The parent and the worker compute it alike: a run's first call is the one a

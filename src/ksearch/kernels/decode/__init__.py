@@ -30,10 +30,10 @@ def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
 
 #: The tensor-core kernel (one block a (batch, kv head) and split, no producer warp, no clusters) takes the library's
 #: calls of more than MMA_MIN_KV_BYTES of K and V at D=128, where it measured ahead of split-K side by side in chained
-#: calls (each call's query the previous call's output, as `bench decode` times them; at G 4 ahead at every shape of
-#: more than 64 MiB, from B 1, 32k on, behind at B 1, 16k and level at B 1, 4k;
-#: benchmarks/results/decode-versus-native-queued-chained-*.json). Where one split
-#: covers a pair (the pairs fill a wave) the kernel writes the output itself (no merge launch).
+#: calls (each call's query the previous call's output, as `bench decode` times them): at G 4 ahead at every shape of
+#: more than 64 MiB, from B 1, 32k on, behind at B 1, 16k and level at B 1, 4k
+#: (benchmarks/results/decode-versus-native-queued-chained-*.json). Where one split covers a pair (the pairs fill a
+#: wave) the kernel writes the output itself (no merge launch).
 MMA_DEFAULT = ClusterConfig(consumers=4, producers=0, slots=3, cluster=False)
 MMA_MIN_KV_BYTES = 64 * 2**20
 
