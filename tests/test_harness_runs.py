@@ -331,3 +331,14 @@ def test_a_batch_keeps_twice_its_run_between_twelve_and_forty_eight_calls() -> N
     # beside pools sized to a small device would outweigh the pools.
     assert [timing.ring_for(r) for r in (1, 3, 6, 7, 24, 32)] == [12, 12, 12, 14, 48, 48]
     assert timing.ring_for(timing.RUN) == timing.RING
+
+
+def test_a_chained_tasks_result_records_the_chain_and_passes_an_honest_kernel(cpu_backend: Any) -> None:
+    from ksearch.harness import EvalOptions, evaluate
+    from ksearch.tasks import get_task
+
+    task = get_task("gqa_decode")
+    result = evaluate(task, task.starting_source("cpu"), cpu_backend,
+                      EvalOptions(workloads=[task.select_workloads("cpu")[0].name], timeout_s=90.0))
+    assert result.status == "passed", result.message
+    assert result.environment["timing_chain"] == ["q", 0]
