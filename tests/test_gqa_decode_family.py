@@ -35,6 +35,23 @@ def test_off_by_default_and_realised_by_the_tensor_core_pattern(monkeypatch):
     assert FAM.realise("tensor_core_mma", FAM.default(), random.Random(0))["mma"] == 64
 
 
+def test_each_decode_pattern_sets_the_parameters_that_make_it():
+    # Split-K must split: target_blocks 1 is one block a head (a search kept it for 24 evaluations on the H200).
+    import random
+
+    from ksearch.knowledge import load_patterns
+
+    known = {p["id"] for p in load_patterns()}
+    for fam in dec_t.FAMILIES:
+        assert set(fam.pattern_params) <= set(fam.patterns) <= known, fam.id
+    realised = FAM.realise("split_k_decode_lse_merge", FAM.default(), random.Random(0))
+    assert realised["target_blocks"] >= 528 and FAM.valid(realised)
+    assert FAM.realise("gqa_head_grouping", FAM.default(), random.Random(0))["group_heads"] is True
+    assert FAM.realise("loop_unrolling", FAM.default(), random.Random(0))["unroll"] >= 2
+    metal = next(f for f in dec_t.FAMILIES if f.id == "gqa_decode.metal.split_k")
+    assert metal.realise("split_k_decode_lse_merge", metal.default(), random.Random(0))["target_blocks"] >= 128
+
+
 def test_the_rendering_carries_the_librarys_texts_and_launch(monkeypatch):
     cand = _candidate({**FAM.default(), "mma": 256}, monkeypatch)
     cfg = kd.MMA_DEFAULT

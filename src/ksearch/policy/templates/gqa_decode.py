@@ -277,9 +277,13 @@ FAMILIES = [
                 "ring": (0, 2), "mma": (0, 64, 256)},
         render=render_cuda,
         valid=lambda p: p["warps"] * p["unroll"] <= 32 and not (p["ring"] and p["fused"]),
-        # Double buffering on sm_80+: each lane's next rows copied into shared memory by cp.async (the library's ring).
-        # Tensor cores: the library's mma.sync kernel for calls of more than 64 MiB of K/V (Hopper, D 128, G 4).
-        pattern_params={"double_buffering": {"ring": (2,), "fused": (False,)}, "tensor_core_mma": {"mma": (64,)}},
+        # Split-K: the keys of a head over several blocks (target_blocks 1 is one block a head: no split at all; a
+        # search on the H200 kept 1 for 24 evaluations, its B 1 workload at 0.74x of native). Double buffering on
+        # sm_80+: each lane's next rows copied into shared memory by cp.async (the library's ring). Tensor cores: the
+        # library's mma.sync kernel for calls of more than 64 MiB of K/V (Hopper, D 128, G 4).
+        pattern_params={"split_k_decode_lse_merge": {"target_blocks": (528, 1056, 2112)},
+                        "gqa_head_grouping": {"group_heads": (True,)}, "loop_unrolling": {"unroll": (2, 4, 8)},
+                        "double_buffering": {"ring": (2,), "fused": (False,)}, "tensor_core_mma": {"mma": (64,)}},
         description="split-K flash-decoding with an LSE merge (last block or a kernel); GQA heads grouped per block"),
     TemplateFamily(
         id="gqa_decode.metal.split_k", tasks=("gqa_decode",), backends=("mlx-metal",),
@@ -289,6 +293,8 @@ FAMILIES = [
                 "unroll": (1, 2, 4)},
         render=render_metal,
         valid=lambda p: p["warps"] * p["unroll"] <= 32,
+        pattern_params={"split_k_decode_lse_merge": {"target_blocks": (128, 256, 512)},
+                        "loop_unrolling": {"unroll": (2, 4)}},
         description="split-K flash-decoding in MSL (opt-in; not yet measured on Apple hardware)"),
     TemplateFamily(
         id="gqa_decode.cpu.grouped_ops", tasks=("gqa_decode",), backends=("mlx-cpu",),
