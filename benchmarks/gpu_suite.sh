@@ -57,7 +57,8 @@
 #                                   copied to $OUT: bring them back as VERDICTS=FILE RESULT=FILE on a fresh machine)
 #   search TASK WALL_S [CALL_S]     an offline search (budget $BUDGET, default 120) with --wall-time WALL_S, stopped
 #                                   after CALL_S (default min(WALL_S + 60, 540)) and resumable; then its record
-#   resume RUN [CALL_S]             continue a search started by `search` on this machine; then its record
+#   resume RUN [CALL_S]             continue a search started by `search` on this machine, or on another: RUN may be
+#                                   the run-NAME.tar.gz that `record` leaves in $OUT; then its record
 #   record RUN                      a run's summary JSON and its per-evaluation table
 #   holdout RUN                     the run's best judged on the task's holdout workloads (ksearch eval --holdout)
 set -uo pipefail
@@ -269,8 +270,15 @@ ncu_part() {
 }
 
 latest_run() { ls -dt "$RUNS"/*-"$1"-* 2>/dev/null | head -1; }
-find_run() {  # a run directory, or the name of one under $RUNS
-  local run=$1
+find_run() {  # a run directory, the name of one under $RUNS, or a run-NAME.tar.gz that `record` wrote (unpacked there)
+  local run=$1 name
+  if [ -f "$run" ] && [[ "$run" == *.tar.gz ]]; then
+    name=$(tar -tzf "$run" 2>/dev/null | head -1 | cut -d/ -f1)
+    [ -n "$name" ] && tar -tzf "$run" | grep -qx "$name/run.db" \
+      || die "no run in $1: give a run-NAME.tar.gz that 'record' wrote"
+    mkdir -p "$RUNS" && tar -xzf "$run" -C "$RUNS" || die "cannot unpack $1 into $RUNS"
+    run=$RUNS/$name
+  fi
   [ -f "$run/run.db" ] || run=$RUNS/$(basename "$run")
   [ -f "$run/run.db" ] || die "no run at $1 (nor under $RUNS)"
   echo "$run"
@@ -284,6 +292,8 @@ record() {
   "${KS[@]}" bench search-summary "$run" --out "$OUT" 2>&1 | tail -2
   "${KS[@]}" report "$run" --evaluations > "$OUT/search-$task-evals.txt" 2>&1
   tail -n 40 "$OUT/search-$task-evals.txt"
+  # The run itself, to go on with on another machine: `resume run-NAME.tar.gz` (the machine's $RUNS goes with it).
+  tar -czf "$OUT/run-$(basename "$run").tar.gz" -C "$(dirname "$run")" "$(basename "$run")"
 }
 
 profile_capture() {
@@ -408,7 +418,8 @@ CHECK
   profile-feedback) setup && profile_feedback "$@" ;;
   selection-rules) setup && selection_rules "$@" ;;
   search) setup && search "$@" ;;
-  resume) setup && resume "$@" ;;
+  resume) run=$(find_run "${1:?resume RUN [CALL_S]}") || exit 2  # an archive is unpacked before any set-up
+    shift; setup && resume "$run" "$@" ;;
   record) setup && record "$@" ;;
   holdout) setup && holdout "$@" ;;
   *) sed -n '2,/^set -uo/p' "$0" | sed '$d' | cut -c3-; [ -z "$part" ] || die "unknown part: $part" ;;

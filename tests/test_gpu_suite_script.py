@@ -19,3 +19,38 @@ def test_gpu_suite_prefill_candidates_refuses_bad_names_before_any_setup(args: l
                           env={"PATH": "/usr/bin:/bin", "PY": sys.executable, "OUT": "/nonexistent/out"})
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def _archive(tmp: Path, name: str, files: dict[str, str]) -> Path:
+    import tarfile
+
+    src = tmp / "src" / name
+    src.mkdir(parents=True)
+    for rel, text in files.items():
+        (src / rel).write_text(text)
+    path = tmp / f"run-{name}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(src, arcname=name)
+    return path
+
+
+def _suite(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # From a directory outside any checkout: the suite then finds no staged MLX to install and stops at its set-up.
+    return subprocess.run(["bash", str(SUITE), *args], capture_output=True, text=True, timeout=60, cwd=tmp,
+                          env={"PATH": "/usr/bin:/bin", "PY": sys.executable, "OUT": str(tmp / "out"),
+                               "KSEARCH_SUITE_RUNS": str(tmp / "runs")})
+
+
+def test_resume_unpacks_a_recorded_run_from_another_machine_before_its_set_up(tmp_path: Path) -> None:
+    name = "20261204-171915-gqa_decode-ec6c4b"
+    archive = _archive(tmp_path, name, {"run.db": "", "config.json": '{"task": "gqa_decode"}'})
+    proc = _suite(tmp_path, "resume", str(archive))
+    assert (tmp_path / "runs" / name / "run.db").is_file() and (tmp_path / "runs" / name / "config.json").is_file()
+    assert proc.returncode == 2 and "MLX with CUDA is missing" in proc.stderr  # then the set-up, which needs the GPU
+
+
+def test_resume_refuses_an_archive_without_a_run_in_one_line(tmp_path: Path) -> None:
+    archive = _archive(tmp_path, "notes", {"readme.txt": "not a run"})
+    proc = _suite(tmp_path, "resume", str(archive))
+    assert proc.returncode == 2 and "no run in" in proc.stderr and "'record' wrote" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs" / "notes").exists()
