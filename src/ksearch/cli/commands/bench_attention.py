@@ -69,7 +69,7 @@ def register(bench_app: typer.Typer) -> None:
     def decode_cmd(full: bool = typer.Option(True, help="add a bf16 and a D=64 shape to the B x length grid"),
                    out: str = typer.Option("benchmarks/results", help="directory for the JSON result"),
                    kernel: str = typer.Option("library", help="library: the dispatch (split-K, the tensor-core "
-                                              "kernel from 256 MiB of K/V on Hopper); split_k: split-K at every "
+                                              "kernel above 64 MiB of K/V on Hopper); split_k: split-K at every "
                                               "shape; mma_split: tensor cores, without clusters (Hopper); cluster: "
                                               "the same in one launch (Hopper, MLX_USE_CUDA_GRAPHS=0)"),
                    config: str = typer.Option("", help="a configuration other than the kernel's default, e.g. "
