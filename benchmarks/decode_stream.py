@@ -30,6 +30,7 @@ Hq 32, Hkv 8, D 128, fp16, capacity = length + 256. Writes decode-stream-*.json 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import time
 from collections import deque
 from collections.abc import Callable
@@ -196,6 +197,8 @@ def main() -> None:
     queued = [n for kind, n in modes if kind == "queued"]
     if args.timeline < 0 or (args.timeline and not queued):
         raise SystemExit("decode_stream: --timeline ROUNDS takes ROUNDS >= 1 and a queued:N mode to trace")
+    if args.timeline and importlib.util.find_spec("torch") is None:
+        raise SystemExit("decode_stream: --timeline reads CUPTI through torch's profiler: install torch, or drop it")
     import mlx.core as mx
 
     from ksearch.backends import get_backend

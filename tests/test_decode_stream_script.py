@@ -1,5 +1,6 @@
 """benchmarks/decode_stream.py: the ways of driving a stream of calls, and its one-line refusals."""
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,10 @@ def test_a_timeline_splits_a_call_into_kernels_and_idle_time():
     assert tl["kernels"]["merge"] == {"per_call": 1.0, "median_us": 4.0}
     with pytest.raises(ValueError, match="no kernels"):
         decode_stream.summarize_timeline([], 3)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
+def test_a_timeline_without_torch_is_refused_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--timeline", "2"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1 and "install torch" in done.stderr and len(done.stderr.strip().splitlines()) == 1
