@@ -41,6 +41,12 @@ def test_the_tensor_core_kernel_is_named_mma_and_parsed_as_a_cluster_config():
     assert "unknown ClusterConfig field 'consumer'" in out.stderr and "consumers" in out.stderr
 
 
+def test_chained_calls_are_for_queued_rounds():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks/attention_gpu.py"), "versus-native", "/tmp/unused",
+                          "--chained"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "--chained is for --queued rounds" in out.stderr
+
+
 @pytest.mark.parametrize("args,message", [
     (["--kernel", "mma_split", "--config", "keys=24x"], "keys='24x': give an integer"),
     (["--kernel", "mma_split", "--config", "warps=2"], "unknown ClusterConfig field 'warps'"),
