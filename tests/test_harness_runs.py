@@ -68,6 +68,19 @@ def test_a_gpu_pool_has_sets_for_runs_where_memory_allows() -> None:
         assert 1 <= p.run <= min(p.pool_sets, timing.RUN)
 
 
+def _read_all(sock: socket.socket) -> tuple[threading.Thread, bytearray]:
+    """A thread reading everything the worker sends on `sock` until it closes, into the returned buffer."""
+    received = bytearray()
+
+    def drain() -> None:
+        while chunk := sock.recv(1 << 16):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    return reader, received
+
+
 def test_the_worker_times_calls_in_runs_and_commits_to_each() -> None:
     import mlx.core as mx
 
@@ -80,17 +93,7 @@ def test_the_worker_times_calls_in_runs_and_commits_to_each() -> None:
     task = get_task("softmax")
     w = task.select_workloads("cpu")[0]
     ours, theirs = socket.socketpair()
-    received = bytearray()
-
-    def drain() -> None:
-        while True:
-            chunk = theirs.recv(1 << 16)
-            if not chunk:
-                return
-            received.extend(chunk)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
+    reader, received = _read_all(theirs)
     seen: list[int] = []
 
     def run(x: Any) -> Any:
@@ -138,7 +141,7 @@ def test_a_chained_tasks_calls_take_the_previous_output_within_a_run() -> None:
     assert task.chain == ("q", 0)
     w = task.select_workloads("cpu")[0]
     ours, theirs = socket.socketpair()
-    threading.Thread(target=lambda: [None for _ in iter(lambda: theirs.recv(1 << 16), b"")], daemon=True).start()
+    _read_all(theirs)  # the commitments the worker sends
     made: list[Any] = []
     took: list[Any] = []
 

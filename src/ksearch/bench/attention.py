@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
-from ksearch.bench.timing import geomean, ratio_stats, time_rounds
+from ksearch.bench.timing import chained_calls, geomean, ratio_stats, time_rounds
 
 # H200 ceilings for the roofline fractions: HBM bandwidth and dense fp16/bf16 tensor rate (datasheet).
 HBM_BYTES_PER_S = 4.3e12
@@ -102,18 +102,12 @@ def decode_caches(shape: dict[str, Any], kc: Any, vc: Any) -> list[tuple[Any, An
 def chained(call: Callable[[Any, Any, Any], Any], q: Any, caches: Sequence[tuple[Any, Any]]) -> Callable[[], Any]:
     """`call(q, k_cache, v_cache)` as a stream of dependent calls: each call's query is the previous call's output
     (same shape and dtype) and the caches are read in turn, as a model's next layer waits for this one and reads its
-    own cache. Independent calls queued together may run side by side on the device: MLX puts them in one CUDA
-    graph without an edge between them, and two of cuDNN's calls at B 16, 16k then read the same cache at once, two
-    calls in 358 us (6.0 TB/s of K/V counted, above HBM's peak; benchmarks/results/decode-stream-timeline-*.json)."""
-    state = [q, 0]
-
-    def fn() -> Any:
-        kc, vc = caches[state[1] % len(caches)]
-        out = call(state[0], kc, vc)
-        state[0], state[1] = out, state[1] + 1
-        return out
-
-    return fn
+    own cache (timing.chained_calls). Independent calls queued together may run side by side on the device: MLX puts
+    them in one CUDA graph without an edge between them, and two of cuDNN's calls at B 16, 16k then read the same
+    cache at once, two calls in 358 us (6.0 TB/s of K/V counted, above HBM's peak;
+    benchmarks/results/decode-stream-timeline-*.json)."""
+    sets = itertools.cycle([{"q": q, "k_cache": kc, "v_cache": vc} for kc, vc in caches])
+    return chained_calls(lambda q, k_cache, v_cache: call(q, k_cache, v_cache), sets, "q")
 
 
 #: bench_decode_shape's `config` for split-K in the library's configuration at every shape (where the dispatch would

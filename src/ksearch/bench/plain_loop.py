@@ -102,7 +102,7 @@ def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any
     values per contender a block."""
     import statistics as stats
 
-    from ksearch.bench.timing import time_rounds
+    from ksearch.bench.timing import chained_calls, time_rounds
     from ksearch.harness.pool import set_inputs
 
     base = set_inputs(task, w, 1, 0)
@@ -112,7 +112,7 @@ def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any
     for name, fn in contenders.items():
         cycle = itertools.cycle(pool)
         if task.chain is not None:
-            fns[name] = _chained(fn, cycle, params, task.chain)
+            fns[name] = chained_calls(fn, cycle, *task.chain, params)
         else:
             fns[name] = partial(_independent, fn, cycle, params)
     run = max(1, run)
@@ -130,23 +130,6 @@ def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any
 
 def _independent(fn: Callable[..., Any], cycle: Iterator[dict[str, Any]], params: dict[str, Any]) -> Any:
     return fn(**next(cycle), **params)
-
-
-def _chained(fn: Callable[..., Any], cycle: Iterator[dict[str, Any]], params: dict[str, Any],
-             chain: tuple[str, int]) -> Callable[[], Any]:
-    """Calls of `fn` on the sets in turn, each after the first taking the previous call's output `chain[1]` as its
-    input `chain[0]` (Task.chain), as the harness's runs make them."""
-    last: list[Any] = []
-
-    def call() -> Any:
-        x = dict(next(cycle))
-        if last:
-            x[chain[0]] = last.pop()
-        out = fn(**x, **params)
-        last.append(out[chain[1]] if isinstance(out, (tuple, list)) else out)
-        return out
-
-    return call
 
 
 def plain_measurement(task: Task, w: Workload, contenders: dict[str, Callable[..., Any]], sets: int,

@@ -14,7 +14,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 # One generator for the whole process, seeded: every round of every call gets an order of its own (the same seed at
@@ -96,6 +96,24 @@ def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *
                 synchronize()
             times[name].append((time.perf_counter() - t0) / n)
     return times
+
+
+def chained_calls(fn: Callable[..., Any], inputs: Iterator[dict[str, Any]], name: str, index: int = 0,
+                  params: Mapping[str, Any] | None = None) -> Callable[[], Any]:
+    """Calls of `fn` (with `params` as keywords) on the input sets in turn, each after the first taking the previous call's output `index` (the
+    output itself where it is one array) as its input `name`: calls that wait for each other on the device, as a
+    model's layers do (Task.chain; `bench decode`'s chained calls)."""
+    last: list[Any] = []
+
+    def call() -> Any:
+        x = dict(next(inputs))
+        if last:
+            x[name] = last.pop()
+        out = fn(**x, **(params or {}))
+        last.append(out[index] if isinstance(out, (tuple, list)) else out)
+        return out
+
+    return call
 
 
 def latency_stats(times: list[float]) -> dict[str, float]:

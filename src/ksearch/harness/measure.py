@@ -267,11 +267,10 @@ def _take_check(worker: WorkerProcess, task: Task, w: Workload, seed: int, sets:
     lo, hi = max(0, m - timing.ring_for(run)), b.before_stop
     if hi <= lo:
         return False
-    opens = [timing.starts_run(b.first + i, b.first, run, sets) for i in range(lo, hi)]
-    if task.chain is None:
-        picks = list(range(lo, hi))
-    else:  # a chained call whose predecessor the ring still holds; else one that opens its run
-        picks = [i for i in range(lo + 1, hi) if not opens[i - lo]] or [i for i in range(lo, hi) if opens[i - lo]]
+    picks = list(range(lo, hi))
+    if task.chain is not None:  # a chained call whose predecessor the ring still holds; else one that opens its run
+        opens = {i: timing.starts_run(b.first + i, b.first, run, sets) for i in picks}
+        picks = [i for i in picks if i > lo and not opens[i]] or [i for i in picks if opens[i]]
     if not picks:
         return False
     call = b.first + rng.choice(picks)
