@@ -86,6 +86,18 @@ def test_decode_plan_covers_the_length_with_whole_steps(blocks, length, d):
     assert blocks * nsplit <= max(blocks, cfg.target_blocks) + blocks
 
 
+@pytest.mark.parametrize("blocks,length,floored", [(8, 4096, (32, 128)), (8, 8192, (32, 256)), (8, 16384, (32, 512)),
+                                                    (64, 4096, (8, 512)), (8, 1000, (8, 128)), (8, 64, (1, 128))])
+def test_the_block_floor_shortens_splits_where_min_chunk_leaves_few_blocks(blocks, length, floored):
+    # B 1, 4k at G 4: 8 blocks; 512-key chunks would make 64 blocks in all, the floor asks for 256 (32 splits), and
+    # never cuts a split below FLOOR_MIN_KEYS. Where min_chunk already gives 256 blocks nothing changes.
+    cfg = cuda_split_k.DecodeConfig()
+    assert cuda_split_k.plan(blocks, length, 128, cfg) == floored
+    plain = cuda_split_k.plan(blocks, length, 128, cuda_split_k.DecodeConfig(floor_blocks=0))
+    assert plain[1] == max(cfg.min_chunk, -(-length // (cfg.target_blocks // blocks)))
+    assert floored[1] <= plain[1] and floored[1] >= min(plain[1], cuda_split_k.FLOOR_MIN_KEYS)
+
+
 def test_supports_rejects_what_the_kernels_do_not_take():
     cfg = mma_sync.PrefillConfig()
     f16 = mx.float16
@@ -130,7 +142,8 @@ def test_a_launch_splits_as_plan_does_and_refuses_what_the_kernel_does_not_take(
     f16 = mx.float16
     kc = mx.zeros((2, 8, 1024, 128), dtype=f16)
     qd = mx.zeros((2, 32, 1, 128), dtype=f16)
-    for cfg in (cuda_split_k.DecodeConfig(), cuda_split_k.DecodeConfig(min_chunk=128, target_blocks=528, warps=2)):
+    for cfg in (cuda_split_k.DecodeConfig(), cuda_split_k.DecodeConfig(min_chunk=128, target_blocks=528, warps=2),
+                cuda_split_k.DecodeConfig(floor_blocks=0), cuda_split_k.DecodeConfig(floor_blocks=1024)):
         launch = cuda_split_k.launch_for(qd, kc, kc, cfg)
         assert launch is not None and launch.blocks == 16 and launch.g == 4
         for length in (1, 37, 511, 512, 513, 1000, 1024, 4096, 32768):

@@ -76,6 +76,18 @@ def test_the_decode_familys_tensor_core_choice_passes_the_harness(cuda_backend):
     assert result.status == "passed", result.message
 
 
+def test_the_decode_familys_block_floor_passes_the_harness(cuda_backend):
+    # The split-K pattern brings the library's floor of 256 blocks: at B 1, 4k the grouped heads' 8 blocks take 32
+    # splits of 128 keys rather than 8 of 512 (the split count and the merge over it differ from the default's).
+    fam = next(f for f in dec_t.FAMILIES if f.id == "gqa_decode.cuda.split_k")
+    params = fam.realise("split_k_decode_lse_merge", fam.default(), random.Random(0))
+    params.update(group_heads=True, min_chunk=512, ring=2, unroll=4)
+    assert params["floor_blocks"] == 256
+    result = evaluate(get_task("gqa_decode"), fam.source(params), cuda_backend,
+                      EvalOptions(workloads=["gpu_b1_len4096"], baseline=None, timeout_s=600))
+    assert result.status == "passed", result.message
+
+
 @pytest.mark.parametrize("family", ["attention.cuda.flash_mma", "attention.cuda.flash_wgmma"])
 def test_tensor_core_families_pass_the_holdout_workloads(cuda_backend, family):
     # The H200 search's best (flash_mma) failed its holdout: float32 went to MLX ops, whose matmuls are TF32 on CUDA,

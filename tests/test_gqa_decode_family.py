@@ -105,3 +105,23 @@ def test_the_rule_is_the_librarys(monkeypatch):
             assert kd.mma_takes(q, kc, kc, length) == want
         finally:
             kd._mma_fits.cache_clear()
+
+
+@pytest.mark.parametrize("floor", [0, 256])
+@pytest.mark.parametrize("b,length,d", [(1, 4096, 128), (1, 8192, 128), (1, 16384, 128), (8, 4096, 128),
+                                        (1, 1000, 128), (4, 8192, 64)])
+def test_split_ks_splits_are_the_librarys_with_and_without_the_block_floor(b, length, d, floor, monkeypatch):
+    from ksearch.kernels.decode import cuda_split_k as CS
+
+    params = {**FAM.default(), "group_heads": True, "target_blocks": 1056, "min_chunk": 512, "unroll": 4,
+              "ring": 2, "floor_blocks": floor}
+    cand = _candidate(params, monkeypatch)
+    grids = []
+    for name in ("_ring", "_split"):
+        monkeypatch.setitem(cand, name, lambda **kw: grids.append(kw["grid"]) or [mx.zeros((1,))] * 2)
+    monkeypatch.setitem(cand, "_merge", lambda **kw: [mx.zeros((1,))])
+    q = mx.zeros((b, 32, 1, d), dtype=mx.float16)
+    kc = mx.zeros((b, 8, length + 16, d), dtype=mx.float16)
+    cand["run"](q, kc, kc, length)
+    cfg = CS.DecodeConfig(ring=2, floor_blocks=floor)
+    assert grids == [(b * 8 * 128, CS.plan(b * 8, length, d, cfg)[0], 1)]

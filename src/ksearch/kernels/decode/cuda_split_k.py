@@ -39,6 +39,11 @@ class DecodeConfig:
     # Keys per split at least: 512 beat 128 by 3-6% as a geomean over `bench decode`'s shapes, in two processes on
     # the H200, mostly at B 1 (findings.md); at B 16 the chunks are longer anyway.
     min_chunk: int = 512
+    # ...unless min_chunk would leave fewer blocks than this: then chunks shrink (to FLOOR_MIN_KEYS at least) until
+    # there are. Chained calls (a decode loop's) wait on each call's latency, which few blocks cannot hide: at B 1, 4k
+    # 64 blocks of 512 keys ran 0.97x of native, 256 of 128 keys 1.21x (decode-versus-native-queued-chained-floor-*).
+    # 0: min_chunk holds everywhere.
+    floor_blocks: int = 256
     group_heads: bool = True  # all query heads of a kv head in one block (K/V read once) vs one head per block
     # Last block merges (one launch, FUSED_SOURCE) vs a separate merge kernel.
     fused: bool = False
@@ -88,14 +93,28 @@ def supports(q: Any, k_cache: Any, length: int) -> bool:
 def plan(blocks: int, length: int, d: int, cfg: DecodeConfig) -> tuple[int, int]:
     """(nsplit, chunk) for `blocks` (batch x head-block) blocks: enough splits to fill the GPU, chunks a multiple of
     the block's key step."""
-    chunk = chunk_keys(length, max(1, cfg.target_blocks // max(1, blocks)), cfg.keys_per_step(d), cfg.min_chunk)
+    chunk = chunk_keys(length, max(1, cfg.target_blocks // max(1, blocks)), cfg.keys_per_step(d), cfg.min_chunk,
+                       _floor_chunk(cfg, blocks))
     return -(-length // chunk), chunk
 
 
-def chunk_keys(length: int, want: int, step: int, min_chunk: int) -> int:
-    """Keys a split reads: the length over `want` splits, at least `min_chunk`, rounded up to whole steps."""
+#: The floor (DecodeConfig.floor_blocks) shortens splits to this many keys at most (or min_chunk where smaller):
+#: the shortest measured ahead; shorter ones would add merge work for little latency.
+FLOOR_MIN_KEYS = 128
+
+
+def chunk_keys(length: int, want: int, step: int, min_chunk: int, floor_splits: int = 0) -> int:
+    """Keys a split reads: the length over `want` splits, at least `min_chunk`, rounded up to whole steps; where
+    `floor_splits` > 0, no longer than gives that many splits, unless that is under FLOOR_MIN_KEYS."""
     chunk = max(min_chunk, -(-length // want))
+    if floor_splits:
+        chunk = min(chunk, max(min(min_chunk, FLOOR_MIN_KEYS), -(-length // floor_splits)))
     return -(-chunk // step) * step
+
+
+def _floor_chunk(cfg: DecodeConfig, blocks: int) -> int:
+    """The splits that make cfg.floor_blocks blocks of `blocks` (batch x head-block) blocks; 0: no floor."""
+    return -(-cfg.floor_blocks // max(1, blocks)) if cfg.floor_blocks else 0
 
 
 def launch_bounds(threads: int, min_blocks: int) -> str:
@@ -137,6 +156,7 @@ class Launch:
     d: int
     step: int     # keys per block iteration
     want: int     # splits that would fill the GPU
+    floor: int    # splits that make cfg.floor_blocks blocks (0: none), as chunk_keys takes them
     template: list[tuple[str, Any]]
     threadgroup: tuple[int, int, int]
     threads: int
@@ -155,7 +175,7 @@ class Launch:
 
     def nsplit(self, length: int) -> int:
         """plan()'s split count."""
-        return -(-length // chunk_keys(length, self.want, self.step, self.cfg.min_chunk))
+        return -(-length // chunk_keys(length, self.want, self.step, self.cfg.min_chunk, self.floor))
 
 
 def ready_launch(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: DecodeConfig | None = None) -> Launch | None:
@@ -205,7 +225,7 @@ def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) ->
     merge = {"template": [("T", dtype), ("D", d), ("G", g)], "grid": (b * hq * d, 1, 1),
              "threadgroup": (d, 1, 1), "output_shapes": [(b, hq, 1, d)], "output_dtypes": [dtype]}
     return Launch(cfg, blocks, g, d, cfg.keys_per_step(d),
-                  max(1, cfg.target_blocks // max(1, blocks)),
+                  max(1, cfg.target_blocks // max(1, blocks)), _floor_chunk(cfg, blocks),
                   [("T", dtype), ("D", d), ("G", g), ("NW", cfg.warps), ("U", cfg.unroll), ("PREFETCH", cfg.prefetch)]
                   + ([("RING", cfg.ring)] if cfg.ring else []),
                   (nt, 1, 1), nt, merge)

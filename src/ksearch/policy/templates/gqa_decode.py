@@ -134,6 +134,10 @@ _ring = mx.fast.cuda_kernel(name="gqa_split_k_ring", input_names=["q", "k", "v"]
                   grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
                   output_dtypes=[q.dtype])[0]'''
     mma_module, mma_call = _mma_code(p["mma"]) if p.get("mma") else ("", "")
+    # A floor on the block count: chained calls wait on each call's latency, which a few long splits cannot hide
+    # (DecodeConfig.floor_blocks, the library's rule).
+    floor = (f'''    chunk = min(chunk, max({min(128, p["min_chunk"])}, math.ceil(length / math.ceil({p["floor_blocks"]} / blocks))))
+''' if p.get("floor_blocks") else "")
     return f'''# gqa_decode.cuda.split_k {p}
 # Split-K flash-decoding: (batch, head block, split) blocks, 16-byte loads, online softmax in exp2, then a log-sum-exp
 # merge: by the last block to finish (fused, one launch) or by a second kernel. With a ring, each lane's rows come
@@ -159,7 +163,7 @@ def run(q, k_cache, v_cache, length):
     blocks = b * hq // g
     step = {p["warps"]} * (32 // (d // 8)) * {p["unroll"]}
     chunk = max({p["min_chunk"]}, math.ceil(length / max(1, {p["target_blocks"]} // blocks)))
-    chunk = math.ceil(chunk / step) * step
+{floor}    chunk = math.ceil(chunk / step) * step
     nsplit = math.ceil(length / chunk)
     nt = {p["warps"]} * 32
     # K as a view: its shape carries the length, K's and V's strides the layout (no copy); V goes in whole, one
@@ -274,14 +278,14 @@ FAMILIES = [
         # First choices: one block per query head, no split, no prefetch: the naive starter with 16-byte loads.
         params={"group_heads": (False, True), "target_blocks": (1, 264, 528, 1056, 2112), "unroll": (1, 2, 4, 8),
                 "prefetch": (False, True), "warps": (4, 2, 8), "min_chunk": (128, 256, 512), "fused": (False, True),
-                "ring": (0, 2), "mma": (0, 64, 256)},
+                "ring": (0, 2), "mma": (0, 64, 256), "floor_blocks": (0, 256)},
         render=render_cuda,
         valid=lambda p: p["warps"] * p["unroll"] <= 32 and not (p["ring"] and p["fused"]),
         # Split-K: the keys of a head over several blocks (target_blocks 1 is one block a head: no split at all; a
         # search on the H200 kept 1 for 24 evaluations, its B 1 workload at 0.74x of native). Double buffering on
         # sm_80+: each lane's next rows copied into shared memory by cp.async (the library's ring). Tensor cores: the
         # library's mma.sync kernel for calls of more than 64 MiB of K/V (Hopper, D 128, G 4).
-        pattern_params={"split_k_decode_lse_merge": {"target_blocks": (528, 1056, 2112)},
+        pattern_params={"split_k_decode_lse_merge": {"target_blocks": (528, 1056, 2112), "floor_blocks": (256,)},
                         "gqa_head_grouping": {"group_heads": (True,)}, "loop_unrolling": {"unroll": (2, 4, 8)},
                         "double_buffering": {"ring": (2,), "fused": (False,)}, "tensor_core_mma": {"mma": (64,)}},
         description="split-K flash-decoding with an LSE merge (last block or a kernel); GQA heads grouped per block"),
