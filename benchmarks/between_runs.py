@@ -4,8 +4,9 @@ The harness times a candidate in runs (timing.RUN calls queued, evaluated and sy
 between runs fingerprints the run's outputs on the device and reads them back (the commitment,
 digest.fingerprints_mx), then stamps the next run's inputs. Calls under 100 us measured 1.2-1.4x their plain loop's
 time in the worker's loop (harness_conditions.py --worker-loop; `loop:runs_bare`, without that work, agreed). This
-benchmark asks which part of "between" matters: the same contender in runs of the same length, with only this before
-each run (outside the clock, after the previous run, whose outputs the fingerprint takes):
+benchmark asks which part of "between" matters: the same contender in runs of the same length (chained where the task
+declares a chain, as the harness's runs are), with only this before each run (outside the clock, after the previous
+run, whose outputs the fingerprint takes):
 
     none              nothing (the plain loop's runs)
     idle_300us        the host spins 300 us, the GPU idles
@@ -95,6 +96,7 @@ def between_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
                  runs: int) -> list[dict[str, Any]]:
     import mlx.core as mx
 
+    from ksearch.bench.plain_loop import task_calls
     from ksearch.harness.digest import fingerprints_mx
     from ksearch.harness.pool import set_inputs
 
@@ -158,7 +160,7 @@ def between_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
     conditions = CONDITIONS + (GPU_CONDITIONS if mx.default_device() == mx.gpu else ())
     rows = []
     for name, fn in contenders.items():
-        cycle = itertools.cycle(pool)
+        call = task_calls(task, fn, itertools.cycle(pool), params)  # chained where the task declares a chain
         times: dict[str, list[float]] = {c: [] for c in conditions}
         clocks: dict[str, list[int]] = {c: [] for c in conditions}
         last: list[tuple[Any, ...]] = []
@@ -168,7 +170,7 @@ def between_rows(task: Any, w: Any, contenders: dict[str, Callable[..., Any]], s
                     before[cond](last)  # on the previous run's outputs, as the worker commits to them
                 t0 = time.perf_counter()
                 outs = [tuple(o) if isinstance(o, (tuple, list)) else (o,)
-                        for o in (fn(**next(cycle), **params) for _ in range(run))]
+                        for o in (call() for _ in range(run))]
                 mx.eval(outs)
                 mx.synchronize()
                 elapsed = time.perf_counter() - t0

@@ -107,6 +107,7 @@ def trace_child(backend: str | None, task_name: str, workloads: int | None, seco
 
     import mlx.core as mx
 
+    from ksearch.bench.plain_loop import task_calls
     from ksearch.harness.pool import set_inputs
 
     task, plans, contenders = _contenders(backend, task_name, workloads)
@@ -114,17 +115,17 @@ def trace_child(backend: str | None, task_name: str, workloads: int | None, seco
         base = set_inputs(task, w, 1, 0)
         pool = [base] + [set_inputs(task, w, 1, k, base) for k in range(1, plan.pool_sets)]
         params = dict(w.params)
-        cycles = {name: itertools.cycle(pool) for name in contenders}
-        for name, fn in contenders.items():  # warm-up: compiles and allocations
+        # Chained where the task declares a chain, as the harness's runs are.
+        calls = {name: task_calls(task, fn, itertools.cycle(pool), params) for name, fn in contenders.items()}
+        for call in calls.values():  # warm-up: compiles and allocations
             for _ in range(3):
-                mx.eval(fn(**next(cycles[name]), **params))
+                mx.eval(call())
         mx.synchronize()
         t_start = time.perf_counter()
         while time.perf_counter() - t_start < seconds:
-            for name, fn in contenders.items():
-                cyc = cycles[name]
+            for name, call in calls.items():
                 t0 = time.perf_counter()
-                outs = [fn(**next(cyc), **params) for _ in range(plan.run)]
+                outs = [call() for _ in range(plan.run)]
                 t1 = time.perf_counter()
                 c1 = time.thread_time()
                 mx.async_eval(outs)

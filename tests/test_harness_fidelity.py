@@ -119,6 +119,26 @@ def test_the_plain_loop_chains_a_chained_tasks_calls_as_the_harness_does(cpu_bac
     assert took[0] is not made[0]
 
 
+def test_task_calls_chain_only_where_the_task_declares_a_chain(cpu_backend):
+    # The diagnostic scripts (between_runs.py, process_spread.py --trace) make their runs through task_calls.
+    import itertools
+
+    from ksearch.bench.plain_loop import task_calls
+
+    seen: list = []
+    sets = [{"x": 1}, {"x": 2}]
+    plain = get_task("rmsnorm")
+    assert plain.chain is None
+    call = task_calls(plain, lambda x, scale: seen.append(x) or x * scale, itertools.cycle(sets), {"scale": 10})
+    assert [call(), call(), call()] == [10, 20, 10] and seen == [1, 2, 1]
+    decode = get_task("gqa_decode")
+    assert decode.chain == ("q", 0)
+    seen.clear()
+    call = task_calls(decode, lambda q, length: seen.append(q) or q + length, itertools.cycle([{"q": 1}, {"q": 5}]),
+                      {"length": 100})
+    assert [call(), call(), call()] == [101, 201, 301] and seen == [1, 101, 201]
+
+
 def test_a_harness_figure_is_within_the_plain_loops_spread_only_inside_its_range_widened_by_the_tolerance():
     from ksearch.bench.fidelity import TOLERANCE, _within_plain_spread
 

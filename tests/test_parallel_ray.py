@@ -58,6 +58,9 @@ def test_a_worker_killed_mid_run_loses_nothing_and_the_budget_is_exact(cluster: 
     assert [e.data["candidate"] for e in recs.events if e.kind == "worker_lost"] == killed
     workers = {e.result["environment"]["evaluator"]["worker"] for e in evals}
     assert workers == {"w1", "w2"}
+    # Both workers, and the one Ray restarted, scored against one baseline measurement (share_baselines).
+    assert [e.data for e in recs.events if e.kind == "baselines_shared"] == [{"device_kinds": 1}]
+    assert len({tuple((w["name"], w["baseline_latency_s"]) for w in e.result["workloads"]) for e in evals}) == 1
     kinds = {e.result["environment"]["evaluator"]["device_kind"] for e in evals}
     assert len(kinds) == 1 and kinds.pop().startswith("mlx-cpu:")
     assert recs.evaluations_of("holdout")  # judged on a worker: the driver holds no evaluator

@@ -102,7 +102,7 @@ def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any
     values per contender a block."""
     import statistics as stats
 
-    from ksearch.bench.timing import chained_calls, time_rounds
+    from ksearch.bench.timing import time_rounds
     from ksearch.harness.pool import set_inputs
 
     base = set_inputs(task, w, 1, 0)
@@ -110,11 +110,7 @@ def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any
     params = dict(w.params)
     fns: dict[str, Callable[[], Any]] = {}
     for name, fn in contenders.items():
-        cycle = itertools.cycle(pool)
-        if task.chain is not None:
-            fns[name] = chained_calls(fn, cycle, *task.chain, params)
-        else:
-            fns[name] = partial(_independent, fn, cycle, params)
+        fns[name] = task_calls(task, fn, itertools.cycle(pool), params)
     run = max(1, run)
     probe = time_rounds(fns, 2, run, warmup=3, sync_each=run == 1)
     share = budget_s / max(1, blocks * len(fns))
@@ -126,6 +122,17 @@ def plain_times(task: Task, w: Workload, contenders: dict[str, Callable[..., Any
     return times
 
 
+
+
+def task_calls(task: Task, fn: Callable[..., Any], cycle: Iterator[dict[str, Any]],
+               params: dict[str, Any]) -> Callable[[], Any]:
+    """A contender's calls as the harness's timed runs make them: on the input sets in turn, each taking the previous
+    call's output where the task declares a chain (Task.chain), independent otherwise."""
+    from ksearch.bench.timing import chained_calls
+
+    if task.chain is not None:
+        return chained_calls(fn, cycle, *task.chain, params)
+    return partial(_independent, fn, cycle, params)
 
 
 def _independent(fn: Callable[..., Any], cycle: Iterator[dict[str, Any]], params: dict[str, Any]) -> Any:

@@ -1,12 +1,14 @@
 """The trusted baselines' timings: each baseline entry point timed in a trusted worker of its own, once per workload
-for every candidate an evaluator judges, the fastest variant kept."""
+for every candidate an evaluator judges, the fastest variant kept; a resumed search takes the timings its earlier
+verdicts recorded (recorded_timings, Baselines.seed)."""
 
 from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ksearch.harness import timing
 from ksearch.harness.measure import time_workload
@@ -45,6 +47,34 @@ def _latency(t: BaselineTiming) -> float:
     return math.inf if t.latency_s is None else t.latency_s
 
 
+def recorded_timings(results: Iterable[Mapping[str, Any]],
+                     environment: Mapping[str, Any]) -> dict[tuple[str, str], BaselineTiming]:
+    """(baseline, workload) -> the timing that the earliest of `results` (verdicts as EvalResult.to_json writes them)
+    measured in `environment` (every key of it equal in the verdict's) scored its candidate against. A resumed search
+    scores against these rather than a new measurement: one baseline timing differs from the next process's by up to
+    15% on the H200 (gqa_decode at B 16, 32k: 591 and 681 us, with the candidates' times unchanged), which would move
+    every later score against the earlier ones."""
+    out: dict[tuple[str, str], BaselineTiming] = {}
+    for r in results:
+        env = r.get("environment") or {}
+        if not r.get("baseline") or any(env.get(k) != v for k, v in environment.items()):
+            continue
+        for w in r.get("workloads") or []:
+            latency = w.get("baseline_latency_s")
+            if isinstance(latency, (int, float)) and math.isfinite(latency) and latency > 0:
+                out.setdefault((r["baseline"], w["name"]), BaselineTiming(
+                    float(latency), w.get("baseline_between_calls_s"), w.get("baseline_timing_run")))
+    return out
+
+
+def timings_record(name: str, environment: Mapping[str, Any], timings: Mapping[str, BaselineTiming]) -> dict[str, Any]:
+    """Baseline `name`'s timings per workload as a verdict records them, so that recorded_timings reads them back
+    (how a parallel run's first evaluator of a device kind hands its measurement to the others)."""
+    return {"baseline": name, "environment": dict(environment),
+            "workloads": [{"name": w, "baseline_latency_s": t.latency_s, "baseline_between_calls_s": t.between_calls_s,
+                           "baseline_timing_run": t.run} for w, t in timings.items()]}
+
+
 class Baselines:
     """(baseline, workload) -> BaselineTiming, measured on first use."""
 
@@ -52,6 +82,13 @@ class Baselines:
                  plan: Callable[[Workload], timing.TimingPlan]) -> None:
         self.task, self.family, self.emulation, self.device, self.plan = task, family, emulation, device, plan
         self._known: dict[tuple[str, str], BaselineTiming] = {}
+
+    def seed(self, known: Mapping[tuple[str, str], BaselineTiming]) -> int:
+        """Take timings measured before (recorded_timings) for the (baseline, workload) pairs not yet measured here;
+        how many were taken."""
+        fresh = {k: v for k, v in known.items() if k not in self._known}
+        self._known.update(fresh)
+        return len(fresh)
 
     def timings(self, name: str, workloads: list[Workload], deadline: float) -> dict[str, BaselineTiming]:
         """A BaselineTiming per workload, each variant timed in one trusted worker for all the workloads not yet

@@ -15,7 +15,8 @@ from ksearch.report.cycles import Cycle, read_cycles
 from ksearch.store import CallRow, CandidateRow, EvaluationRow, EventRow, RunMeta, RunRecords, WorldModelRow, read_run
 
 NOTABLE_EVENTS = ("backtrack", "too_hard", "edit_rejected", "policy_error", "world_model_fallback", "edit_fallback",
-                  "world_model_tidied", "call_lost", "llm_budget", "proposer_failed")
+                  "world_model_tidied", "call_lost", "llm_budget", "proposer_failed", "baselines_reused",
+                  "baselines_shared")
 
 
 @dataclass

@@ -24,6 +24,7 @@ from typing import Any
 from ksearch.backends import Backend
 from ksearch.config import RunConfig
 from ksearch.errors import RunError
+from ksearch.harness.baselines import recorded_timings, timings_record
 from ksearch.harness.evaluator import EvalOptions
 from ksearch.harness.result import EvalResult
 from ksearch.search.pool import Arrival, Job, WorkerInfo, device_kind
@@ -88,7 +89,20 @@ class _Remote:
         env = self.ev.env()
         return {"pid": os.getpid(), "host": socket.gethostname(), "device_kind": device_kind(env), "env": env}
 
-    def evaluate(self, source: str) -> tuple[dict[str, Any], float, float]:
+    def baseline_record(self, recorded: list[dict[str, Any]]) -> dict[str, Any]:
+        """The run's baseline timings on the search workloads in this evaluator's environment: those its verdicts
+        recorded, the rest measured here (harness.baselines.timings_record)."""
+        self.ev.baselines.seed(recorded_timings(recorded, self.ev.env()))
+        task = self.ev.task
+        name = self.opts.baseline or task.default_baseline
+        timings = self.ev.baselines.timings(name, task.select_workloads(self.ev.backend.tier), time.monotonic() + 1800)
+        return timings_record(name, self.ev.env(), timings)
+
+    def evaluate(self, source: str, shared: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], float, float]:
+        """One verdict, scored against the run's shared baseline timings where they hold for this environment (an
+        actor Ray restarted has none of its own)."""
+        if shared:
+            self.ev.baselines.seed(recorded_timings(shared, self.ev.env()))
         t0 = time.time()
         result = self.ev.evaluate(source, self.opts)
         return result.to_json(), t0, time.time()
@@ -136,6 +150,7 @@ class RayPool:
         self.slots = [_Slot(WorkerInfo(f"w{i + 1}", d["device_kind"], d["host"], d["pid"]), a)
                       for i, (a, d) in enumerate(zip(actors, infos, strict=True))]
         self._env = dict(infos[0]["env"])
+        self._shared: list[dict[str, Any]] = []  # share_baselines: one timings record a device kind
 
     def environment(self) -> dict[str, Any]:
         return self._env
@@ -150,6 +165,23 @@ class RayPool:
                 except RayActorError:
                     continue
         raise RunError("no evaluator was left to judge the best candidate on the holdout workloads; --resume it")
+
+    def share_baselines(self, recorded: list[dict[str, Any]]) -> int:
+        """Before the first candidate: per device kind, the first live worker takes the baseline timings the run's
+        verdicts recorded and measures the rest, and every worker of the kind scores against those (each evaluate call
+        carries them): otherwise each worker's own measurement, up to 15% apart between processes on the H200, would
+        set its candidates' scores. A worker that dies here leaves its kind to measure per worker. How many kinds."""
+        self._shared = []
+        kinds: set[str] = set()
+        for s in self.slots:
+            if s.info.state == "dead" or s.info.device_kind in kinds:
+                continue
+            try:
+                self._shared.append(ray.get(s.actor.baseline_record.remote(recorded)))
+                kinds.add(s.info.device_kind)
+            except RayActorError:
+                s.info.state = self._after_death(s)
+        return len(self._shared)
 
     def _started(self, actors: list[Any]) -> list[dict[str, Any]]:
         """Each actor's pid, host and device kind, once all have started; a one-line error when one cannot."""
@@ -173,7 +205,7 @@ class RayPool:
     def submit(self, job: Job) -> WorkerInfo | None:
         for s in self.slots:
             if s.job is None and s.info.state != "dead" and job.kind in (None, s.info.device_kind):
-                s.job, s.started, s.ref = job, time.time(), s.actor.evaluate.remote(job.source)
+                s.job, s.started, s.ref = job, time.time(), s.actor.evaluate.remote(job.source, self._shared)
                 s.info.state, s.info.candidate = "busy", job.candidate
                 return s.info
         return None
