@@ -34,6 +34,10 @@ def test_the_earliest_timing_measured_in_the_same_environment_is_taken() -> None
                    ("native", "b16"): BaselineTiming(5.914e-4, 2e-4, 24),
                    ("native", "b8"): BaselineTiming(1.834e-4, 2e-4, 24)}
     assert recorded_timings(results, {**ENV, "device": "NVIDIA H100"}) == {}
+    # The baseline's code changed between the verdicts and now: nothing is reused.
+    coded = [{**r, "environment": {**r["environment"], "baseline_source": "3f1c"}} for r in results]
+    assert recorded_timings(coded, {**ENV, "baseline_source": "3f1c"}) == got
+    assert recorded_timings(coded, {**ENV, "baseline_source": "77ab"}) == {}
 
 
 def test_seeding_keeps_what_was_measured_here() -> None:
@@ -65,5 +69,6 @@ def test_a_resumed_run_scores_against_its_first_baseline_measurement(tmp_path: A
     assert len(later) == 2
     for e in later:  # floats from a new process's measurement would differ in their last digits at least
         assert {w["name"]: w["baseline_latency_s"] for w in e["result"]["workloads"]} == measured
+    assert len({e["result"]["environment"]["baseline_source"] for e in store.evaluations("search")}) == 1
     (event,) = store.events("baselines_reused")
     assert event["data"]["timings"] == len(measured) and event["data"]["workloads"] == sorted(measured)

@@ -5,6 +5,7 @@ verdicts recorded (recorded_timings, Baselines.seed)."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -47,10 +48,18 @@ def _latency(t: BaselineTiming) -> float:
     return math.inf if t.latency_s is None else t.latency_s
 
 
+def _median(timings: list[BaselineTiming]) -> BaselineTiming | None:
+    """The measurement of median latency (the lower middle one of an even count; one not measured counts as the
+    slowest), with its own gap and run length."""
+    ordered = sorted(timings, key=lambda t: (math.isnan(_latency(t)), _latency(t)))
+    return ordered[(len(ordered) - 1) // 2] if ordered else None
+
+
 def recorded_timings(results: Iterable[Mapping[str, Any]],
                      environment: Mapping[str, Any]) -> dict[tuple[str, str], BaselineTiming]:
     """(baseline, workload) -> the timing that the earliest of `results` (verdicts as EvalResult.to_json writes them)
-    measured in `environment` (every key of it equal in the verdict's) scored its candidate against. A resumed search
+    measured in `environment` (every key of it equal in the verdict's: Evaluator.baseline_environment, the device,
+    versions, timing settings and a digest of the baseline's code) scored its candidate against. A resumed search
     scores against these rather than a new measurement: one baseline timing differs from the next process's by up to
     15% on the H200 (gqa_decode at B 16, 32k: 591 and 681 us, with the candidates' times unchanged), which would move
     every later score against the earlier ones."""
@@ -79,9 +88,18 @@ class Baselines:
     """(baseline, workload) -> BaselineTiming, measured on first use."""
 
     def __init__(self, task: Task, family: str, emulation: str | None, device: str,
-                 plan: Callable[[Workload], timing.TimingPlan]) -> None:
+                 plan: Callable[[Workload], timing.TimingPlan], processes: int = 1) -> None:
+        """processes: fresh trusted processes each variant is timed in, the median latency kept per workload
+        (timing.baseline_processes)."""
         self.task, self.family, self.emulation, self.device, self.plan = task, family, emulation, device, plan
+        self.processes = max(1, processes)
         self._known: dict[tuple[str, str], BaselineTiming] = {}
+
+    def source_digest(self, name: str) -> str:
+        """A digest of the code baseline `name` times on this backend family ("none" where it has none): verdicts
+        record it, so that timings are only reused for the same code."""
+        source = self.task.baseline(name).source_for(self.family)
+        return hashlib.sha256(source.encode()).hexdigest()[:16] if source is not None else "none"
 
     def seed(self, known: Mapping[tuple[str, str], BaselineTiming]) -> int:
         """Take timings measured before (recorded_timings) for the (baseline, workload) pairs not yet measured here;
@@ -102,9 +120,11 @@ class Baselines:
             assert source is not None
             best: dict[str, BaselineTiming] = {}
             for entry in baseline_variants(source):
-                for wname, measured in self._time(source, entry, todo, deadline).items():
-                    if wname not in best or _latency(measured) < _latency(best[wname]):
-                        best[wname] = measured
+                taken = [self._time(source, entry, todo, deadline) for _ in range(self.processes)]
+                for w in todo:
+                    measured = _median([t[w.name] for t in taken if w.name in t])
+                    if measured is not None and (w.name not in best or _latency(measured) < _latency(best[w.name])):
+                        best[w.name] = measured
             for w in todo:
                 self._known[(name, w.name)] = best.get(w.name, BaselineTiming(float("nan")))
         return {w.name: self._known[(name, w.name)] for w in workloads}

@@ -78,7 +78,8 @@ class Evaluator:
         self._ref_cache: OrderedDict[tuple[Any, ...], tuple[dict[str, str], list[np.ndarray]]] = OrderedDict()
         self._ref_bytes = 0
         #: Each baseline's timings, measured once per workload for every candidate this evaluator judges.
-        self.baselines = Baselines(task, backend.family, backend.emulation, self.device, self._plan)
+        self.baselines = Baselines(task, backend.family, backend.emulation, self.device, self._plan,
+                                   timing.baseline_processes(backend.is_gpu))
         self._env: dict[str, Any] | None = None
         self._spare_wanted = spare
         self._spare: tuple[tuple[Any, ...], WorkerProcess] | None = None
@@ -99,9 +100,16 @@ class Evaluator:
             self._env["hardware_profile"] = self.profile.get("id")
             if timing.RUN_SETTING is not None:  # timed runs of a length other than the default
                 self._env["timing_run"] = timing.RUN_SETTING
+            if timing.BASELINE_PROCESSES_SETTING is not None:  # baselines timed in other than the default processes
+                self._env["baseline_processes"] = timing.BASELINE_PROCESSES_SETTING
             if self.task.chain is not None:  # a run's calls chained (Task.chain): recorded with every result
                 self._env["timing_chain"] = list(self.task.chain)
         return self._env
+
+    def baseline_environment(self, name: str) -> dict[str, Any]:
+        """env() and the digest of baseline `name`'s code: what a verdict records and what a resumed search matches
+        before it reuses the verdict's baseline timings (baselines.recorded_timings)."""
+        return {**self.env(), "baseline_source": self.baselines.source_digest(name)}
 
     def close(self) -> None:
         self._drop_spare()
@@ -232,7 +240,8 @@ class Evaluator:
         seeds = {w.name: trials[w.name] + post[w.name] for w in workloads}
         result = EvalResult(status="passed", task=self.task.name, backend=self.backend.name, baseline=baseline_name,
                             seeds={"master": [master], "trial_master": [trial_master], **seeds},
-                            environment=self.env(), timing=self.env().get("timing") or "")
+                            environment=self.baseline_environment(baseline_name),
+                            timing=self.env().get("timing") or "")
         result.workloads = [WorkloadResult(name=w.name, split=w.split) for w in workloads]
         try:
             with self._phase("static"):

@@ -141,19 +141,25 @@ def ring_for(run: int) -> int:
 RUN = RING // 2
 
 
-def _run_setting() -> int | None:
-    """KSEARCH_TIMING_RUN=N: runs of up to N calls (1 to 32; on the CPU too), a ring of 2N and GPU pools of at least N
-    sets where memory allows, instead of RUN (CPU_RUN), RING and MIN_GPU_SETS. For measuring the harness against the plain loop at other
-    run lengths (the extra time of a run, taken apart by harness_conditions.py --worker-loop, was about the same per
-    run at every run length measured, so longer runs share it out); the parent and its workers read the same
-    environment."""
-    raw = os.environ.get("KSEARCH_TIMING_RUN", "").strip()
+def _int_setting(name: str, most: int, meaning: str, unset: str) -> int | None:
+    """The environment's integer setting `name`, 1 to `most`; None where it is unset; a one-line ConfigError
+    saying what to give where it is anything else."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
         return None
-    if not raw.isdigit() or not 1 <= int(raw) <= 32:
-        raise ConfigError(f"KSEARCH_TIMING_RUN={raw!r}: give the most calls a timed run queues, 1 to 32 "
-                          f"(unset: {RUN} on a GPU, {CPU_RUN} on the CPU)")
+    if not raw.isdigit() or not 1 <= int(raw) <= most:
+        raise ConfigError(f"{name}={raw!r}: give {meaning}, 1 to {most} (unset: {unset})")
     return int(raw)
+
+
+def _run_setting() -> int | None:
+    """KSEARCH_TIMING_RUN=N: runs of up to N calls (1 to 32; on the CPU too), a ring of 2N and GPU pools of at least N
+    sets where memory allows, instead of RUN (CPU_RUN), RING and MIN_GPU_SETS. For measuring the harness against the
+    plain loop at other run lengths (the extra time of a run, taken apart by harness_conditions.py --worker-loop, was
+    about the same per run at every run length measured, so longer runs share it out); the parent and its workers
+    read the same environment."""
+    return _int_setting("KSEARCH_TIMING_RUN", 32, "the most calls a timed run queues",
+                        f"{RUN} on a GPU, {CPU_RUN} on the CPU")
 
 
 #: KSEARCH_TIMING_RUN's value where it is set (every result's environment then records it), else None.
@@ -161,6 +167,30 @@ RUN_SETTING = _run_setting()
 if RUN_SETTING is not None:
     RUN, RING, MIN_GPU_SETS, CPU_RUN = (RUN_SETTING, 2 * RUN_SETTING, max(_MIN_GPU_SETS_SHORT, RUN_SETTING),
                                         RUN_SETTING)
+
+
+#: Fresh trusted processes a baseline's timing is taken in, the median kept: one process's measurement of native
+#: gqa_decode at B 16, 32k on the H200 differed from the next's by 15% (591 and 681 us, the candidates' times
+#: unchanged; benchmarks/results/search-chained-harness-gqa_decode-*.json), and every score of a run divides by it.
+#: One on the CPU, where every `evaluate()` of the tests and the demo times its baselines anew.
+BASELINE_PROCESSES = {"gpu": 3, "cpu": 1}
+
+
+def _baseline_processes_setting() -> int | None:
+    """KSEARCH_BASELINE_PROCESSES=N (1 to 9): that many processes for every baseline timing, on any device."""
+    return _int_setting("KSEARCH_BASELINE_PROCESSES", 9, "how many fresh processes time each baseline",
+                        f"{BASELINE_PROCESSES['gpu']} on a GPU, {BASELINE_PROCESSES['cpu']} on the CPU")
+
+
+#: KSEARCH_BASELINE_PROCESSES's value where it is set (every result's environment then records it), else None.
+BASELINE_PROCESSES_SETTING = _baseline_processes_setting()
+
+
+def baseline_processes(gpu: bool) -> int:
+    """How many fresh processes time each baseline (the median kept)."""
+    if BASELINE_PROCESSES_SETTING is not None:
+        return BASELINE_PROCESSES_SETTING
+    return BASELINE_PROCESSES["gpu" if gpu else "cpu"]
 
 
 def run_length(asked: int, sets: int) -> int:

@@ -92,17 +92,19 @@ class _Remote:
     def baseline_record(self, recorded: list[dict[str, Any]]) -> dict[str, Any]:
         """The run's baseline timings on the search workloads in this evaluator's environment: those its verdicts
         recorded, the rest measured here (harness.baselines.timings_record)."""
-        self.ev.baselines.seed(recorded_timings(recorded, self.ev.env()))
         task = self.ev.task
         name = self.opts.baseline or task.default_baseline
+        env = self.ev.baseline_environment(name)
+        self.ev.baselines.seed(recorded_timings(recorded, env))
         timings = self.ev.baselines.timings(name, task.select_workloads(self.ev.backend.tier), time.monotonic() + 1800)
-        return timings_record(name, self.ev.env(), timings)
+        return timings_record(name, env, timings)
 
     def evaluate(self, source: str, shared: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], float, float]:
         """One verdict, scored against the run's shared baseline timings where they hold for this environment (an
         actor Ray restarted has none of its own)."""
         if shared:
-            self.ev.baselines.seed(recorded_timings(shared, self.ev.env()))
+            name = self.opts.baseline or self.ev.task.default_baseline
+            self.ev.baselines.seed(recorded_timings(shared, self.ev.baseline_environment(name)))
         t0 = time.time()
         result = self.ev.evaluate(source, self.opts)
         return result.to_json(), t0, time.time()

@@ -290,8 +290,9 @@ class _Judge:
 
 def _reuse_baselines(store: RunStore, judge: _Judge, round_: int) -> None:
     """A resumed run scores against the baseline timings its earlier verdicts used, where they were measured in this
-    environment (device, versions, timing settings); the others are measured again. Recorded as an event."""
-    env = judge.ev.env()
+    environment (device, versions, timing settings) of the same baseline code; the others are measured again.
+    Recorded as an event."""
+    env = judge.ev.baseline_environment(judge.opts.baseline or judge.ev.task.default_baseline)
     known = recorded_timings((e["result"] for e in store.evaluations(None)), env)
     taken = judge.ev.baselines.seed(known)
     store.add_event(round_, "baselines_reused", {"timings": taken,
