@@ -172,7 +172,8 @@ class RayPool:
         """Before the first candidate: per device kind, the first live worker takes the baseline timings the run's
         verdicts recorded and measures the rest, and every worker of the kind scores against those (each evaluate call
         carries them): otherwise each worker's own measurement, up to 15% apart between processes on the H200, would
-        set its candidates' scores. A worker that dies here leaves its kind to measure per worker. How many kinds."""
+        set its candidates' scores. A worker that dies here, or a baseline that fails, leaves its kind to measure per
+        worker. How many kinds share one record."""
         self._shared = []
         kinds: set[str] = set()
         for s in self.slots:
@@ -183,6 +184,8 @@ class RayPool:
                 kinds.add(s.info.device_kind)
             except RayActorError:
                 s.info.state = self._after_death(s)
+            except RayError:  # the baseline itself failed (its code, its worker): each verdict will say so
+                kinds.add(s.info.device_kind)
         return len(self._shared)
 
     def _started(self, actors: list[Any]) -> list[dict[str, Any]]:

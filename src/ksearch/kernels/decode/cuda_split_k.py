@@ -41,8 +41,8 @@ class DecodeConfig:
     min_chunk: int = 512
     # ...unless min_chunk would leave fewer blocks than this: then chunks shrink (to FLOOR_MIN_KEYS at least) until
     # there are. Chained calls (a decode loop's) wait on each call's latency, which few blocks cannot hide: at B 1, 4k
-    # 64 blocks of 512 keys ran 0.97x of native, 256 of 128 keys 1.21x (decode-versus-native-queued-chained-floor-*).
-    # 0: min_chunk holds everywhere.
+    # 64 blocks of 512 keys ran 0.97x of native, 256 of 128 keys 1.21x (decode-versus-native-queued-chained-splits-*),
+    # the split kernel 13.2 against 8.5 us (decode-stream-chained-floor-b1-*). 0: min_chunk holds everywhere.
     floor_blocks: int = 256
     group_heads: bool = True  # all query heads of a kv head in one block (K/V read once) vs one head per block
     # Last block merges (one launch, FUSED_SOURCE) vs a separate merge kernel.

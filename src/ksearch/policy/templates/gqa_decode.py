@@ -136,7 +136,8 @@ _ring = mx.fast.cuda_kernel(name="gqa_split_k_ring", input_names=["q", "k", "v"]
     mma_module, mma_call = _mma_code(p["mma"]) if p.get("mma") else ("", "")
     # A floor on the block count: chained calls wait on each call's latency, which a few long splits cannot hide
     # (DecodeConfig.floor_blocks, the library's rule).
-    floor = (f'''    chunk = min(chunk, max({min(128, p["min_chunk"])}, math.ceil(length / math.ceil({p["floor_blocks"]} / blocks))))
+    floor = (f'''    floor_splits = math.ceil({p["floor_blocks"]} / blocks)
+    chunk = min(chunk, max({min(128, p["min_chunk"])}, math.ceil(length / floor_splits)))
 ''' if p.get("floor_blocks") else "")
     return f'''# gqa_decode.cuda.split_k {p}
 # Split-K flash-decoding: (batch, head block, split) blocks, 16-byte loads, online softmax in exp2, then a log-sum-exp
