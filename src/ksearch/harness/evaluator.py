@@ -79,7 +79,7 @@ class Evaluator:
         self._ref_bytes = 0
         #: Each baseline's timings, measured once per workload for every candidate this evaluator judges.
         self.baselines = Baselines(task, backend.family, backend.emulation, self.device, self._plan,
-                                   timing.baseline_processes(backend.is_gpu))
+                                   timing.baseline_processes())
         self._env: dict[str, Any] | None = None
         self._spare_wanted = spare
         self._spare: tuple[tuple[Any, ...], WorkerProcess] | None = None
