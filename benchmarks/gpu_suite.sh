@@ -37,6 +37,8 @@
 #   null-containment [TASK]         the null test (the library kernel as its own baseline, 3 fresh processes a side)
 #                                   with the candidate's containment as is, off, without Landlock, without namespaces
 #                                   (KSEARCH_SANDBOX; default gqa_decode): what each mechanism costs a timed call
+#   baseline-spread [TASKS] [N]     fresh evaluators' baseline timings, one process against the median of three
+#                                   (baseline_spread.py; default gqa_decode, 6 evaluators a setting)
 #   harness-loop [TASKS]            the worker's timed loop in one process beside the plain loop: in runs, one call a
 #                                   run, parts taken out (harness_conditions.py --worker-loop; default
 #                                   selective_state_update,gqa_decode: the short calls)
@@ -403,6 +405,9 @@ CHECK
   fidelity) setup && fidelity "$@" ;;
   null-containment) setup && null_containment "$@" ;;
   harness-loop) setup && harness_loop "$@" ;;
+  baseline-spread) setup && timeout -k 10 540 "$PY" benchmarks/baseline_spread.py --backend mlx-cuda \
+          --tasks "${1:-gqa_decode}" --evaluators "${2:-6}" --processes 1,3 --out "$OUT" 2>&1 \
+          | tee "$OUT/baseline-spread.txt" | cut -c1-150 ;;
   between-runs) setup && timeout -k 10 300 "$PY" benchmarks/between_runs.py --backend mlx-cuda \
           --tasks "${1:-softmax,gqa_decode,selective_state_update}" --out "$OUT" 2>&1 | tee "$OUT/between-runs.txt" \
           | cut -c1-130 ;;
