@@ -30,10 +30,9 @@ from ksearch.backends.detect import FAMILY
 from ksearch.config import LLMConfig, RunConfig, SelectionWeights
 from ksearch.errors import BackendUnavailable, RunError
 from ksearch.harness import EvalOptions, EvalResult, Evaluator
-from ksearch.harness.baselines import recorded_timings
 from ksearch.harness.profile import ProfileReport, profile_candidate
 from ksearch.policy.base import Policy, PolicyContext
-from ksearch.search import ledger
+from ksearch.search import ledger, run_baselines
 from ksearch.search.bookkeeping import SearchSetup
 from ksearch.search.pool import EvaluatorPool, InlinePool, device_kind
 from ksearch.search.state import LoopState, restore_rng
@@ -288,17 +287,6 @@ class _Judge:
         self.ev.close()
 
 
-def _reuse_baselines(store: RunStore, judge: _Judge, round_: int) -> None:
-    """A resumed run scores against the baseline timings its earlier verdicts used, where they were measured in this
-    environment (device, versions, timing settings) of the same baseline code; the others are measured again.
-    Recorded as an event."""
-    env = judge.ev.baseline_environment(judge.opts.baseline or judge.ev.task.default_baseline)
-    known = recorded_timings((e["result"] for e in store.evaluations(None)), env)
-    taken = judge.ev.baselines.seed(known)
-    store.add_event(round_, "baselines_reused", {"timings": taken,
-                                                 "workloads": sorted({w for _, w in known})})
-
-
 def _strategy(strategy: str, setup: SearchSetup, state: LoopState, wm: dict[str, Any] | None,
               workers: int | None = None) -> Any:
     """The strategy object whose run() is the loop: K-Search with its world model, or a comparison strategy; with
@@ -401,11 +389,8 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
     ctx = PolicyContext(task=task, backend=backend, rng=rng, spec=_spec(task, backend, port), port_context=port)
     judge = _Judge(task, backend, cfg) if evaluate is None and pool is None else None
     if saved and judge is not None:
-        _reuse_baselines(store, judge, state.round)
-    share = getattr(pool, "share_baselines", None)
-    if share is not None:  # a parallel run's workers score against one measurement a device kind
-        kinds = share([e["result"] for e in store.evaluations(None)] if saved else [])
-        store.add_event(state.round, "baselines_shared", {"device_kinds": kinds})
+        run_baselines.reuse_recorded(store, judge.ev, cfg.baseline or task.default_baseline, state.round)
+    run_baselines.share_across_workers(pool, store, bool(saved), state.round)
     if pool is None and (state.in_flight or state.cycles):
         # A parallel run continued by one evaluator here: its candidates in flight are judged first.
         kind = device_kind(judge.ev.env()) if judge is not None else "local"
