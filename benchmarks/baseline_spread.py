@@ -1,11 +1,12 @@
 """How far one evaluator's baseline timing lies from the next evaluator's, timed in one process or as the median of N.
 
 Every score of a search divides by its evaluator's baseline timing of each workload (harness/baselines.py), measured
-once; on the H200 one process's timing of native gqa_decode at B 16, 32k was 15% above the next's (591 and 681 us,
-the candidates' times unchanged), which moved a whole run's scores. The harness now takes the median of three fresh
-processes on a GPU (timing.BASELINE_PROCESSES). This benchmark measures what that buys: `--evaluators` fresh
-evaluators per setting of `--processes`, the settings taking turns evaluator by evaluator (so drift hits all alike),
-and per task, workload and setting the timings' median, fastest, slowest and spread (slowest / fastest).
+once; on the H200 one process's timing of native gqa_decode at B 16, 32k was 15% above the next's (591 and 681 us, the
+candidates' times unchanged), which moved a whole run's scores. `KSEARCH_BASELINE_PROCESSES=N` makes the harness take
+the median of N fresh processes (timing.BASELINE_PROCESSES, one by default). This benchmark measures what that buys:
+`--evaluators` fresh evaluators per setting of `--processes`, the settings taking turns evaluator by evaluator (so
+drift hits all alike), and per task, workload and setting the timings' median, fastest, slowest and spread (slowest /
+fastest).
 
     python benchmarks/baseline_spread.py [--backend B] [--tasks gqa_decode] [--evaluators 6] [--processes 1,3]
                                          [--out DIR]

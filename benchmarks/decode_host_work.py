@@ -51,11 +51,15 @@ def measure(b: int, length: int, calls: int, repeat: int) -> dict[str, Any]:
     nsplit = launch.nsplit(length)
     parts = [mx.zeros((launch.blocks, nsplit, launch.g, 128)), mx.zeros((launch.blocks, nsplit, launch.g, 2))]
     out = [mx.zeros(q.shape, dtype=q.dtype)]
-    stubs = {(ck, "_kernels"): lambda cfg: (lambda **kw: parts, lambda **kw: out),
-             (cc, "_parts_kernel"): lambda cfg, smem: (lambda **kw: parts),
-             (cc, "_kernel"): lambda cfg, cs, smem: (lambda **kw: out)}
+    # Any arguments: the kernels' makers have taken their constants as arguments since they are written into the text.
+    stubs = {(ck, "_kernels"): lambda *a: (lambda **kw: parts, lambda **kw: out),
+             (ck, "merge_kernel"): lambda *a: (lambda **kw: out),
+             (cc, "_parts_kernel"): lambda *a: (lambda **kw: parts),
+             (cc, "_kernel"): lambda *a: (lambda **kw: out)}
     real = {key: getattr(*key) for key in stubs if hasattr(*key)}
-    caches = [f for f in (getattr(cc, "_parts_launch", None), getattr(kd, "_mma_fits", None)) if f is not None]
+    # Every cache that may hold a launch made with the stubs (the names of earlier versions of the package too).
+    caches = [f for f in (getattr(cc, "parts_launch", None), getattr(cc, "_parts_launch", None),
+                          getattr(kd, "_mma_fits", None), getattr(kd, "_cuda_route", None)) if f is not None]
     made = getattr(launch, "made", [])  # where a launch keeps its kernels, it takes the stubs at its first call
     try:
         for (mod, name), stub in stubs.items():

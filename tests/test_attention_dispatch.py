@@ -131,11 +131,43 @@ def test_softmax_scale_is_made_once_per_head_dim():
 @pytest.fixture
 def fresh_launches():
     """Launches are kept per shapes and configuration: these tests start and end without any."""
-    for cached in (cuda_split_k._launch, cuda_split_k._checked_launch, cuda_split_k._default_launch):
+    caches = (cuda_split_k._launch, cuda_split_k._checked_launch, cuda_split_k.default_launch, kd._cuda_route,
+              kd._mma_fits)
+    for cached in caches:
         cached.cache_clear()
     yield
-    for cached in (cuda_split_k._launch, cuda_split_k._checked_launch, cuda_split_k._default_launch):
+    for cached in caches:
         cached.cache_clear()
+
+
+@pytest.mark.parametrize("hopper", [True, False])
+def test_decode_takes_the_kernel_decode_plan_names_at_every_length(monkeypatch, fresh_launches, hopper):
+    """decode() decides from one cached route a call (the tensor-core kernel past MMA_MIN_KV_BYTES on Hopper, split-K
+    within the cache, native outside it): the same kernel decode_plan names, on either side of every threshold."""
+    from ksearch.kernels.decode import cuda_cluster
+
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    monkeypatch.setattr(device, "hopper", lambda: hopper)
+    ran: list[str] = []
+    monkeypatch.setattr(cuda_cluster, "decode_parts_with", lambda *a: ran.append("mma_split") or a[1])
+    monkeypatch.setattr(cuda_cluster, "decode_cluster", lambda *a: ran.append("mma_split") or a[0])
+    monkeypatch.setattr(cuda_split_k, "decode_with", lambda *a: ran.append("split_k") or a[1])
+    monkeypatch.setattr(kd, "native_decode", lambda *a: ran.append("native") or a[0])
+    monkeypatch.setattr(cuda_cluster, "_parts_kernel", lambda *a: None)
+    monkeypatch.setattr(cuda_cluster, "_kernel", lambda *a: None)
+    f16 = mx.float16
+    q = mx.zeros((1, 32, 1, 128), dtype=f16)
+    kc = mx.zeros((1, 8, 40000, 128), dtype=f16)
+    per_key = 2 * 8 * 128 * 2  # bytes of K and V a position at B 1
+    edge = kd.MMA_MIN_KV_BYTES // per_key
+    for length in (-1, 0, 1, 4096, edge, edge + 1, 33000, 40000, 40001):
+        ran.clear()
+        kd.decode(q, kc, kc, length)
+        kd.decode_plan(q, kc, kc, length)[1]()
+        assert ran[0] == ran[1], (length, ran)
+        want = "native" if not 0 < length <= 40000 else "mma_split" if hopper and length > edge else "split_k"
+        assert ran[0] == want, (length, ran)
+    cuda_cluster.parts_launch.cache_clear()
 
 
 def test_a_launch_splits_as_plan_does_and_refuses_what_the_kernel_does_not_take(fresh_launches):
@@ -207,7 +239,7 @@ def test_a_split_k_call_passes_one_view_and_v_whole(monkeypatch, fresh_launches)
         return call
 
     monkeypatch.setattr(device, "backend", lambda: "cuda")
-    monkeypatch.setattr(cuda_split_k, "_kernels", lambda cfg: (kernel("split"), kernel("merge")))
+    monkeypatch.setattr(cuda_split_k, "_kernels", lambda cfg, constants: (kernel("split"), kernel("merge")))
     f16 = mx.float16
     q = mx.zeros((2, 32, 1, 128), dtype=f16)
     kc, vc = mx.zeros((2, 8, 5000, 128), dtype=f16), mx.zeros((2, 8, 5000, 128), dtype=f16)
@@ -220,6 +252,8 @@ def test_a_split_k_call_passes_one_view_and_v_whole(monkeypatch, fresh_launches)
     nsplit = cuda_split_k.plan(16, 4321, 128, cuda_split_k.DEFAULT)[0]
     assert split_shapes == [(16, nsplit, 4, 128), (16, nsplit, 4, 2)]
     assert split_launch["grid"] == (16 * 128, nsplit, 1) and merge_launch["grid"] == (2 * 32 * 128, 1, 1)
+    # The kernels' template arguments are in their text, not formatted by MLX into every call.
+    assert "template" not in split_launch and "template" not in merge_launch
 
 
 def test_a_configuration_reads_as_split_k_fields_or_the_tensor_core_kernel():

@@ -46,7 +46,7 @@ def test_the_stubs_do_not_outlive_the_measurement():
         device.backend, device.hopper = backend, hopper
     assert row["decode_s"] > 0 and cuda_split_k._kernels is kernels
     assert mma_row["kernel"] == "mma_split" and (cuda_cluster._parts_kernel, cuda_cluster._kernel) == mma_kernels
-    assert cuda_cluster._parts_launch.cache_info().currsize == 0  # no launch holding a stub is left cached
+    assert cuda_cluster.parts_launch.cache_info().currsize == 0  # no launch holding a stub is left cached
     q = mx.zeros((1, 32, 1, 128), dtype=mx.float16)
     kc = mx.zeros((1, 8, 320, 128), dtype=mx.float16)
     launch = cuda_split_k.launch_for(q, kc, kc)

@@ -17,7 +17,7 @@ from ksearch.kernels.attention import wgmma as W
 from ksearch.kernels.attention import wgmma_ws as WS
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
 from ksearch.kernels.decode import cuda_split_k_text as SK
-from ksearch.kernels.kernel_text import compact, content_name, cuda_kernel
+from ksearch.kernels.kernel_text import compact, constant_lines, content_name, cuda_kernel
 
 
 def test_comments_indentation_and_blank_lines_go() -> None:
@@ -91,6 +91,26 @@ def test_the_library_hands_mlx_the_compact_text_under_its_content_name(monkeypat
     assert second["name"] != first["name"]  # the header differs; a comment alone would not change the name
     assert cuda_kernel(name="ks_split", input_names=["q"], output_names=["o"], source="o[0] = q[0]; // other",
                        header="#define B 2")["name"] == first["name"]
+
+
+def test_constants_are_written_into_the_header_in_mlx_s_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A kernel made with its template arguments as constants is called without them (MLX formats every template
+    # argument into each call); each set of constants is a kernel of its own name.
+    import mlx.core as mx
+
+    seen: list[dict[str, object]] = []
+    monkeypatch.setattr(mx.fast, "cuda_kernel", lambda **kw: seen.append(kw) or kw)
+    half = cuda_kernel(name="ks_c", input_names=["q"], output_names=["o"], source="o[0] = q[0] * D;",
+                       header="#define B 2\n", constants=(("T", mx.float16), ("D", 128), ("RING", True)))
+    bf16 = cuda_kernel(name="ks_c", input_names=["q"], output_names=["o"], source="o[0] = q[0] * D;",
+                       header="#define B 2\n", constants=(("T", mx.bfloat16), ("D", 128), ("RING", True)))
+    assert half["header"] == ("#define B 2\nnamespace mlx::core::cu {\nusing T = __half;\nconstexpr int D = 128;\n"
+                              "constexpr bool RING = true;\n}  // namespace mlx::core::cu\n")
+    assert "using T = __nv_bfloat16;" in str(bf16["header"]) and half["name"] != bf16["name"]
+    assert "template" not in half
+    with pytest.raises(ValueError, match="not a type a kernel constant can be; use one of float16"):
+        constant_lines([("T", mx.complex64)])
+    assert constant_lines([]) == ""
 
 
 def _ptx(units: list[str]) -> str:

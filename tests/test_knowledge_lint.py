@@ -383,3 +383,45 @@ def test_a_launch_bound_header_is_not_a_signature_and_leaves_the_next_kernel_pla
         assert "cuda-signature" in _codes(lint_source(in_source, "mlx-cuda"))
     if nvcc_path() is not None:  # the header group's #undef restores the plain qualifier for kernel b
         assert check_cuda_candidate(src, None, "float32") == []
+
+
+_CONSTANTS_CANDIDATE = '''
+import mlx.core as mx
+
+SOURCE = """
+    uint i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = (T)((float)x[i] * 2.f);
+"""
+_TYPES = {mx.float16: "__half", mx.float32: "float"}
+_KERNELS = {}
+
+
+def _kernel(dtype, n):
+    # The template arguments written into the header once per set (MLX formats them into every call otherwise).
+    if (dtype, n) not in _KERNELS:
+        header = "namespace mlx::core::cu {\\nusing T = " + _TYPES[dtype] + ";\\nconstexpr int N = " + str(n) + ";\\n}\\n"
+        _KERNELS[(dtype, n)] = mx.fast.cuda_kernel(name="twice", input_names=["x"], output_names=["out"],
+                                                   source=SOURCE, header=header)
+    return _KERNELS[(dtype, n)]
+
+
+def run(x):
+    return _kernel(x.dtype, x.size)(inputs=[x], grid=(x.size, 1, 1), threadgroup=(256, 1, 1),
+                                    output_shapes=[x.shape], output_dtypes=[x.dtype])[0]
+'''
+
+
+def test_a_header_built_at_run_time_is_a_warning_not_a_compile_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The body alone names constants only the header defines: compiling it without the header would report them as
+    # undefined. The deep check leaves such a kernel to the compiler at its first call, and says so.
+    from ksearch.knowledge import deep
+    from ksearch.knowledge.extract import find_kernels
+
+    (k,) = find_kernels(_CONSTANTS_CANDIDATE)
+    assert k.source is not None and k.header_unresolved and k.header == ""
+    compiled: list[Any] = []
+    monkeypatch.setattr(deep, "compile_kernels", lambda kernels, dtype: compiled.append(kernels) or [])
+    diags = lint_source(_CONSTANTS_CANDIDATE, "mlx-cuda", deep=True)
+    assert [d.code for d in diags] == ["unresolved-header"] and diags[0].severity == "warning"
+    assert compiled == []  # nothing handed to nvcc
+    assert lint_source(_CONSTANTS_CANDIDATE, "mlx-cuda") == []  # the harness's (shallow) lint: clean

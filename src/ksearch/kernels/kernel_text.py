@@ -79,16 +79,48 @@ def _next_special(text: str, start: int) -> int:
     return j
 
 
-def cuda_kernel(*, name: str, source: str, header: str = "", **kwargs: Any) -> Any:
+def cuda_kernel(*, name: str, source: str, header: str = "", constants: Sequence[tuple[str, Any]] = (),
+                **kwargs: Any) -> Any:
     """`mx.fast.cuda_kernel` with the body and header compacted once, here, instead of their whole text rebuilt by
     MLX on every call (the library's CUDA kernels are all made through this), under `name` plus a digest of the text
-    (`content_name`)."""
+    (`content_name`). `constants` are template arguments written into the header once (`constant_lines`): a kernel
+    made with them is called without `template`."""
     import mlx.core as mx
 
     text, head = compact(source), compact(header) if header else ""
+    head += constant_lines(constants)
     name = content_name(name, head, text, kwargs.get("input_names", ()), kwargs.get("output_names", ()),
                         kwargs.get("shared_memory", 0))
     return mx.fast.cuda_kernel(name=name, source=text, header=head, **kwargs)
+
+
+#: CUDA's name for each MLX dtype a constant may be (the types MLX itself writes for template arguments).
+CUDA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "int32": "int32_t",
+              "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t"}
+
+
+def constant_lines(constants: Sequence[tuple[str, Any]]) -> str:
+    """Template arguments (name, bool | int | dtype) as the constants MLX would write at the top of the kernel, for
+    its header instead. MLX formats every template argument into the kernel's name and text on every call: on the
+    H200 split-K's seven cost building its call 0.5-2.3 us and the merge's three 0.9-1.6 us, in three processes
+    (benchmarks/results/decode-host-time-*.json), of B 1 decode calls of 50-90 us that are mostly host time. They
+    go in MLX's namespace, the kernel's own: a name MLX declares there already is a compile error, not a constant
+    silently shadowed."""
+    if not constants:
+        return ""
+    lines = []
+    for name, value in constants:
+        if isinstance(value, bool):
+            lines.append(f"constexpr bool {name} = {'true' if value else 'false'};")
+        elif isinstance(value, int):
+            lines.append(f"constexpr int {name} = {value};")
+        else:
+            dtype = str(value).removeprefix("mlx.core.")
+            if dtype not in CUDA_TYPES:
+                raise ValueError(f"constant {name}: {value} is not a type a kernel constant can be; "
+                                 f"use one of {', '.join(CUDA_TYPES)}")
+            lines.append(f"using {name} = {CUDA_TYPES[dtype]};")
+    return "namespace mlx::core::cu {\n" + "\n".join(lines) + "\n}  // namespace mlx::core::cu\n"
 
 
 def content_name(name: str, header: str, source: str, input_names: Sequence[str] = (),

@@ -45,6 +45,10 @@ class KernelUse:
     shared_memory: int | None = None
     atomic_outputs: bool = False  # metal_kernel(..., atomic_outputs=True): outputs are `device atomic<T>*`
     unresolved: str = ""  # why source could not be resolved
+    # Why the header could not be resolved ("" when it was, or there is none): a header built at run time, e.g. a
+    # kernel's template arguments written into it as constants (one kernel object per set), which MLX would
+    # otherwise format into every call.
+    header_unresolved: str = ""
     # From the call site (may stay empty when the object is never called in this file).
     input_dtypes: dict[str, str] = field(default_factory=dict)  # kernel input name -> dtype or "T" (workload)
     output_dtypes: list[str] = field(default_factory=list)
@@ -209,7 +213,9 @@ def find_kernels(source: str, tensor_dtypes: dict[str, str] | None = None) -> li
                 continue
             try:
                 value = env.eval(expr, scope)
-            except Unresolved:
+            except Unresolved as exc:
+                if field_name == "header":
+                    use.header_unresolved = str(exc) or "built at run time"
                 continue
             setattr(use, attr, [str(v) for v in value] if isinstance(value, list) else str(value))
         src = _arg(node, "source", 3)

@@ -49,11 +49,13 @@ def fits_shapes(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tup
 
 @cache
 def build_kernel(name: str, source: str, header: str, smem: int, extra_inputs: tuple[str, ...] = (),
-                 extra_outputs: tuple[str, ...] = ()) -> Any:
+                 extra_outputs: tuple[str, ...] = (), constants: tuple[tuple[str, Any], ...] = ()) -> Any:
     """A prefill kernel object (inputs q, k, v, scale and `extra_inputs`; outputs o and `extra_outputs`), built once
-    per name and shared-memory size."""
+    per name, shared-memory size and `constants` (template arguments written into its text, for a caller that keeps
+    a kernel per shape and calls it without them: kernel_text.constant_lines)."""
     return cuda_kernel(name=name, input_names=["q", "k", "v", "scale", *extra_inputs],
-                       output_names=["o", *extra_outputs], source=source, header=header, shared_memory=smem)
+                       output_names=["o", *extra_outputs], source=source, header=header, constants=constants,
+                       shared_memory=smem)
 
 
 @cache

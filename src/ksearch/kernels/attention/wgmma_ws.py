@@ -287,9 +287,6 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
     import mlx.core as mx
 
     pre, _ = cp_cache(cfg.cp)
-    kern = build_kernel(kernel_name(cfg), source_text(cfg),
-                        pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
-                        cfg.smem_bytes(q_shape[-1]), ("tmap",), ("maps",))
     tmap = map_input(*tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma))
     items = blocks_for(q_shape, 64 * cfg.wg)
     grid = persistent_blocks(items, cfg) if cfg.persist else None
@@ -297,6 +294,10 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
     kwargs = launch_args(q_shape, dtype, 64 * cfg.wg, cfg.threads(),
                          [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)],
                          extra_outputs=(((slots,), mx.uint64),), grid_blocks=grid)
+    # The template arguments go into the kernel's text: MLX would format them into every call (kernel_text).
+    kern = build_kernel(kernel_name(cfg), source_text(cfg),
+                        pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
+                        cfg.smem_bytes(q_shape[-1]), ("tmap",), ("maps",), tuple(kwargs.pop("template")))
     return kern, tmap, kwargs
 
 

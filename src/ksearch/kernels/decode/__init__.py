@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -103,16 +104,44 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
     return "native", lambda: native_decode(q, k_cache, v_cache, length)
 
 
+@dataclass(frozen=True)
+class _Route:
+    """The library's CUDA choice for one set of shapes and dtypes, whatever the length: what `decode` needs to pick
+    between the tensor-core kernel and split-K from the length alone (mma_takes' rule)."""
+    capacity: int
+    kv_per_key: int  # bytes of K and V a call reads per key position
+    mma: Any  # the tensor-core kernel's launch (cuda_cluster.parts_launch) where it fits these shapes, else None
+    launch: cuda_split_k.Launch | None  # split-K's, where it fits
+
+
+@lru_cache(maxsize=256)
+def _cuda_route(q_shape: tuple[int, ...], q_dtype: Any, k_shape: tuple[int, ...], k_dtype: Any,
+                v_shape: tuple[int, ...]) -> _Route:
+    # One cache lookup a call for both kernels' checks (each was one of its own, and the tensor-core kernel's
+    # launch a third, keyed by its nine-field configuration).
+    b, _, _, d = q_shape
+    mma = d == 128 and _mma_fits(q_shape, q_dtype, k_shape, k_dtype, v_shape)
+    return _Route(k_shape[2], 2 * b * k_shape[1] * d * q_dtype.size,
+                  cuda_cluster.parts_launch(MMA_DEFAULT, q_shape, k_shape, q_dtype) if mma else None,
+                  cuda_split_k.default_launch(q_shape, k_shape, v_shape, q_dtype, k_dtype))
+
+
 def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
            config: DecodeConfig | ClusterConfig | None = None) -> Any:
     """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D)."""
     # The common case straight to the kernel, without decode_plan's name and closure: at B 1 a call's Python work is
-    # time the caller waits for (benchmarks/decode_host_work.py).
+    # time the caller waits for (benchmarks/decode_host_work.py, decode_host_time.py).
     if not isinstance(config, ClusterConfig) and device.backend() == "cuda":
         length = int(length)
-        if config is None and mma_takes(q, k_cache, v_cache, length):
-            return cuda_cluster.decode_cluster(q, k_cache, v_cache, length, MMA_DEFAULT)
-        launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
-        if launch is not None:
-            return cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
+        if config is None:
+            route = _cuda_route(q.shape, q.dtype, k_cache.shape, k_cache.dtype, v_cache.shape)
+            if 0 < length <= route.capacity:
+                if route.mma is not None and length * route.kv_per_key > MMA_MIN_KV_BYTES:
+                    return cuda_cluster.decode_parts_with(route.mma, q, k_cache, v_cache, length, MMA_DEFAULT)
+                if route.launch is not None:
+                    return cuda_split_k.decode_with(route.launch, q, k_cache, v_cache, length)
+        else:
+            launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
+            if launch is not None:
+                return cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
     return decode_plan(q, k_cache, v_cache, length, use_metal=use_metal, config=config)[1]()

@@ -37,6 +37,7 @@ from typing import Any
 
 from ksearch.kernels.cuda_headers import MBARRIER_HEADER, MMA_SYNC_HEADER
 from ksearch.kernels.decode.cuda_cluster_text import CLUSTER_HEADER, PARTS_SOURCE, PARTS_TMA_SOURCE, SOURCE
+from ksearch.kernels.decode.cuda_split_k import merge_partials
 from ksearch.kernels.kernel_text import cuda_kernel
 from ksearch.kernels.tensor_map import TMA_HEADER, encode
 
@@ -159,24 +160,26 @@ def header(cfg: ClusterConfig, cs: int) -> str:
 
 
 @cache
-def _kernel(cfg: ClusterConfig, cs: int, smem: int) -> Any:
+def _kernel(cfg: ClusterConfig, cs: int, smem: int, constants: tuple[tuple[str, Any], ...]) -> Any:
     # The name says every header-level choice (launch bounds, cluster shape) and the shared-memory size, for
-    # profiles; what keeps kernels apart is the digest `cuda_kernel` adds (text and shared memory).
+    # profiles; what keeps kernels apart is the digest `cuda_kernel` adds (text and shared memory). `constants`
+    # (`template`) are written into the text: calls pass no template arguments (kernel_text.constant_lines).
     name = f"ks_decode_cluster_w{cfg.consumers}_p{cfg.producers}_k{cfg.keys}_s{cfg.slots}_c{cs}_m{smem}"
     return cuda_kernel(name=name, input_names=["q", "k", "v"], output_names=["o"], source=SOURCE,
-                       header=header(cfg, cs), ensure_row_contiguous=False, shared_memory=smem)
+                       header=header(cfg, cs), constants=constants, ensure_row_contiguous=False, shared_memory=smem)
 
 
 @cache
-def _parts_kernel(cfg: ClusterConfig, smem: int) -> Any:
+def _parts_kernel(cfg: ClusterConfig, smem: int, constants: tuple[tuple[str, Any], ...]) -> Any:
     name = f"ks_decode_mma_split_w{cfg.consumers}_p{cfg.producers}_k{cfg.keys}_s{cfg.slots}_m{smem}" \
         + ("_tma" if cfg.tma else "")
     if cfg.tma:
         return cuda_kernel(name=name, input_names=["q", "k", "v", "tmap"],
                            output_names=["part_acc", "part_ml", "maps"], source=PARTS_TMA_SOURCE,
-                           header=header(cfg, 1), ensure_row_contiguous=False, shared_memory=smem)
+                           header=header(cfg, 1), constants=constants, ensure_row_contiguous=False,
+                           shared_memory=smem)
     return cuda_kernel(name=name, input_names=["q", "k", "v"], output_names=["part_acc", "part_ml"],
-                       source=PARTS_SOURCE, header=header(cfg, 1), ensure_row_contiguous=False,
+                       source=PARTS_SOURCE, header=header(cfg, 1), constants=constants, ensure_row_contiguous=False,
                        shared_memory=smem)
 
 
@@ -195,9 +198,10 @@ def tma_map(d: int, capacity: int, rows: int, keys: int) -> Any:
     return arr
 
 
-def template(dtype: Any, d: int, g: int, cfg: ClusterConfig, cs: int) -> list[tuple[str, Any]]:
-    return [("T", dtype), ("D", d), ("G", g), ("NC", cfg.consumers), ("PW", cfg.producers), ("BK", cfg.keys),
-            ("SPW", cfg.slots), ("CS", cs), ("TMA", cfg.tma)]
+def template(dtype: Any, d: int, g: int, cfg: ClusterConfig, cs: int) -> tuple[tuple[str, Any], ...]:
+    """The kernels' constants (written into their text by `_kernel` and `_parts_kernel`)."""
+    return (("T", dtype), ("D", d), ("G", g), ("NC", cfg.consumers), ("PW", cfg.producers), ("BK", cfg.keys),
+            ("SPW", cfg.slots), ("CS", cs), ("TMA", cfg.tma))
 
 
 def decode_cluster(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig | None = None) -> Any:
@@ -211,43 +215,40 @@ def decode_cluster(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: Cluster
     g = hq // hkv
     cs = cluster_size(b * hkv, length, d, g, cfg)
     nt = cfg.threads()
-    kern = _kernel(cfg, cs, cfg.smem_bytes(d, g))
+    kern = _kernel(cfg, cs, cfg.smem_bytes(d, g), template(q.dtype, d, g, cfg, cs))
     # Views, not copies: the kernel reads strides, and the K view's shape tells it the length.
-    return kern(inputs=[q, k_cache[:, :, :length], v_cache[:, :, :length]], template=template(q.dtype, d, g, cfg, cs),
-                grid=(b * hkv * nt, cs, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
-                output_dtypes=[q.dtype])[0]
+    return kern(inputs=[q, k_cache[:, :, :length], v_cache[:, :, :length]], grid=(b * hkv * nt, cs, 1),
+                threadgroup=(nt, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
 
 
 @dataclass(frozen=True)
 class _PartsLaunch:
     """What a call of the graph-safe variant needs besides the length, made once per shapes, dtype and configuration
-    (`_parts_launch`): each call's Python work is host time that a queued stream of calls adds to the device's
+    (`parts_launch`): each call's Python work is host time that a queued stream of calls adds to the device's
     (benchmarks/decode_stream.py)."""
 
     kernel: Any
-    template: list[tuple[str, Any]]
     threads: int
     bh: int
     g: int
     room: int
     direct: Any  # the one-launch kernel without cluster dims: where one split covers a (batch, kv head), no merge
-    direct_template: list[tuple[str, Any]]
 
 
 @lru_cache(maxsize=256)
-def _parts_launch(cfg: ClusterConfig, q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any) -> _PartsLaunch:
+def parts_launch(cfg: ClusterConfig, q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any) -> _PartsLaunch:
     b, hq, _, d = q_shape
     bh, g = b * k_shape[1], hq // k_shape[1]
     smem = cfg.smem_bytes(d, g)
-    return _PartsLaunch(_parts_kernel(cfg, smem), template(dtype, d, g, cfg, 0), cfg.threads(), bh, g,
-                        cfg.sms * cfg.blocks_per_sm(d, g), None if cfg.tma else _kernel(cfg, 1, smem),
-                        template(dtype, d, g, cfg, 1))
+    return _PartsLaunch(_parts_kernel(cfg, smem, template(dtype, d, g, cfg, 0)), cfg.threads(), bh, g,
+                        cfg.sms * cfg.blocks_per_sm(d, g),
+                        None if cfg.tma else _kernel(cfg, 1, smem, template(dtype, d, g, cfg, 1)))
 
 
 def mma_partials(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig) -> tuple[Any, Any]:
     """The graph-safe variant's one launch of BODY + PARTS_TAIL over (batch x kv head, splits): each split's
     unnormalised accumulator (B x Hkv, splits, G, D) and its row maxima and sums (B x Hkv, splits, G, 2), fp32."""
-    lp = _parts_launch(cfg, q.shape, k_cache.shape, q.dtype)
+    lp = parts_launch(cfg, q.shape, k_cache.shape, q.dtype)
     return _partials(lp, q, k_cache, v_cache, length, cfg, _splits(lp.room, lp.bh, length, cfg.keys))
 
 
@@ -264,7 +265,7 @@ def _partials(lp: _PartsLaunch, q: Any, k_cache: Any, v_cache: Any, length: int,
         inputs.append(tma_map(d, k_cache.shape[2], lp.bh, cfg.keys))
         shapes.append((lp.bh * ns * 32 + 16,))  # 256 bytes of published maps a block, room to align to 128
         dtypes.append(mx.uint64)
-    part_acc, part_ml = lp.kernel(inputs=inputs, template=lp.template, grid=(lp.bh * lp.threads, ns, 1),
+    part_acc, part_ml = lp.kernel(inputs=inputs, grid=(lp.bh * lp.threads, ns, 1),
                                   threadgroup=(lp.threads, 1, 1), output_shapes=shapes, output_dtypes=dtypes)[:2]
     return part_acc, part_ml
 
@@ -273,12 +274,13 @@ def _decode_parts(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterC
     """The graph-safe variant: where the (batch, kv head) pairs fill a wave (one split each), the one-launch kernel
     without cluster dims writes the output itself (SOURCE with CS = 1: no partials, no merge launch, safe under
     graphs: nothing of a cluster is in it); otherwise mma_partials, then split-K's merge."""
-    from ksearch.kernels.decode import cuda_split_k
+    return decode_parts_with(parts_launch(cfg, q.shape, k_cache.shape, q.dtype), q, k_cache, v_cache, length, cfg)
 
-    lp = _parts_launch(cfg, q.shape, k_cache.shape, q.dtype)
+
+def decode_parts_with(lp: _PartsLaunch, q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig) -> Any:
+    """`_decode_parts` with its launch worked out before (`parts_launch(cfg, ...)`)."""
     ns = _splits(lp.room, lp.bh, length, cfg.keys)
     if ns == 1 and lp.direct is not None:
-        return lp.direct(inputs=[q, k_cache[:, :, :length], v_cache], template=lp.direct_template,
-                         grid=(lp.bh * lp.threads, 1, 1), threadgroup=(lp.threads, 1, 1), output_shapes=[q.shape],
-                         output_dtypes=[q.dtype])[0]
-    return cuda_split_k.merge_partials(*_partials(lp, q, k_cache, v_cache, length, cfg, ns), q)
+        return lp.direct(inputs=[q, k_cache[:, :, :length], v_cache], grid=(lp.bh * lp.threads, 1, 1),
+                         threadgroup=(lp.threads, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
+    return merge_partials(*_partials(lp, q, k_cache, v_cache, length, cfg, ns), q)

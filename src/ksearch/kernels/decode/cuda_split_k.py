@@ -124,7 +124,10 @@ def launch_bounds(threads: int, min_blocks: int) -> str:
 
 
 @cache
-def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
+def _kernels(cfg: DecodeConfig, constants: tuple[tuple[str, Any], ...]) -> tuple[Any, Any | None]:
+    """(split, merge) kernels, or (fused, None), with `constants` (the split's template arguments: T, D, G first)
+    written into their text: called without template arguments, which MLX would format into every call
+    (kernel_text.constant_lines)."""
     # The bounds and the ring go in the name, for profiles (the digest `cuda_kernel` adds keeps kernels apart).
     tag = f"w{cfg.warps}_u{cfg.unroll}" + (f"_b{cfg.min_blocks}" if cfg.min_blocks else "") \
         + (f"_r{cfg.ring}" if cfg.ring else "")
@@ -132,16 +135,22 @@ def _kernels(cfg: DecodeConfig) -> tuple[Any, Any | None]:
     if cfg.fused:
         fused = cuda_kernel(
             name=f"ks_decode_fused_{tag}", input_names=["q", "k", "v"],
-            output_names=["o", "work"], source=FUSED_SOURCE, header=header,
+            output_names=["o", "work"], source=FUSED_SOURCE, header=header, constants=constants,
             ensure_row_contiguous=False)
         return fused, None
     split = cuda_kernel(
         name=f"ks_decode_split_{tag}", input_names=["q", "k", "v"],
         output_names=["part_acc", "part_ml"], source=SPLIT_RING_SOURCE if cfg.ring else SPLIT_SOURCE, header=header,
-        ensure_row_contiguous=False)
-    merge = cuda_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
-                        source=MERGE_SOURCE)
-    return split, merge
+        constants=constants, ensure_row_contiguous=False)
+    (_, dtype), (_, d), (_, g) = constants[:3]
+    return split, merge_kernel(dtype, d, g)
+
+
+@cache
+def merge_kernel(dtype: Any, d: int, g: int) -> Any:
+    """The log-sum-exp merge for partials of G query heads of D, output in `dtype` (constants T, D, G)."""
+    return cuda_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
+                       source=MERGE_SOURCE, constants=(("T", dtype), ("D", d), ("G", g)))
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,7 @@ class Launch:
     step: int     # keys per block iteration
     want: int     # splits that would fill the GPU
     floor: int    # splits that make cfg.floor_blocks blocks (0: none), as chunk_keys takes them
-    template: list[tuple[str, Any]]
+    template: list[tuple[str, Any]]  # the split kernel's constants (T, D, G first), written into its text
     threadgroup: tuple[int, int, int]
     threads: int
     merge: dict[str, Any]
@@ -167,15 +176,22 @@ class Launch:
     # (split, merge) kernel objects, taken from `_kernels` at the first call: its cache would hash the configuration
     # (nine fields) every call.
     made: list[Any] = field(default_factory=list, compare=False, repr=False)
+    # Split counts by length (`nsplit`): the arithmetic is a microsecond of a B 1 call's host time.
+    splits: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
 
     def kernels(self) -> list[Any]:
         if not self.made:
-            self.made.extend(_kernels(self.cfg))
+            self.made.extend(_kernels(self.cfg, tuple(self.template)))
         return self.made
 
     def nsplit(self, length: int) -> int:
-        """plan()'s split count."""
-        return -(-length // chunk_keys(length, self.want, self.step, self.cfg.min_chunk, self.floor))
+        """plan()'s split count, kept per length for the first MEMO_LENGTHS lengths a launch meets."""
+        n = self.splits.get(length)
+        if n is None:
+            n = -(-length // chunk_keys(length, self.want, self.step, self.cfg.min_chunk, self.floor))
+            if len(self.splits) < MEMO_LENGTHS:
+                self.splits[length] = n
+        return n
 
 
 def ready_launch(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: DecodeConfig | None = None) -> Launch | None:
@@ -188,12 +204,12 @@ def launch_for(q: Any, k_cache: Any, v_cache: Any, cfg: DecodeConfig | None = No
     """The launch for these inputs whatever the length, or None where the kernel does not fit them (dtypes, head dim,
     group size, caches of one shape); without a configuration the library's (default_for)."""
     if cfg is None:
-        return _default_launch(q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype)
+        return default_launch(q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype)
     return _checked_launch(q.shape, k_cache.shape, v_cache.shape, q.dtype, k_cache.dtype, cfg)
 
 
 @lru_cache(maxsize=256)
-def _default_launch(qshape: tuple[int, ...], kshape: tuple[int, ...], vshape: tuple[int, ...], dtype: Any,
+def default_launch(qshape: tuple[int, ...], kshape: tuple[int, ...], vshape: tuple[int, ...], dtype: Any,
                     kdtype: Any) -> Launch | None:
     # Keyed by shapes and dtypes alone: hashing a DecodeConfig (nine fields) each call costs as much as the rest.
     return _checked_launch(qshape, kshape, vshape, dtype, kdtype, default_for(qshape[1] // kshape[1], qshape[-1]))
@@ -222,7 +238,7 @@ def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) ->
                          f"MLX's kernels get {MAX_STATIC_SHARED}: lower ring, unroll or warps")
     nt = cfg.warps * 32
     blocks = b * hq // g
-    merge = {"template": [("T", dtype), ("D", d), ("G", g)], "grid": (b * hq * d, 1, 1),
+    merge = {"grid": (b * hq * d, 1, 1),
              "threadgroup": (d, 1, 1), "output_shapes": [(b, hq, 1, d)], "output_dtypes": [dtype]}
     return Launch(cfg, blocks, g, d, cfg.keys_per_step(d),
                   max(1, cfg.target_blocks // max(1, blocks)), _floor_chunk(cfg, blocks),
@@ -231,6 +247,8 @@ def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) ->
                   (nt, 1, 1), nt, merge)
 
 
+#: Lengths a launch keeps split counts for: a decode loop's every length up to 32k and more (a few MB at most).
+MEMO_LENGTHS = 1 << 16
 #: Static shared memory a block may declare (MLX's custom kernels set no larger dynamic size).
 MAX_STATIC_SHARED = 48 * 1024
 #: The library's configuration: 4 warps, 4 steps in flight through a ring of 2 steps in shared memory
@@ -264,7 +282,7 @@ def decode_with(launch: Launch, q: Any, k_cache: Any, v_cache: Any, length: int)
         return split(inputs=[q, k_cache[:, :, :length], v_cache],
                      output_shapes=[q.shape, (work_floats(launch.blocks, nsplit, launch.g, launch.d),)],
                      output_dtypes=[q.dtype, mx.float32], init_value=0, grid=(launch.blocks * launch.threads, nsplit, 1),
-                     threadgroup=launch.threadgroup, template=launch.template)[0]
+                     threadgroup=launch.threadgroup)[0]
     return merge(inputs=_partials(launch, split, q, k_cache, v_cache, length), **launch.merge)[0]
 
 
@@ -286,7 +304,7 @@ def _partials(launch: Launch, split: Any, q: Any, k_cache: Any, v_cache: Any, le
         args = launch.split_args[nsplit] = {
             "output_shapes": [(blocks, nsplit, g, d), (blocks, nsplit, g, 2)],
             "output_dtypes": [mx.float32, mx.float32], "grid": (blocks * launch.threads, nsplit, 1),
-            "threadgroup": launch.threadgroup, "template": launch.template}
+            "threadgroup": launch.threadgroup}
     # Views, not copies: the kernel reads strides, and the K view's shape tells it the length (no per-call scalars).
     return split(inputs=[q, k_cache[:, :, :length], v_cache], **args)
 
@@ -295,8 +313,6 @@ def merge_partials(part_acc: Any, part_ml: Any, q: Any) -> Any:
     """The log-sum-exp merge of split partials part_acc (blocks, nsplit, G, D) and part_ml (blocks, nsplit, G, 2),
     blocks = B x Hq / G, into the output (q's shape and dtype)."""
     b, hq, _, d = q.shape
-    merge_k = _kernels(DEFAULT)[1]
-    assert merge_k is not None
-    return merge_k(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", part_acc.shape[2])],
-                   grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
-                   output_dtypes=[q.dtype])[0]
+    return merge_kernel(q.dtype, d, part_acc.shape[2])(inputs=[part_acc, part_ml], grid=(b * hq * d, 1, 1),
+                                                       threadgroup=(d, 1, 1), output_shapes=[q.shape],
+                                                       output_dtypes=[q.dtype])[0]
