@@ -21,7 +21,8 @@
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
 #   item-trace [ARGS]               where a prefill work item's time goes (prefill_item_trace.py; ARGS are its options;
 #                                   by default the library's three kernels at D=128, L=2048 and 8192)
-#   decode                          `ksearch bench decode`, check-decode, the configuration sweep, MLX-CUDA overheads
+#   decode                          `ksearch bench decode`, check-decode, the configuration sweep, MLX-CUDA overheads,
+#                                   a decode call's host time by how its kernels are called (decode_host_time.py)
 #   decode-versus-native [CONFIG...]  split-K configurations (e.g. warps=8,unroll=4) beside native on `bench decode`'s
 #                                   shapes, each call synchronised, or `--queued` (with `--chained`: each call's
 #                                   query the previous call's output, as `bench decode`; attention_gpu.py)
@@ -186,6 +187,7 @@ decode() {
   tail -1 "$OUT/attention-check-decode.log"
   timeout -k 10 180 "$PY" benchmarks/attention_gpu.py sweep-decode "$OUT/decode-config-sweep.json" 2>&1 | tail -3
   timeout -k 10 90 "$PY" benchmarks/mlx_cuda_overhead.py "$OUT/mlx-cuda-overhead.json" 2>&1 | tail -12
+  timeout -k 10 90 "$PY" benchmarks/decode_host_time.py "$OUT" 2>&1 | tail -8
 }
 
 decode_cluster() {

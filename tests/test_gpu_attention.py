@@ -88,6 +88,19 @@ def test_the_decode_familys_block_floor_passes_the_harness(cuda_backend):
     assert result.status == "passed", result.message
 
 
+def test_the_decode_familys_constants_pass_the_harness_with_the_tensor_core_kernel(cuda_backend):
+    # `constants` with `mma`: split-K's and the tensor-core kernels' template arguments in headers built at run time,
+    # one kernel object per dtype; bf16 (a holdout workload) makes a second set.
+    fam = next(f for f in dec_t.FAMILIES if f.id == "gqa_decode.cuda.split_k")
+    params = {**fam.realise("split_k_decode_lse_merge", fam.default(), random.Random(0)), "mma": 64}
+    params.update(group_heads=True, min_chunk=512, ring=2, unroll=4)
+    assert params["constants"] and fam.valid(params)
+    result = evaluate(get_task("gqa_decode"), fam.source(params), cuda_backend,
+                      EvalOptions(workloads=["gpu_b1_len4096", "gpu_b8_len16384", "gpu_b8_len16384_bf16"],
+                                  baseline=None, timeout_s=600))
+    assert result.status == "passed", result.message
+
+
 @pytest.mark.parametrize("family", ["attention.cuda.flash_mma", "attention.cuda.flash_wgmma"])
 def test_tensor_core_families_pass_the_holdout_workloads(cuda_backend, family):
     # The H200 search's best (flash_mma) failed its holdout: float32 went to MLX ops, whose matmuls are TF32 on CUDA,

@@ -8,7 +8,7 @@ import mlx.core as mx
 import pytest
 
 from ksearch.kernels.decode import cuda_cluster as DC
-from ksearch.kernels.kernel_text import compact
+from ksearch.kernels.kernel_text import compact, constant_lines
 
 kd = importlib.import_module("ksearch.kernels.decode")
 dec_t = importlib.import_module("ksearch.policy.templates.gqa_decode")
@@ -125,3 +125,119 @@ def test_split_ks_splits_are_the_librarys_with_and_without_the_block_floor(b, le
     cand["run"](q, kc, kc, length)
     cfg = CS.DecodeConfig(ring=2, floor_blocks=floor)
     assert grids == [(b * 8 * 128, CS.plan(b * 8, length, d, cfg)[0], 1)]
+
+
+def _recording(monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict], list[tuple[str, dict]]]:
+    """mx.fast.cuda_kernel replaced by a recorder: (kernels made, their calls), each call handing back zeros of its
+    outputs' shapes."""
+    made: list[dict] = []
+    calls: list[tuple[str, dict]] = []
+
+    def make(**kw: object) -> object:
+        made.append(kw)
+
+        def call(**ckw: object) -> list:
+            calls.append((str(kw["name"]), ckw))
+            return [mx.zeros(s, dtype=t) for s, t in zip(ckw["output_shapes"], ckw["output_dtypes"], strict=True)]
+        return call
+
+    monkeypatch.setattr(mx.fast, "cuda_kernel", make)
+    return made, calls
+
+
+def test_with_constants_each_kernel_is_made_once_a_dtype_with_its_arguments_in_its_header(monkeypatch):
+    """`constants`: the kernels' template arguments written into their headers in MLX's namespace, one kernel object
+    per (dtype, D, G), called without template= (MLX formats template arguments into every call), at the library's
+    split counts."""
+    from ksearch.kernels.decode import cuda_split_k as CS
+
+    made, calls = _recording(monkeypatch)
+    params = {**FAM.default(), "group_heads": True, "target_blocks": 1056, "min_chunk": 512, "unroll": 4,
+              "prefetch": True, "ring": 2, "floor_blocks": 256, "constants": True}
+    namespace: dict = {}
+    exec(compile(FAM.source(params), "candidate", "exec"), namespace)  # noqa: S102 - our own rendering
+    assert made == []  # nothing made before the first call
+    q = mx.zeros((1, 32, 1, 128), dtype=mx.float16)
+    kc = mx.zeros((1, 8, 4352, 128), dtype=mx.float16)
+    for _ in range(3):
+        namespace["run"](q, kc, kc, 4096)
+    assert len(made) == 2 and len(calls) == 6 and all("template" not in kw for _, kw in calls)
+    split, merge = made
+    assert split["header"].endswith("namespace mlx::core::cu {\nusing T = __half;\nconstexpr int D = 128;\n"
+                                    "constexpr int G = 4;\nconstexpr int NW = 4;\nconstexpr int U = 4;\n"
+                                    "constexpr bool PREFETCH = true;\nconstexpr int RING = 2;\n}  // namespace mlx::core::cu\n")
+    assert merge["header"] == constant_lines((("T", mx.float16), ("D", 128), ("G", 4)))  # as the library writes it
+    assert split["name"] != merge["name"] and split["source"] == dec_t.cuda_split_k_text.SPLIT_RING_SOURCE
+    want = CS.plan(8, 4096, 128, CS.DecodeConfig(ring=2))[0]
+    assert calls[0][1]["grid"] == (8 * 128, want, 1)
+    namespace["run"](q.astype(mx.bfloat16), kc.astype(mx.bfloat16), kc.astype(mx.bfloat16), 4096)
+    assert len(made) == 4 and "using T = __nv_bfloat16;" in made[2]["header"]
+    assert len({k["name"] for k in made}) == 4  # a name of its own per set (MLX before 0.32.1 keyed by name)
+
+
+def test_with_constants_the_tensor_core_kernels_carry_the_librarys_arguments(monkeypatch):
+    made, calls = _recording(monkeypatch)
+    namespace: dict = {}
+    exec(compile(FAM.source({**FAM.default(), "mma": 64, "constants": True}), "candidate", "exec"), namespace)  # noqa: S102
+    namespace["_HOPPER"] = True
+    q = mx.zeros((8, 32, 1, 128), dtype=mx.float16)
+    kc = mx.zeros((8, 8, 16640, 128), dtype=mx.float16)
+    namespace["run"](q, kc, kc, 16384)
+    one, parts, merge = made
+    cfg = kd.MMA_DEFAULT
+    for kern, cs in ((one, 1), (parts, 0)):
+        # the library's own constants for this kernel, as it writes them (kernel_text.constant_lines)
+        assert kern["header"].endswith(constant_lines(DC.template(mx.float16, 128, 4, cfg, cs)))
+        assert kern["shared_memory"] == cfg.smem_bytes(128, 4)
+    assert [c[0] for c in calls] in ([one["name"]], [parts["name"], merge["name"]])
+    assert all("template" not in kw for _, kw in calls)
+
+
+def test_the_split_k_pattern_realises_constants():
+    import random
+
+    assert FAM.default()["constants"] is False
+    assert FAM.realise("split_k_decode_lse_merge", FAM.default(), random.Random(0))["constants"] is True
+
+
+def test_with_constants_the_fused_kernel_is_made_once_and_zero_filled_each_call(monkeypatch):
+    made, calls = _recording(monkeypatch)
+    namespace: dict = {}
+    exec(compile(FAM.source({**FAM.default(), "fused": True, "constants": True}), "candidate", "exec"), namespace)  # noqa: S102
+    q = mx.zeros((2, 32, 1, 64), dtype=mx.float16)
+    kc = mx.zeros((2, 8, 1100, 64), dtype=mx.float16)
+    namespace["run"](q, kc, kc, 1000)
+    namespace["run"](q, kc, kc, 1000)
+    assert len(made) == 1 and made[0]["source"] == dec_t.cuda_split_k_text.FUSED_SOURCE
+    assert "constexpr int D = 64;" in made[0]["header"]
+    assert [kw["init_value"] for _, kw in calls] == [0, 0] and all("template" not in kw for _, kw in calls)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype,mma", [("float16", False), ("bfloat16", True)])
+def test_with_constants_the_kernels_compile_as_mlx_builds_them(dtype, mma, monkeypatch):
+    """Each kernel the constants rendering makes, with the header it builds at run time and no template arguments,
+    wrapped as MLX wraps a custom kernel and compiled for sm_90a (one translation unit each: the constants of two
+    kernels in MLX's namespace would clash)."""
+    from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+
+    if nvcc_path() is None:
+        pytest.skip("nvcc not installed")
+    made, _calls = _recording(monkeypatch)
+    params = {**FAM.default(), "group_heads": True, "ring": 2, "unroll": 4, "prefetch": True, "constants": True,
+              "mma": 64 if mma else 0}
+    namespace: dict = {}
+    exec(compile(FAM.source(params), "candidate", "exec"), namespace)  # noqa: S102 - our own rendering
+    namespace["_HOPPER"] = mma
+    dt = getattr(mx, dtype)
+    b, length = (8, 16384) if mma else (1, 4096)
+    q = mx.zeros((b, 32, 1, 128), dtype=dt)
+    kc = mx.zeros((b, 8, length + 256, 128), dtype=dt)
+    namespace["run"](q, kc, kc, length)
+    assert len(made) == (3 if mma else 2)
+    for kern in made[:2]:
+        outs = [(n, "float32" if n.startswith("part") else "T") for n in kern["output_names"]]
+        unit = wrap(str(kern["name"]), str(kern["source"]), str(kern["header"]),
+                    [(n, "T" if n in ("q", "k", "v") else "float32") for n in kern["input_names"]], outs, dtype=dtype)
+        ok, log = compile_check([unit])
+        assert ok, log[-3000:]

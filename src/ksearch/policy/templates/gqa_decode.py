@@ -28,39 +28,99 @@ def _ops(q, k_cache, v_cache, length):
 
 def _split_call(kernel: str, template: str, indent: str) -> str:
     # A literal template list in each call: the project's linter reads the kernel's template arguments from it.
+    # Without one (`template` empty) the kernel carries its arguments as constants in its header (`_MAKER`).
+    targs = f"template={template}, " if template else ""
     return f'''{indent}part_acc, part_ml = {kernel}(
-{indent}    inputs=[q, k, v], template={template},
-{indent}    grid=(blocks * nt, nsplit, 1), threadgroup=(nt, 1, 1),
+{indent}    inputs=[q, k, v], {targs}grid=(blocks * nt, nsplit, 1), threadgroup=(nt, 1, 1),
 {indent}    output_shapes=[(blocks, nsplit, g, d), (blocks, nsplit, g, 2)],
 {indent}    output_dtypes=[mx.float32, mx.float32])
 '''
 
 
-def _mma_code(mib: int) -> tuple[str, str]:
+# `constants`: each kernel made with its template arguments written into its header (in MLX's namespace) once per set
+# of them, and called without `template=`: MLX formats every template argument into the kernel's text and name on
+# every call, host time a B 1 call waits for (kernel_text.constant_lines, the library's way).
+_MAKER = '''
+_TYPES = {mx.float16: "__half", mx.bfloat16: "__nv_bfloat16"}
+_MADE = {}
+
+
+def _make(name, source, inputs, outputs, header, constants, smem=0):
+    # One kernel object per set of constants (its own name: MLX before 0.32.1 kept kernels by name alone).
+    lines = "".join(f"using {n} = {_TYPES[v]};\\n" if n == "T" else
+                    f"constexpr bool {n} = {str(v).lower()};\\n" if isinstance(v, bool) else
+                    f"constexpr int {n} = {v};\\n" for n, v in constants)
+    return mx.fast.cuda_kernel(name=f"{name}_{len(_MADE)}", input_names=inputs, output_names=outputs, source=source,
+                               header=header + "namespace mlx::core::cu {\\n" + lines + "}  // namespace mlx::core::cu\\n",
+                               ensure_row_contiguous=False, shared_memory=smem)
+'''
+
+
+def _call(fn: str, lead: str, args: list[str], tail: str = "") -> str:
+    """`lead fn(args...)tail` as rendered code: the keyword arguments one a line under the first."""
+    indent = " " * (len(lead) + len(fn) + 1)
+    return f"{lead}{fn}(" + (",\n" + indent).join(args) + ")" + tail
+
+
+def _mma_code(mib: int, constants: bool = False) -> tuple[str, str]:
     """(module-level code, the call in run()) for the library's tensor-core decode (kernels/decode/cuda_cluster.py with
     no producer warp, decode.MMA_DEFAULT) on Hopper at D 128 and G 4 (where it was measured), for calls of more than
     `mib` MiB of K/V: the library's own dispatch at mib=64 (decode.MMA_MIN_KV_BYTES). The texts
-    are the library's, compacted as the library hands them to MLX (a call's host work grows with them)."""
+    are the library's, compacted as the library hands them to MLX (a call's host work grows with them). With
+    `constants` their template arguments are constants in their headers (`_MAKER`, rendered before this)."""
     cfg, d, g = MMA_DEFAULT, 128, 4
     nt, smem = cfg.threads(), cfg.smem_bytes(d, g)
     room = cfg.sms * cfg.blocks_per_sm(d, g)
+    fixed = (f'("T", q.dtype), ("D", {d}), ("G", {g}), ("NC", {cfg.consumers}), ("PW", {cfg.producers}), '
+             f'("BK", {cfg.keys}), ("SPW", {cfg.slots})')
 
     def tmpl(cs: int) -> str:
-        return (f'[("T", q.dtype), ("D", {d}), ("G", {g}), ("NC", {cfg.consumers}), ("PW", {cfg.producers}), '
-                f'("BK", {cfg.keys}), ("SPW", {cfg.slots}), ("CS", {cs}), ("TMA", False)]')
+        return f'[{fixed}, ("CS", {cs}), ("TMA", False)]'
 
-    module = f'''
-MMA_HEADER = {compact(cuda_cluster.header(cfg, 1))!r}
-MMA_ONE = {compact(cuda_cluster.SOURCE)!r}
-MMA_PARTS = {compact(cuda_cluster.PARTS_SOURCE)!r}
-_mma_one = mx.fast.cuda_kernel(name="gqa_mma_one", input_names=["q", "k", "v"], output_names=["o"], source=MMA_ONE,
+    if constants:
+        kernels = f'''
+def _mma_kernels(dtype):
+    # The tensor-core kernels for this dtype, made at its first call.
+    ks = _MADE.get(("mma", dtype))
+    if ks is None:
+        base = ({fixed.replace("q.dtype", "dtype")})
+        ks = _MADE[("mma", dtype)] = (
+            _make("gqa_mma_one", MMA_ONE, ["q", "k", "v"], ["o"], MMA_HEADER, base + (("CS", 1), ("TMA", False)),
+                  {smem}),
+            _make("gqa_mma_parts", MMA_PARTS, ["q", "k", "v"], ["part_acc", "part_ml"], MMA_HEADER,
+                  base + (("CS", 0), ("TMA", False)), {smem}),
+            _make("gqa_mma_merge", MERGE, ["part_acc", "part_ml"], ["o"], "", base[:3]))
+    return ks
+'''
+        pick, one, parts, merge = "    one, parts, merge = _mma_kernels(q.dtype)\n", "one", "parts", "merge"
+        targs: dict[Any, list[str]] = {1: [], 0: [], "merge": []}
+    else:
+        kernels = f'''_mma_one = mx.fast.cuda_kernel(name="gqa_mma_one", input_names=["q", "k", "v"], output_names=["o"], source=MMA_ONE,
                                header=MMA_HEADER, ensure_row_contiguous=False, shared_memory={smem})
 _mma_parts = mx.fast.cuda_kernel(name="gqa_mma_parts", input_names=["q", "k", "v"],
                                  output_names=["part_acc", "part_ml"], source=MMA_PARTS, header=MMA_HEADER,
                                  ensure_row_contiguous=False, shared_memory={smem})
 _mma_merge = mx.fast.cuda_kernel(name="gqa_mma_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
                                  source=MERGE)
+'''
+        pick, one, parts, merge = "", "_mma_one", "_mma_parts", "_mma_merge"
+        targs = {1: [f"template={tmpl(1)}"], 0: [f"template={tmpl(0)}"],
+                 "merge": [f'template=[("T", q.dtype), ("D", {d}), ("G", {g})]']}
+    one_call = _call(one, "        return ", ["inputs=[q, k, v]", *targs[1], f"grid=(pairs * {nt}, 1, 1)",
+                                               f"threadgroup=({nt}, 1, 1)", "output_shapes=[q.shape]",
+                                               "output_dtypes=[q.dtype]"], "[0]")
+    parts_call = _call(parts, "    part_acc, part_ml = ", [
+        "inputs=[q, k, v]", *targs[0], f"grid=(pairs * {nt}, ns, 1)", f"threadgroup=({nt}, 1, 1)",
+        f"output_shapes=[(pairs, ns, {g}, {d}), (pairs, ns, {g}, 2)]", "output_dtypes=[mx.float32, mx.float32]"])
+    merge_call = _call(merge, "    return ", ["inputs=[part_acc, part_ml]", *targs["merge"],
+                                              f"grid=(b * hq * {d}, 1, 1)", f"threadgroup=({d}, 1, 1)",
+                                              "output_shapes=[q.shape]", "output_dtypes=[q.dtype]"], "[0]")
 
+    module = f'''
+MMA_HEADER = {compact(cuda_cluster.header(cfg, 1))!r}
+MMA_ONE = {compact(cuda_cluster.SOURCE)!r}
+MMA_PARTS = {compact(cuda_cluster.PARTS_SOURCE)!r}
+{kernels}
 {HOPPER_CHECK}
 
 def _mma(q, k, v, length):
@@ -72,23 +132,58 @@ def _mma(q, k, v, length):
     k = k.astype(q.dtype)
     v = v.astype(q.dtype)
     pairs = b * k.shape[1]
-    ns = max(1, min({room} // pairs, math.ceil(length / {cfg.keys}) // 2))
+{pick}    ns = max(1, min({room} // pairs, math.ceil(length / {cfg.keys}) // 2))
     if ns == 1:
-        return _mma_one(inputs=[q, k, v], template={tmpl(1)},
-                        grid=(pairs * {nt}, 1, 1), threadgroup=({nt}, 1, 1), output_shapes=[q.shape],
-                        output_dtypes=[q.dtype])[0]
-    part_acc, part_ml = _mma_parts(
-        inputs=[q, k, v], template={tmpl(0)},
-        grid=(pairs * {nt}, ns, 1), threadgroup=({nt}, 1, 1),
-        output_shapes=[(pairs, ns, {g}, {d}), (pairs, ns, {g}, 2)], output_dtypes=[mx.float32, mx.float32])
-    return _mma_merge(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", {d}), ("G", {g})],
-                      grid=(b * hq * {d}, 1, 1), threadgroup=({d}, 1, 1), output_shapes=[q.shape],
-                      output_dtypes=[q.dtype])[0]
+{one_call}
+{parts_call}
+{merge_call}
 '''
     call = f'''    if _HOPPER and d == {d} and hq == {g} * hkv and 2 * b * hkv * length * d * q.dtype.size > {mib} * 2**20:
         return _mma(q, k, v, length)
 '''
     return module, call
+
+
+def _constant_kernels(p: dict[str, Any], ring_bytes: int) -> tuple[str, str]:
+    """(module-level code, the launch in run()) with each kernel's template arguments as constants in its header
+    (`_MAKER`): the kernels of one (dtype, D, G) made at its first call and kept."""
+    fixed = f'("NW", {p["warps"]}), ("U", {p["unroll"]}), ("PREFETCH", {p["prefetch"]})'
+    if p["fused"]:
+        made = '''ks = _MADE[key] = (_make("gqa_decode_fused", SOURCE, ["q", "k", "v"], ["o", "work"], HEADER, consts),)'''
+        launch = '''    return _kernels(q.dtype, d, g)[0](
+        inputs=[q, k, v], grid=(blocks * nt, nsplit, 1), threadgroup=(nt, 1, 1),
+        output_shapes=[q.shape, (_work_floats(blocks, nsplit, g, d),)],
+        output_dtypes=[q.dtype, mx.float32], init_value=0)[0]
+
+
+def _work_floats(blocks, nsplit, g, d):
+    # The work buffer SOURCE lays out: counters, (max, sum) pairs, accumulators, each region 16-byte aligned.
+    return (blocks + 3) // 4 * 4 + (blocks * nsplit * g * 2 + 3) // 4 * 4 + blocks * nsplit * g * d'''
+    else:
+        ring = int(p.get("ring", 0))
+        # The ring's static shared memory beside the warps' merge, past MLX's 48 KB a block: the same steps in
+        # registers (decided once per (D, G), with the kernel).
+        plain = '''_make("gqa_split_k", SOURCE, ["q", "k", "v"], ["part_acc", "part_ml"], HEADER, consts)'''
+        split = (f'''_make("gqa_split_k_ring", RING_SOURCE, ["q", "k", "v"], ["part_acc", "part_ml"], HEADER,
+                      consts + (("RING", {ring}),)) if {p["warps"]} * g * (d + 2) * 4 + {ring_bytes} <= 48 * 1024 \\
+            else {plain}''' if ring else plain)
+        made = (f"split = {split}\n        ks = _MADE[key] = "
+                '''(split, _make("gqa_lse_merge", MERGE, ["part_acc", "part_ml"], ["o"], "", consts[:3]))''')
+        launch = _split_call("split", "", "    ") + '''    return merge(inputs=[part_acc, part_ml], grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1),
+                 output_shapes=[q.shape], output_dtypes=[q.dtype])[0]'''
+        launch = "    split, merge = _kernels(q.dtype, d, g)\n" + launch
+    module = _MAKER + f'''
+
+def _kernels(dtype, d, g):
+    # This (dtype, D, G)'s kernels, made at its first call.
+    key = (dtype, d, g)
+    ks = _MADE.get(key)
+    if ks is None:
+        consts = (("T", dtype), ("D", d), ("G", g), {fixed})
+        {made}
+    return ks
+'''
+    return module, launch
 
 
 def render_cuda(p: dict[str, Any]) -> str:
@@ -100,8 +195,10 @@ def render_cuda(p: dict[str, Any]) -> str:
     # (G 8 at D 128) the same steps go through registers.
     ring_bytes = ring * 2 * p["unroll"] * p["warps"] * 32 * 16
     ring_tmpl = tmpl[:-1] + f', ("RING", {ring})]'
+    if p.get("constants"):
+        kernels, launch = _constant_kernels(p, ring_bytes)
     # Literal template lists and module-level kernel names keep the candidate readable by the project's linter.
-    if fused:
+    elif fused:
         kernels = '''_kernel = mx.fast.cuda_kernel(name="gqa_decode_fused", input_names=["q", "k", "v"],
                               output_names=["o", "work"], source=SOURCE, header=HEADER,
                               ensure_row_contiguous=False)'''
@@ -133,7 +230,7 @@ _ring = mx.fast.cuda_kernel(name="gqa_split_k_ring", input_names=["q", "k", "v"]
         launch += '''    return _merge(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
                   grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
                   output_dtypes=[q.dtype])[0]'''
-    mma_module, mma_call = _mma_code(p["mma"]) if p.get("mma") else ("", "")
+    mma_module, mma_call = _mma_code(p["mma"], bool(p.get("constants"))) if p.get("mma") else ("", "")
     # A floor on the block count: chained calls wait on each call's latency, which a few long splits cannot hide
     # (DecodeConfig.floor_blocks, the library's rule).
     floor = (f'''    floor_splits = math.ceil({p["floor_blocks"]} / blocks)
@@ -279,14 +376,17 @@ FAMILIES = [
         # First choices: one block per query head, no split, no prefetch: the naive starter with 16-byte loads.
         params={"group_heads": (False, True), "target_blocks": (1, 264, 528, 1056, 2112), "unroll": (1, 2, 4, 8),
                 "prefetch": (False, True), "warps": (4, 2, 8), "min_chunk": (128, 256, 512), "fused": (False, True),
-                "ring": (0, 2), "mma": (0, 64, 256), "floor_blocks": (0, 256)},
+                "ring": (0, 2), "mma": (0, 64, 256), "floor_blocks": (0, 256), "constants": (False, True)},
         render=render_cuda,
         valid=lambda p: p["warps"] * p["unroll"] <= 32 and not (p["ring"] and p["fused"]),
         # Split-K: the keys of a head over several blocks (target_blocks 1 is one block a head: no split at all; a
         # search on the H200 kept 1 for 24 evaluations, its B 1 workload at 0.74x of native). Double buffering on
         # sm_80+: each lane's next rows copied into shared memory by cp.async (the library's ring). Tensor cores: the
         # library's mma.sync kernel for calls of more than 64 MiB of K/V (Hopper, D 128, G 4).
-        pattern_params={"split_k_decode_lse_merge": {"target_blocks": (528, 1056, 2112), "floor_blocks": (256,)},
+        # Constants: the kernels' template arguments written into their headers, not formatted by MLX into every
+        # call (the pattern's note; the library's kernels do it).
+        pattern_params={"split_k_decode_lse_merge": {"target_blocks": (528, 1056, 2112), "floor_blocks": (256,),
+                                                     "constants": (True,)},
                         "gqa_head_grouping": {"group_heads": (True,)}, "loop_unrolling": {"unroll": (2, 4, 8)},
                         "double_buffering": {"ring": (2,), "fused": (False,)}, "tensor_core_mma": {"mma": (64,)}},
         description="split-K flash-decoding with an LSE merge (last block or a kernel); GQA heads grouped per block"),
