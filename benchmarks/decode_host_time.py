@@ -27,14 +27,6 @@ from collections.abc import Callable
 from typing import Any
 
 
-def build_us(fn: Callable[[], Any], n: int = 2000) -> float:
-    keep = []  # the outputs stay alive: freeing them would be timed too
-    t0 = time.perf_counter()
-    for _ in range(n):
-        keep.append(fn())
-    return (time.perf_counter() - t0) / n * 1e6
-
-
 def queued_us(fn: Callable[[], Any], seconds: float = 0.3, n: int = 10) -> float:
     """A call's share of rounds of n calls built, then evaluated and waited for."""
     import mlx.core as mx
@@ -55,6 +47,7 @@ def measure(length: int) -> list[dict[str, Any]]:
     import mlx.core as mx
 
     from ksearch.bench.attention import chained, decode_caches, decode_inputs
+    from ksearch.bench.timing import build_us
     from ksearch.kernels.decode import DecodeConfig, decode, native_decode
     from ksearch.kernels.decode import cuda_split_k as ck
     from ksearch.kernels.decode.cuda_split_k_text import HEADER, MERGE_SOURCE, SPLIT_RING_SOURCE, SPLIT_SOURCE

@@ -13,7 +13,6 @@ Writes prefill-host-time-*.json (ksearch-bench/1). MLX-CUDA only (custom kernels
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,20 +20,13 @@ import mlx.core as mx
 
 from ksearch.backends import get_backend
 from ksearch.bench.results import make_result, write_result
+from ksearch.bench.timing import build_us
 from ksearch.kernels.attention import attention, prefill_plan, wgmma_config
 from ksearch.kernels.attention import wgmma_ws as WS
 from ksearch.kernels.attention.wgmma import launch_bounds
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
 from ksearch.kernels.kernel_text import compact, cuda_kernel
 from ksearch.kernels.tensor_map import TMA_HEADER
-
-
-def per_call_us(fn: Callable[[], Any], n: int = 2000) -> float:
-    keep = []  # the outputs stay alive: freeing them would be timed too
-    t0 = time.perf_counter()
-    for _ in range(n):
-        keep.append(fn())
-    return (time.perf_counter() - t0) / n * 1e6
 
 
 def main(out_dir: str) -> None:
@@ -61,7 +53,7 @@ def main(out_dir: str) -> None:
         return lambda: kern(inputs=[a], template=[("T", mx.float16)], grid=(32, 1, 1), threadgroup=(32, 1, 1),
                             output_shapes=[(4,)], output_dtypes=[mx.float16])
 
-    rows = [{"what": what, "us": round(per_call_us(fn), 2)} for what, fn in (
+    rows = [{"what": what, "us": round(build_us(fn), 2)} for what, fn in (
         ("attention (the dispatch)", lambda: attention(q, k, v)),
         ("prefill_plan", lambda: prefill_plan(q, k, v)),
         (f"attention_wgmma_ws ({WS.config_name(cfg)})", lambda: WS.attention_wgmma_ws(q, k, v, False, cfg)),

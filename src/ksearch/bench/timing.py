@@ -98,6 +98,17 @@ def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *
     return times
 
 
+def build_us(fn: Callable[[], Any], n: int = 2000) -> float:
+    """Microseconds of host time a call of `fn` takes to build its graph, nothing evaluated: n calls, their outputs
+    kept alive (freeing them would be timed too). What a small call costs where calls queue faster than the host
+    makes them."""
+    keep = []
+    t0 = time.perf_counter()
+    for _ in range(n):
+        keep.append(fn())
+    return (time.perf_counter() - t0) / n * 1e6
+
+
 def chained_calls(fn: Callable[..., Any], inputs: Iterator[dict[str, Any]], name: str, index: int = 0,
                   params: Mapping[str, Any] | None = None) -> Callable[[], Any]:
     """Calls of `fn` (with `params` as keywords) on the input sets in turn, each after the first taking the previous call's output `index` (the

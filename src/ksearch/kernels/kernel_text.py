@@ -19,6 +19,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from ksearch.backends.nvcc import CUDA_TYPES, template_declarations
+
 
 def compact(text: str) -> str:
     """`text` without // and /* */ comments (outside literals), leading and trailing blanks, and empty lines."""
@@ -94,11 +96,6 @@ def cuda_kernel(*, name: str, source: str, header: str = "", constants: Sequence
     return mx.fast.cuda_kernel(name=name, source=text, header=head, **kwargs)
 
 
-#: CUDA's name for each MLX dtype a constant may be (the types MLX itself writes for template arguments).
-CUDA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "int32": "int32_t",
-              "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t"}
-
-
 def constant_lines(constants: Sequence[tuple[str, Any]]) -> str:
     """Template arguments (name, bool | int | dtype) as the constants MLX would write at the top of the kernel, for
     its header instead. MLX formats every template argument into the kernel's name and text on every call: on the
@@ -108,18 +105,13 @@ def constant_lines(constants: Sequence[tuple[str, Any]]) -> str:
     silently shadowed."""
     if not constants:
         return ""
-    lines = []
     for name, value in constants:
-        if isinstance(value, bool):
-            lines.append(f"constexpr bool {name} = {'true' if value else 'false'};")
-        elif isinstance(value, int):
-            lines.append(f"constexpr int {name} = {value};")
-        else:
-            dtype = str(value).removeprefix("mlx.core.")
-            if dtype not in CUDA_TYPES:
-                raise ValueError(f"constant {name}: {value} is not a type a kernel constant can be; "
-                                 f"use one of {', '.join(CUDA_TYPES)}")
-            lines.append(f"using {name} = {CUDA_TYPES[dtype]};")
+        if not isinstance(value, bool | int) and str(value).removeprefix("mlx.core.") not in CUDA_TYPES:
+            raise ValueError(f"constant {name}: {value} is not a type a kernel constant can be; "
+                             f"use one of {', '.join(CUDA_TYPES)}")
+    lines = template_declarations(
+        [(name, v if isinstance(v, bool | int) else str(v).removeprefix("mlx.core.")) for name, v in constants],
+        lambda dtype: CUDA_TYPES[str(dtype)])
     return "namespace mlx::core::cu {\n" + "\n".join(lines) + "\n}  // namespace mlx::core::cu\n"
 
 

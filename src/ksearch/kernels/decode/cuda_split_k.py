@@ -210,7 +210,7 @@ def launch_for(q: Any, k_cache: Any, v_cache: Any, cfg: DecodeConfig | None = No
 
 @lru_cache(maxsize=256)
 def default_launch(qshape: tuple[int, ...], kshape: tuple[int, ...], vshape: tuple[int, ...], dtype: Any,
-                    kdtype: Any) -> Launch | None:
+                   kdtype: Any) -> Launch | None:
     # Keyed by shapes and dtypes alone: hashing a DecodeConfig (nine fields) each call costs as much as the rest.
     return _checked_launch(qshape, kshape, vshape, dtype, kdtype, default_for(qshape[1] // kshape[1], qshape[-1]))
 
@@ -238,8 +238,8 @@ def _launch(b: int, hq: int, hkv: int, d: int, dtype: Any, cfg: DecodeConfig) ->
                          f"MLX's kernels get {MAX_STATIC_SHARED}: lower ring, unroll or warps")
     nt = cfg.warps * 32
     blocks = b * hq // g
-    merge = {"grid": (b * hq * d, 1, 1),
-             "threadgroup": (d, 1, 1), "output_shapes": [(b, hq, 1, d)], "output_dtypes": [dtype]}
+    merge = {"grid": (b * hq * d, 1, 1), "threadgroup": (d, 1, 1), "output_shapes": [(b, hq, 1, d)],
+             "output_dtypes": [dtype]}
     return Launch(cfg, blocks, g, d, cfg.keys_per_step(d),
                   max(1, cfg.target_blocks // max(1, blocks)), _floor_chunk(cfg, blocks),
                   [("T", dtype), ("D", d), ("G", g), ("NW", cfg.warps), ("U", cfg.unroll), ("PREFETCH", cfg.prefetch)]
