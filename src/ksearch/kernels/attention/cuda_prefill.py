@@ -79,13 +79,20 @@ def blocks_for(q_shape: tuple[int, ...], rows: int) -> int:
     return -(-length // rows) * b * hq
 
 
-def launch(kern: Any, q: Any, k: Any, v: Any, rows: int, nt: int, template: list[tuple[str, Any]],
-           extra_inputs: tuple[Any, ...] = (), extra_outputs: tuple[tuple[tuple[int, ...], Any], ...] = ()) -> Any:
-    """One block of nt threads per `rows` query rows (the last block may be partial) of each (batch, query head);
-    o has q's shape and dtype. `extra_inputs` follow scale; `extra_outputs` ((shape, dtype) each) follow o, which is
-    what is returned."""
-    return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), *extra_inputs],
-                **launch_args(tuple(q.shape), q.dtype, rows, nt, template, extra_outputs))[0]
+def shape_launch(name: str, source: str, header: str, smem: int, q_shape: tuple[int, ...], dtype: Any, rows: int,
+                 nt: int, template: list[tuple[str, Any]]) -> tuple[Any, dict[str, Any]]:
+    """(kernel, its launch arguments but the inputs) for one shape, for a caller that keeps the pair per shape and
+    configuration: the template arguments written into the kernel's text as constants (MLX would format them into
+    every call: kernel_text.constant_lines), so `launch` passes none."""
+    kwargs = launch_args(q_shape, dtype, rows, nt, template)
+    return build_kernel(name, source, header, smem, constants=tuple(kwargs.pop("template"))), kwargs
+
+
+def launch(planned: tuple[Any, dict[str, Any]], q: Any, k: Any, v: Any) -> Any:
+    """One call of a `shape_launch` pair: one block of nt threads per `rows` query rows (the last block may be
+    partial) of each (batch, query head); o has q's shape and dtype."""
+    kern, kwargs = planned
+    return kern(inputs=[q, k, v, softmax_scale(q.shape[-1])], **kwargs)[0]
 
 
 def launch_args(q_shape: tuple[int, ...], dtype: Any, rows: int, nt: int, template: list[tuple[str, Any]],

@@ -12,9 +12,10 @@ scheduled first. GQA: query head h reads kv head h / (Hq / Hkv) with no repetiti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from ksearch.kernels.attention.cuda_prefill import BLOCK_COORDS, build_kernel, fits, launch
+from ksearch.kernels.attention.cuda_prefill import BLOCK_COORDS, fits, launch, shape_launch
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER
 
 # Template constants: T, D (64 | 128), BM (16 * warps), BN (keys per tile, multiple of 16), CAUSAL, DB.
@@ -162,8 +163,12 @@ def supports(q: Any, k: Any, v: Any, causal: bool, cfg: PrefillConfig) -> bool:
 
 
 def attention_cuda(q: Any, k: Any, v: Any, causal: bool = False, cfg: PrefillConfig | None = None) -> Any:
-    cfg = cfg or PrefillConfig()
-    kern = build_kernel(f"ks_flash_fwd_m{cfg.bm}_n{cfg.bn}_{'db' if cfg.db else 'sb'}", SOURCE, MMA_SYNC_HEADER,
-                        cfg.smem_bytes(q.shape[-1]))
-    return launch(kern, q, k, v, cfg.bm, cfg.bm // 16 * 32,
-                  [("BM", cfg.bm), ("BN", cfg.bn), ("CAUSAL", bool(causal)), ("DB", cfg.db)])
+    return launch(_launch(tuple(q.shape), q.dtype, bool(causal), cfg or PrefillConfig()), q, k, v)
+
+
+@lru_cache(maxsize=1024)
+def _launch(q_shape: tuple[int, ...], dtype: Any, causal: bool, cfg: PrefillConfig) -> tuple[Any, dict[str, Any]]:
+    """The kernel, its template arguments as constants, and its launch, once per shape (cuda_prefill.shape_launch)."""
+    return shape_launch(f"ks_flash_fwd_m{cfg.bm}_n{cfg.bn}_{'db' if cfg.db else 'sb'}", SOURCE, MMA_SYNC_HEADER,
+                        cfg.smem_bytes(q_shape[-1]), q_shape, dtype, cfg.bm, cfg.bm // 16 * 32,
+                        [("BM", cfg.bm), ("BN", cfg.bn), ("CAUSAL", causal), ("DB", cfg.db)])

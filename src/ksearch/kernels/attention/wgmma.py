@@ -21,9 +21,10 @@ ptxas from hoisting the wait on P V above the softmax (see pipeline()).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from ksearch.kernels.attention.cuda_prefill import BLOCK_COORDS, build_kernel, fits, launch
+from ksearch.kernels.attention.cuda_prefill import BLOCK_COORDS, fits, launch, shape_launch
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
 
 # The kernel body in parts that the two variants share (template constants: T, D 64 | 128, WG warpgroups per block,
@@ -398,9 +399,14 @@ def supports(q: Any, k: Any, v: Any, causal: bool, cfg: WgmmaConfig) -> bool:
 
 
 def attention_wgmma(q: Any, k: Any, v: Any, causal: bool = False, cfg: WgmmaConfig | None = None) -> Any:
-    cfg = cfg or WgmmaConfig()
+    return launch(_launch(tuple(q.shape), q.dtype, bool(causal), cfg or WgmmaConfig()), q, k, v)
+
+
+@lru_cache(maxsize=1024)
+def _launch(q_shape: tuple[int, ...], dtype: Any, causal: bool, cfg: WgmmaConfig) -> tuple[Any, dict[str, Any]]:
+    """The kernel, its template arguments as constants, and its launch, once per shape (cuda_prefill.shape_launch)."""
     pre, tag = cp_cache(cfg.cp)
     suffix = ("" if cfg.stages == 2 else f"_s{cfg.stages}") + tag
-    kern = build_kernel(f"ks_flash_wgmma_wg{cfg.wg}_n{cfg.bn}{suffix}", source(cfg.stages),
-                        pre + WGMMA_HEADER + launch_bounds(128 * cfg.wg), cfg.smem_bytes(q.shape[-1]))
-    return launch(kern, q, k, v, 64 * cfg.wg, 128 * cfg.wg, [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal))])
+    return shape_launch(f"ks_flash_wgmma_wg{cfg.wg}_n{cfg.bn}{suffix}", source(cfg.stages),
+                        pre + WGMMA_HEADER + launch_bounds(128 * cfg.wg), cfg.smem_bytes(q_shape[-1]), q_shape, dtype,
+                        64 * cfg.wg, 128 * cfg.wg, [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal)])

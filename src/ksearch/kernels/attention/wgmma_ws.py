@@ -28,7 +28,7 @@ shapes.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from ksearch.errors import BackendUnavailable
@@ -39,6 +39,7 @@ from ksearch.kernels.attention.cuda_prefill import (
     fits_shapes,
     launch,
     launch_args,
+    shape_launch,
     softmax_scale,
 )
 from ksearch.kernels.attention.wgmma import (
@@ -186,20 +187,27 @@ IMAGE_THREADS = 256  # a block of the image kernel: one 16-byte chunk a thread
 
 
 @cache
-def _image_kernel() -> Any:
+def _image_kernel(d: int) -> Any:
+    # D as a constant in the text, one kernel a head dim: MLX would format a template argument into every call
     return cuda_kernel(name="ks_tile_image", input_names=["k", "v"], output_names=["ki", "vi"],
-                       source=IMAGE_SOURCE)
+                       source=IMAGE_SOURCE, constants=(("D", d),))
 
 
 def tile_images(k: Any, v: Any) -> tuple[Any, Any]:
     """K and V (B, H, S, D), S a multiple of 8, -> arrays of the same shape with each 8-row block stored as its D / 8
     core matrices (8 rows x 16 bytes each, ks_core's order): a tile of BN rows is then BN * D contiguous elements,
     the shared-memory image that ks_load_core builds, for one bulk copy. `tile_image` is the same in MLX ops."""
-    n = k.size // 8
-    ki, vi = _image_kernel()(inputs=[k, v], template=[("D", k.shape[-1])], grid=(n, 1, 1),
-                             threadgroup=(IMAGE_THREADS, 1, 1), output_shapes=[k.shape, v.shape],
-                             output_dtypes=[k.dtype, v.dtype])
+    kern, kwargs = _image_launch(tuple(k.shape), k.dtype)
+    ki, vi = kern(inputs=[k, v], **kwargs)
     return ki, vi
+
+
+@lru_cache(maxsize=1024)
+def _image_launch(shape: tuple[int, ...], dtype: Any) -> tuple[Any, dict[str, Any]]:
+    """The image kernel and its launch for K / V of one shape (a chunk of 16 bytes a thread), made once per shape."""
+    n = shape[0] * shape[1] * shape[2] * shape[3] // 8
+    return _image_kernel(shape[-1]), {"grid": (n, 1, 1), "threadgroup": (IMAGE_THREADS, 1, 1),
+                                      "output_shapes": [shape, shape], "output_dtypes": [dtype, dtype]}
 
 
 def tile_image(x: Any) -> Any:
@@ -212,14 +220,21 @@ def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConf
     cfg = cfg or WsConfig()
     if cfg.tma:
         return _attention_tma(q, k, v, causal, cfg)
-    pre, _ = cp_cache(cfg.cp)
-    kern = build_kernel(kernel_name(cfg), source_text(cfg),
-                        pre + WGMMA_HEADER + BULK_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
-                        cfg.smem_bytes(q.shape[-1]))
+    planned = _launch(tuple(q.shape), q.dtype, bool(causal), cfg)
     if cfg.bulk:
         k, v = tile_images(k, v)
-    return launch(kern, q, k, v, 64 * cfg.wg, cfg.threads(),
-                  [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)])
+    return launch(planned, q, k, v)
+
+
+@lru_cache(maxsize=1024)
+def _launch(q_shape: tuple[int, ...], dtype: Any, causal: bool, cfg: WsConfig) -> tuple[Any, dict[str, Any]]:
+    """The kernel without tensor copies (bulk copies or cp.async), its template arguments as constants, and its launch,
+    once per shape (cuda_prefill.shape_launch): made every call, the text, header and key were host time a call."""
+    pre, _ = cp_cache(cfg.cp)
+    return shape_launch(kernel_name(cfg), source_text(cfg),
+                        pre + WGMMA_HEADER + BULK_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
+                        cfg.smem_bytes(q_shape[-1]), q_shape, dtype, 64 * cfg.wg, cfg.threads(),
+                        [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal), *stage_args(cfg)])
 
 
 def source_text(cfg: WsConfig) -> str:
