@@ -150,7 +150,8 @@ def _gpu_renders():
                 tensor_cores = [p for p in params if p.get("mma")]
                 out += [(fam, backend, tensor_cores[0])] if tensor_cores else []
                 # kernels with their template arguments as constants in headers built at run time
-                constants = [p for p in params if p.get("constants") and p.get("mma") and p.get("ring")]
+                constants = [p for p in params if p.get("constants") and fam.valid(p)
+                             and (p.get("tma") or (p.get("mma") and p.get("ring")))]
                 out += [(fam, backend, constants[0])] if constants else []
     return out
 

@@ -114,6 +114,21 @@ def test_tensor_core_families_pass_the_holdout_workloads(cuda_backend, family):
     assert result.status == "passed", result.message
 
 
+@pytest.mark.parametrize("copies", ["tma", "bulk"])
+def test_the_attention_familys_constants_pass_the_harness(cuda_backend, copies):
+    # `constants`: each kernel made at a (dtype, D, mask)'s first call with its template arguments in its header, the
+    # scale one array a head dim; the library's D=128 default (tensor copies) and its bulk-copy fallback, over every
+    # GPU workload (three dtypes, both head dims, both masks)
+    task = get_task("attention")
+    fam = next(f for f in attn_t.FAMILIES if f.id == "attention.cuda.flash_wgmma")
+    params = {**fam.default(), "constants": True, **({"tma": False, "bulk": True} if copies == "bulk" else {})}
+    assert fam.valid(params)
+    names = [w.name for w in task.workloads if w.tier == "gpu"]
+    result = evaluate(task, fam.source(params), cuda_backend,
+                      EvalOptions(workloads=names, baseline=None, timeout_s=600))
+    assert result.status == "passed", result.message
+
+
 def test_tile_images_kernel_equals_the_mlx_reference(cuda_backend):
     import mlx.core as mx
 

@@ -16,6 +16,10 @@ thread without launch bounds; spills with them). A producer with 128-key tiles r
 or tensor copies (168 registers, no spills; the library's choice at D=64); with cp.async it spilled 208 bytes.
 Every producer rendering stores O as the library does, 16 bytes a lane after a transpose within each quad of lanes
 (0.922x of cuDNN over the 96 shapes for the library's dispatch then against 0.892x with 4-byte stores).
+`constants`: the kernels of a (dtype, D, mask) made at its first call with their template arguments as constants in
+their headers and called without `template=`, the scale one array a head dim, as the library's kernels are made and
+called (MLX formats template arguments into every call); off by default, where the linter reads each call's literal
+template list.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 from ksearch.kernels.tensor_map import TMA_HEADER
 from ksearch.policy.templates.attention_common import RUN_HEAD, fallbacks
-from ksearch.policy.templates.base import HOPPER_CHECK, TemplateFamily
+from ksearch.policy.templates.base import CONSTANT_KERNELS, HOPPER_CHECK, TemplateFamily
 
 # The mma.sync configuration a non-Hopper GPU runs (the library's default there).
 _MMA = mma_sync.PrefillConfig(128, 64, True)
@@ -87,21 +91,29 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     maps = f", ({blocks} * 32 + 16,)" if tma else ""
     grid = {d: (f"({blocks} * {threads[d]}, 1, 1)" if persist
                 else f"((length + {bm - 1}) // {bm} * {threads[d]}, b * hq, 1)") for d in (64, 128)}
+    constants = bool(p.get("constants"))
+    wg_args = {d: f'("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)){extra[d]}'
+               for d in (64, 128)}
+    mma_args = f'("BM", {_MMA.bm}), ("BN", {_MMA.bn}), ("CAUSAL", bool(causal)), ("DB", {_MMA.db})'
+    # with constants the kernel of a (dtype, D, mask) is made at its first call, its template arguments in its header
+    wg_fn = {d: f"_kernel(\"wg\", q.dtype, {d}, bool(causal))" if constants else f"_wg{d}" for d in (64, 128)}
+    mma_fn = {d: f"_kernel(\"mma\", q.dtype, {d}, bool(causal))" if constants else f"_mma{d}" for d in (64, 128)}
+    wg_tmpl = {d: "" if constants else f"\n                          template=[{wg_args[d]}]," for d in (64, 128)}
+    mma_tmpl = {d: "" if constants else f'''
+                           template=[("T", q.dtype), ("D", {d}), ("BM", {_MMA.bm}), ("BN", {_MMA.bn}), ("CAUSAL", bool(causal)),
+                                     ("DB", {_MMA.db})],''' for d in (64, 128)}
     wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
-            return _wg{d}(inputs=[q, k, v, scale{tmap}],
-                          template=[("T", q.dtype), ("D", {d}), ("WG", {cfg.wg}), ("BN", {cfg.bn}), ("CAUSAL", bool(causal)){extra[d]}],
+            return {wg_fn[d]}(inputs=[q, k, v, scale{tmap}],{wg_tmpl[d]}
                           grid={grid[d]}, threadgroup=({threads[d]}, 1, 1),
                           output_shapes=[q.shape{maps}], output_dtypes=[q.dtype{", mx.uint64" if tma else ""}])[0]'''
                          for d in (64, 128))
     mma_calls = "\n".join(f'''        if d == {d}:
-            return _mma{d}(inputs=[q, k, v, scale],
-                           template=[("T", q.dtype), ("D", {d}), ("BM", {_MMA.bm}), ("BN", {_MMA.bn}), ("CAUSAL", bool(causal)),
-                                     ("DB", {_MMA.db})],
+            return {mma_fn[d]}(inputs=[q, k, v, scale],{mma_tmpl[d]}
                            grid=(length // {_MMA.bm} * {mma_nt}, b * hq, 1), threadgroup=({mma_nt}, 1, 1),
                            output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
     # Module-level kernel objects, one per head dim (shared memory differs), and literal launch sizes: the project's
     # linter reads them (whole warpgroups for wgmma, shared memory within the chip's limit).
-    kernels = "\n".join(
+    kernels = constant_kernels(cfg, ws, producer, tma, wg_args[128], mma_args) if constants else "\n".join(
         f'''_wg{d} = mx.fast.cuda_kernel(name="flash_wgmma_d{d}", input_names=["q", "k", "v", "scale"{', "tmap"' if tma else ""}],
                              output_names=["o"{', "maps"' if tma else ""}],
                              source={"WS_SOURCE" if producer else "WG_SOURCE"}, header=WG_HEADER_{threads[d]},
@@ -114,12 +126,15 @@ _mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v",
                          for t in sorted(set(threads.values())))
     source = wgmma_ws.source_text(ws)  # the library's text for the configuration, its epilogue included
     ws_source = f"WS_SOURCE = {source!r}" if producer else ""
-    image = f'''IMAGE_SOURCE = {wgmma_ws.IMAGE_SOURCE!r}
-_image = mx.fast.cuda_kernel(name="tile_image", input_names=["k", "v"], output_names=["ki", "vi"], source=IMAGE_SOURCE)
+    image_call = '_kernel("image", None, k.shape[-1], False)' if constants else "_image"
+    image_tmpl = "" if constants else ' template=[("D", k.shape[-1])],'
+    image_object = "" if constants else '''
+_image = mx.fast.cuda_kernel(name="tile_image", input_names=["k", "v"], output_names=["ki", "vi"], source=IMAGE_SOURCE)'''
+    image = f'''IMAGE_SOURCE = {wgmma_ws.IMAGE_SOURCE!r}{image_object}
 
 
 def _images(k, v):  # K / V with each 8-row block stored as its core matrices: one bulk copy a tile
-    return _image(inputs=[k, v], template=[("D", k.shape[-1])], grid=(k.size // 8, 1, 1), threadgroup=({wgmma_ws.IMAGE_THREADS}, 1, 1),
+    return {image_call}(inputs=[k, v],{image_tmpl} grid=(k.size // 8, 1, 1), threadgroup=({wgmma_ws.IMAGE_THREADS}, 1, 1),
                   output_shapes=[k.shape, v.shape], output_dtypes=[k.dtype, v.dtype])
 ''' if bulk else ""
     how = ("tensor copies of 64-column boxes with the 128-byte swizzle through a map encoded on the host"
@@ -148,12 +163,54 @@ MMA_SOURCE = {mma_sync.SOURCE!r}
 
 {HOPPER_CHECK}{fallbacks()}{RUN_HEAD}    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or (causal and length > s):
         return _ops(q, k, v, causal)
-    scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
+    scale = {"_scale(d)" if constants else "mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)"}
     if _HOPPER and length % 64 == 0 and s % {cfg.bn} == 0:
 {wg_calls}
     if length % {_MMA.bm} == 0 and s % {_MMA.bn} == 0:
 {mma_calls}
     return _ops(q, k, v, causal)
+'''
+
+
+def constant_kernels(cfg: Any, ws: Any, producer: bool, tma: bool, wg_args: str, mma_args: str) -> str:
+    """The candidate's `_kernel(kind, dtype, D, causal)` (kind "wg", "mma" or "image"): each kernel made at its first
+    call with its template arguments as constants in its header (base.CONSTANT_KERNELS), as the library makes its
+    own (kernel_text.constant_lines); and `_scale(D)`, 1 / sqrt(D) made once a head dim, as the library keeps it."""
+    def consts(args: str) -> str:  # the call's template list, over the maker's arguments
+        return args.replace("q.dtype", "dtype").replace("bool(causal)", "causal").replace('("D", 128)', '("D", d)')
+
+    smem = {d: ws.smem_bytes(d) if producer else cfg.smem_bytes(d) for d in (64, 128)}
+    threads = ws.threads() if producer else 128 * cfg.wg
+    maps = (', "tmap"', ', "maps"') if tma else ("", "")
+    return CONSTANT_KERNELS + f'''
+
+def _kernel(kind, dtype, d, causal):
+    # The kernel of one (kind, dtype, D, mask), made at its first call.
+    key = (kind, dtype, d, causal)
+    kern = _MADE.get(key)
+    if kern is None:
+        if kind == "wg":
+            kern = _make("flash_wgmma", {"WS_SOURCE" if producer else "WG_SOURCE"}, ["q", "k", "v", "scale"{maps[0]}],
+                         ["o"{maps[1]}], WG_HEADER_{threads}, ({consts(wg_args)}),
+                         {smem[64]} if d == 64 else {smem[128]}, True)
+        elif kind == "mma":
+            kern = _make("flash_mma", MMA_SOURCE, ["q", "k", "v", "scale"], ["o"], MMA_HEADER,
+                         (("T", dtype), ("D", d), {consts(mma_args)}), {_MMA.smem_bytes(64)} if d == 64 else {_MMA.smem_bytes(128)}, True)
+        else:  # the tile images of K / V
+            kern = _make("tile_image", IMAGE_SOURCE, ["k", "v"], ["ki", "vi"], "", (("D", d),), 0, True)
+        _MADE[key] = kern
+    return kern
+
+
+_SCALES = {{}}
+
+
+def _scale(d):
+    # 1 / sqrt(D) as a one-element array, made once a head dim: a new array a call is host work on every call.
+    scale = _SCALES.get(d)
+    if scale is None:
+        scale = _SCALES[d] = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
+    return scale
 '''
 
 
@@ -198,7 +255,7 @@ FLASH_WGMMA = TemplateFamily(
     # The first choice of each is the library's Hopper default at D=128 (ws3_n64_s4_p4_tmas_cr).
     params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False), "tma": (True, False), "bulk": (False, True),
             "stages": (4, 3, 2), "pp": (False, True), "cp": ("cg", "ca"), "persist": (False, True),
-            "crescale": (True, False)},
+            "crescale": (True, False), "constants": (False, True)},
     render=render_flash_wgmma,
     valid=valid,
     pattern_params={"double_buffering": {"stages": (4, 3)}},

@@ -26,6 +26,25 @@ def _hopper():
 _HOPPER = _hopper()
 '''
 
+# A candidate's kernels with their template arguments written into their headers (in MLX's namespace), one kernel
+# object per set of them kept in `_MADE`, called without `template=`: MLX formats every template argument into the
+# kernel's text and name on every call, host time a short call waits for (kernel_text.constant_lines, the library's
+# way). `contiguous`: MLX's `ensure_row_contiguous`.
+CONSTANT_KERNELS = '''
+_TYPES = {mx.float16: "__half", mx.bfloat16: "__nv_bfloat16"}
+_MADE = {}
+
+
+def _make(name, source, inputs, outputs, header, constants, smem=0, contiguous=False):
+    # One kernel object per set of constants (its own name: MLX before 0.32.1 kept kernels by name alone).
+    lines = "".join(f"using {n} = {_TYPES[v]};\\n" if n == "T" else
+                    f"constexpr bool {n} = {str(v).lower()};\\n" if isinstance(v, bool) else
+                    f"constexpr int {n} = {v};\\n" for n, v in constants)
+    return mx.fast.cuda_kernel(name=f"{name}_{len(_MADE)}", input_names=inputs, output_names=outputs, source=source,
+                               header=header + "namespace mlx::core::cu {\\n" + lines + "}  // namespace mlx::core::cu\\n",
+                               ensure_row_contiguous=contiguous, shared_memory=smem)
+'''
+
 
 @dataclass(frozen=True)
 class TemplateFamily:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ksearch.kernels.decode import MMA_DEFAULT, cuda_cluster, cuda_split_k_text, metal_split_k
 from ksearch.kernels.kernel_text import compact
-from ksearch.policy.templates.base import HOPPER_CHECK, TemplateFamily
+from ksearch.policy.templates.base import CONSTANT_KERNELS, HOPPER_CHECK, TemplateFamily
 
 _OPS_FALLBACK = '''
 def _ops(q, k_cache, v_cache, length):
@@ -28,31 +28,12 @@ def _ops(q, k_cache, v_cache, length):
 
 def _split_call(kernel: str, template: str, indent: str) -> str:
     # A literal template list in each call: the project's linter reads the kernel's template arguments from it.
-    # Without one (`template` empty) the kernel carries its arguments as constants in its header (`_MAKER`).
+    # Without one (`template` empty) the kernel carries its arguments as constants in its header (base.CONSTANT_KERNELS).
     targs = f"template={template}, " if template else ""
     return f'''{indent}part_acc, part_ml = {kernel}(
 {indent}    inputs=[q, k, v], {targs}grid=(blocks * nt, nsplit, 1), threadgroup=(nt, 1, 1),
 {indent}    output_shapes=[(blocks, nsplit, g, d), (blocks, nsplit, g, 2)],
 {indent}    output_dtypes=[mx.float32, mx.float32])
-'''
-
-
-# `constants`: each kernel made with its template arguments written into its header (in MLX's namespace) once per set
-# of them, and called without `template=`: MLX formats every template argument into the kernel's text and name on
-# every call, host time a B 1 call waits for (kernel_text.constant_lines, the library's way).
-_MAKER = '''
-_TYPES = {mx.float16: "__half", mx.bfloat16: "__nv_bfloat16"}
-_MADE = {}
-
-
-def _make(name, source, inputs, outputs, header, constants, smem=0):
-    # One kernel object per set of constants (its own name: MLX before 0.32.1 kept kernels by name alone).
-    lines = "".join(f"using {n} = {_TYPES[v]};\\n" if n == "T" else
-                    f"constexpr bool {n} = {str(v).lower()};\\n" if isinstance(v, bool) else
-                    f"constexpr int {n} = {v};\\n" for n, v in constants)
-    return mx.fast.cuda_kernel(name=f"{name}_{len(_MADE)}", input_names=inputs, output_names=outputs, source=source,
-                               header=header + "namespace mlx::core::cu {\\n" + lines + "}  // namespace mlx::core::cu\\n",
-                               ensure_row_contiguous=False, shared_memory=smem)
 '''
 
 
@@ -67,7 +48,7 @@ def _mma_code(mib: int, constants: bool = False) -> tuple[str, str]:
     no producer warp, decode.MMA_DEFAULT) on Hopper at D 128 and G 4 (where it was measured), for calls of more than
     `mib` MiB of K/V: the library's own dispatch at mib=64 (decode.MMA_MIN_KV_BYTES). The texts
     are the library's, compacted as the library hands them to MLX (a call's host work grows with them). With
-    `constants` their template arguments are constants in their headers (`_MAKER`, rendered before this)."""
+    `constants` their template arguments are constants in their headers (base.CONSTANT_KERNELS, rendered before this)."""
     cfg, d, g = MMA_DEFAULT, 128, 4
     nt, smem = cfg.threads(), cfg.smem_bytes(d, g)
     room = cfg.sms * cfg.blocks_per_sm(d, g)
@@ -146,7 +127,7 @@ def _mma(q, k, v, length):
 
 def _constant_kernels(p: dict[str, Any], ring_bytes: int) -> tuple[str, str]:
     """(module-level code, the launch in run()) with each kernel's template arguments as constants in its header
-    (`_MAKER`): the kernels of one (dtype, D, G) made at its first call and kept."""
+    (base.CONSTANT_KERNELS): the kernels of one (dtype, D, G) made at its first call and kept."""
     fixed = f'("NW", {p["warps"]}), ("U", {p["unroll"]}), ("PREFETCH", {p["prefetch"]})'
     if p["fused"]:
         made = '''ks = _MADE[key] = (_make("gqa_decode_fused", SOURCE, ["q", "k", "v"], ["o", "work"], HEADER, consts),)'''
@@ -172,7 +153,7 @@ def _work_floats(blocks, nsplit, g, d):
         launch = _split_call("split", "", "    ") + '''    return merge(inputs=[part_acc, part_ml], grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1),
                  output_shapes=[q.shape], output_dtypes=[q.dtype])[0]'''
         launch = "    split, merge = _kernels(q.dtype, d, g)\n" + launch
-    module = _MAKER + f'''
+    module = CONSTANT_KERNELS + f'''
 
 def _kernels(dtype, d, g):
     # This (dtype, D, G)'s kernels, made at its first call.
