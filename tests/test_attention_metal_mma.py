@@ -8,6 +8,7 @@ import pytest
 from ksearch.kernels import device
 from ksearch.kernels.attention import metal_rows, metal_simdgroup
 from ksearch.kernels.decode import metal_split_k
+from ksearch.kernels.kernel_text import compact
 from ksearch.knowledge.extract import KernelUse, TemplateArg
 from ksearch.knowledge.metal_check import check_kernels, clang_path
 
@@ -113,3 +114,75 @@ def test_flash_simdgroup_renderings_pass_clang_and_a_broken_one_does_not(monkeyp
     errors = [d for d in check_metal_candidate(F.FLASH_SIMDGROUP.source(F.FLASH_SIMDGROUP.default()), task)
               if d.severity == "error"]
     assert errors  # the check reads the rendered kernel, and can fail
+
+
+def _library_calls(monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """(kernels made, their calls) of the library's Metal prefill and decode at a few shapes, MLX's Metal kernel
+    constructor recording them (no Metal here: each call hands back zeros)."""
+    import mlx.core as mx
+
+    made: list[dict[str, object]] = []
+    calls: list[dict[str, object]] = []
+
+    def make(**kw: object) -> object:
+        made.append(kw)
+
+        def call(**ckw: object) -> list[object]:
+            calls.append({"name": kw["name"], **ckw})
+            return [mx.zeros(s, dtype=t) for s, t in zip(ckw["output_shapes"], ckw["output_dtypes"], strict=True)]
+        return call
+
+    caches = (metal_simdgroup._kernel, metal_rows._prefill_kernel, metal_split_k._decode_kernels)
+    for c in caches:
+        c.cache_clear()
+    monkeypatch.setattr(mx.fast, "metal_kernel", make)
+    try:
+        q, k = mx.zeros((1, 8, 64, 128), dtype=mx.float16), mx.zeros((1, 2, 64, 128), dtype=mx.float16)
+        for _ in range(2):
+            metal_simdgroup.attention_metal_mma(q, k, k, True)
+            metal_rows.attention_metal(q.astype(mx.float32), k.astype(mx.float32), k.astype(mx.float32), False)
+            qd, kc = mx.zeros((2, 8, 1, 64), dtype=mx.bfloat16), mx.zeros((2, 2, 600, 64), dtype=mx.bfloat16)
+            metal_split_k.decode_metal(qd, kc, kc, 500)  # several splits: split and merge
+            metal_split_k.decode_metal(qd, kc, kc, 100)  # one split a (batch, kv head)
+    finally:
+        for c in caches:
+            c.cache_clear()
+    return made, calls
+
+
+def test_the_library_makes_each_metal_kernel_once_a_set_with_its_arguments_as_constants(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlx.core as mx
+
+    from ksearch.kernels.kernel_text import metal_constant_lines
+
+    made, calls = _library_calls(monkeypatch)
+    assert len(made) == 5 and len(calls) == 10 and all("template" not in c for c in calls)
+    by_source = {m["source"]: str(m["header"]) for m in made}
+    assert by_source[compact(metal_simdgroup.SOURCE)] == metal_constant_lines(
+        [("T", mx.float16), ("D", 128), ("BK", 16), ("CAUSAL", True), ("CRESCALE", metal_simdgroup.CRESCALE)])
+    assert by_source[compact(metal_rows.PREFILL_SOURCE)] == metal_constant_lines(
+        [("T", mx.float32), ("D", 128), ("NT", metal_rows.PREFILL_NT), ("BN", metal_rows.PREFILL_BN), ("CAUSAL", False)])
+    split = [("T", mx.bfloat16), ("D", 64), ("G", 4), ("NW", 4), ("U", 1)]
+    assert by_source[compact(metal_split_k.DECODE_SPLIT_SOURCE)] == metal_constant_lines(split)
+    assert by_source[compact(metal_split_k.DECODE_ONE_SPLIT_SOURCE)] == metal_constant_lines(split)
+    assert by_source[compact(metal_split_k.DECODE_MERGE_SOURCE)] == metal_constant_lines(split[:3])
+
+
+@needs_clang
+def test_the_metal_kernels_as_the_library_makes_them_pass_clang(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Their headers carry the constants; nothing is passed as a template argument.
+    made, _calls = _library_calls(monkeypatch)
+    types = {"meta": "int32", "part_acc": "float32", "part_ml": "float32"}
+    kernels = []
+    for m in made:
+        use = _use(str(m["name"]), str(m["source"]), list(m["input_names"]), list(m["output_names"]), [],  # type: ignore[call-overload]
+                   [types.get(n, "T") for n in m["output_names"]],  # type: ignore[attr-defined]
+                   in_dtypes={n: types.get(n, "T") for n in m["input_names"]})  # type: ignore[attr-defined]
+        use.header = str(m["header"])
+        kernels.append(use)
+    errors = check_kernels(kernels)
+    assert errors == [], [str(e) for e in errors or []]
+    broken = kernels[0]
+    broken.header = broken.header.replace("constant constexpr int D", "constant constexpr int DD")
+    assert check_kernels([broken])  # the check can fail: without the constant the body does not compile

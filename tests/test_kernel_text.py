@@ -113,6 +113,30 @@ def test_constants_are_written_into_the_header_in_mlx_s_namespace(monkeypatch: p
     assert constant_lines([]) == ""
 
 
+def test_metal_constants_are_program_scope_constants_of_the_header(monkeypatch: pytest.MonkeyPatch) -> None:
+    # MLX's Metal call formats template arguments into the kernel's name and an instantiation on every call, as the
+    # CUDA call does; with constants each set is a kernel of its own name, called without them.
+    import mlx.core as mx
+
+    from ksearch.kernels.kernel_text import metal_constant_lines, metal_kernel
+
+    seen: list[dict[str, object]] = []
+    monkeypatch.setattr(mx.fast, "metal_kernel", lambda **kw: seen.append(kw) or kw)
+    consts = (("T", mx.bfloat16), ("D", 64), ("CAUSAL", False))
+    made = metal_kernel(name="ks_m", input_names=["q"], output_names=["o"], source="o[0] = q[0] * D;",
+                        header="// why\n#define B 2\n", constants=consts)
+    assert made["header"] == ("#define B 2\ntypedef bfloat16_t T;\nconstant constexpr int D = 64;\n"
+                              "constant constexpr bool CAUSAL = false;\n")
+    half = metal_kernel(name="ks_m", input_names=["q"], output_names=["o"], source="o[0] = q[0] * D;",
+                        constants=(("T", mx.float16), ("D", 64)))
+    plain = metal_kernel(name="ks_m", input_names=["q"], output_names=["o"], source="o[0] = q[0] * D;")
+    assert "typedef float16_t T;" in str(half["header"]) and len({made["name"], half["name"], plain["name"]}) == 3
+    assert plain["name"] == "ks_m" and plain["header"] == ""  # without constants the name is the caller's
+    with pytest.raises(ValueError, match="not a type a Metal kernel constant can be; use one of float32"):
+        metal_constant_lines([("T", "float8")])
+    assert metal_constant_lines([]) == ""
+
+
 def _ptx(units: list[str]) -> str:
     """nvcc's PTX of PRELUDE and `units` for sm_90a, without its comment lines (compiler banners) and with the hash
     of the file's text that names its internal symbols (`_INTERNAL_e98cede9_...`,
@@ -178,5 +202,10 @@ def test_a_metal_kernel_gives_the_same_bits_from_the_compact_text() -> None:
         raw = mx.fast.metal_kernel(name="rows_as_written", source=metal_rows.PREFILL_SOURCE, **names)(**args)[0]
         compacted = metal_kernel(name="rows_compact", source=metal_rows.PREFILL_SOURCE, **names)(**args)[0]
         assert mx.array_equal(raw, compacted).item() and float(mx.abs(raw).sum().item()) > 0
+        # the template arguments as constants in the header, the call without them: the same bits
+        template = args.pop("template")
+        constant = metal_kernel(name="rows_constants", source=metal_rows.PREFILL_SOURCE, constants=template,
+                                **names)(**args)[0]
+        assert mx.array_equal(raw, constant).item()
     finally:
         restore()

@@ -337,6 +337,35 @@ def test_lazily_built_kernel_gets_its_local_source_and_launch() -> None:
         assert check_cuda_candidate(LAZY, None, "float16") == []
 
 
+LIBRARY_CONSTANTS = '''import mlx.core as mx
+from ksearch.kernels.kernel_text import metal_kernel
+
+SOURCE = "uint i = thread_position_in_grid.x; out[i] = x[i] * T(D) + T(CAUSAL);"
+
+
+def _kernel(dtype, d, causal):
+    args = (("T", dtype), ("D", d), ("CAUSAL", bool(causal)))
+    return metal_kernel(name="k", input_names=["x", "meta"], output_names=["out"], source=SOURCE, constants=args)
+
+
+def run(x, causal):
+    meta = mx.array([1, 2], dtype=mx.int32)
+    return _kernel(x.dtype, 64, causal)(inputs=[x, meta], grid=(x.size, 1, 1), threadgroup=(256, 1, 1),
+                                         output_shapes=[x.shape], output_dtypes=[x.dtype])[0]
+'''
+
+
+def test_the_librarys_constants_are_read_as_its_template_arguments() -> None:
+    # kernel_text's wrappers write template arguments into the header (`constants=`, here through a name bound in the
+    # same function); the launch, which passes none, still gives the input and output dtypes
+    from ksearch.knowledge.extract import find_kernels
+
+    (k,) = find_kernels(LIBRARY_CONSTANTS)
+    assert [(t.name, t.kind, t.value) for t in k.template] == [("T", "dtype", "T"), ("D", "int", None),
+                                                               ("CAUSAL", "bool", None)]
+    assert k.input_dtypes == {"x": "T", "meta": "int32"} and k.output_dtypes == ["T"]
+
+
 def _two_kernels(dialect: str, header_a: str, header_b: str) -> str:
     factory = "cuda_kernel" if dialect == "cuda" else "metal_kernel"
     body = "out[0] = (T)helper(1.0f);" if dialect == "cuda" else "out[0] = (T)helper(1.0f);"

@@ -93,6 +93,8 @@ def template_declarations(template: Sequence[tuple[str, TemplateValue]],
 
 
 _METADATA_PARAMS = {"shape": "Shape", "strides": "Strides", "ndim": "int"}
+# A declaration of T in a kernel's header or body (`using T = ...;`, `typedef ... T;`): MLX adds none of its own.
+_DECLARES_T = re.compile(r"\busing\s+T\b|\btypedef\b[^;]*\bT\s*;")
 
 
 def wrap(name: str, source: str, header: str, inputs: Sequence[tuple[str, str | None]],
@@ -102,7 +104,8 @@ def wrap(name: str, source: str, header: str, inputs: Sequence[tuple[str, str | 
     """The function MLX generates for a kernel body: `header`, then `custom_kernel_<name>` in `mlx::core::cu`.
 
     inputs / outputs: (name, dtype name, or "T" for the kernel's T); template: (name, value) in order. The kernel's T
-    is the dtype of its "T" template argument, else `dtype`; a body that uses T without declaring it gets T = `dtype`.
+    is the dtype of its "T" template argument, else `dtype`; a body that uses T where neither it nor the header declares
+    it gets T = `dtype`.
     For many kernels in one translation unit: `scope` puts the function in a namespace of its own, `uses` names the
     namespace its header lives in, and `body_file` starts the body with a `#line` marker, so that a diagnostic names
     the kernel and the line within its body."""
@@ -114,7 +117,7 @@ def wrap(name: str, source: str, header: str, inputs: Sequence[tuple[str, str | 
         params += [f"const __grid_constant__ {_METADATA_PARAMS[m]} {n}_{m}" for m in mentioned_metadata(n, source)]
     params += [f"{t_type if dt in ('T', '', None) else ctype(dt, dtype)}* {n}" for n, dt in outputs]
     decls = template_declarations(template, lambda value: ctype(value, dtype))
-    if "T" not in declared and re.search(r"\bT\b", source) and not re.search(r"\b(using|typedef)\s+T\b", source):
+    if "T" not in declared and re.search(r"\bT\b", source) and not _DECLARES_T.search(header + "\n" + source):
         decls.append(f"using T = {t_type};")
     parts = [header, "namespace mlx::core::cu {"]
     if scope:

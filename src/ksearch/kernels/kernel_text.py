@@ -19,6 +19,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from ksearch.backends.msl import MSL_TYPES
 from ksearch.backends.nvcc import CUDA_TYPES, template_declarations
 
 
@@ -130,9 +131,33 @@ def content_name(name: str, header: str, source: str, input_names: Sequence[str]
     return f"{name}_{digest.hexdigest()}"
 
 
-def metal_kernel(*, source: str, header: str = "", **kwargs: Any) -> Any:
+def metal_kernel(*, name: str, source: str, header: str = "", constants: Sequence[tuple[str, Any]] = (),
+                 **kwargs: Any) -> Any:
     """`mx.fast.metal_kernel` with the body and header compacted once (the library's Metal kernels are all made
-    through this; under the Metal emulation the emulated `metal_kernel` receives the same text)."""
+    through this; under the Metal emulation the emulated `metal_kernel` receives the same text). `constants` are
+    template arguments written into the header once (`metal_constant_lines`), the name then carrying a digest of the
+    text: a kernel made with them is called without `template`."""
     import mlx.core as mx
 
-    return mx.fast.metal_kernel(source=compact(source), header=compact(header) if header else "", **kwargs)
+    text, head = compact(source), (compact(header) if header else "") + metal_constant_lines(constants)
+    if constants:
+        name = content_name(name, head, text, kwargs.get("input_names", ()), kwargs.get("output_names", ()))
+    return mx.fast.metal_kernel(name=name, source=text, header=head, **kwargs)
+
+
+def metal_constant_lines(constants: Sequence[tuple[str, Any]]) -> str:
+    """Template arguments (name, bool | int | dtype) as program-scope constants of a Metal kernel's header: MLX's
+    Metal call formats its template arguments into the kernel's name and an instantiation on every call, as the CUDA
+    call does (`constant_lines`, measured there; on Apple GPUs not measured)."""
+    lines = []
+    for cname, value in constants:
+        if isinstance(value, bool):
+            lines.append(f"constant constexpr bool {cname} = {'true' if value else 'false'};")
+        elif isinstance(value, int):
+            lines.append(f"constant constexpr int {cname} = {value};")
+        elif str(value).removeprefix("mlx.core.") in MSL_TYPES:
+            lines.append(f"typedef {MSL_TYPES[str(value).removeprefix('mlx.core.')]} {cname};")
+        else:
+            raise ValueError(f"constant {cname}: {value} is not a type a Metal kernel constant can be; "
+                             f"use one of {', '.join(MSL_TYPES)}")
+    return "".join(line + "\n" for line in lines)

@@ -158,6 +158,8 @@ def _dtype_of(expr: ast.expr, params: dict[str, str], local: dict[str, ast.expr]
 
 def _template(expr: ast.expr, env: _Env, params: dict[str, str], local: dict[str, ast.expr]) -> list[TemplateArg]:
     out: list[TemplateArg] = []
+    if isinstance(expr, ast.Name) and isinstance(local.get(expr.id), (ast.List, ast.Tuple)):
+        expr = local[expr.id]  # a list bound to a name in the same function
     if not isinstance(expr, (ast.List, ast.Tuple)):
         return out
     for item in expr.elts:
@@ -235,6 +237,9 @@ def find_kernels(source: str, tensor_dtypes: dict[str, str] | None = None) -> li
                 use.atomic_outputs = bool(env.eval(atomic, scope))
             except Unresolved:
                 use.atomic_outputs = False
+        consts = _arg(node, "constants", 99)
+        if consts is not None:  # the library's kernel_text wrappers: template arguments written into the header
+            use.template = _template(consts, env, {"dtype": "T"}, scope)
         smem = _arg(node, "shared_memory", 99)
         if smem is not None:
             try:
@@ -250,6 +255,7 @@ def find_kernels(source: str, tensor_dtypes: dict[str, str] | None = None) -> li
                     k.var = node.targets[0].id
                     by_var[k.var] = k
     params_dtypes = tensor_dtypes or {}
+    read: set[int] = set()  # kernels whose launch was read (the first launch of each)
     unbound_launches: list[tuple[ast.Call, dict[str, str], dict[str, ast.expr]]] = []
     for func in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
         local = _local_bindings(func)
@@ -259,13 +265,14 @@ def find_kernels(source: str, tensor_dtypes: dict[str, str] | None = None) -> li
         for call in [n for n in ast.walk(func) if isinstance(n, ast.Call)]:
             if isinstance(call.func, ast.Name) and call.func.id in by_var:
                 use = by_var[call.func.id]
-                if not (use.template or use.input_dtypes):
+                if id(use) not in read:
                     _read_call(use, call, env, params, local)
+                    read.add(id(use))
             elif _arg(call, "inputs", 99) is not None and _arg(call, "output_shapes", 99) is not None:
                 unbound_launches.append((call, params, local))
     # Kernels built lazily (`_get_kernel()(inputs=...)`, a dict of kernels, ...): pair the remaining kernels with the
     # remaining launch calls in source order; a heuristic, but the alternative is no template arguments at all.
-    pending = [k for k in kernels if not (k.template or k.input_dtypes)]
+    pending = [k for k in kernels if id(k) not in read]
     unbound_launches.sort(key=lambda t: t[0].lineno)
     if len(pending) == len(unbound_launches) or len(pending) == 1:
         for use, (call, params, local) in zip(pending, unbound_launches, strict=False):

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ksearch.backends.msl import MSL_TYPES
 from ksearch.knowledge.cuda_check import CompileMessage
 from ksearch.knowledge.extract import KernelUse
 from ksearch.knowledge.units import translation_unit
@@ -23,9 +24,7 @@ from ksearch.knowledge.units import translation_unit
 SHIM = Path(__file__).with_name("msl_shim.h")
 #: MSL's scalar type names: included by the shim, and by the Metal emulation's runtime (metalemu/runtime/ks_types.h).
 SCALARS = SHIM.with_name("msl_scalars.h")
-METAL_TYPES = {"float16": "float16_t", "bfloat16": "bfloat16_t", "float32": "float", "int32": "int32_t",
-               "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t", "int8": "int8_t", "uint8": "uint8_t",
-               "int16": "int16_t", "uint16": "uint16_t", "bool": "bool", "float64": "double"}
+METAL_TYPES = MSL_TYPES
 UINT3_ATTRS = ("thread_position_in_grid", "thread_position_in_threadgroup", "threadgroup_position_in_grid",
                "threadgroups_per_grid", "threads_per_grid", "threads_per_threadgroup",
                "dispatch_threads_per_threadgroup", "grid_origin", "grid_size")

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ksearch.backends.msl import MSL_TYPES
+
 #: Metal attributes MLX adds as parameters when their name occurs in the body, in MLX's order, with their types.
 ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("dispatch_quadgroups_per_threadgroup", "uint"),
@@ -45,11 +47,7 @@ ATTRIBUTES: tuple[tuple[str, str], ...] = (
 MAX_CONSTANT_ARRAY_SIZE = 8
 
 #: MLX dtype name -> the type MLX writes into the signature (`get_type_string`).
-TYPE_STRINGS: dict[str, str] = {
-    "float32": "float", "float16": "float16_t", "bfloat16": "bfloat16_t", "float64": "double",
-    "complex64": "complex64_t", "bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
-    "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
-}
+TYPE_STRINGS = MSL_TYPES
 
 
 def type_string(dtype: str) -> str:

@@ -69,16 +69,17 @@ def supports_prefill(q: Any, k: Any, v: Any, causal: bool) -> bool:
 
 
 @cache
-def _prefill_kernel() -> Any:
+def _prefill_kernel(dtype: Any, d: int, causal: bool) -> Any:
+    """The kernel of one (dtype, D, mask), its template arguments as constants in its header
+    (kernel_text.metal_constant_lines), made once."""
     return metal_kernel(name="ks_attention_rows", input_names=["q", "k", "v"], output_names=["o"],
-                        source=PREFILL_SOURCE)
+                        source=PREFILL_SOURCE, constants=(("T", dtype), ("D", d), ("NT", PREFILL_NT),
+                                                          ("BN", PREFILL_BN), ("CAUSAL", bool(causal))))
 
 
 def attention_metal(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
     b, hq, length, d = q.shape
     nblk = math.ceil(length / PREFILL_NT)
-    return _prefill_kernel()(
-        inputs=[q, k, v], template=[("T", q.dtype), ("D", d), ("NT", PREFILL_NT), ("BN", PREFILL_BN),
-                                    ("CAUSAL", bool(causal))],
-        grid=(b * hq * nblk * PREFILL_NT, 1, 1), threadgroup=(PREFILL_NT, 1, 1), output_shapes=[q.shape],
-        output_dtypes=[q.dtype])[0]
+    return _prefill_kernel(q.dtype, d, bool(causal))(
+        inputs=[q, k, v], grid=(b * hq * nblk * PREFILL_NT, 1, 1), threadgroup=(PREFILL_NT, 1, 1),
+        output_shapes=[q.shape], output_dtypes=[q.dtype])[0]

@@ -204,15 +204,17 @@ def supports(q: Any, k: Any, v: Any, causal: bool) -> bool:
 
 
 @cache
-def _kernel() -> Any:
+def _kernel(dtype: Any, d: int, causal: bool, crescale: bool) -> Any:
+    """The kernel of one (dtype, D, mask, rescale), its template arguments as constants in its header
+    (kernel_text.metal_constant_lines), made once."""
     return metal_kernel(name="ks_attention_simdgroup_mma", input_names=["q", "k", "v"], output_names=["o"],
-                        source=SOURCE)
+                        source=SOURCE, constants=(("T", dtype), ("D", d), ("BK", block_keys(d)), ("CAUSAL", bool(causal)),
+                                                  ("CRESCALE", bool(crescale))))
 
 
 def attention_metal_mma(q: Any, k: Any, v: Any, causal: bool = False, crescale: bool = CRESCALE) -> Any:
     b, hq, length, d = q.shape
     nblk = math.ceil(length / BQ)
-    return _kernel()(inputs=[q, k, v], template=[("T", q.dtype), ("D", d), ("BK", block_keys(d)),
-                                                 ("CAUSAL", bool(causal)), ("CRESCALE", bool(crescale))],
-                     grid=(nblk * NT, b * hq, 1), threadgroup=(NT, 1, 1), output_shapes=[q.shape],
-                     output_dtypes=[q.dtype])[0]
+    return _kernel(q.dtype, d, bool(causal), bool(crescale))(
+        inputs=[q, k, v], grid=(nblk * NT, b * hq, 1), threadgroup=(NT, 1, 1), output_shapes=[q.shape],
+        output_dtypes=[q.dtype])[0]

@@ -14,7 +14,7 @@ from typing import Any
 
 from ksearch.kernels.kernel_text import metal_kernel
 
-# Template: T, D, G (query heads per kv head), NW (simdgroups per threadgroup), U (key rows each lane loads before
+# Constants (in the header): T, D, G (query heads per kv head), NW (simdgroups per threadgroup), U (key rows each lane loads before
 # using them: the CUDA kernel's unroll, loads in flight to hide memory latency). meta = [length, chunk, nsplit].
 _SPLIT_BODY = r"""
     constexpr int LPK = D / 4;
@@ -154,13 +154,16 @@ def supports_decode(q: Any, k_cache: Any, length: int) -> bool:
 
 
 @cache
-def _decode_kernels() -> tuple[Any, Any, Any]:
+def _decode_kernels(dtype: Any, d: int, g: int, warps: int, unroll: int) -> tuple[Any, Any, Any]:
+    """(split, merge, one split) of one (dtype, D, G, simdgroups, unroll), each with its template arguments as
+    constants in its header (kernel_text.metal_constant_lines), made once."""
+    split_args = (("T", dtype), ("D", d), ("G", g), ("NW", warps), ("U", unroll))
     split = metal_kernel(name="ks_decode_split", input_names=["q", "k_cache", "v_cache", "meta"],
-                         output_names=["part_acc", "part_ml"], source=DECODE_SPLIT_SOURCE)
+                         output_names=["part_acc", "part_ml"], source=DECODE_SPLIT_SOURCE, constants=split_args)
     merge = metal_kernel(name="ks_decode_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
-                         source=DECODE_MERGE_SOURCE)
+                         source=DECODE_MERGE_SOURCE, constants=(("T", dtype), ("D", d), ("G", g)))
     one_split = metal_kernel(name="ks_decode_one_split", input_names=["q", "k_cache", "v_cache", "meta"],
-                             output_names=["o"], source=DECODE_ONE_SPLIT_SOURCE)
+                             output_names=["o"], source=DECODE_ONE_SPLIT_SOURCE, constants=split_args)
     return split, merge, one_split
 
 
@@ -177,19 +180,14 @@ def decode_metal(q: Any, k_cache: Any, v_cache: Any, length: int, warps: int = 4
     chunk = max(128, math.ceil(length / max(1, target_blocks // (b * hkv))))
     chunk = math.ceil(chunk / step) * step
     nsplit = math.ceil(length / chunk)
-    split_k, merge_k, one_split = _decode_kernels()
+    split_k, merge_k, one_split = _decode_kernels(q.dtype, d, g, warps, unroll)
     meta = mx.array([length, chunk, nsplit], dtype=mx.int32)
     nt = warps * 32
-    # Literal template lists: the repository's kernel checks read each kernel's template arguments from its call.
     if nsplit == 1:  # the (batch, kv head) pairs fill target_blocks: one launch writes the output, no merge
-        return one_split(inputs=[q, k_cache, v_cache, meta],
-                         template=[("T", q.dtype), ("D", d), ("G", g), ("NW", warps), ("U", unroll)],
-                         grid=(b * hkv * nt, 1, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape],
-                         output_dtypes=[q.dtype])[0]
+        return one_split(inputs=[q, k_cache, v_cache, meta], grid=(b * hkv * nt, 1, 1), threadgroup=(nt, 1, 1),
+                         output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
     part_acc, part_ml = split_k(
-        inputs=[q, k_cache, v_cache, meta], template=[("T", q.dtype), ("D", d), ("G", g), ("NW", warps), ("U", unroll)],
-        grid=(b * hkv * nt, nsplit, 1), threadgroup=(nt, 1, 1),
+        inputs=[q, k_cache, v_cache, meta], grid=(b * hkv * nt, nsplit, 1), threadgroup=(nt, 1, 1),
         output_shapes=[(b * hkv, nsplit, g, d), (b * hkv, nsplit, g, 2)], output_dtypes=[mx.float32, mx.float32])
-    return merge_k(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
-                   grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
-                   output_dtypes=[q.dtype])[0]
+    return merge_k(inputs=[part_acc, part_ml], grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1),
+                   output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
