@@ -5,10 +5,10 @@ call), calls it without `template=`, and keeps 1 / sqrt(D) as one array a head d
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from recorded_kernels import Calls, Made, record_kernels
 
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels.attention import mma_sync
@@ -19,26 +19,11 @@ from ksearch.policy.templates.attention_wgmma import FLASH_WGMMA, configs
 
 mx = pytest.importorskip("mlx.core")
 
-Made = list[dict[str, Any]]
-Calls = list[tuple[str, dict[str, Any]]]
-
-
 def _candidate(params: dict[str, Any], monkeypatch: pytest.MonkeyPatch, hopper: bool = True,
                ) -> tuple[dict[str, Any], Made, Calls]:
     """The rendered candidate's module with MLX's kernel constructor recording what is made and called (MLX on the
     CPU has no CUDA kernels: each call hands back zeros)."""
-    made: Made = []
-    calls: Calls = []
-
-    def make(**kw: Any) -> Callable[..., list[Any]]:
-        made.append(kw)
-
-        def call(**ckw: Any) -> list[Any]:
-            calls.append((kw["name"], ckw))
-            return [mx.zeros(s, dtype=t) for s, t in zip(ckw["output_shapes"], ckw["output_dtypes"], strict=True)]
-        return call
-
-    monkeypatch.setattr(mx.fast, "cuda_kernel", make)
+    made, calls = record_kernels(monkeypatch)
     namespace: dict[str, Any] = {}
     exec(compile(FLASH_WGMMA.source(params), "candidate", "exec"), namespace)  # noqa: S102 - our own rendering
     namespace["_HOPPER"] = hopper

@@ -4,6 +4,7 @@ at every template configuration the dispatch code uses; and the dispatch picks t
 from __future__ import annotations
 
 import pytest
+from recorded_kernels import Calls, Made, record_kernels
 
 from ksearch.kernels import device
 from ksearch.kernels.attention import metal_rows, metal_simdgroup
@@ -116,26 +117,15 @@ def test_flash_simdgroup_renderings_pass_clang_and_a_broken_one_does_not(monkeyp
     assert errors  # the check reads the rendered kernel, and can fail
 
 
-def _library_calls(monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+def _library_calls(monkeypatch: pytest.MonkeyPatch) -> tuple[Made, Calls]:
     """(kernels made, their calls) of the library's Metal prefill and decode at a few shapes, MLX's Metal kernel
     constructor recording them (no Metal here: each call hands back zeros)."""
     import mlx.core as mx
 
-    made: list[dict[str, object]] = []
-    calls: list[dict[str, object]] = []
-
-    def make(**kw: object) -> object:
-        made.append(kw)
-
-        def call(**ckw: object) -> list[object]:
-            calls.append({"name": kw["name"], **ckw})
-            return [mx.zeros(s, dtype=t) for s, t in zip(ckw["output_shapes"], ckw["output_dtypes"], strict=True)]
-        return call
-
     caches = (metal_simdgroup._kernel, metal_rows._prefill_kernel, metal_split_k._decode_kernels)
     for c in caches:
         c.cache_clear()
-    monkeypatch.setattr(mx.fast, "metal_kernel", make)
+    made, calls = record_kernels(monkeypatch, "metal_kernel")
     try:
         q, k = mx.zeros((1, 8, 64, 128), dtype=mx.float16), mx.zeros((1, 2, 64, 128), dtype=mx.float16)
         for _ in range(2):
@@ -157,7 +147,7 @@ def test_the_library_makes_each_metal_kernel_once_a_set_with_its_arguments_as_co
     from ksearch.kernels.kernel_text import metal_constant_lines
 
     made, calls = _library_calls(monkeypatch)
-    assert len(made) == 5 and len(calls) == 10 and all("template" not in c for c in calls)
+    assert len(made) == 5 and len(calls) == 10 and all("template" not in kw for _, kw in calls)
     by_source = {m["source"]: str(m["header"]) for m in made}
     assert by_source[compact(metal_simdgroup.SOURCE)] == metal_constant_lines(
         [("T", mx.float16), ("D", 128), ("BK", 16), ("CAUSAL", True), ("CRESCALE", metal_simdgroup.CRESCALE)])

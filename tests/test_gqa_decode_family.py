@@ -6,6 +6,7 @@ import importlib
 
 import mlx.core as mx
 import pytest
+from recorded_kernels import record_kernels
 
 from ksearch.kernels.decode import cuda_cluster as DC
 from ksearch.kernels.kernel_text import compact, constant_lines
@@ -127,31 +128,13 @@ def test_split_ks_splits_are_the_librarys_with_and_without_the_block_floor(b, le
     assert grids == [(b * 8 * 128, CS.plan(b * 8, length, d, cfg)[0], 1)]
 
 
-def _recording(monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict], list[tuple[str, dict]]]:
-    """mx.fast.cuda_kernel replaced by a recorder: (kernels made, their calls), each call handing back zeros of its
-    outputs' shapes."""
-    made: list[dict] = []
-    calls: list[tuple[str, dict]] = []
-
-    def make(**kw: object) -> object:
-        made.append(kw)
-
-        def call(**ckw: object) -> list:
-            calls.append((str(kw["name"]), ckw))
-            return [mx.zeros(s, dtype=t) for s, t in zip(ckw["output_shapes"], ckw["output_dtypes"], strict=True)]
-        return call
-
-    monkeypatch.setattr(mx.fast, "cuda_kernel", make)
-    return made, calls
-
-
 def test_with_constants_each_kernel_is_made_once_a_dtype_with_its_arguments_in_its_header(monkeypatch):
     """`constants`: the kernels' template arguments written into their headers in MLX's namespace, one kernel object
     per (dtype, D, G), called without template= (MLX formats template arguments into every call), at the library's
     split counts."""
     from ksearch.kernels.decode import cuda_split_k as CS
 
-    made, calls = _recording(monkeypatch)
+    made, calls = record_kernels(monkeypatch)
     params = {**FAM.default(), "group_heads": True, "target_blocks": 1056, "min_chunk": 512, "unroll": 4,
               "prefetch": True, "ring": 2, "floor_blocks": 256, "constants": True}
     namespace: dict = {}
@@ -176,7 +159,7 @@ def test_with_constants_each_kernel_is_made_once_a_dtype_with_its_arguments_in_i
 
 
 def test_with_constants_the_tensor_core_kernels_carry_the_librarys_arguments(monkeypatch):
-    made, calls = _recording(monkeypatch)
+    made, calls = record_kernels(monkeypatch)
     namespace: dict = {}
     exec(compile(FAM.source({**FAM.default(), "mma": 64, "constants": True}), "candidate", "exec"), namespace)  # noqa: S102
     namespace["_HOPPER"] = True
@@ -201,7 +184,7 @@ def test_the_split_k_pattern_realises_constants():
 
 
 def test_with_constants_the_fused_kernel_is_made_once_and_zero_filled_each_call(monkeypatch):
-    made, calls = _recording(monkeypatch)
+    made, calls = record_kernels(monkeypatch)
     namespace: dict = {}
     exec(compile(FAM.source({**FAM.default(), "fused": True, "constants": True}), "candidate", "exec"), namespace)  # noqa: S102
     q = mx.zeros((2, 32, 1, 64), dtype=mx.float16)
@@ -223,7 +206,7 @@ def test_with_constants_the_kernels_compile_as_mlx_builds_them(dtype, mma, monke
 
     if nvcc_path() is None:
         pytest.skip("nvcc not installed")
-    made, _calls = _recording(monkeypatch)
+    made, _calls = record_kernels(monkeypatch)
     params = {**FAM.default(), "group_heads": True, "ring": 2, "unroll": 4, "prefetch": True, "constants": True,
               "mma": 64 if mma else 0}
     namespace: dict = {}

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from recorded_kernels import record_kernels
 
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels.attention import cuda_prefill, mma_sync
@@ -26,22 +27,10 @@ Recorded = tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorded]:
     """(kernels made, their calls): MLX on the CPU has no CUDA kernels, so each made kernel hands back zeros."""
-    made: list[dict[str, Any]] = []
-    calls: list[tuple[str, dict[str, Any]]] = []
-
-    def make(**kw: Any) -> Callable[..., list[Any]]:
-        made.append(kw)
-
-        def call(**ckw: Any) -> list[Any]:
-            calls.append((kw["name"], ckw))
-            return [mx.zeros(s, dtype=t) for s, t in zip(ckw["output_shapes"], ckw["output_dtypes"], strict=True)]
-        return call
-
     caches = (cuda_prefill.build_kernel, W._launch, WS._launch, WS._image_launch, WS._image_kernel, mma_sync._launch)
     for c in caches:
         c.cache_clear()
-    monkeypatch.setattr(mx.fast, "cuda_kernel", make)
-    yield made, calls
+    yield record_kernels(monkeypatch)
     for c in caches:
         c.cache_clear()
 
