@@ -152,7 +152,8 @@ def test_the_library_makes_each_metal_kernel_once_a_set_with_its_arguments_as_co
     assert by_source[compact(metal_simdgroup.SOURCE)] == metal_constant_lines(
         [("T", mx.float16), ("D", 128), ("BK", 16), ("CAUSAL", True), ("CRESCALE", metal_simdgroup.CRESCALE)])
     assert by_source[compact(metal_rows.PREFILL_SOURCE)] == metal_constant_lines(
-        [("T", mx.float32), ("D", 128), ("NT", metal_rows.PREFILL_NT), ("BN", metal_rows.PREFILL_BN), ("CAUSAL", False)])
+        [("T", mx.float32), ("D", 128), ("NT", metal_rows.PREFILL_NT), ("BN", metal_rows.PREFILL_BN),
+         ("CAUSAL", False)])
     split = [("T", mx.bfloat16), ("D", 64), ("G", 4), ("NW", 4), ("U", 1)]
     assert by_source[compact(metal_split_k.DECODE_SPLIT_SOURCE)] == metal_constant_lines(split)
     assert by_source[compact(metal_split_k.DECODE_ONE_SPLIT_SOURCE)] == metal_constant_lines(split)
@@ -166,9 +167,9 @@ def test_the_metal_kernels_as_the_library_makes_them_pass_clang(monkeypatch: pyt
     types = {"meta": "int32", "part_acc": "float32", "part_ml": "float32"}
     kernels = []
     for m in made:
-        use = _use(str(m["name"]), str(m["source"]), list(m["input_names"]), list(m["output_names"]), [],  # type: ignore[call-overload]
-                   [types.get(n, "T") for n in m["output_names"]],  # type: ignore[attr-defined]
-                   in_dtypes={n: types.get(n, "T") for n in m["input_names"]})  # type: ignore[attr-defined]
+        inputs, outputs = list(m["input_names"]), list(m["output_names"])
+        use = _use(str(m["name"]), str(m["source"]), inputs, outputs, [], [types.get(n, "T") for n in outputs],
+                   in_dtypes={n: types.get(n, "T") for n in inputs})
         use.header = str(m["header"])
         kernels.append(use)
     errors = check_kernels(kernels)

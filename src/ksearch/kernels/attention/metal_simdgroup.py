@@ -208,8 +208,8 @@ def _kernel(dtype: Any, d: int, causal: bool, crescale: bool) -> Any:
     """The kernel of one (dtype, D, mask, rescale), its template arguments as constants in its header
     (kernel_text.metal_constant_lines), made once."""
     return metal_kernel(name="ks_attention_simdgroup_mma", input_names=["q", "k", "v"], output_names=["o"],
-                        source=SOURCE, constants=(("T", dtype), ("D", d), ("BK", block_keys(d)), ("CAUSAL", bool(causal)),
-                                                  ("CRESCALE", bool(crescale))))
+                        source=SOURCE, constants=(("T", dtype), ("D", d), ("BK", block_keys(d)),
+                                                  ("CAUSAL", bool(causal)), ("CRESCALE", bool(crescale))))
 
 
 def attention_metal_mma(q: Any, k: Any, v: Any, causal: bool = False, crescale: bool = CRESCALE) -> Any:

@@ -14,8 +14,9 @@ from typing import Any
 
 from ksearch.kernels.kernel_text import metal_kernel
 
-# Constants (in the header): T, D, G (query heads per kv head), NW (simdgroups per threadgroup), U (key rows each lane loads before
-# using them: the CUDA kernel's unroll, loads in flight to hide memory latency). meta = [length, chunk, nsplit].
+# Constants (in the header): T, D, G (query heads per kv head), NW (simdgroups per threadgroup), U (key rows each
+# lane loads before using them: the CUDA kernel's unroll, loads in flight to hide memory latency).
+# meta = [length, chunk, nsplit].
 _SPLIT_BODY = r"""
     constexpr int LPK = D / 4;
     constexpr int KPW = 32 / LPK;

@@ -195,7 +195,8 @@ def _kernel(kind, dtype, d, causal):
                          {smem[64]} if d == 64 else {smem[128]}, True)
         elif kind == "mma":
             kern = _make("flash_mma", MMA_SOURCE, ["q", "k", "v", "scale"], ["o"], MMA_HEADER,
-                         (("T", dtype), ("D", d), {consts(mma_args)}), {_MMA.smem_bytes(64)} if d == 64 else {_MMA.smem_bytes(128)}, True)
+                         (("T", dtype), ("D", d), {consts(mma_args)}),
+                         {_MMA.smem_bytes(64)} if d == 64 else {_MMA.smem_bytes(128)}, True)
         else:  # the tile images of K / V
             kern = _make("tile_image", IMAGE_SOURCE, ["k", "v"], ["ki", "vi"], "", (("D", d),), 0, True)
         _MADE[key] = kern

@@ -28,7 +28,8 @@ def _ops(q, k_cache, v_cache, length):
 
 def _split_call(kernel: str, template: str, indent: str) -> str:
     # A literal template list in each call: the project's linter reads the kernel's template arguments from it.
-    # Without one (`template` empty) the kernel carries its arguments as constants in its header (base.CONSTANT_KERNELS).
+    # Without one (`template` empty) the kernel carries its arguments as constants in its header
+    # (base.CONSTANT_KERNELS).
     targs = f"template={template}, " if template else ""
     return f'''{indent}part_acc, part_ml = {kernel}(
 {indent}    inputs=[q, k, v], {targs}grid=(blocks * nt, nsplit, 1), threadgroup=(nt, 1, 1),
@@ -48,7 +49,8 @@ def _mma_code(mib: int, constants: bool = False) -> tuple[str, str]:
     no producer warp, decode.MMA_DEFAULT) on Hopper at D 128 and G 4 (where it was measured), for calls of more than
     `mib` MiB of K/V: the library's own dispatch at mib=64 (decode.MMA_MIN_KV_BYTES). The texts
     are the library's, compacted as the library hands them to MLX (a call's host work grows with them). With
-    `constants` their template arguments are constants in their headers (base.CONSTANT_KERNELS, rendered before this)."""
+    `constants` their template arguments are constants in their headers (base.CONSTANT_KERNELS, rendered before
+    this)."""
     cfg, d, g = MMA_DEFAULT, 128, 4
     nt, smem = cfg.threads(), cfg.smem_bytes(d, g)
     room = cfg.sms * cfg.blocks_per_sm(d, g)
