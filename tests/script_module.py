@@ -22,3 +22,15 @@ def load_module(path: Path, name: str | None = None) -> ModuleType:
 def load_script(relative: str) -> ModuleType:
     """A file of the repository by its path from the root, e.g. `benchmarks/decode_power.py`."""
     return load_module(ROOT / relative)
+
+
+def import_benchmark(name: str) -> ModuleType:
+    """benchmarks/NAME.py imported as the module NAME with benchmarks/ on the path while it loads, as running it there
+    puts it: for a script that imports a sibling script."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))

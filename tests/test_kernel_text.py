@@ -125,12 +125,12 @@ def test_metal_constants_are_program_scope_constants_of_the_header(monkeypatch: 
     consts = (("T", mx.bfloat16), ("D", 64), ("CAUSAL", False))
     made = metal_kernel(name="ks_m", input_names=["q"], output_names=["o"], source="o[0] = q[0] * D;",
                         header="// why\n#define B 2\n", constants=consts)
-    assert made["header"] == ("#define B 2\ntypedef bfloat16_t T;\nconstant constexpr int D = 64;\n"
+    assert made["header"] == ("#define B 2\nusing T = bfloat16_t;\nconstant constexpr int D = 64;\n"
                               "constant constexpr bool CAUSAL = false;\n")
     half = metal_kernel(name="ks_m", input_names=["q"], output_names=["o"], source="o[0] = q[0] * D;",
                         constants=(("T", mx.float16), ("D", 64)))
     plain = metal_kernel(name="ks_m", input_names=["q"], output_names=["o"], source="o[0] = q[0] * D;")
-    assert "typedef float16_t T;" in str(half["header"]) and len({made["name"], half["name"], plain["name"]}) == 3
+    assert "using T = float16_t;" in str(half["header"]) and len({made["name"], half["name"], plain["name"]}) == 3
     assert plain["name"] == "ks_m" and plain["header"] == ""  # without constants the name is the caller's
     with pytest.raises(ValueError, match="not a type a Metal kernel constant can be; use one of float32"):
         metal_constant_lines([("T", "float8")])

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from script_module import import_benchmark
+
 SCRIPT = str(Path(__file__).resolve().parents[1] / "benchmarks/prefill_host_work.py")
 
 
@@ -27,15 +29,9 @@ def test_it_times_every_configuration_and_writes_its_figures(tmp_path):
 
 
 def test_the_stubs_do_not_outlive_the_measurement():
-    import importlib
-
     import mlx.core as mx
 
-    sys.path.insert(0, str(Path(SCRIPT).parent))
-    try:
-        host_work = importlib.import_module("prefill_host_work")
-    finally:
-        sys.path.pop(0)
+    host_work = import_benchmark("prefill_host_work")
     from ksearch.kernels import device
     from ksearch.kernels.attention import cuda_prefill, wgmma_ws
 

@@ -149,15 +149,12 @@ def metal_constant_lines(constants: Sequence[tuple[str, Any]]) -> str:
     """Template arguments (name, bool | int | dtype) as program-scope constants of a Metal kernel's header: MLX's
     Metal call formats its template arguments into the kernel's name and an instantiation on every call, as the CUDA
     call does (`constant_lines`, measured there; on Apple GPUs not measured)."""
-    lines = []
+    values = []
     for cname, value in constants:
-        if isinstance(value, bool):
-            lines.append(f"constant constexpr bool {cname} = {'true' if value else 'false'};")
-        elif isinstance(value, int):
-            lines.append(f"constant constexpr int {cname} = {value};")
-        elif str(value).removeprefix("mlx.core.") in MSL_TYPES:
-            lines.append(f"typedef {MSL_TYPES[str(value).removeprefix('mlx.core.')]} {cname};")
-        else:
+        if not isinstance(value, bool | int) and str(value).removeprefix("mlx.core.") not in MSL_TYPES:
             raise ValueError(f"constant {cname}: {value} is not a type a Metal kernel constant can be; "
                              f"use one of {', '.join(MSL_TYPES)}")
-    return "".join(line + "\n" for line in lines)
+        values.append((cname, value if isinstance(value, bool | int) else str(value).removeprefix("mlx.core.")))
+    # MSL keeps program-scope variables in the constant address space; a type alias needs none
+    return "".join(("" if decl.startswith("using ") else "constant ") + decl + "\n"
+                   for decl in template_declarations(values, lambda dtype: MSL_TYPES[str(dtype)]))
