@@ -19,6 +19,7 @@ from ksearch.policy.templates.attention_wgmma import FLASH_WGMMA, configs
 
 mx = pytest.importorskip("mlx.core")
 
+
 def _candidate(params: dict[str, Any], monkeypatch: pytest.MonkeyPatch, hopper: bool = True,
                ) -> tuple[dict[str, Any], Made, Calls]:
     """The rendered candidate's module with MLX's kernel constructor recording what is made and called (MLX on the
@@ -51,7 +52,7 @@ def test_off_by_default_and_every_library_knob_renders_with_it() -> None:
 @pytest.mark.parametrize("params", [{}, {"persist": True, "wg": 2, "bn": 128, "stages": 3, "crescale": False},
                                     {"tma": False, "bulk": True}, {"producer": False, "tma": False, "crescale": False,
                                                                     "stages": 2}],
-                         ids=["tma", "persistent", "bulk", "cp_async"])
+                         ids=["tma", "persistent", "bulk", "synchronous"])
 def test_each_kernel_is_made_once_a_set_with_the_librarys_constants(params: dict[str, Any],
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     p = {**FLASH_WGMMA.default(), **params, "constants": True}
