@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from recorded_kernels import record_kernels
+from recorded_kernels import Calls, Made, record_kernels
 
 from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels.attention import cuda_prefill, mma_sync
@@ -21,7 +21,7 @@ from ksearch.kernels.kernel_text import constant_lines
 mx = pytest.importorskip("mlx.core")
 A = importlib.import_module("ksearch.kernels.attention")
 
-Recorded = tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]
+Recorded = tuple[Made, Calls]
 
 
 @pytest.fixture
