@@ -69,9 +69,9 @@ SECOND = {
     "softmax.metal.rowreduce": {"layout": "multi_row_per_block", "threads": 128, "online": True, "exp2": True},
     "rmsnorm.metal.rowreduce": {"layout": "multi_row_per_block", "threads": 64},
     "selective_scan.metal.chunked": {"channels": 16, "chunks": 16, "exp2": False},
-    "attention.metal.flash_simdgroup": {"bk128": 8, "bk64": 16},
+    "attention.metal.flash_simdgroup": {"bk128": 8, "bk64": 16, "constants": True},
     "attention.metal.row_tiled": {"threads": 32, "bn": 8},
-    "gqa_decode.metal.split_k": {"target_blocks": 1, "warps": 8, "min_chunk": 512, "unroll": 4},
+    "gqa_decode.metal.split_k": {"target_blocks": 1, "warps": 8, "min_chunk": 512, "unroll": 4, "constants": True},
 }
 METAL_FAMILIES = sorted(f.id for f in all_families() if "mlx-metal" in f.backends)
 CI_RENDERING = ("softmax.metal.rowreduce", "default")  # two block reductions: the race it had is caught

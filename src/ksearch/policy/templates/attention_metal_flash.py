@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ksearch.kernels.attention import metal_rows, metal_simdgroup
-from ksearch.policy.templates.base import TemplateFamily
+from ksearch.policy.templates.base import METAL_CONSTANT_KERNELS, TemplateFamily
 
 # Threadgroup memory a Metal threadgroup may take (Apple GPUs: 32 KB).
 METAL_TG_BYTES = 32 * 1024
@@ -35,13 +35,40 @@ def render_flash_simdgroup(p: dict[str, Any]) -> str:
     # threadgroup memory from the template's dtype and takes an unknown one as float32, which put D=64, BK=32 at 35 KB
     # and failed the default rendering on every evaluation; the deep check compiles the inputs at that dtype too.
     bq, nt = metal_simdgroup.BQ, metal_simdgroup.NT
-    calls = "\n".join(f'''        if d == {d}:
-            return _mma(inputs=[q.astype(f16), k.astype(f16), v.astype(f16)],
+    rnt, rbn = metal_rows.PREFILL_NT, metal_rows.PREFILL_BN
+    constants = bool(p.get("constants"))
+    mma_t = {d: "" if constants else f'''
                         template=[("T", f16), ("D", {d}), ("BK", {p[f"bk{d}"]}), ("CAUSAL", bool(causal)),
-                                  ("CRESCALE", {bool(p["crescale"])})],
+                                  ("CRESCALE", {bool(p["crescale"])})],''' for d in (64, 128)}
+    mma_fn = {d: f"_kernel(\"mma\", f16, {d}, bool(causal))" if constants else "_mma" for d in (64, 128)}
+    calls = "\n".join(f'''        if d == {d}:
+            return {mma_fn[d]}(inputs=[q.astype(f16), k.astype(f16), v.astype(f16)],{mma_t[d]}
                         grid=((length + {bq - 1}) // {bq} * {nt}, b * hq, 1), threadgroup=({nt}, 1, 1),
                         output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
-    rnt, rbn = metal_rows.PREFILL_NT, metal_rows.PREFILL_BN
+    rows_fn = '_kernel("rows", q.dtype, d, bool(causal))' if constants else "_rows"
+    rows_t = " " if constants else (f' template=[("T", q.dtype), ("D", d), ("NT", {rnt}), ("BN", {rbn}), '
+                                   '("CAUSAL", bool(causal))],\n                 ')
+    if constants:  # each kernel made at a (kind, dtype, D, mask)'s first call, its template arguments in its header
+        kernels = METAL_CONSTANT_KERNELS + f'''
+
+def _kernel(kind, dtype, d, causal):
+    # The kernel of one (kind, dtype, D, mask), made at its first call.
+    key = (kind, dtype, d, causal)
+    kern = _MADE.get(key)
+    if kern is None:
+        if kind == "mma":
+            kern = _make("attention_simdgroup", MMA_SOURCE, ["q", "k", "v"], ["o"],
+                         (("T", dtype), ("D", d), ("BK", {p["bk64"]} if d == 64 else {p["bk128"]}), ("CAUSAL", causal),
+                          ("CRESCALE", {bool(p["crescale"])})))
+        else:
+            kern = _make("attention_rows", ROW_SOURCE, ["q", "k", "v"], ["o"],
+                         (("T", dtype), ("D", d), ("NT", {rnt}), ("BN", {rbn}), ("CAUSAL", causal)))
+        _MADE[key] = kern
+    return kern'''
+    else:
+        kernels = '''_mma = mx.fast.metal_kernel(name="attention_simdgroup", input_names=["q", "k", "v"], output_names=["o"],
+                            source=MMA_SOURCE)
+_rows = mx.fast.metal_kernel(name="attention_rows", input_names=["q", "k", "v"], output_names=["o"], source=ROW_SOURCE)'''
     return f'''# attention.metal.flash_simdgroup {p}
 # FlashAttention-2 on simdgroup_matrix (8x8 matrix units): 4 simdgroups x 8 query rows a threadgroup, K / V blocks of
 # {p["bk128"]} (D=128) or {p["bk64"]} (D=64) rows in threadgroup memory, S = Q K^T with K loaded transposed, online softmax in
@@ -52,9 +79,7 @@ import mlx.core as mx
 
 MMA_SOURCE = {metal_simdgroup.SOURCE!r}
 ROW_SOURCE = {metal_rows.PREFILL_SOURCE!r}
-_mma = mx.fast.metal_kernel(name="attention_simdgroup", input_names=["q", "k", "v"], output_names=["o"],
-                            source=MMA_SOURCE)
-_rows = mx.fast.metal_kernel(name="attention_rows", input_names=["q", "k", "v"], output_names=["o"], source=ROW_SOURCE)
+{kernels}
 
 
 def run(q, k, v, causal):
@@ -63,8 +88,7 @@ def run(q, k, v, causal):
     if q.dtype == f16 and hq % k.shape[1] == 0 and (not causal or length <= k.shape[2]):
 {calls}
     nblk = (length + {rnt - 1}) // {rnt}
-    return _rows(inputs=[q, k, v], template=[("T", q.dtype), ("D", d), ("NT", {rnt}), ("BN", {rbn}), ("CAUSAL", bool(causal))],
-                 grid=(b * hq * nblk * {rnt}, 1, 1), threadgroup=({rnt}, 1, 1), output_shapes=[q.shape],
+    return {rows_fn}(inputs=[q, k, v],{rows_t}grid=(b * hq * nblk * {rnt}, 1, 1), threadgroup=({rnt}, 1, 1), output_shapes=[q.shape],
                  output_dtypes=[q.dtype])[0]
 '''
 
@@ -74,7 +98,7 @@ FLASH_SIMDGROUP = TemplateFamily(
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "k_transposition",
               "causal_block_skipping", "gqa_head_grouping"),
     # The first choices are the library's (metal_simdgroup.block_keys, metal_simdgroup.CRESCALE).
-    params={"bk128": (16, 8), "bk64": (32, 16, 8), "crescale": (True, False)},
+    params={"bk128": (16, 8), "bk64": (32, 16, 8), "crescale": (True, False), "constants": (False, True)},
     render=render_flash_simdgroup,
     valid=lambda p: tg_bytes(128, p["bk128"]) <= METAL_TG_BYTES and tg_bytes(64, p["bk64"]) <= METAL_TG_BYTES,
     description="FlashAttention-2 on simdgroup_matrix (opt-in; not yet measured on Apple hardware)")

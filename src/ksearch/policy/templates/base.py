@@ -46,6 +46,23 @@ def _make(name, source, inputs, outputs, header, constants, smem=0, contiguous=F
 '''
 
 
+# The same for a Metal candidate: the template arguments as program-scope constants of the header, as the library's
+# Metal kernels carry them (kernel_text.metal_constant_lines); MLX's Metal call formats template arguments into every
+# call as its CUDA call does (on Apple GPUs not measured).
+METAL_CONSTANT_KERNELS = '''
+_TYPES = {mx.float16: "float16_t", mx.bfloat16: "bfloat16_t", mx.float32: "float"}
+_MADE = {}
+
+
+def _make(name, source, inputs, outputs, constants):
+    # One kernel object per set of constants, under a name of its own.
+    lines = "".join(f"using {n} = {_TYPES[v]};\\n" if n == "T" else
+                    f"constant constexpr bool {n} = {str(v).lower()};\\n" if isinstance(v, bool) else
+                    f"constant constexpr int {n} = {v};\\n" for n, v in constants)
+    return mx.fast.metal_kernel(name=f"{name}_{len(_MADE)}", input_names=inputs, output_names=outputs, source=source,
+                                header=lines)
+'''
+
 @dataclass(frozen=True)
 class TemplateFamily:
     #: Unique id, e.g. "softmax.cuda.block_row".

@@ -10,7 +10,7 @@ from typing import Any
 
 from ksearch.kernels.decode import MMA_DEFAULT, cuda_cluster, cuda_split_k_text, metal_split_k
 from ksearch.kernels.kernel_text import compact
-from ksearch.policy.templates.base import CONSTANT_KERNELS, HOPPER_CHECK, TemplateFamily
+from ksearch.policy.templates.base import CONSTANT_KERNELS, HOPPER_CHECK, METAL_CONSTANT_KERNELS, TemplateFamily
 
 _OPS_FALLBACK = '''
 def _ops(q, k_cache, v_cache, length):
@@ -257,6 +257,33 @@ def run(q, k_cache, v_cache, length):
 
 
 def render_metal(p: dict[str, Any]) -> str:
+    constants = bool(p.get("constants"))
+    if constants:  # each kernel made at a (dtype, D, G)'s first call, its template arguments in its header
+        kernels = METAL_CONSTANT_KERNELS + '''
+
+def _kernels(dtype, d, g):
+    # This (dtype, D, G)'s kernels, made at its first call.
+    ks = _MADE.get((dtype, d, g))
+    if ks is None:
+        consts = (("T", dtype), ("D", d), ("G", g), ("NW", WARPS), ("U", UNROLL))
+        ks = _MADE[(dtype, d, g)] = (
+            _make("gqa_split_k", SPLIT, ["q", "k_cache", "v_cache", "meta"], ["part_acc", "part_ml"], consts),
+            _make("gqa_lse_merge", MERGE, ["part_acc", "part_ml"], ["o"], consts[:3]),
+            _make("gqa_one_split", ONE_SPLIT, ["q", "k_cache", "v_cache", "meta"], ["o"], consts))
+    return ks'''
+        pick = "    _split, _merge, _one_split = _kernels(q.dtype, d, g)\n"
+        one_t = split_t = merge_t = ""
+    else:
+        kernels = '''_split = mx.fast.metal_kernel(name="gqa_split_k", input_names=["q", "k_cache", "v_cache", "meta"],
+                              output_names=["part_acc", "part_ml"], source=SPLIT)
+_merge = mx.fast.metal_kernel(name="gqa_lse_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
+                              source=MERGE)
+_one_split = mx.fast.metal_kernel(name="gqa_one_split", input_names=["q", "k_cache", "v_cache", "meta"],
+                                  output_names=["o"], source=ONE_SPLIT)'''
+        pick = ""
+        tmpl = 'template=[("T", q.dtype), ("D", d), ("G", g), ("NW", WARPS), ("U", UNROLL)],'
+        one_t, split_t = "\n            " + tmpl, "\n        " + tmpl
+        merge_t = ' template=[("T", q.dtype), ("D", d), ("G", g)],'
     return f'''# gqa_decode.metal.split_k {p}
 # Split-K flash-decoding in MSL: simdgroup shuffles for the score reduction, LSE merge pass. Not yet measured on Apple.
 import math
@@ -268,12 +295,7 @@ MERGE = {metal_split_k.DECODE_MERGE_SOURCE!r}
 ONE_SPLIT = {metal_split_k.DECODE_ONE_SPLIT_SOURCE!r}
 WARPS, TARGET_BLOCKS, MIN_CHUNK, UNROLL = {p["warps"]}, {p["target_blocks"]}, {p["min_chunk"]}, {p["unroll"]}
 
-_split = mx.fast.metal_kernel(name="gqa_split_k", input_names=["q", "k_cache", "v_cache", "meta"],
-                              output_names=["part_acc", "part_ml"], source=SPLIT)
-_merge = mx.fast.metal_kernel(name="gqa_lse_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
-                              source=MERGE)
-_one_split = mx.fast.metal_kernel(name="gqa_one_split", input_names=["q", "k_cache", "v_cache", "meta"],
-                                  output_names=["o"], source=ONE_SPLIT)
+{kernels}{chr(10) if constants else ""}
 {_OPS_FALLBACK}
 
 def run(q, k_cache, v_cache, length):
@@ -282,7 +304,7 @@ def run(q, k_cache, v_cache, length):
     if d not in (64, 128) or hq // hkv > 8:
         return _ops(q, k_cache, v_cache, length)
     g = hq // hkv
-    step = WARPS * (32 // (d // 4)) * UNROLL
+{pick}    step = WARPS * (32 // (d // 4)) * UNROLL
     chunk = max(MIN_CHUNK, math.ceil(length / max(1, TARGET_BLOCKS // (b * hkv))))
     chunk = math.ceil(chunk / step) * step
     nsplit = math.ceil(length / chunk)
@@ -290,15 +312,13 @@ def run(q, k_cache, v_cache, length):
     meta = mx.array([length, chunk, nsplit], dtype=mx.int32)
     if nsplit == 1:  # one split a (batch, kv head): the output itself, no merge launch
         return _one_split(
-            inputs=[q, k_cache, v_cache, meta],
-            template=[("T", q.dtype), ("D", d), ("G", g), ("NW", WARPS), ("U", UNROLL)],
+            inputs=[q, k_cache, v_cache, meta],{one_t}
             grid=(b * hkv * nt, 1, 1), threadgroup=(nt, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
     part_acc, part_ml = _split(
-        inputs=[q, k_cache, v_cache, meta],
-        template=[("T", q.dtype), ("D", d), ("G", g), ("NW", WARPS), ("U", UNROLL)],
+        inputs=[q, k_cache, v_cache, meta],{split_t}
         grid=(b * hkv * nt, nsplit, 1), threadgroup=(nt, 1, 1),
         output_shapes=[(b * hkv, nsplit, g, d), (b * hkv, nsplit, g, 2)], output_dtypes=[mx.float32, mx.float32])
-    return _merge(inputs=[part_acc, part_ml], template=[("T", q.dtype), ("D", d), ("G", g)],
+    return _merge(inputs=[part_acc, part_ml],{merge_t}
                   grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
                   output_dtypes=[q.dtype])[0]
 '''
@@ -378,7 +398,7 @@ FAMILIES = [
         patterns=("split_k_decode_lse_merge", "gqa_head_grouping", "vectorized_loads", "simd_register_reduction",
                   "online_softmax", "exp2_trick", "loop_unrolling"),
         params={"target_blocks": (1, 128, 256, 512), "warps": (4, 2, 8), "min_chunk": (128, 256, 512),
-                "unroll": (1, 2, 4)},
+                "unroll": (1, 2, 4), "constants": (False, True)},
         render=render_metal,
         valid=lambda p: p["warps"] * p["unroll"] <= 32,
         pattern_params={"split_k_decode_lse_merge": {"target_blocks": (128, 256, 512)},

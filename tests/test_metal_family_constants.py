@@ -1,0 +1,123 @@
+"""The Metal template families' `constants` (gqa_decode.metal.split_k, attention.metal.flash_simdgroup): a rendering
+makes each kernel at its first call with its template arguments as program-scope constants of its header, byte for
+byte as the library's Metal kernels carry them, calls it without `template=`, and computes what MLX's attention does
+on the Metal emulation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from recorded_kernels import Calls, Made, record_kernels
+
+from ksearch.backends.detect import clang_path
+from ksearch.kernels.attention import metal_rows, metal_simdgroup
+from ksearch.kernels.decode import metal_split_k
+from ksearch.kernels.kernel_text import compact, metal_constant_lines
+from ksearch.policy.templates import attention as attn_t
+from ksearch.policy.templates import gqa_decode as dec_t
+
+mx = pytest.importorskip("mlx.core")
+DECODE = next(f for f in dec_t.FAMILIES if f.id == "gqa_decode.metal.split_k")
+FLASH = next(f for f in attn_t.FAMILIES if f.id == "attention.metal.flash_simdgroup")
+
+
+def _module(fam: Any, params: dict[str, Any]) -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(fam.source(params), "candidate", "exec"), namespace)  # noqa: S102 - our own rendering
+    return namespace
+
+
+def _recorded(fam: Any, params: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], Made, Calls]:
+    made, calls = record_kernels(monkeypatch, "metal_kernel")
+    return _module(fam, params), made, calls
+
+
+def _rand(shape: tuple[int, ...], dtype: Any, seed: int) -> Any:
+    return mx.random.normal(shape, key=mx.random.key(seed)).astype(dtype)
+
+
+def _reference(q: Any, k: Any, v: Any, causal: bool) -> np.ndarray:
+    f = mx.float32
+    mask = "causal" if causal else None
+    out = mx.fast.scaled_dot_product_attention(q.astype(f), k.astype(f), v.astype(f), scale=1 / math.sqrt(q.shape[-1]),
+                                               mask=mask)
+    return np.array(out)
+
+
+def test_off_by_default_in_both_families() -> None:
+    for fam in (DECODE, FLASH):
+        assert fam.default()["constants"] is False and fam.valid({**fam.default(), "constants": True})
+
+
+def test_the_decode_familys_kernels_carry_the_librarys_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    params = {**DECODE.default(), "target_blocks": 256, "warps": 4, "unroll": 2, "constants": True}
+    ns, made, calls = _recorded(DECODE, params, monkeypatch)
+    assert made == []  # nothing made before the first call
+    q = mx.zeros((1, 8, 1, 64), dtype=mx.bfloat16)
+    kc = mx.zeros((1, 2, 600, 64), dtype=mx.bfloat16)
+    for length in (500, 500, 100):
+        ns["run"](q, kc, kc, length)
+    assert len(made) == 3 and all("template" not in kw for _, kw in calls)
+    split = [("T", mx.bfloat16), ("D", 64), ("G", 4), ("NW", 4), ("U", 2)]
+    # the library's own header for the same kernels (kernel_text.metal_constant_lines), byte for byte
+    by_source = {compact(m["source"]): m["header"] for m in made}
+    assert by_source[compact(metal_split_k.DECODE_SPLIT_SOURCE)] == metal_constant_lines(split)
+    assert by_source[compact(metal_split_k.DECODE_MERGE_SOURCE)] == metal_constant_lines(split[:3])
+    assert by_source[compact(metal_split_k.DECODE_ONE_SPLIT_SOURCE)] == metal_constant_lines(split)
+    ns["run"](q.astype(mx.float16), kc.astype(mx.float16), kc.astype(mx.float16), 100)
+    assert len(made) == 6 and len({m["name"] for m in made}) == 6  # a set of its own per dtype, each named apart
+
+
+def test_the_prefill_familys_kernels_carry_the_librarys_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    params = {**FLASH.default(), "constants": True}
+    ns, made, calls = _recorded(FLASH, params, monkeypatch)
+    assert made == []
+    q, k = mx.zeros((1, 4, 64, 128), dtype=mx.float16), mx.zeros((1, 2, 64, 128), dtype=mx.float16)
+    for _ in range(2):
+        ns["run"](q, k, k, True)
+        ns["run"](q.astype(mx.float32), k.astype(mx.float32), k.astype(mx.float32), False)
+    assert len(made) == 2 and len(calls) == 4 and all("template" not in kw for _, kw in calls)
+    by_source = {compact(m["source"]): m["header"] for m in made}
+    assert by_source[compact(metal_simdgroup.SOURCE)] == metal_constant_lines(
+        [("T", mx.float16), ("D", 128), ("BK", metal_simdgroup.block_keys(128)), ("CAUSAL", True),
+         ("CRESCALE", metal_simdgroup.CRESCALE)])
+    assert by_source[compact(metal_rows.PREFILL_SOURCE)] == metal_constant_lines(
+        [("T", mx.float32), ("D", 128), ("NT", metal_rows.PREFILL_NT), ("BN", metal_rows.PREFILL_BN),
+         ("CAUSAL", False)])
+
+
+@pytest.fixture
+def emulated() -> Any:
+    """The Metal emulation's CPU engine in place of mx.fast.metal_kernel for one test."""
+    if clang_path() is None:
+        pytest.skip("clang++ not installed: the Metal emulation needs it")
+    from ksearch.metalemu import surface
+
+    mx.set_default_device(mx.cpu)
+    restore = surface.install("cpu")
+    yield
+    restore()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("length", [100, 500], ids=["one_split", "splits"])
+def test_the_decode_familys_constants_rendering_matches_mlx_on_the_emulation(emulated: Any, length: int) -> None:
+    ns = _module(DECODE, {**DECODE.default(), "target_blocks": 256, "unroll": 2, "constants": True})
+    q = _rand((1, 8, 1, 64), mx.float16, 1)
+    kc, vc = _rand((1, 2, 600, 64), mx.float16, 2), _rand((1, 2, 600, 64), mx.float16, 3)
+    got = np.array(ns["run"](q, kc, vc, length).astype(mx.float32))
+    want = _reference(q, kc[:, :, :length], vc[:, :, :length], False)
+    np.testing.assert_allclose(got, want, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float16", "float32"], ids=["simdgroup", "rows"])
+def test_the_prefill_familys_constants_rendering_matches_mlx_on_the_emulation(emulated: Any, dtype: str) -> None:
+    ns = _module(FLASH, {**FLASH.default(), "constants": True})
+    dt = getattr(mx, dtype)
+    q, k, v = _rand((1, 2, 40, 64), dt, 4), _rand((1, 1, 48, 64), dt, 5), _rand((1, 1, 48, 64), dt, 6)
+    got = np.array(ns["run"](q, k, v, True).astype(mx.float32))
+    np.testing.assert_allclose(got, _reference(q, k, v, True), atol=2e-2, rtol=2e-2)
