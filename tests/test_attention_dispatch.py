@@ -71,6 +71,20 @@ def test_metal_kernels_are_opt_in(monkeypatch):
     assert not device.metal_enabled()
 
 
+def test_the_reason_the_librarys_kernels_do_not_run_names_what_to_do(monkeypatch):
+    # where kernels_absent says None, the plans above name one of the library's kernels; elsewhere native
+    monkeypatch.delenv("KSEARCH_METAL_KERNELS", raising=False)
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    assert device.kernels_absent() is None
+    monkeypatch.setattr(device, "backend", lambda: "metal")
+    assert "KSEARCH_METAL_KERNELS=1" in device.kernels_absent()
+    assert device.kernels_absent(use_metal=True) is None
+    monkeypatch.setenv("KSEARCH_METAL_KERNELS", "1")
+    assert device.kernels_absent() is None
+    monkeypatch.setattr(device, "backend", lambda: "cpu")
+    assert "NVIDIA GPU" in device.kernels_absent()
+
+
 def test_backend_is_cpu_here():
     with mx.stream(mx.cpu):
         assert device.backend() == "cpu"

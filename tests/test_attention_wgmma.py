@@ -354,6 +354,21 @@ def test_bench_rejects_an_unwritable_out_dir_before_timing(tmp_path: pathlib.Pat
     assert blocker.read_text() == "not a directory"  # nothing overwritten
 
 
+@pytest.mark.parametrize(("kind", "env", "says"), [("attention", {}, "on the CPU"), ("decode", {}, "on the CPU"),
+                                                   ("decode", {"KSEARCH_METAL_KERNELS": "1"}, "NVIDIA GPU")])
+def test_bench_refuses_where_the_library_would_time_mlx_against_itself(tmp_path: pathlib.Path, kind: str,
+                                                                       env: dict[str, str], says: str) -> None:
+    # on the CPU (this machine) attention() and decode() run MLX's attention: minutes of native against native
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "ksearch.cli", "bench", kind, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", **env})
+    assert proc.returncode == 2
+    assert says in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(("extra", "env", "says"), [(["--kernel", "cluster"], {}, "MLX_USE_CUDA_GRAPHS=0"),
                                                     (["--kernel", "fused"], {}, "library, split_k, mma_split or cluster"),
                                                     (["--config", "warp=8"], {}, "fields: warps, unroll"),

@@ -263,6 +263,8 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
     only): "chained" or "independent" (bench_decode_shape), the latter written under a name of its own."""
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
+    from ksearch.errors import BackendUnavailable
+    from ksearch.kernels.device import kernels_absent
 
     backend = get_backend(None)
     if kind == "decode":
@@ -273,6 +275,9 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
         raise ValueError("configurations beside the dispatch are for prefill: run `ksearch bench attention --configs`")
     if calls not in CALLS:
         raise ValueError(f"calls={calls!r}: use one of {', '.join(CALLS)}")
+    absent = kernels_absent()
+    if absent is not None:  # before minutes of timing MLX's attention against itself
+        raise BackendUnavailable(f"bench {'decode' if kind == 'decode' else 'attention'}: {absent}")
     name = (name or default) + ("-independent" if kind == "decode" and calls == "independent" else "")
     rows = []
     for shape in shapes:

@@ -51,6 +51,20 @@ def metal_enabled(use_metal: bool | None = None) -> bool:
     return os.environ.get("KSEARCH_METAL_KERNELS", "") not in ("", "0", "false", "False")
 
 
+def kernels_absent(use_metal: bool | None = None) -> str | None:
+    """Why the library's own attention and decode kernels do not run on the default device, or None where they do.
+    Where they do not, `attention()` and `decode()` call MLX's attention, so timing them against it would time MLX
+    against itself."""
+    where = backend()
+    if where == "cuda" or (where == "metal" and metal_enabled(use_metal)):
+        return None
+    if where == "metal":
+        return ("on Metal the library's attention and decode kernels are opt-in until they are measured on Apple "
+                "hardware: set KSEARCH_METAL_KERNELS=1 to time them")
+    return ("on the CPU the library's attention and decode kernels fall back to MLX's own attention: run this on an "
+            "NVIDIA GPU (MLX's CUDA build) or on a Mac with KSEARCH_METAL_KERNELS=1")
+
+
 @cache
 def hopper() -> bool:
     """Whether the CUDA device runs wgmma (compute capability 9.x: H100, H200, H800, H20, GH200)."""
