@@ -10,7 +10,7 @@ EXTRAS := cpu,dev
 endif
 DEMO_BUDGET ?= 30
 
-.PHONY: demo test test-full test-llm lint install clean
+.PHONY: demo test test-full test-floor test-llm lint install clean
 
 $(BIN)/ksearch: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +34,15 @@ test: $(BIN)/ksearch
 test-full: $(BIN)/ksearch
 	KSEARCH_TEST_FULL=1 KSEARCH_EMU_FULL=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
+# Not part of CI: the CPU suite on the oldest MLX pyproject.toml admits, in a venv of its own (about 15 minutes).
+MLX_FLOOR := $(shell sed -n 's/.*"mlx\[cpu\]>=\([0-9.]*\);.*/\1/p' pyproject.toml)
+FLOOR_VENV := .venv-floor
+test-floor: pyproject.toml
+	test -x $(FLOOR_VENV)/bin/python || $(PY) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/python -m pip install -q "mlx[cpu]==$(MLX_FLOOR)" -e ".[$(EXTRAS)]"
+	$(FLOOR_VENV)/bin/python -c "import mlx.core as mx; print('MLX', mx.__version__)"
+	$(FLOOR_VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider
+
 # Optional, not part of CI: one short run against a real small model (llama.cpp's server + SmolLM2-135M from PyPI,
 # 8192-token context); builds llama.cpp once (5-8 min on 2 cores), then some 45 min on a busy 2-core CPU.
 LLM_VENV := .venv-llm
@@ -52,4 +61,4 @@ lint: $(BIN)/ksearch
 	$(BIN)/mypy src
 
 clean:
-	rm -rf $(VENV) $(LLM_VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LLM_VENV) $(FLOOR_VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -38,6 +38,7 @@ def test_mlx_community_layout_conv_weight(tmp_path: Path, model: M.Model) -> Non
     path = M.save_checkpoint(model, tmp_path / "c", "hf")
     w = mx.load(str(path / "model.safetensors"))
     w = {k: (v.swapaxes(1, 2) if k.endswith("conv1d.weight") else v) for k, v in w.items()}  # MLX (D, K, 1)
+    mx.eval(w)  # MLX 0.32.0 and older read a loaded file lazily: writing over it first saves what it overwrote
     mx.save_safetensors(str(path / "model.safetensors"), w)
     loaded, _ = M.load(path)
     tokens = mx.array([[3, 1, 4, 1, 5]])

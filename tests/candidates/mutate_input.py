@@ -19,5 +19,5 @@ def run(u, delta, A, B, C, D, z, delta_bias):
     y = y * (zf * mx.sigmoid(zf))
     y = y.astype(u.dtype)
     mx.eval(y, x)
-    u[...] = 0
+    u[:] = 0  # MLX 0.32.0 and older cannot assign through an Ellipsis
     return y, x

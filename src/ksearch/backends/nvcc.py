@@ -1,6 +1,6 @@
 """Compile-check `mx.fast.cuda_kernel` bodies with nvcc, wrapped the way MLX wraps them, on a machine without a GPU.
 
-MLX (0.29+, checked against 0.32) generates, per kernel:
+MLX (0.32, the version the package requires) generates, per kernel:
   default header (device utils: Shape/Strides = cuda::std::array of MAX_NDIM=10, WARP_SIZE, fp16/bf16 headers,
   cooperative_groups, `#define inf`), the user's `header`, then inside `namespace mlx::core::cu` a `__global__` function
   whose parameters are `const T* in` (+ `const __grid_constant__ Shape in_shape` / `Strides in_strides` / `int in_ndim`

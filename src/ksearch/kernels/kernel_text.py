@@ -121,7 +121,7 @@ def content_name(name: str, header: str, source: str, input_names: Sequence[str]
     """`name` and eight hex digits of a digest of the kernel's text, argument names and dynamic shared memory (which
     MLX sets on a compiled kernel once, at its first launch, so a second size under one name would keep the first's).
     MLX's CUDA backend before
-    0.32.1 kept a process's compiled custom kernels by name alone, and this package admits MLX from 0.29: a second
+    0.32.1 kept a process's compiled custom kernels by name alone, and this package admits MLX from 0.32.0: a second
     text under a name already compiled (one Metal kernel translated for another dtype, a kernel edited and reloaded)
     would run the first. MLX 0.32.1 keys them by name and text itself (tests/test_gpu_kernel_names.py); the digest
     makes that so on every version."""

@@ -263,7 +263,7 @@ def flashinfer_trace(run: RunData) -> dict[str, Any]:
         "author": "ksearch",
         "spec": {"language": "python", "target_hardware": [hardware_name(env, run.backend)],
                  "entry_point": "main.py::run", "destination_passing_style": False,
-                 "dependencies": [f"mlx >= {env.get('mlx') or '0.29'}", f"mlx-backend: {family}"]},
+                 "dependencies": [f"mlx >= {env.get('mlx') or '0.32'}", f"mlx-backend: {family}"]},
         "sources": [{"path": "main.py", "content": module}],
     } for d in defs]
     def_of = {w.name: f"{task.name}_{w.dtype}" for w in task.workloads}
