@@ -5,7 +5,7 @@ its configurations side by side with the split-K kernel and native over `ksearch
     python benchmarks/decode_cluster_check.py sweep OUT.json  # per shape: each configuration, split_k, native, interleaved
 
 KSEARCH_CLUSTER_CONFIGS=5,3 keeps those configurations of CONFIGS only (by index). Run with MLX_USE_CUDA_GRAPHS=0:
-MLX 0.32's CUDA graphs break later kernels without cluster dims once a cluster kernel has run (docs/kernels-attention.md).
+MLX 0.32's CUDA graphs break later kernels without cluster dims once a cluster kernel has run (docs/kernels-decode.md).
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ node, no zero-initialised scratch (the one-launch split-K variant needed an atom
 
 The cluster kernel is opt-in, and only with MLX's CUDA graphs off (MLX_USE_CUDA_GRAPHS=0 before MLX starts): under
 MLX 0.32.4's graphs, once a kernel with cluster dims has run, later custom kernels without them silently do not run
-(reproduced by benchmarks/experiments/cluster_graph_hazard.py; docs/kernels-attention.md). Measured on the H200 with
+(reproduced by benchmarks/experiments/cluster_graph_hazard.py; docs/kernels-decode.md). Measured on the H200 with
 graphs off: 1.22x of native as a geometric mean over `ksearch bench decode`'s shapes, where split-K gives 1.14x; but
 graphs off slows native as well (B 16, 16k: 373 us, 258 us with graphs on). The graph-safe variant with no producer
 warp (`decode.MMA_DEFAULT`) is the library's kernel for calls of more than 64 MiB of K/V at D=128
-(`decode.mma_takes`); alone it takes cuDNN's time at B 16, 16k (docs/kernels-attention.md).
+(`decode.mma_takes`); alone it takes cuDNN's time at B 16, 16k (docs/kernels-decode.md).
 """
 
 from __future__ import annotations
