@@ -26,3 +26,24 @@ def test_run_bench_times_every_contender() -> None:
     for name in ("ksearch", "ksearch_eager", "mlx_lm_patched"):
         assert s[f"max_abs_diff_{name}_vs_mlx_lm_L8"] < 1e-4 * max(1.0, s["max_abs_logit_mlx_lm_L8"])
     assert {"decode_tok_per_s", "decode_eager_tok_per_s", "decode_ratio_vs_mlx_lm", "prefill_tok_per_s_L16"} <= set(s)
+
+
+def test_bench_mamba_refuses_an_mlx_lm_too_old_to_patch_before_timing(tmp_path) -> None:
+    # an mlx-lm whose MambaBlock has no _process_sequence (0.21.1 and older) shadows the installed one
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "fake"
+    (fake / "mlx_lm" / "models").mkdir(parents=True)
+    (fake / "mlx_lm" / "__init__.py").write_text("")
+    (fake / "mlx_lm" / "models" / "__init__.py").write_text("")
+    (fake / "mlx_lm" / "models" / "mamba.py").write_text("class MambaBlock:\n    pass\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(fake)}
+    proc = subprocess.run([sys.executable, "-m", "ksearch.cli", "bench", "mamba", "--model-config", "130m",
+                           "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    said = " ".join(proc.stderr.split())
+    assert "0.21.2 and later" in said and "--no-compare" in said and "Traceback" not in proc.stderr
+    assert not out.exists() or not list(out.iterdir())

@@ -39,3 +39,31 @@ def test_patch_matches_unpatched_within_task_tolerance() -> None:
     again = _run(theirs, tokens)
     for g, r in zip(again, ref, strict=True):
         assert mx.allclose(g, r, atol=0, rtol=0)
+
+
+def _fake_mlx_lm(monkeypatch: pytest.MonkeyPatch, block: type | None) -> None:
+    """mlx_lm.models.mamba as `block` would make it; None: mlx-lm absent (an import of it fails)."""
+    import sys
+    import types
+
+    for name in ("mlx_lm", "mlx_lm.models", "mlx_lm.models.mamba"):
+        monkeypatch.setitem(sys.modules, name, None if block is None else types.ModuleType(name))
+    if block is not None:
+        sys.modules["mlx_lm.models.mamba"].MambaBlock = block  # type: ignore[attr-defined]
+        sys.modules["mlx_lm.models"].mamba = sys.modules["mlx_lm.models.mamba"]  # type: ignore[attr-defined]
+
+
+OLD_BLOCK = type("MambaBlock", (), {"__call__": lambda self, x: x})  # no _process_sequence
+
+
+@pytest.mark.parametrize(("block", "says"), [(OLD_BLOCK, "0.21.2 and later"), (None, "mlx-lm is not installed")])
+def test_patch_refuses_an_mlx_lm_it_cannot_patch_in_one_line(monkeypatch: pytest.MonkeyPatch, block: type | None,
+                                                             says: str) -> None:
+    # mlx-lm 0.21.1 and older run the sequence in MambaBlock.__call__: there is no _process_sequence to replace
+    from ksearch.errors import IntegrationError
+
+    _fake_mlx_lm(monkeypatch, block)
+    with pytest.raises(IntegrationError, match=says) as caught:
+        integ.patch()
+    assert "pip install" in str(caught.value) and "\n" not in str(caught.value)
+    assert not integ.is_patched()

@@ -4,7 +4,7 @@
     ├── UsageError           bad input from a user: the CLI prints `error: <first line>` and exits 2
     │   ├── ConfigError, TaskNotFound, BackendUnavailable, LLMConfigError
     │   ├── RunError, RunNotFound, RunUnreadable, ReplayMismatch
-    │   └── ExportError
+    │   └── ExportError, IntegrationError
     ├── PolicyError          a proposer failure the search counts and survives
     │   └── CallFailed
     ├── BudgetExhausted      the proposer's spending cap: the search stops cleanly
@@ -77,6 +77,10 @@ class ReplayMismatch(UsageError, RuntimeError):
 
 class ExportError(UsageError):
     """Nothing to export, or the run's task cannot be loaded."""
+
+
+class IntegrationError(UsageError, RuntimeError):
+    """A library an integration patches is missing or too old (mlx-lm for the Mamba patch)."""
 
 
 # -- the proposer ------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import mlx.core as mx
 
+from ksearch.errors import IntegrationError
 from ksearch.kernels.selective_scan import derive_params, mixer_decode, mixer_prefill
 
 _ORIGINAL: dict[str, Any] = {}
@@ -41,10 +42,32 @@ def _process_sequence(self: Any, x: mx.array, conv_cache: mx.array | None,
     return self.out_proj(y), (conv_cache, state)
 
 
+#: The oldest mlx-lm whose MambaBlock has `_process_sequence`, the method `patch` replaces (pyproject's `compare`;
+#: 0.21.1 and older run the sequence in `__call__`).
+MIN_MLX_LM = "0.21.2"
+
+
+def mamba_module() -> Any:
+    """mlx-lm's Mamba module; IntegrationError, one line, where mlx-lm is missing or older than MIN_MLX_LM."""
+    try:
+        from mlx_lm.models import mamba
+    except ImportError as exc:
+        raise IntegrationError(f"mlx-lm is not installed: pip install 'mlx-lm>={MIN_MLX_LM}'") from exc
+    if not hasattr(mamba.MambaBlock, "_process_sequence"):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            have = f"mlx-lm {version('mlx-lm')}"
+        except PackageNotFoundError:
+            have = "this mlx-lm"
+        raise IntegrationError(f"{have} has no MambaBlock._process_sequence, the method the patch replaces (mlx-lm "
+                               f"{MIN_MLX_LM} and later have it): pip install -U 'mlx-lm>={MIN_MLX_LM}'")
+    return mamba
+
+
 def patch() -> None:
     """Route mlx-lm's Mamba blocks through ksearch's kernels (idempotent)."""
-    from mlx_lm.models import mamba
-
+    mamba = mamba_module()
     if "_process_sequence" not in _ORIGINAL:
         _ORIGINAL["_process_sequence"] = mamba.MambaBlock._process_sequence
     mamba.MambaBlock._process_sequence = _process_sequence  # type: ignore[method-assign]

@@ -34,10 +34,13 @@ def register(bench_app: typer.Typer) -> None:
         except ValueError as exc:
             raise typer.BadParameter(f"--lengths must be comma-separated integers, got {lengths!r}") from exc
         if not no_compare:
+            from ksearch.errors import IntegrationError
+            from ksearch.integrations.mlx_lm import mamba_module
+
             try:
-                import mlx_lm  # noqa: F401
-            except ImportError as exc:
-                raise typer.BadParameter("mlx-lm is not installed: pip install mlx-lm, or pass --no-compare") from exc
+                mamba_module()
+            except IntegrationError as exc:
+                raise typer.BadParameter(f"{exc}, or pass --no-compare") from exc
         path = run_and_write(model_config, lens, decode_tokens, batch, dtype, reps, baseline_max_length,
                              not no_compare, out, log=typer.echo)
         typer.echo(f"wrote {path}")
