@@ -34,13 +34,14 @@ test: $(BIN)/ksearch
 test-full: $(BIN)/ksearch
 	KSEARCH_TEST_FULL=1 KSEARCH_EMU_FULL=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
-# Not part of CI: the CPU suite on the oldest MLX pyproject.toml admits, in a venv of its own (about 15 minutes).
-MLX_FLOOR := $(shell sed -n 's/.*"mlx\[cpu\]>=\([0-9.]*\);.*/\1/p' pyproject.toml)
+# Not part of CI: the CPU suite with every direct dependency at the oldest version pyproject.toml admits (uv's
+# lowest-direct resolution, in a venv of its own; about 15 minutes).
 FLOOR_VENV := .venv-floor
 test-floor: pyproject.toml
 	test -x $(FLOOR_VENV)/bin/python || $(PY) -m venv $(FLOOR_VENV)
-	$(FLOOR_VENV)/bin/python -m pip install -q "mlx[cpu]==$(MLX_FLOOR)" -e ".[$(EXTRAS)]"
-	$(FLOOR_VENV)/bin/python -c "import mlx.core as mx; print('MLX', mx.__version__)"
+	$(FLOOR_VENV)/bin/python -m pip install -q uv
+	$(FLOOR_VENV)/bin/uv pip install -q --python $(FLOOR_VENV)/bin/python --resolution lowest-direct -e ".[$(EXTRAS)]"
+	$(FLOOR_VENV)/bin/uv pip list --python $(FLOOR_VENV)/bin/python
 	$(FLOOR_VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider
 
 # Optional, not part of CI: one short run against a real small model (llama.cpp's server + SmolLM2-135M from PyPI,

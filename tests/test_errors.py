@@ -18,7 +18,7 @@ SRC = Path(errors.__file__).parent
 
 USAGE = {"ConfigError": ValueError, "TaskNotFound": LookupError, "BackendUnavailable": RuntimeError,
          "LLMConfigError": ValueError, "RunError": ValueError, "RunNotFound": LookupError, "RunUnreadable": None,
-         "ReplayMismatch": RuntimeError, "ExportError": None}
+         "ReplayMismatch": RuntimeError, "ExportError": None, "IntegrationError": RuntimeError}
 OTHER = {"PolicyError": RuntimeError, "CallFailed": RuntimeError, "BudgetExhausted": RuntimeError,
          "WorldModelError": ValueError, "EditRejected": ValueError, "ProtocolError": RuntimeError,
          "Deadline": RuntimeError, "WorkerDied": RuntimeError, "ForbiddenAPIError": RuntimeError,

@@ -62,13 +62,22 @@ def find_nvrtc() -> Nvrtc | None:
     return None
 
 
+def _load(library: str) -> ctypes.CDLL:
+    """libnvrtc, its builtins library loaded first from the same folder: NVRTC opens that one by name at its first
+    compile, and the 13.0 wheels' libnvrtc has no search path of its own (13.0.48: "failed to open
+    libnvrtc-builtins.so.13.0"), where later wheels find it beside themselves."""
+    for builtins in sorted(glob.glob(str(Path(library).parent / "libnvrtc-builtins.so*"))):
+        ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+    return ctypes.CDLL(library)
+
+
 def nvrtc_check(units: Sequence[str], arch: str = "sm_90a", std: str = "c++17") -> tuple[bool, str]:
     """Compile PRELUDE and `units` (wrapped kernels, headers) as one program with NVRTC, to machine code for `arch`
     (ptxas runs inside NVRTC); (ok, NVRTC's log). Raises FileNotFoundError where NVRTC is not installed."""
     found = find_nvrtc()
     if found is None:
         raise FileNotFoundError("NVRTC not found: pip install nvidia-cuda-nvrtc, or set KSEARCH_NVRTC to libnvrtc.so")
-    lib = ctypes.CDLL(found.library)
+    lib = _load(found.library)
     prog = ctypes.c_void_p()
     text = (PRELUDE + "\n".join(units)).encode()
     status = lib.nvrtcCreateProgram(ctypes.byref(prog), text, b"candidate.cu", 0, None, None)
