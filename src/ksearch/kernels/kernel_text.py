@@ -106,13 +106,7 @@ def constant_lines(constants: Sequence[tuple[str, Any]]) -> str:
     silently shadowed."""
     if not constants:
         return ""
-    for name, value in constants:
-        if not isinstance(value, bool | int) and str(value).removeprefix("mlx.core.") not in CUDA_TYPES:
-            raise ValueError(f"constant {name}: {value} is not a type a kernel constant can be; "
-                             f"use one of {', '.join(CUDA_TYPES)}")
-    lines = template_declarations(
-        [(name, v if isinstance(v, bool | int) else str(v).removeprefix("mlx.core.")) for name, v in constants],
-        lambda dtype: CUDA_TYPES[str(dtype)])
+    lines = _declarations(constants, CUDA_TYPES, "a kernel")
     return "namespace mlx::core::cu {\n" + "\n".join(lines) + "\n}  // namespace mlx::core::cu\n"
 
 
@@ -149,12 +143,22 @@ def metal_constant_lines(constants: Sequence[tuple[str, Any]]) -> str:
     """Template arguments (name, bool | int | dtype) as program-scope constants of a Metal kernel's header: MLX's
     Metal call formats its template arguments into the kernel's name and an instantiation on every call, as the CUDA
     call does (`constant_lines`, measured there; on Apple GPUs not measured)."""
-    values = []
-    for cname, value in constants:
-        if not isinstance(value, bool | int) and str(value).removeprefix("mlx.core.") not in MSL_TYPES:
-            raise ValueError(f"constant {cname}: {value} is not a type a Metal kernel constant can be; "
-                             f"use one of {', '.join(MSL_TYPES)}")
-        values.append((cname, value if isinstance(value, bool | int) else str(value).removeprefix("mlx.core.")))
     # MSL keeps program-scope variables in the constant address space; a type alias needs none
     return "".join(("" if decl.startswith("using ") else "constant ") + decl + "\n"
-                   for decl in template_declarations(values, lambda dtype: MSL_TYPES[str(dtype)]))
+                   for decl in _declarations(constants, MSL_TYPES, "a Metal kernel"))
+
+
+def _declarations(constants: Sequence[tuple[str, Any]], types: dict[str, str], what: str) -> list[str]:
+    """MLX's declarations of (name, bool | int | dtype) constants, a dtype written as `types` names it; ValueError for
+    a dtype `types` does not name."""
+    values: list[tuple[str, Any]] = []
+    for name, value in constants:
+        if isinstance(value, bool | int):
+            values.append((name, value))
+            continue
+        dtype = str(value).removeprefix("mlx.core.")
+        if dtype not in types:
+            raise ValueError(f"constant {name}: {value} is not a type {what} constant can be; "
+                             f"use one of {', '.join(types)}")
+        values.append((name, dtype))
+    return template_declarations(values, lambda dtype: types[str(dtype)])
