@@ -84,9 +84,8 @@ class Transport(Protocol):
 
 @dataclass
 class Backoff:
-    """Delay before retry k (0-based): uniform in [d/2, d] with d = min(max_s, base_s * 2**k); full jitter
-    spreads
-    the retries of concurrent runs hitting the same rate limit."""
+    """Delay before retry k (0-based): uniform in [d/2, d] with d = min(max_s, base_s * 2**k); the jitter
+    spreads the retries of concurrent runs hitting the same rate limit."""
 
     base_s: float = 1.0
     max_s: float = 60.0
