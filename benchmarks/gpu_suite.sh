@@ -11,9 +11,11 @@
 #   bash benchmarks/gpu_suite.sh PART [ARGS]
 #
 # Parts (what each reproduces: benchmarks/README.md):
-#   tests core|attention|families|FILE...  pytest -m gpu: core = foundation, kernel names, knowledge exemplars, Mamba;
-#                                   attention = every library attention / decode configuration against fp32;
-#                                   families = the attention template families, tile images, the cluster decode
+#   tests core|attention|families|options|FILE...  pytest -m gpu: core = foundation, kernel names, knowledge
+#                                   exemplars, Mamba; attention = every library attention / decode configuration
+#                                   against fp32; families = every CUDA template family's renderings through the
+#                                   harness; options = the families' options (tensor cores, block floor, constants,
+#                                   holdout workloads), tile images, the cluster decode
 #   prefill                         check-prefill against fp32, then `ksearch bench attention --full`
 #   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios
 #   prefill-candidates CONFIG...    configurations beside the dispatch: check-prefill (KS_CHECK_CONFIGS), `bench attention
@@ -134,8 +136,12 @@ run_tests() {
                  tests/test_gpu_mamba.py) ;;
     # together the two took 568 s of a 570 s limit (logs/gpu-tests-attention-content-names-h200.log): split
     attention) files=(tests/test_gpu_attention.py -k every_library_configuration) ;;
-    families) files=(tests/test_gpu_attention.py tests/test_gpu_decode_cluster.py -k "not every_library_configuration") ;;
-    all) die "tests: name a group (core, attention, families) or test files: all of them together need more than 10 minutes" ;;
+    # with the families' constants the two took longer than 420 s (logs/gpu-tests-families-constants-h200.log): split
+    families) files=(tests/test_gpu_attention.py -k renderings_pass_the_harness) ;;
+    options) files=(tests/test_gpu_attention.py tests/test_gpu_decode_cluster.py
+                    -k "not every_library_configuration and not renderings_pass_the_harness") ;;
+    all) die "tests: name a group (core, attention, families, options) or test files: all of them together need more \
+than 10 minutes" ;;
     *) files=("$@") ;;
   esac
   timeout -k 10 570 "$PY" -m pytest -q -m gpu -p no:cacheprovider "${files[@]}" 2>&1 | tee "$OUT/gpu-tests.log" | tail -30
