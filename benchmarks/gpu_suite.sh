@@ -11,11 +11,12 @@
 #   bash benchmarks/gpu_suite.sh PART [ARGS]
 #
 # Parts (what each reproduces: benchmarks/README.md):
-#   tests core|attention|families|options|FILE...  pytest -m gpu: core = foundation, kernel names, knowledge
+#   tests [all|core|attention|families|options|FILE...]  pytest -m gpu: core = foundation, kernel names, knowledge
 #                                   exemplars, Mamba; attention = every library attention / decode configuration
 #                                   against fp32; families = every CUDA template family's renderings through the
 #                                   harness; options = the families' options (tensor cores, block floor, constants,
-#                                   holdout workloads), tile images, the cluster decode
+#                                   holdout workloads), tile images, the cluster decode; all (the default) = the four
+#                                   side by side, a log each ($OUT/gpu-tests-GROUP.log)
 #   prefill                         check-prefill against fp32, then `ksearch bench attention --full`
 #   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios
 #   prefill-candidates CONFIG...    configurations beside the dispatch: check-prefill (KS_CHECK_CONFIGS), `bench attention
@@ -126,25 +127,42 @@ is network, copy .device/ here, then run this again"
   # The checkout itself, without dependencies (the machine may be offline); PYTHONPATH in case the build fails.
   "$PY" -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "(pip install -e . failed: using PYTHONPATH)"
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true  # its status is not setup's
+}
+
+TEST_GROUPS=(core attention families options)
+group_args() {  # a group's pytest arguments, in the array ARGS
+  case "$1" in
+    core) ARGS=(tests/test_gpu_foundation.py tests/test_gpu_kernel_names.py tests/test_knowledge_exemplars.py
+                tests/test_gpu_mamba.py) ;;
+    # together the two took 568 s of a 570 s limit (logs/gpu-tests-attention-content-names-h200.log): split
+    attention) ARGS=(tests/test_gpu_attention.py -k every_library_configuration) ;;
+    # with the families' constants the two took longer than 420 s (logs/gpu-tests-families-constants-h200.log): split
+    families) ARGS=(tests/test_gpu_attention.py -k renderings_pass_the_harness) ;;
+    options) ARGS=(tests/test_gpu_attention.py tests/test_gpu_decode_cluster.py
+                   -k "not every_library_configuration and not renderings_pass_the_harness") ;;
+    *) return 1 ;;
+  esac
 }
 
 run_tests() {
-  local files=()
-  case "${1:-all}" in
-    core) files=(tests/test_gpu_foundation.py tests/test_gpu_kernel_names.py tests/test_knowledge_exemplars.py
-                 tests/test_gpu_mamba.py) ;;
-    # together the two took 568 s of a 570 s limit (logs/gpu-tests-attention-content-names-h200.log): split
-    attention) files=(tests/test_gpu_attention.py -k every_library_configuration) ;;
-    # with the families' constants the two took longer than 420 s (logs/gpu-tests-families-constants-h200.log): split
-    families) files=(tests/test_gpu_attention.py -k renderings_pass_the_harness) ;;
-    options) files=(tests/test_gpu_attention.py tests/test_gpu_decode_cluster.py
-                    -k "not every_library_configuration and not renderings_pass_the_harness") ;;
-    all) die "tests: name a group (core, attention, families, options) or test files: all of them together need more \
-than 10 minutes" ;;
-    *) files=("$@") ;;
-  esac
-  timeout -k 10 570 "$PY" -m pytest -q -m gpu -p no:cacheprovider "${files[@]}" 2>&1 | tee "$OUT/gpu-tests.log" | tail -30
+  local g
+  if [ "${1:-all}" = all ]; then
+    # Every group at once, a process each: most of their time is NVRTC compiling on a core of its own, so three groups
+    # side by side took 432 s (logs/gpu-tests-*-constants-h200.log) where alone they had taken 230-320 s each.
+    for g in "${TEST_GROUPS[@]}"; do
+      group_args "$g"
+      timeout -k 10 560 "$PY" -m pytest -q -m gpu -p no:cacheprovider "${ARGS[@]}" > "$OUT/gpu-tests-$g.log" 2>&1 &
+    done
+    wait
+    for g in "${TEST_GROUPS[@]}"; do
+      echo "$g: $(tail -n 1 "$OUT/gpu-tests-$g.log")"
+      grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests-$g.log" | cut -c1-200
+    done
+    return
+  fi
+  if group_args "$1"; then :; else ARGS=("$@"); fi
+  timeout -k 10 570 "$PY" -m pytest -q -m gpu -p no:cacheprovider "${ARGS[@]}" 2>&1 | tee "$OUT/gpu-tests.log" | tail -30
 }
 
 prefill() {

@@ -54,3 +54,49 @@ def test_resume_refuses_an_archive_without_a_run_in_one_line(tmp_path: Path) -> 
     proc = _suite(tmp_path, "resume", str(archive))
     assert proc.returncode == 2 and "no run in" in proc.stderr and "'record' wrote" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs" / "notes").exists()
+
+
+def _fake_python(tmp: Path, record: Path) -> Path:
+    # Stands in for the GPU machine's Python: MLX-CUDA "imports", pip "installs", pytest records its arguments.
+    fake = tmp / "fake-python"
+    fake.write_text(f"""#!/bin/bash
+if [ "$1 $2" = "-m pytest" ]; then
+  echo "$*" >> {record}
+  case "$*" in *test_gpu_mamba.py*) echo "FAILED tests/test_gpu_mamba.py::test_x - boom"; echo "1 failed in 0.1s";;
+               *) echo "3 passed in 0.1s";; esac
+fi
+exit 0
+""")
+    fake.chmod(0o755)
+    return fake
+
+
+def _suite_with(tmp: Path, fake: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SUITE), *args], capture_output=True, text=True, timeout=60, cwd=tmp,
+                          env={"PATH": "/usr/bin:/bin", "PY": str(fake), "OUT": str(tmp / "out")})
+
+
+def test_tests_all_runs_every_group_side_by_side_with_a_log_each(tmp_path: Path) -> None:
+    record = tmp_path / "pytest-calls.txt"
+    proc = _suite_with(tmp_path, _fake_python(tmp_path, record), "tests")
+    calls = record.read_text().splitlines()
+    assert len(calls) == 4  # core, attention, families, options: each group once
+    assert sum("every_library_configuration" in c and "not every" not in c for c in calls) == 1
+    assert sum("-k renderings_pass_the_harness" in c for c in calls) == 1
+    assert sum("not renderings_pass_the_harness" in c and "test_gpu_decode_cluster.py" in c for c in calls) == 1
+    for group in ("core", "attention", "families", "options"):
+        assert (tmp_path / "out" / f"gpu-tests-{group}.log").is_file()
+    out = proc.stdout
+    assert "core: 1 failed in 0.1s" in out and "FAILED tests/test_gpu_mamba.py::test_x" in out
+    assert "families: 3 passed in 0.1s" in out and "options: 3 passed in 0.1s" in out
+
+
+def test_tests_with_a_group_or_files_runs_those_alone(tmp_path: Path) -> None:
+    record = tmp_path / "pytest-calls.txt"
+    fake = _fake_python(tmp_path, record)
+    _suite_with(tmp_path, fake, "tests", "options")
+    _suite_with(tmp_path, fake, "tests", "tests/test_gpu_harness.py", "-k", "softmax")
+    calls = record.read_text().splitlines()
+    assert len(calls) == 2
+    assert "tests/test_gpu_decode_cluster.py" in calls[0] and "not renderings_pass_the_harness" in calls[0]
+    assert calls[1].endswith("tests/test_gpu_harness.py -k softmax")
