@@ -7,7 +7,9 @@ output. Phases of an item:
     s0 -> loop      softmax(0), the loop over the other tiles, the last O += P V
     loop -> end     the epilogue: normalisation and the stores of O
 
-and per block the span from its first item's start to its last item's end (globaltimer) against the kernel's span.
+and per block the span from its first item's start to its last item's end (globaltimer) against the kernel's span;
+whether items start in crowds (within 500 ns of each other, as one block an item starts wave after wave) and the Q
+load of crowded items against the rest, and of the first wave against the later ones.
 A phase's median in cycles and in tiles of the loop's own median cycles a tile: the cost an item pays beyond its
 tiles. The stamped kernel is timed beside the library's own kernel and cuDNN (bench.timing.time_rounds), so what the
 stamps cost is on record, and its output is checked against cuDNN's.
@@ -33,6 +35,7 @@ from functools import partial
 from typing import Any
 
 SLOTS = 8  # a work item's record: five clock64 stamps, its tile count, globaltimer at its start and end
+CROWD_NS = 500  # items that start within this of each other start "together" (a tile takes about 1 us at D=128)
 STAMP_HEADER = r"""
 #define KS_STAMP(i) do { if (threadIdx.x == 0) trace[ks_tr + (i)] = (unsigned long long)clock64(); } while (0)
 #define KS_WALL(i) do { if (threadIdx.x == 0) { unsigned long long g_; \
@@ -162,7 +165,32 @@ def phases(trace: Any, items: int) -> dict[str, Any]:
     out["block_busy_median_ns"] = float(np.median(busy))
     out["block_start_spread_ns"] = int(max(starts) - min(starts))
     out["block_end_spread_ns"] = int(max(ends) - min(ends))
+    out.update(start_crowds(rec[:, 6], d[:, 0]))
     return out
+
+
+def start_crowds(starts_ns: Any, q_load: Any, window_ns: int = CROWD_NS) -> dict[str, Any]:
+    """Whether items start in crowds, and what a crowd does to the Q load: blocks of one shape start together wave
+    after wave, and every one then reads its Q at once. An item's crowd is the number of items (itself included)
+    whose start lies within `window_ns` of its own; crowded items are those whose crowd is at least half the largest.
+    The Q load's median for them against the rest, and for the first wave (the items that started within the window
+    of the kernel's first start) against the later ones."""
+    import numpy as np
+
+    s = np.sort(np.asarray(starts_ns, dtype=np.int64))
+    at = np.asarray(starts_ns, dtype=np.int64)
+    crowd = np.searchsorted(s, at + window_ns, side="right") - np.searchsorted(s, at - window_ns, side="left")
+    q = np.asarray(q_load, dtype=np.float64)
+
+    def median(mask: Any) -> float | None:
+        return float(np.median(q[mask])) if mask.any() else None
+
+    crowded = crowd >= max(1, int(crowd.max()) // 2)
+    first = at <= s[0] + window_ns
+    return {"start_crowd_window_ns": window_ns, "start_crowd_median": float(np.median(crowd)),
+            "start_crowd_max": int(crowd.max()), "crowded_items": int(crowded.sum()),
+            "q_load_crowded_cycles": median(crowded), "q_load_uncrowded_cycles": median(~crowded),
+            "q_load_first_wave_cycles": median(first), "q_load_later_cycles": median(~first)}
 
 
 def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causal: bool,
@@ -198,7 +226,10 @@ def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causa
           f"beyond the tiles {row['beyond_tiles_in_tiles']:.2f} tiles; in tiles {row['in_tiles']}; "
           f"between items {row.get('between_items_cycles')}; span {row['kernel_span_ns'] / 1e3:.1f} us, block busy "
           f"{row['block_busy_median_ns'] / 1e3:.1f} us, starts spread {row['block_start_spread_ns'] / 1e3:.1f} us, "
-          f"ends spread {row['block_end_spread_ns'] / 1e3:.1f} us", flush=True)
+          f"ends spread {row['block_end_spread_ns'] / 1e3:.1f} us; starts in crowds of {row['start_crowd_median']:.0f} "
+          f"(largest {row['start_crowd_max']}), Q load crowded {row['q_load_crowded_cycles']} against "
+          f"{row['q_load_uncrowded_cycles']} cycles, first wave {row['q_load_first_wave_cycles']} against "
+          f"{row['q_load_later_cycles']}", flush=True)
     return row
 
 

@@ -122,3 +122,20 @@ def test_a_bad_strip_is_refused_in_one_line() -> None:
     assert proc.returncode != 0 and "--strip takes exp, max, rescale" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
+
+
+def test_items_that_start_together_are_told_from_those_that_start_alone() -> None:
+    # 4 items start at once (a wave) and load Q in 300 cycles; 2 start alone later and load it in 100
+    starts = np.array([0, 10, 20, 30, 5_000, 9_000])
+    q_load = np.array([300, 300, 300, 300, 100, 100])
+    got = trace_script.start_crowds(starts, q_load, window_ns=100)
+    assert got["start_crowd_max"] == 4 and got["crowded_items"] == 4 and got["start_crowd_median"] == 4.0
+    assert got["q_load_crowded_cycles"] == 300.0 and got["q_load_uncrowded_cycles"] == 100.0
+    assert got["q_load_first_wave_cycles"] == 300.0 and got["q_load_later_cycles"] == 100.0
+
+
+def test_items_that_all_start_apart_make_no_crowd() -> None:
+    got = trace_script.start_crowds(np.array([0, 1_000, 2_000]), np.array([5, 6, 7]), window_ns=100)
+    assert got["start_crowd_max"] == 1 and got["start_crowd_median"] == 1.0
+    assert got["crowded_items"] == 3 and got["q_load_uncrowded_cycles"] is None  # every crowd is the largest
+    assert got["q_load_first_wave_cycles"] == 5.0 and got["q_load_later_cycles"] == 6.5
