@@ -56,6 +56,7 @@ def test_only_the_records_a_launch_wrote_are_read() -> None:
     assert got["beyond_tiles_in_tiles"] == pytest.approx(1.0)
     assert got["between_items_cycles"] == 2500.0  # the next item of a block starts 3000 cycles after this one
     assert got["kernel_span_ns"] == 6500
+    assert got["sm_clock_ghz"] == 1.0  # each item's 500 cycles took 500 ns
 
 
 def test_configurations_without_tensor_copies_are_refused_in_one_line() -> None:
