@@ -24,6 +24,8 @@
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
 #   item-trace [ARGS]               where a prefill work item's time goes (prefill_item_trace.py; ARGS are its options;
 #                                   by default the library's three kernels at D=128, L=2048 and 8192)
+#   prefill-power [ARGS]            prefill calls back to back, the library's beside cuDNN's, with the board's power,
+#                                   clock and power-cap share sampled (prefill_power.py; ARGS are its options)
 #   decode                          `ksearch bench decode`, check-decode, the configuration sweep, MLX-CUDA overheads,
 #                                   a decode call's host time by how its kernels are called (decode_host_time.py)
 #   decode-versus-native [CONFIG...]  split-K configurations (e.g. warps=8,unroll=4) beside native on `bench decode`'s
@@ -415,6 +417,8 @@ CHECK
     [ -z "$bad" ] || die "prefill-candidates: $bad"
     setup && prefill_candidates "$@" ;;
   prefill-small) setup && prefill_small ;;
+  prefill-power) setup && timeout -k 10 500 "$PY" benchmarks/prefill_power.py "$OUT" "$@" 2>&1 \
+          | tee "$OUT/prefill-power.log" ;;
   item-trace) setup && timeout -k 10 500 "$PY" benchmarks/prefill_item_trace.py "$OUT" "$@" 2>&1 \
           | tee "$OUT/prefill-item-trace.log" | cut -c1-400 ;;
   decode) setup && decode ;;
