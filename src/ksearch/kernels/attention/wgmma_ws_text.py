@@ -76,6 +76,18 @@ PRODUCER_COPIES = r"""      if (BULK) {  // k and v are tile images (tile_images
 # then one thread issues, per tile, one copy (TMA 1: a 4-D box of 8 elements x BN rows x D / 8 columns), one per
 # 16-byte column (TMA 2: 3-D boxes of 8 x BN) - either way the tile lands column-major in 16-byte columns (KV_LAYOUT
 # 1) - or one per 64 columns with the 128-byte swizzle (TMA 3: boxes of 64 x BN; KV_LAYOUT 2).
+# QPF (`_qp`): as the producer issues the copies of an item's last STAGES tiles, its thread asks L2 for the Q rows of
+# the item this SM runs next (one bulk prefetch, cp.async.bulk.prefetch.L2): with one block an item the block one wave
+# on, SM-count blocks later in launch order (a guess: blocks take SMs as they free up); persistent, the block's next
+# item. The consumers' Q load then reads L2 instead of HBM, the wait for Q at an item's start being 2.6 tiles' time
+# with one block an item and 1.2 persistent at D=128 (prefill_item_trace.py).
+def _prefetch_q(bhq: str, m0: str) -> str:
+    """The bulk prefetch into L2 of the Q rows (up to BM) of the item at query head `bhq`, first row `m0`."""
+    return (f'{{ const int pm0 = {m0}; asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\\n" :: '
+            f'"l"(q + ((size_t)({bhq}) * L + pm0) * D), "r"((unsigned)(min(BM, L - pm0) * D * (int)sizeof(T))) : '
+            '"memory"); }')
+
+
 PRODUCER_TMA = r"""      if (pl < 32) {
         unsigned long long* smap = reinterpret_cast<unsigned long long*>(
             (reinterpret_cast<size_t>(bars + 4 * STAGES) + 127) & ~(size_t)127);
@@ -104,6 +116,13 @@ PRODUCER_TMA = r"""      if (pl < 32) {
           };
           for (int t = 0; t < ntiles; ++t) {
             const int st = t % STAGES, ph = (t / STAGES) & 1;
+            if (QPF && t == max(0, ntiles - STAGES)) {  // the block one wave on: SM-count blocks later in launch order
+              unsigned nsm;
+              asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+              const int nb = (int)(blockIdx.y * gridDim.x + blockIdx.x + nsm);
+              if (nb < (int)(gridDim.x * gridDim.y))
+                """ + _prefetch_q("nb / (int)gridDim.x", "((int)gridDim.x - 1 - nb % (int)gridDim.x) * BM") + r"""
+            }
             if (t >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
             copy(Ks + st * KB, gmap, t, kfull + st);
             if (t >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
@@ -238,6 +257,10 @@ PRODUCER_TMA_PERSIST = _swap(_swap(_swap(_swap(
           const int bh = b * Hkv + hk;
           for (int t = 0; t < ntiles; ++t) {
             const int gt = g0 + t, st = gt % STAGES, ph = (gt / STAGES) & 1;
+            if (QPF && t == max(0, ntiles - STAGES) && item + (int)gridDim.x < ITEMS) {  // this block's next item
+              const int nx = item + (int)gridDim.x;
+              """ + _prefetch_q("nx % BH", "(MT - 1 - nx / BH) * BM") + r"""
+            }
             if (gt >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
             copy(Ks + st * KB, gmap, t, bh, kfull + st);
             if (gt >= STAGES) ks_mbar_wait(vempty + st, ph ^ 1);
