@@ -10,7 +10,7 @@ EXTRAS := cpu,dev
 endif
 DEMO_BUDGET ?= 30
 
-.PHONY: demo test test-full test-floor test-llm lint install clean
+.PHONY: demo test test-full test-floor test-python test-llm lint install clean
 
 $(BIN)/ksearch: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -43,6 +43,17 @@ test-floor: pyproject.toml
 	$(FLOOR_VENV)/bin/uv pip install -q --python $(FLOOR_VENV)/bin/python --resolution lowest-direct -e ".[$(EXTRAS)]"
 	$(FLOOR_VENV)/bin/uv pip list --python $(FLOOR_VENV)/bin/python
 	$(FLOOR_VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider
+
+# Not part of CI: the CPU suite under another interpreter (`make test-python PYTHON=/path/to/python3.13`), in a venv
+# of its own per interpreter; CI and the GPU machine run only 3.11 and 3.12.
+PYTHON ?= python3
+PY_VENV = .venv-$(notdir $(PYTHON))
+test-python: pyproject.toml
+	test -x $(PY_VENV)/bin/python || $(PYTHON) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PY_VENV)/bin/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(PY_VENV)/bin/python --version
+	$(PY_VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider
 
 # Optional, not part of CI: one short run against a real small model (llama.cpp's server + SmolLM2-135M from PyPI,
 # 8192-token context); builds llama.cpp once (5-8 min on 2 cores), then some 45 min on a busy 2-core CPU.
