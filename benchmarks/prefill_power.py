@@ -1,15 +1,16 @@
 """Prefill calls in a sustained stream, the library's beside cuDNN's, with the board's power, SM clock and power cap
 sampled by nvidia-smi (decode_power.py's sampler and stream).
 
-A prefill at D=128 keeps the tensor cores busy for milliseconds a call; run back to back the board can reach its
-power limit and lower the SM clock, so a kernel that spends more energy a tile runs at a lower clock than its rival,
-which cycles a tile counted inside the kernel (prefill_item_trace.py) do not show. Per shape and contender, in two
-rounds: the time a call over SECONDS after WARM seconds of the same stream, the median power and SM clock over that
-window, the share of samples under the software power cap, the board's energy a call, and the call's time in SM
-cycles at the median clock (what separates a slower kernel from a lower clock).
+A prefill at D=128 keeps the tensor cores busy for milliseconds a call; run back to back the board can reach its power
+limit and lower the SM clock, so a kernel that spends more energy a tile runs at a lower clock than its rival, which
+cycles a tile counted inside the kernel (prefill_item_trace.py) do not show. Per shape and contender, in two rounds
+(cuDNN, the library's dispatch, and any configurations named with --configs): the time a call over SECONDS after WARM
+seconds of the same stream, the median power and SM clock over that window, the share of samples under the software
+power cap, the board's energy a call, and the call's time in SM cycles at the median clock (what separates a slower
+kernel from a lower clock).
 
     python benchmarks/prefill_power.py OUT_DIR [--shapes 1x4096,4x4096,1x8192,4x8192] [--causal] [--seconds 2]
-                                       [--warm 1]
+                                       [--warm 1] [--configs ws3_n64_s4_p4_tmas_cr,...]
 
 Hq 32, Hkv 8, D 128, fp16, S = L. Writes prefill-power-*.json to OUT_DIR.
 """
@@ -30,11 +31,17 @@ def prefill_flops(b: int, length: int, causal: bool, hq: int = 32, d: int = 128)
     return full / 2 if causal else full
 
 
-def contenders(q: Any, k: Any, v: Any, causal: bool) -> dict[str, Callable[[], Any]]:
+def contenders(q: Any, k: Any, v: Any, causal: bool, configs: list[Any]) -> dict[str, Callable[[], Any]]:
+    """cuDNN, the library's dispatch (its kernel named), and each configuration of `configs` by name."""
     from ksearch.kernels.attention import attention, native_attention, prefill_plan
+    from ksearch.kernels.attention.wgmma_ws import config_name
 
     name = prefill_plan(q, k, v, causal)[0]
-    return {"native": lambda: native_attention(q, k, v, causal), f"library ({name})": lambda: attention(q, k, v, causal)}
+    calls: dict[str, Callable[[], Any]] = {"native": lambda: native_attention(q, k, v, causal),
+                                           f"library ({name})": lambda: attention(q, k, v, causal)}
+    for cfg in configs:
+        calls[config_name(cfg)] = lambda c=cfg: attention(q, k, v, causal, config=c)
+    return calls
 
 
 def row_for(b: int, length: int, causal: bool, name: str, rnd: int, per_call: float, waited_s: float,
@@ -54,14 +61,18 @@ def main() -> None:
     ap.add_argument("out", help="directory for prefill-power-*.json")
     ap.add_argument("--shapes", default="1x4096,4x4096,1x8192,4x8192", help="BxL,...")
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--configs", default="",
+                    help="comma-separated wgmma configurations to time besides the dispatch (e.g. ws3_n64_s4_p4_tmas_cr)")
     ap.add_argument("--seconds", type=float, default=2.0, help="sustained stream per contender and shape")
     ap.add_argument("--warm", type=float, default=1.0,
                     help="seconds of the same stream before each window opens (power.draw is a ~1 s average)")
     args = ap.parse_args()
     from ksearch.bench.attention import parse_batch_lengths
+    from ksearch.kernels.attention.wgmma_ws import parse_config
 
     try:
         shapes = parse_batch_lengths(args.shapes)
+        configs = [parse_config(c) for c in args.configs.split(",") if c.strip()]
     except ValueError as exc:
         raise SystemExit(f"prefill_power: {exc}") from None
     if not args.seconds > 0 or not args.warm >= 0:
@@ -82,7 +93,7 @@ def main() -> None:
         for b, length in shapes:
             q, k, v = prefill_inputs((b, 32, length, 128), (b, 8, length, 128), mx.float16)
             for rnd in range(2):  # two rounds in turn: the second shows whether the first one's order mattered
-                for name, fn in contenders(q, k, v, args.causal).items():
+                for name, fn in contenders(q, k, v, args.causal, configs).items():
                     per_call, start, end = sustained(fn, args.seconds, args.warm)
                     row = row_for(b, length, args.causal, name, rnd, per_call, waited(fn, reps=10),
                                   window_stats(sampler.samples, start, end))

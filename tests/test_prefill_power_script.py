@@ -31,7 +31,9 @@ def test_a_row_turns_power_and_clock_into_energy_and_cycles_a_call():
 
 
 @pytest.mark.parametrize(("args", "want"), [(["--shapes", "4x"], "BxLENGTH"),
-                                            (["--seconds", "0"], "positive window")])
+                                            (["--seconds", "0"], "positive window"),
+                                            (["--configs", "ws3_n64_s4_p4_bulk_qp"], "takes tensor copies"),
+                                            (["--configs", "nope"], "not a wgmma configuration")])
 def test_bad_input_is_refused_in_one_line(tmp_path, args, want):
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *args], capture_output=True, text=True,
                           timeout=120)
