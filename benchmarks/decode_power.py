@@ -73,6 +73,16 @@ class Sampler:
         self._proc.wait(timeout=10)
 
 
+def refuse_stream(prog: str, seconds: float, warm: float) -> None:
+    """Exits in one line where a stream cannot be measured: a window that is not positive, a negative warm-up, or no
+    nvidia-smi to sample the board (prefill_power.py uses it too)."""
+    if not seconds > 0 or not warm >= 0:
+        raise SystemExit(f"{prog}: --seconds {seconds} --warm {warm}: give a positive window and a warm-up of 0 or more "
+                         "seconds")
+    if shutil.which("nvidia-smi") is None:
+        raise SystemExit(f"{prog}: nvidia-smi is not on the PATH; run this on the CUDA machine")
+
+
 def contenders(q: Any, kc: Any, vc: Any, length: int, configs: list[Any]) -> dict[str, Callable[[], Any]]:
     from ksearch.kernels.decode import decode, native_decode
     from ksearch.kernels.decode.cuda_split_k import launch_for, split_partials
@@ -139,11 +149,7 @@ def main() -> None:
         configs = [parse_config(c) for c in args.configs]
     except ValueError as exc:
         raise SystemExit(f"decode_power: {exc} (configurations as ring=0,unroll=2 or mma:consumers=4)") from None
-    if not args.seconds > 0 or not args.warm >= 0:
-        raise SystemExit(f"decode_power: --seconds {args.seconds} --warm {args.warm}: give a positive window and a "
-                         "warm-up of 0 or more seconds")
-    if shutil.which("nvidia-smi") is None:
-        raise SystemExit("decode_power: nvidia-smi is not on the PATH; run this on the CUDA machine")
+    refuse_stream("decode_power", args.seconds, args.warm)
 
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result

@@ -18,11 +18,10 @@ Hq 32, Hkv 8, D 128, fp16, S = L. Writes prefill-power-*.json to OUT_DIR.
 from __future__ import annotations
 
 import argparse
-import shutil
 from collections.abc import Callable
 from typing import Any
 
-from decode_power import Sampler, sustained, waited, window_stats
+from decode_power import Sampler, refuse_stream, sustained, waited, window_stats
 
 
 def prefill_flops(b: int, length: int, causal: bool, hq: int = 32, d: int = 128) -> float:
@@ -75,11 +74,7 @@ def main() -> None:
         configs = [parse_config(c) for c in args.configs.split(",") if c.strip()]
     except ValueError as exc:
         raise SystemExit(f"prefill_power: {exc}") from None
-    if not args.seconds > 0 or not args.warm >= 0:
-        raise SystemExit(f"prefill_power: --seconds {args.seconds} --warm {args.warm}: give a positive window and a "
-                         "warm-up of 0 or more seconds")
-    if shutil.which("nvidia-smi") is None:
-        raise SystemExit("prefill_power: nvidia-smi is not on the PATH; run this on the CUDA machine")
+    refuse_stream("prefill_power", args.seconds, args.warm)
 
     import mlx.core as mx
 
