@@ -2,12 +2,14 @@
 persistent) with clock64 stamps at five points of every work item, read by consumer thread 0, written to an extra
 output. Phases of an item:
 
-    start -> q      the consumer's Q load and its warpgroup barrier (one block an item: the block's set-up too)
+    start -> q      the consumer's Q load and its warpgroup barrier (one block an item: the block's set-up too),
+                    told apart at the Q copy's issue: set_up before it, q_copy after
     q -> s0         the first K tile's wait and the product S(0)
     s0 -> loop      softmax(0), the loop over the other tiles, the last O += P V
     loop -> end     the epilogue: normalisation and the stores of O
 
-and per block the span from its first item's start to its last item's end (globaltimer) against the kernel's span;
+and maps_ready, the producer's tensor maps published and fenced, from a block's first item's start (one block an item:
+what the first K tile waits for beyond its copy); per block the span from its first item's start to its last item's end (globaltimer) against the kernel's span;
 whether items start in crowds (within 500 ns of each other, as one block an item starts wave after wave) and the Q
 load of crowded items against the rest, and of the first wave against the later ones; the SM clock the stamps imply.
 The trace is read from the fourth call: the first call's buffers are new, and its first wave waits for them (kept
@@ -36,7 +38,10 @@ import statistics
 from functools import partial
 from typing import Any
 
-SLOTS = 8  # a work item's record: five clock64 stamps, its tile count, globaltimer at its start and end
+# A work item's record: five clock64 stamps (0-4), its tile count (5), globaltimer at its start and end (6, 7), the
+# producer's clock64 once its tensor maps are published (8; a block's first item only), the consumer's clock64 as it
+# issues the Q load (9: with one block an item, after the block's set-up)
+SLOTS = 10
 WARM_CALLS = 3  # calls before the one whose trace is read (the first call's buffers are new: see measure)
 FIRST_CALL_KEYS = ("kernel_span_ns", "q_load_first_wave_cycles", "q_load_later_cycles", "sm_clock_ghz")
 CROWD_NS = 500  # items that start within this of each other start "together" (a tile takes about 1 us at D=128)
@@ -49,6 +54,9 @@ _Q_BARRIER = 'asm volatile("bar.sync %0, 128;\\n" :: "r"(1 + wg) : "memory");'
 _S0_DONE = "release(kempty, 0);"
 _EPILOGUE_START = "    ks_fence_regs<4>(lacc);\n    const float lrow[2]"
 _ITEM_LOOP = "\n    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {"
+_MAPS_READY = "          ks_tmap_acquire(gmap + 16);\n"  # the producer's thread, once a block
+_Q_ISSUE = "    ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg"
+_Q_ISSUE_PERSIST = "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>"
 
 
 def _insert(text: str, anchor: str, code: str, before: bool = False) -> str:
@@ -80,10 +88,15 @@ def stamped_source(cfg: Any, strip: tuple[str, ...] = ()) -> str:
         text = text.replace(old, new)
     if cfg.persist:
         text = _insert(text, _ITEM_LOOP, "\n    const size_t ks_tr = ((size_t)blockIdx.x * MAXI + (item - (int)blockIdx.x)"
-                                         " / (int)gridDim.x) * 8;\n    KS_STAMP(0); KS_WALL(6);")
+                                         f" / (int)gridDim.x) * {SLOTS};\n    KS_STAMP(0); KS_WALL(6);")
+        text = _insert(text, _Q_ISSUE_PERSIST, "    KS_STAMP(9);\n", before=True)
+        first_record = f"(size_t)blockIdx.x * MAXI * {SLOTS}"
     else:
-        text = ("    const size_t ks_tr = ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 8;\n    KS_STAMP(0); KS_WALL(6);\n"
-                + text)
+        text = (f"    const size_t ks_tr = ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * {SLOTS};\n"
+                "    KS_STAMP(0); KS_WALL(6);\n" + text)
+        text = _insert(text, _Q_ISSUE, "    KS_STAMP(9);\n", before=True)
+        first_record = "ks_tr"
+    text = _insert(text, _MAPS_READY, f"          trace[{first_record} + 8] = (unsigned long long)clock64();\n")
     # the Q barrier and the first product are looked for before the epilogue, whose `_ob` form has barriers too
     text = _insert(text, _EPILOGUE_START, "    KS_STAMP(3);\n", before=True)
     head, tail = text.split("    KS_STAMP(3);\n")
@@ -149,6 +162,12 @@ def phases(trace: Any, items: int) -> dict[str, Any]:
     per_tile = float(np.median(d[:, 2] / tiles))
     names = ["q_load", "first_product", "loop", "epilogue"]
     med = {n: float(np.median(d[:, i])) for i, n in enumerate(names)}
+    # the Q load taken apart at the consumer's issue of it: the set-up before (one block an item: barriers, the
+    # register hand-over), the copy and its barrier after; and the producer's tensor maps ready after a block's start
+    med["set_up"] = float(np.median(rec[:, 9] - rec[:, 0]))
+    med["q_copy"] = float(np.median(rec[:, 1] - rec[:, 9]))
+    first = t[:, 0][valid[:, 0]]
+    med["maps_ready"] = float(np.median(first[:, 8] - first[:, 0]))
     item = float(np.median(rec[:, 4] - rec[:, 0]))
     # cycles over nanoseconds between the same item's first and last stamps (clock64 and globaltimer side by side)
     wall = np.maximum(rec[:, 7] - rec[:, 6], 1)

@@ -32,6 +32,11 @@ def test_the_stamps_sit_in_order_around_the_phases(name: str) -> None:
     assert at[1] < consumer.index("softmax(0);") and at[2] < consumer.index("const float lrow[2]") < at[3]
     start = text.index("KS_STAMP(0)")
     assert start < text.index("setmaxnreg.inc") if not persist else start > text.index("for (int item = blockIdx.x")
+    # the Q copy's issue after the consumers' set-up; the maps' stamp in the producer's thread once they are fenced
+    assert start < text.index("KS_STAMP(9)") < consumer.index("bar.sync %0, 128;") + text.index("setmaxnreg.inc")
+    assert consumer.index("KS_STAMP(9)") < consumer.index("ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg")
+    maps = text.index("+ 8] = (unsigned long long)clock64();")
+    assert text.index("ks_tmap_acquire(gmap + 16);") < maps < text.index("setmaxnreg.inc")
 
 
 def test_a_kernel_text_that_moved_fails_at_the_splice() -> None:
@@ -49,10 +54,15 @@ def test_only_the_records_a_launch_wrote_are_read() -> None:
             t0 = 1000 * (3 * j + b)
             trace[b, j, :5] = [t0, t0 + 50, t0 + 80, t0 + 80 + 400, t0 + 500]  # 4 tiles of 100 cycles
             trace[b, j, 5] = 4
-            trace[b, j, 6:] = [t0, t0 + 500]
+            trace[b, j, 6:8] = [t0, t0 + 500]
+            trace[b, j, 9] = t0 + 20  # the Q copy issued 20 cycles in
+            if j == 0:
+                trace[b, j, 8] = t0 + 30 + 10 * b  # the maps: a block's first item only (the rest never read)
     got = trace_script.phases(trace, 7)
     assert got["items"] == 7 and got["loop_cycles_a_tile"] == 100.0
-    assert got["cycles"] == {"q_load": 50.0, "first_product": 30.0, "loop": 400.0, "epilogue": 20.0}
+    assert got["cycles"] == {"q_load": 50.0, "first_product": 30.0, "loop": 400.0, "epilogue": 20.0, "set_up": 20.0,
+                             "q_copy": 30.0, "maps_ready": 40.0}
+    assert got["in_tiles"]["maps_ready"] == 0.4 and "loop" not in got["in_tiles"]
     assert got["beyond_tiles_in_tiles"] == pytest.approx(1.0)
     assert got["between_items_cycles"] == 2500.0  # the next item of a block starts 3000 cycles after this one
     assert got["kernel_span_ns"] == 6500
