@@ -9,14 +9,14 @@ output. Phases of an item:
     loop -> end     the epilogue: normalisation and the stores of O
 
 and maps_ready, the producer's tensor maps published and fenced, from a block's first item's start (one block an item:
-what the first K tile waits for beyond its copy); per block the span from its first item's start to its last item's end (globaltimer) against the kernel's span;
-whether items start in crowds (within 500 ns of each other, as one block an item starts wave after wave) and the Q
-load of crowded items against the rest, and of the first wave against the later ones; the SM clock the stamps imply.
-The trace is read from the fourth call: the first call's buffers are new, and its first wave waits for them (kept
-beside the rest as `first_call`).
-A phase's median in cycles and in tiles of the loop's own median cycles a tile: the cost an item pays beyond its
-tiles. The stamped kernel is timed beside the library's own kernel and cuDNN (bench.timing.time_rounds), so what the
-stamps cost is on record, and its output is checked against cuDNN's.
+what the first K tile waits for beyond its copy); per block the span from its first item's start to its last item's
+end (globaltimer) against the kernel's span; whether items start in crowds (within 500 ns of each other, as one block
+an item starts wave after wave) and the Q load of crowded items against the rest, and of the first wave against the
+later ones; the SM clock the stamps imply. The trace is read from the fourth call: the first call's buffers are new,
+and its first wave waits for them (kept beside the rest as `first_call`). A phase's median in cycles and in tiles of
+the loop's own median cycles a tile: the cost an item pays beyond its tiles. The stamped kernel is timed beside the
+library's own kernel and cuDNN (bench.timing.time_rounds), so what the stamps cost is on record, and its output is
+checked against cuDNN's.
 
     python benchmarks/prefill_item_trace.py OUT_DIR [--configs ws3_n64_s4_p4_tmas,...] [--lengths 2048,8192]
                                              [--dims 128] [--batch 4] [--heads 32] [--hkv 8] [--causal]
