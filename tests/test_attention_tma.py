@@ -151,8 +151,8 @@ def test_tma_configuration_names_parse_round_trip_and_refuse_what_cannot_run() -
     with pytest.raises(ValueError, match="need a producer"):
         WS.parse_config("ws3_n64_s4_p0_tma")
     assert WS.WsConfig(3, 64, 4, 4, tma=1).smem_bytes(128) <= W.MAX_SMEM
-    assert WS.stage_args(WS.WsConfig(3, 64, 4, 4, tma=2))[-5:] == [("PP", False), ("PREG", 24), ("CREG", 160),
-                                                                  ("TMA", 2), ("QPF", False)]
+    assert WS.stage_args(WS.WsConfig(3, 64, 4, 4, tma=2))[-6:] == [("PP", False), ("PREG", 24), ("CREG", 160),
+                                                                  ("TMA", 2), ("QPF", False), ("MAPS1", False)]
     assert ("BULK", True) in WS.stage_args(WS.WsConfig(3, 64, 4, 4, tma=1))  # barriers count bytes, as bulk copies
 
 

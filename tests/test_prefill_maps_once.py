@@ -1,0 +1,66 @@
+"""One pair of tensor maps a launch (`_m1`): named, refused where it cannot apply, a block publishing only where it
+does not find the launch's maps tagged, and compiled for sm_90a."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+from ksearch.kernels import tensor_map
+from ksearch.kernels.attention import wgmma as W
+from ksearch.kernels.attention import wgmma_ws as WS
+from ksearch.kernels.attention import wgmma_ws_text as TXT
+from ksearch.kernels.cuda_headers import WGMMA_HEADER
+
+
+@pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas_cr_m1", "ws3_n64_s4_p4_tmas_cr_qp_m1", "ws2_n128_s3_p4_tma_m1_ca"])
+def test_names_round_trip(name: str) -> None:
+    cfg = WS.parse_config(name)
+    assert cfg.maps1 and WS.config_name(cfg) == name and "_m1" in WS.kernel_name(cfg)
+    assert ("MAPS1", True) in WS.stage_args(cfg)
+    assert ("MAPS1", False) in WS.stage_args(WS.parse_config(name.replace("_m1", "")))
+
+
+@pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas_pst_m1", "ws3_n64_s4_p4_bulk_m1", "ws2_n64_s3_p4_m1"])
+def test_without_tensor_copies_or_with_persistent_blocks_it_is_refused_in_one_line(name: str) -> None:
+    with pytest.raises(ValueError, match="_m1 .* one block an item") as err:
+        WS.parse_config(name)
+    assert "\n" not in str(err.value)
+
+
+def test_a_block_publishes_only_where_it_does_not_find_the_tag_and_tags_after_publishing() -> None:
+    text = TXT.PRODUCER_TMA
+    look = text.index('ld.acquire.gpu.global.u64 %0, [%1];')
+    guard = text.index("if (!published) {")
+    pubs = [m.start() for m in re.finditer(r"ks_tmap_publish\(", text)]
+    tag = text.index('st.release.gpu.global.u64 [%0], %1;')
+    first_copy = text.index("ks_tmap_acquire(gmap);")
+    assert look < guard < pubs[0] < pubs[1] < tag < first_copy
+    # the tag lies after the pair (32 words), inside the scratch output a launch of one block still has (48 words)
+    assert "gmap + 32" in text[look - 200:look] + text[look:look + 80]
+    # the tag hashes both caches' addresses and the host's map: another call's maps on other arrays are not taken
+    head = text[:look]
+    assert "reinterpret_cast<unsigned long long>(k)" in head and "reinterpret_cast<unsigned long long>(v)" in head
+    assert "tmap[i]" in head
+    # every lane learns lane 0's verdict: the publication is a whole warp's instruction
+    assert "__shfl_sync(0xffffffffu, published, 0)" in text
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_it_compiles_for_sm_90a_without_spills() -> None:
+    units = []
+    for i, (name, causal) in enumerate([("ws3_n64_s4_p4_tmas_cr_m1", False), ("ws3_n64_s4_p4_tmas_cr_m1", True)]):
+        cfg = WS.parse_config(name)
+        units.append(wrap(f"m1_{i}", WS.source_text(cfg), W.launch_bounds(cfg.threads(), cfg.blocks),
+                          [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
+                          [("o", "T"), ("maps", "uint64")],
+                          [("T", "float16"), ("D", 128), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal),
+                           *WS.stage_args(cfg)]))
+    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
+    assert ok, log[-3000:]
+    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    spills = [int(m[1]) for m in re.finditer(r"custom_kernel_m1_\d+E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, "
+                                             r"(\d+) bytes spill stores", log)]
+    assert len(spills) == 2 and max(spills) <= 8, log[-3000:]
