@@ -1,5 +1,5 @@
-"""One pair of tensor maps a launch (`_m1`): named, refused where it cannot apply, a block publishing only where it
-does not find the launch's maps tagged, and compiled for sm_90a."""
+"""One pair of tensor maps a launch (`_m1`): named, refused where it cannot apply, a block publishing only where the
+scratch output does not already hold the pair it would publish, and compiled for sm_90a."""
 
 from __future__ import annotations
 
@@ -30,22 +30,18 @@ def test_without_tensor_copies_or_with_persistent_blocks_it_is_refused_in_one_li
     assert "\n" not in str(err.value)
 
 
-def test_a_block_publishes_only_where_it_does_not_find_the_tag_and_tags_after_publishing() -> None:
+def test_a_block_publishes_only_where_the_scratch_does_not_already_hold_its_pair() -> None:
     text = TXT.PRODUCER_TMA
-    look = text.index('ld.acquire.gpu.global.u64 %0, [%1];')
+    built = text.index("ks_tmap_address(smap + 16, v);")
+    look = text.index("ld.relaxed.gpu.global.u64 %0, [%1];")
     guard = text.index("if (!published) {")
     pubs = [m.start() for m in re.finditer(r"ks_tmap_publish\(", text)]
-    tag = text.index('st.release.gpu.global.u64 [%0], %1;')
     first_copy = text.index("ks_tmap_acquire(gmap);")
-    assert look < guard < pubs[0] < pubs[1] < tag < first_copy
-    # the tag lies after the pair (32 words), inside the scratch output a launch of one block still has (48 words)
-    assert "gmap + 32" in text[look - 200:look] + text[look:look + 80]
-    # the tag hashes both caches' addresses and the host's map: another call's maps on other arrays are not taken
-    head = text[:look]
-    assert "reinterpret_cast<unsigned long long>(k)" in head and "reinterpret_cast<unsigned long long>(v)" in head
-    assert "tmap[i]" in head
-    # every lane learns lane 0's verdict: the publication is a whole warp's instruction
-    assert "__shfl_sync(0xffffffffu, published, 0)" in text
+    assert built < look < guard < pubs[0] < pubs[1] < first_copy and len(pubs) == 2
+    # all 32 words of the pair compared, every lane its own, and the warp agreeing: the publication is a warp's
+    assert '"l"(gmap + lane)' in text[look:guard] and "__all_sync(0xffffffffu, held == smap[lane])" in text[look:guard]
+    # with MAPS1 every block's pair lies at the scratch's start; without it each block keeps its own slot
+    assert "if (MAPS1) gmap = " in text[:built] and "blockIdx.x) * 32;" in text[:built]
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")

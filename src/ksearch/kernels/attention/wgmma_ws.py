@@ -100,8 +100,8 @@ class WsConfig:
     # Q's L2 prefetch (`_qp`, needs tensor copies; wgmma_ws_text.PRODUCER_TMA): the producer asks L2 for the Q rows of
     # the item its SM runs next as it issues this item's last STAGES tiles
     qpf: bool = False
-    # One pair of tensor maps a launch (`_m1`, one block an item; wgmma_ws_text.PRODUCER_TMA): a block that finds them
-    # published and tagged skips its own publication
+    # One pair of tensor maps a launch (`_m1`, one block an item; wgmma_ws_text.PRODUCER_TMA): a block that finds the
+    # pair it would publish already in the scratch output skips its own publication
     maps1: bool = False
 
     def threads(self) -> int:

@@ -93,32 +93,24 @@ PRODUCER_TMA = r"""      if (pl < 32) {
             (reinterpret_cast<size_t>(bars + 4 * STAGES) + 127) & ~(size_t)127);
         unsigned long long* gmap = reinterpret_cast<unsigned long long*>(
             (reinterpret_cast<size_t>(maps) + 127) & ~(size_t)127) + ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 32;
-        // MAPS1: one pair of maps a launch, at the scratch's start, tagged by a hash of K's and V's addresses and of
-        // the host's map; a block that finds the tag (an earlier block's, or a call's before on the same arrays)
-        // skips the publication. Blocks that publish together write the same bytes.
-        unsigned long long mtag = 0;
+        // MAPS1: one pair of maps a launch, at the scratch's start. Each block builds the pair in shared memory and
+        // compares it with what the scratch holds, a word a lane: where an earlier block (or a call before, on the
+        // same arrays) published the same pair, it skips the publication and its release fence. Blocks that publish
+        // together write the same bytes; whatever else the scratch holds differs from the pair and is overwritten.
+        if (MAPS1) gmap = reinterpret_cast<unsigned long long*>((reinterpret_cast<size_t>(maps) + 127) & ~(size_t)127);
+        if (lane < 16) { smap[lane] = tmap[lane]; smap[16 + lane] = tmap[lane]; }
+        __syncwarp();
+        if (lane == 0) { ks_tmap_address(smap, k); ks_tmap_address(smap + 16, v); }
+        __syncwarp();
         bool published = false;
         if (MAPS1) {
-          gmap = reinterpret_cast<unsigned long long*>((reinterpret_cast<size_t>(maps) + 127) & ~(size_t)127);
-          if (lane == 0) {
-            mtag = 0x6b736d6170733100ull ^ (reinterpret_cast<unsigned long long>(k) * 0x9E3779B97F4A7C15ull)
-                   ^ (reinterpret_cast<unsigned long long>(v) * 0xC2B2AE3D27D4EB4Full);
-            for (int i = 0; i < 16; ++i) mtag ^= tmap[i] * (2ull * i + 1);
-            unsigned long long seen;
-            asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(seen) : "l"(gmap + 32) : "memory");
-            published = seen == mtag;
-          }
-          published = __shfl_sync(0xffffffffu, published, 0);
+          unsigned long long held;
+          asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(held) : "l"(gmap + lane) : "memory");
+          published = __all_sync(0xffffffffu, held == smap[lane]);
         }
         if (!published) {
-          if (lane < 16) { smap[lane] = tmap[lane]; smap[16 + lane] = tmap[lane]; }
-          __syncwarp();
-          if (lane == 0) { ks_tmap_address(smap, k); ks_tmap_address(smap + 16, v); }
-          __syncwarp();
           ks_tmap_publish(gmap, smap);
           ks_tmap_publish(gmap + 16, smap + 16);
-          if (MAPS1 && lane == 0)
-            asm volatile("st.release.gpu.global.u64 [%0], %1;\n" :: "l"(gmap + 32), "l"(mtag) : "memory");
         }
         if (lane == 0) {
           ks_tmap_acquire(gmap);
