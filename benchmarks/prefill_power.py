@@ -31,7 +31,8 @@ def prefill_flops(b: int, length: int, causal: bool, hq: int = 32, d: int = 128)
 
 
 def contenders(q: Any, k: Any, v: Any, causal: bool, configs: list[Any]) -> dict[str, Callable[[], Any]]:
-    """cuDNN, the library's dispatch (its kernel named), and each configuration of `configs` by name."""
+    """cuDNN, the library's dispatch and each configuration of `configs`, each named with the kernel it runs here (a
+    configuration that does not fit the shape runs native, and says so)."""
     from ksearch.kernels.attention import attention, native_attention, prefill_plan
     from ksearch.kernels.attention.wgmma_ws import config_name
 
@@ -39,7 +40,8 @@ def contenders(q: Any, k: Any, v: Any, causal: bool, configs: list[Any]) -> dict
     calls: dict[str, Callable[[], Any]] = {"native": lambda: native_attention(q, k, v, causal),
                                            f"library ({name})": lambda: attention(q, k, v, causal)}
     for cfg in configs:
-        calls[config_name(cfg)] = lambda c=cfg: attention(q, k, v, causal, config=c)
+        calls[f"{config_name(cfg)} ({prefill_plan(q, k, v, causal, config=cfg)[0]})"] = (
+            lambda c=cfg: attention(q, k, v, causal, config=c))
     return calls
 
 
