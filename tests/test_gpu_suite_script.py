@@ -60,6 +60,7 @@ def _fake_python(tmp: Path, record: Path) -> Path:
     # Stands in for the GPU machine's Python: MLX-CUDA "imports", pip "installs", pytest records its arguments.
     fake = tmp / "fake-python"
     fake.write_text(f"""#!/bin/bash
+case "$1" in benchmarks/*.py) echo "$*" >> {record}; echo "ran $1";; esac
 if [ "$1 $2" = "-m pytest" ]; then
   echo "$*" >> {record}
   case "$*" in *test_gpu_mamba.py*) echo "FAILED tests/test_gpu_mamba.py::test_x - boom"; echo "1 failed in 0.1s";;
@@ -100,3 +101,11 @@ def test_tests_with_a_group_or_files_runs_those_alone(tmp_path: Path) -> None:
     assert len(calls) == 2
     assert "tests/test_gpu_decode_cluster.py" in calls[0] and "not renderings_pass_the_harness" in calls[0]
     assert calls[1].endswith("tests/test_gpu_harness.py -k softmax")
+
+
+def test_prefill_power_passes_its_options_to_the_script_and_keeps_a_log(tmp_path: Path) -> None:
+    record = tmp_path / "calls.txt"
+    proc = _suite_with(tmp_path, _fake_python(tmp_path, record), "prefill-power", "--shapes", "1x4096", "--causal")
+    assert proc.returncode == 0, proc.stderr
+    assert record.read_text().splitlines() == [f"benchmarks/prefill_power.py {tmp_path / 'out'} --shapes 1x4096 --causal"]
+    assert "ran benchmarks/prefill_power.py" in (tmp_path / "out" / "prefill-power.log").read_text()
