@@ -11,8 +11,9 @@ import re
 from typing import Any
 
 import pytest
+from prefill_units import tensor_copy_unit
 
-from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+from ksearch.backends.nvcc import compile_check, nvcc_path
 from ksearch.errors import BackendUnavailable
 from ksearch.kernels import device, tensor_map
 from ksearch.kernels.attention import wgmma as W
@@ -170,14 +171,8 @@ def test_persistent_kernels_compile_for_sm_90a() -> None:
     combos = [("ws2_n128_s3_p4_tmas_pst", 64, True), ("ws2_n128_s3_p4_tmas_pst", 128, True),
               ("ws3_n64_s4_p4_tmas_pst", 128, False), ("ws2_n128_s3_p4_tmas_pst_preg32", 64, True),
               ("ws3_n64_s4_p4_tmas_pst_qn_preg32", 128, True), ("ws2_n128_s3_p4_tmas_pst_pp", 128, True)]
-    units = []
-    for i, (name, d, causal) in enumerate(combos):
-        cfg = WS.parse_config(name)
-        units.append(wrap(f"pst{i}", WS.source_text(cfg), W.launch_bounds(cfg.threads(), cfg.blocks),
-                          [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
-                          [("o", "T"), ("maps", "uint64")],
-                          [("T", "bfloat16" if d == 64 else "float16"), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn),
-                           ("CAUSAL", causal), *WS.stage_args(cfg)]))
+    units = [tensor_copy_unit(f"pst{i}", WS.parse_config(name), d, causal, "bfloat16" if d == 64 else "float16")
+             for i, (name, d, causal) in enumerate(combos)]
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
     assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
@@ -313,16 +308,8 @@ def test_o_by_one_bulk_copy_a_warpgroup_is_named_refused_with_qn_and_ordered() -
 def test_o_by_bulk_copy_compiles_without_serialising_or_spilling_more() -> None:
     combos = [("ws2_n128_s3_p4_tmas_pst", 64, False), ("ws3_n64_s4_p4_tmas_pst_preg32", 128, True),
               ("ws3_n64_s4_p4_tmas", 128, False)]
-    units = []
-    for i, (name, d, causal) in enumerate(combos):
-        for tag in ("", "_ob"):
-            cfg = WS.parse_config(name + tag)
-            units.append(wrap(f"ob{i}{'b' if tag else 'p'}", WS.source_text(cfg),
-                              W.launch_bounds(cfg.threads(), cfg.blocks),
-                              [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
-                              [("o", "T"), ("maps", "uint64")],
-                              [("T", "float16"), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal),
-                               *WS.stage_args(cfg)]))
+    units = [tensor_copy_unit(f"ob{i}{'b' if tag else 'p'}", WS.parse_config(name + tag), d, causal)
+             for i, (name, d, causal) in enumerate(combos) for tag in ("", "_ob")]
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
     assert "C7513" not in log and "C7514" not in log, "wgmma serialised"

@@ -6,13 +6,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from prefill_units import tensor_copy_unit
 
-from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+from ksearch.backends.nvcc import compile_check, nvcc_path
 from ksearch.kernels import tensor_map
-from ksearch.kernels.attention import wgmma as W
 from ksearch.kernels.attention import wgmma_ws as WS
 from ksearch.kernels.attention import wgmma_ws_text as TXT
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
+from ksearch.knowledge.resources import parse_ptxas
 
 
 @pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas_cr_m1", "ws3_n64_s4_p4_tmas_cr_qp_m1", "ws2_n128_s3_p4_tma_m1_ca"])
@@ -46,17 +47,10 @@ def test_a_block_publishes_only_where_the_scratch_does_not_already_hold_its_pair
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_it_compiles_for_sm_90a_without_spills() -> None:
-    units = []
-    for i, (name, causal) in enumerate([("ws3_n64_s4_p4_tmas_cr_m1", False), ("ws3_n64_s4_p4_tmas_cr_m1", True)]):
-        cfg = WS.parse_config(name)
-        units.append(wrap(f"m1_{i}", WS.source_text(cfg), W.launch_bounds(cfg.threads(), cfg.blocks),
-                          [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
-                          [("o", "T"), ("maps", "uint64")],
-                          [("T", "float16"), ("D", 128), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal),
-                           *WS.stage_args(cfg)]))
+    units = [tensor_copy_unit(f"m1c{i}_0", WS.parse_config("ws3_n64_s4_p4_tmas_cr_m1"), 128, causal)
+             for i, causal in enumerate((False, True))]
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
     assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
-    spills = [int(m[1]) for m in re.finditer(r"custom_kernel_m1_\d+E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, "
-                                             r"(\d+) bytes spill stores", log)]
+    spills = [k.spill_store_bytes for k in parse_ptxas(log)]
     assert len(spills) == 2 and max(spills) <= 8, log[-3000:]

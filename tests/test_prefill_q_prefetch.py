@@ -3,16 +3,15 @@ kernels that do not ask for it, and compiled for sm_90a into the ones that do.""
 
 from __future__ import annotations
 
-import re
-
 import pytest
+from prefill_units import tensor_copy_unit
 
-from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
+from ksearch.backends.nvcc import compile_check, nvcc_path
 from ksearch.kernels import tensor_map
-from ksearch.kernels.attention import wgmma as W
 from ksearch.kernels.attention import wgmma_ws as WS
 from ksearch.kernels.attention import wgmma_ws_text as TXT
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
+from ksearch.knowledge.resources import parse_ptxas
 
 PREFETCH = "cp.async.bulk.prefetch.L2.global"
 
@@ -50,27 +49,15 @@ def test_each_tensor_copy_kernel_prefetches_once_at_its_last_stages() -> None:
     assert PREFETCH not in WS.source_text(WS.WsConfig(3, 64, 4, 4, bulk=True))
 
 
-def _units(names: list[tuple[str, int, bool]]) -> list[str]:
-    units = []
-    for i, (name, d, causal) in enumerate(names):
-        cfg = WS.parse_config(name)
-        units.append(wrap(f"qp{i}", WS.source_text(cfg), W.launch_bounds(cfg.threads(), cfg.blocks),
-                          [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")],
-                          [("o", "T"), ("maps", "uint64")],
-                          [("T", "float16"), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal),
-                           *WS.stage_args(cfg)]))
-    return units
-
-
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_prefetching_kernels_compile_for_sm_90a_without_serialising() -> None:
     names = [("ws3_n64_s4_p4_tmas_cr_qp", 128, False), ("ws3_n64_s4_p4_tmas_pst_preg32_cr_qp", 128, True),
              ("ws2_n128_s3_p4_tmas_pst_qp", 64, False)]
-    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *_units(names)])
+    units = [tensor_copy_unit(f"qp{i}_0", WS.parse_config(name), d, causal) for i, (name, d, causal) in enumerate(names)]
+    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
     assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
-    spills = {int(m[1]): int(m[2]) for m in re.finditer(
-        r"custom_kernel_qp(\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
+    spills = {int(k.kernel[2:]): k.spill_store_bytes for k in parse_ptxas(log)}
     assert sorted(spills) == [0, 1, 2], log[-3000:]
     # one block an item spills nothing; the persistent producers' loops at most what they spill without it (prefill_sass.py:
     # WIDE_PERSIST 0 -> 8 bytes at D=128, TALL 76 -> 60)
