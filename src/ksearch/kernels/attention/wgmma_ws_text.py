@@ -354,3 +354,47 @@ def conditional_rescale(text: str) -> str:
     for first in ("const int t = t0;", "const int t = t0 + 1;"):
         text = _swap(text, first, first + "\n      rescale();  // O *= corr(t - 1) before P(t - 1) V(t - 1)")
     return text
+
+
+# Own tiles (`_wt`, producer kernels): each consumer warpgroup multiplies only the tiles its own 64 rows need. A block
+# of WG x 64 rows visits every tile its last row needs; under the causal mask warpgroup w needs WG - 1 - w tiles fewer
+# at 64 keys a tile (all masked for its rows), and a warpgroup whose rows all lie past L (a partial last block) needs
+# none, though without this it multiplies every tile of the item on rows nobody stores. At 192 rows a block and 64
+# keys a tile (`WIDE`, `WIDE_PERSIST`) and L = S that is 10.5%, 8.3% and 3.0% of a head's products with the mask at
+# L=2048, 4096 and 8192, 2.9%, 3.0% and 0.8% without it; none at 128 rows and 128 keys (`TALL`), whose blocks divide
+# those lengths (benchmarks/prefill_tile_count.py). A warpgroup runs its own tiles (one if its rows lie past L: the
+# pipeline's shape assumes one), then takes each remaining tile when it lands and hands it back unread, so the
+# stages' mbarrier phases stay whole: an arrival on "empty" before the other warpgroups finished the tile STAGES back
+# would count toward that earlier phase, and waiting on "full" first rules it out (the producer issued the tile only
+# after that phase completed). Ping-pong (`_pp`) takes turns tile by tile and is left out.
+_OWN_COUNT = """    // tiles this warpgroup's rows need (`_wt`): none past its last row's diagonal; one if past L
+    // (from lane 0: a count ptxas cannot prove the same across the warp takes the loop off the uniform datapath)
+    const int wrow = m0 + __shfl_sync(0xffffffffu, wg, 0) * 64;
+    const int ctiles = wrow >= L ? 1 : CAUSAL ? min(ntiles, (min(S, wrow + 64 + shift) + BN - 1) / BN) : ntiles;
+    wait_full(kfull, 0);"""
+_OWN_DRAIN = """
+    for (int t = ctiles; t < ntiles; ++t) {  // `_wt`: tiles only other warpgroups need, handed back unread
+      wait_full(kfull, t);
+      release(kempty, t);
+      wait_full(vfull, t);
+      release(vempty, t);
+    }
+"""
+# One block an item hands back no last V stage (nothing loads after the item's last tile); a warpgroup that stops
+# short must, or the producer would wait for it STAGES tiles on.
+_OWN_LAST_V = """
+    if (ctiles < ntiles) release(vempty, ctiles - 1);  // `_wt`: its last P V has completed"""
+
+
+def own_tiles(text: str) -> str:
+    """A producer kernel's `text` with `_wt`: each consumer warpgroup's main loop runs to its own tile count
+    (`ctiles`), and the tiles past it are waited for and released without a product (tests/test_prefill_own_tiles.py
+    runs this hand-over on a model of the stages' mbarriers)."""
+    text = _swap(text, "    wait_full(kfull, 0);", _OWN_COUNT)
+    for old in ("t0 < ntiles;", "t0 + 1 < ntiles)", "if (ntiles % 2 == 0)", "wait_full(vfull, ntiles - 1);",
+                "issue_pv(ntiles - 1, pa[0]);"):
+        text = _swap(text, old, old.replace("ntiles", "ctiles"))
+    if "release(vempty, ntiles - 1);" in text:  # persistent: the last tile's stage handed back before the next item
+        return _swap(_swap(text, "release(vempty, ntiles - 1);", "release(vempty, ctiles - 1);"),
+                     EPILOGUE, EPILOGUE + _OWN_DRAIN)
+    return _swap(text, EPILOGUE, EPILOGUE + _OWN_LAST_V + _OWN_DRAIN)
