@@ -1,9 +1,14 @@
 """How many K / V tile products a wgmma prefill configuration runs for one (batch, query head), against how many its
 rows need: every consumer warpgroup of a block multiplies every tile its block's last row needs, unless `_wt` lets
 each stop at its own (wgmma_ws_text.own_tiles). Counts in warpgroup-tiles (one warpgroup's S = Q K^T and O += P V on
-one tile), from the same arithmetic as the kernels' BLOCK_COORDS and `_wt`'s `ctiles`. No GPU needed.
+one tile), from the same arithmetic as the kernels' BLOCK_COORDS and `_wt`'s `ctiles`. With --schedule, how evenly
+persistent blocks share the work items in the plain order (block b takes items b, b + G, b + 2G, ...) and in snake
+order (`_sn`, wgmma_ws_text.snake_order): the busiest block's load over the mean, an item costing its tiles plus
+--start tiles (the item traces measured 2.6-3.1 beyond the loop with persistent blocks), G = min(items, --sms).
+No GPU needed.
 
-    python benchmarks/prefill_tile_count.py [CONFIG...] [--lengths 2048,4096,8192] [--json OUT.json]
+    python benchmarks/prefill_tile_count.py [CONFIG...] [--lengths 2048,4096,8192] [--schedule] [--batches 1,4]
+                                            [--heads 32] [--sms 132] [--start 3] [--json OUT.json]
 
 CONFIG: wgmma configuration names (default: the dispatch's `WIDE`, `WIDE_PERSIST` and `TALL`); L = S.
 """
@@ -37,6 +42,43 @@ def tile_products(length: int, keys: int, causal: bool, wg: int, bn: int) -> tup
     return visited, own
 
 
+def item_tiles(length: int, keys: int, causal: bool, bm: int, bn: int, heads: int) -> list[int]:
+    """Each work item's tiles in the persistent kernels' order (ITEM_COORDS: every head's longest rows first), for
+    `heads` (batch x query head) pairs."""
+    mt_count, shift = -(-length // bm), keys - length
+    out = []
+    for item in range(mt_count * heads):
+        m0 = (mt_count - 1 - item // heads) * bm
+        out.append(-(-(min(keys, m0 + bm + shift) if causal else keys) // bn))
+    return out
+
+
+def busiest_over_mean(costs: list[float], blocks: int, snake: bool) -> float:
+    """The most any of `blocks` persistent blocks has to do over the mean, items dealt in the plain or snake order."""
+    loads = [0.0] * blocks
+    for item, cost in enumerate(costs):
+        rnd, pos = divmod(item, blocks)
+        loads[blocks - 1 - pos if snake and rnd % 2 else pos] += cost
+    return max(loads) / (sum(loads) / blocks)
+
+
+def schedule_rows(names: list[str], lengths: list[int], batches: list[int], heads: int, sms: int,
+                  start: float) -> list[dict[str, Any]]:
+    out = []
+    for name in names:
+        cfg = parse_config(name)
+        for b in batches:
+            for causal in (False, True):
+                for length in lengths:
+                    costs = [t + start for t in item_tiles(length, length, causal, 64 * cfg.wg, cfg.bn, b * heads)]
+                    grid = min(len(costs), sms)
+                    out.append({"config": name, "B": b, "Hq": heads, "L": length, "causal": causal, "items": len(costs),
+                                "blocks": grid, "start_tiles": start,
+                                "plain_busiest_over_mean": round(busiest_over_mean(costs, grid, False), 4),
+                                "snake_busiest_over_mean": round(busiest_over_mean(costs, grid, True), 4)})
+    return out
+
+
 def rows(names: list[str], lengths: list[int]) -> list[dict[str, Any]]:
     out = []
     for name in names:
@@ -53,25 +95,42 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("configs", nargs="*", help="wgmma configuration names (default: WIDE, WIDE_PERSIST, TALL)")
     ap.add_argument("--lengths", default="2048,4096,8192", help="comma-separated L = S, multiples of 64")
+    ap.add_argument("--schedule", action="store_true", help="the persistent blocks' balance, plain and snake order")
+    ap.add_argument("--batches", default="1,4", help="with --schedule: batch sizes, comma-separated")
+    ap.add_argument("--heads", type=int, default=32, help="with --schedule: query heads")
+    ap.add_argument("--sms", type=int, default=132, help="with --schedule: multiprocessors (the H200's 132)")
+    ap.add_argument("--start", type=float, default=3.0, help="with --schedule: an item's start and end, in tiles")
     ap.add_argument("--json", help="write the rows here as JSON")
     args = ap.parse_args(argv)
     try:
         lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+        batches = [int(x) for x in args.batches.split(",") if x.strip()]
     except ValueError:
-        sys.exit(f"--lengths {args.lengths!r}: give whole numbers, e.g. 2048,4096")
+        sys.exit(f"--lengths {args.lengths!r} / --batches {args.batches!r}: give whole numbers, e.g. 2048,4096")
+    if not batches or min(batches) < 1 or args.heads < 1 or args.sms < 1 or args.start < 0:
+        sys.exit("--batches, --heads and --sms take positive whole numbers, --start a number of tiles >= 0")
     if not lengths or any(n <= 0 or n % 64 for n in lengths):
         sys.exit(f"--lengths {args.lengths!r}: each a positive multiple of 64 (the kernels' warpgroup rows)")
     names = args.configs or [config_name(c) for c in (WIDE, WIDE_PERSIST, TALL)]
     try:
-        table = rows(names, lengths)
+        table = (schedule_rows(names, lengths, batches, args.heads, args.sms, args.start) if args.schedule
+                 else rows(names, lengths))
     except ValueError as exc:
         sys.exit(str(exc))
-    for r in table:
+    if args.schedule:
+        for r in table:
+            print(f"{r['config']:40s} B={r['B']} L={r['L']:6d} {'causal' if r['causal'] else 'full  '} "
+                  f"{r['items']:6d} items on {r['blocks']:4d} blocks: busiest/mean plain "
+                  f"{r['plain_busiest_over_mean']:.3f} snake {r['snake_busiest_over_mean']:.3f}")
+        table_name = "prefill-item-schedule"
+    else:
+        table_name = "prefill-tile-count"
+    for r in table if not args.schedule else []:
         print(f"{r['config']:40s} L=S={r['L']:6d} {'causal' if r['causal'] else 'full  '} "
               f"{r['tiles_visited']:7d} visited {r['tiles_needed']:7d} needed  {100 * r['saved_share']:5.1f}% saved")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"schema": "ksearch-tile-count/1", "name": "prefill-tile-count", "rows": table}, fh, indent=1)
+            json.dump({"schema": "ksearch-tile-count/1", "name": table_name, "rows": table}, fh, indent=1)
     return 0
 
 

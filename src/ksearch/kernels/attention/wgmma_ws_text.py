@@ -398,3 +398,28 @@ def own_tiles(text: str) -> str:
         return _swap(_swap(text, "release(vempty, ntiles - 1);", "release(vempty, ctiles - 1);"),
                      EPILOGUE, EPILOGUE + _OWN_DRAIN)
     return _swap(text, EPILOGUE, EPILOGUE + _OWN_LAST_V + _OWN_DRAIN)
+
+
+# Snake order (`_sn`, persistent blocks): block b takes item b of the first round of gridDim.x items, item G - 1 - b of
+# the second, b of the third, and so on, instead of b in every round. The items run longest first, so in the plain
+# order block 0 takes the longest item of every round and the last block the shortest. With the causal mask at B 1,
+# H 32 (192-row items, 132 blocks, three tiles' start an item) the busiest block has 16.3% more to do than the mean
+# at L=4096 and 8.8% at L=8192 (3.1% and 1.9% at B 4); in snake order 1.2% and 0.8% (0.9% and 0.2%)
+# (benchmarks/prefill_tile_count.py --schedule). Each round still runs the same items at once, so what L2 holds is
+# unchanged; without the mask every item is the same size and the order changes nothing.
+_SNAKE_NEXT = """
+    // `_sn`: the item after `it` for this block, the rounds alternating in direction
+    auto next_item = [&](int it) {
+      const int r = it / (int)gridDim.x + 1;
+      return r * (int)gridDim.x + ((r & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x);
+    };
+"""
+
+
+def snake_order(text: str) -> str:
+    """A persistent kernel's `text` with `_sn`: the block's items in snake order (the first stays `blockIdx.x`, so
+    the first-item tests hold)."""
+    text = _swap(text, PERSIST_ITEMS, PERSIST_ITEMS + _SNAKE_NEXT)
+    text = _swap(text, "item < ITEMS; item += gridDim.x)", "item < ITEMS; item = next_item(item))", 2)
+    text = _swap(text, "item + (int)gridDim.x", "next_item(item)", 3)
+    return _swap(text, "item + gridDim.x", "next_item(item)")
