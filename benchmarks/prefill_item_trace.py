@@ -46,14 +46,15 @@ WARM_CALLS = 3  # calls before the one whose trace is read (the first call's buf
 FIRST_CALL_KEYS = ("kernel_span_ns", "q_load_first_wave_cycles", "q_load_later_cycles", "sm_clock_ghz")
 CROWD_NS = 500  # items that start within this of each other start "together" (a tile takes about 1 us at D=128)
 STAMP_HEADER = r"""
-#define KS_STAMP(i) do { if (threadIdx.x == 0) trace[ks_tr + (i)] = (unsigned long long)clock64(); } while (0)
-#define KS_WALL(i) do { if (threadIdx.x == 0) { unsigned long long g_; \
+#define KS_STAMP(i) do { if (threadIdx.x == KS_TRACER) trace[ks_tr + (i)] = (unsigned long long)clock64(); } while (0)
+#define KS_WALL(i) do { if (threadIdx.x == KS_TRACER) { unsigned long long g_; \
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g_)); trace[ks_tr + (i)] = g_; } } while (0)
 """
 _Q_BARRIER = 'asm volatile("bar.sync %0, 128;\\n" :: "r"(1 + wg) : "memory");'
 _S0_DONE = "release(kempty, 0);"
 _EPILOGUE_START = "    ks_fence_regs<4>(lacc);\n    const float lrow[2]"
 _ITEM_LOOP = "\n    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {"
+_ITEM_LOOP_SNAKE = "\n    for (int item = blockIdx.x; item < ITEMS; item = next_item(item)) {"  # `_sn`
 _MAPS_READY = "          ks_tmap_acquire(gmap + 16);\n"  # the producer's thread, once a block
 _Q_ISSUE = "    ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg"
 _Q_ISSUE_PERSIST = "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>"
@@ -87,8 +88,10 @@ def stamped_source(cfg: Any, strip: tuple[str, ...] = ()) -> str:
             raise RuntimeError(f"--strip {name}: the softmax's text moved ({text.count(old)} matches)")
         text = text.replace(old, new)
     if cfg.persist:
-        text = _insert(text, _ITEM_LOOP, "\n    const size_t ks_tr = ((size_t)blockIdx.x * MAXI + (item - (int)blockIdx.x)"
-                                         f" / (int)gridDim.x) * {SLOTS};\n    KS_STAMP(0); KS_WALL(6);")
+        # the record of the block's round: item / G in either order (snake order deals round r's items backwards)
+        text = _insert(text, _ITEM_LOOP_SNAKE if cfg.snake else _ITEM_LOOP,
+                       f"\n    const size_t ks_tr = ((size_t)blockIdx.x * MAXI + item / (int)gridDim.x) * {SLOTS};"
+                       "\n    KS_STAMP(0); KS_WALL(6);")
         text = _insert(text, _Q_ISSUE_PERSIST, "    KS_STAMP(9);\n", before=True)
         first_record = f"(size_t)blockIdx.x * MAXI * {SLOTS}"
     else:
@@ -105,14 +108,25 @@ def stamped_source(cfg: Any, strip: tuple[str, ...] = ()) -> str:
     epilogue = (wgmma.EPILOGUE_BULK if cfg.obulk else wgmma.EPILOGUE_STORE4 if wgmma_ws.store_bytes(cfg) == 4
                 else wgmma.EPILOGUE)
     return _insert(text, epilogue, "    KS_STAMP(4); KS_WALL(7);\n"
-                                        "    if (threadIdx.x == 0) trace[ks_tr + 5] = (unsigned long long)ntiles;\n")
+                                        "    if (threadIdx.x == KS_TRACER) trace[ks_tr + 5] = (unsigned long long)ntiles;\n")
 
 
 def stamped_header(cfg: Any) -> str:
     from ksearch.kernels.attention import wgmma_ws
 
     return (wgmma_ws.cp_cache(cfg.cp)[0] + wgmma_ws.WGMMA_HEADER + wgmma_ws.TMA_HEADER
-            + wgmma_ws.launch_bounds(cfg.threads(), cfg.blocks) + STAMP_HEADER)
+            + wgmma_ws.launch_bounds(cfg.threads(), cfg.blocks) + stamp_macros(cfg))
+
+
+def stamp_macros(cfg: Any) -> str:
+    """The stamp macros for `cfg`'s kernel, reading the clock of `tracer_thread(cfg)`."""
+    return f"#define KS_TRACER {tracer_thread(cfg)}\n" + STAMP_HEADER
+
+
+def tracer_thread(cfg: Any) -> int:
+    """The thread whose clock the stamps read: the first consumer's, or with `_wt` the last consumer warpgroup's
+    first (the only one that runs every tile of an item; the first stops at its own rows' diagonal)."""
+    return 128 * (cfg.wg - 1) if cfg.own_tiles else 0
 
 
 def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, causal: bool, cfg: Any,
@@ -141,21 +155,24 @@ def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any,
     return call
 
 
-def ran(blocks: int, maxi: int, items: int) -> Any:
-    """Which (block, item a block) records a launch wrote: block i walks items i, i + blocks, ... below `items` (the
-    rest of the output is whatever the allocator left there)."""
+def ran(blocks: int, maxi: int, items: int, snake: bool = False) -> Any:
+    """Which (block, item a block) records a launch wrote: block i walks items i, i + blocks, ... below `items`, or
+    in snake order (`_sn`) i, 2 blocks - 1 - i, 2 blocks + i, ... (the rest of the output is whatever the allocator
+    left there)."""
     import numpy as np
 
-    return np.arange(blocks)[:, None] + np.arange(maxi)[None, :] * blocks < items
+    block, rnd = np.arange(blocks)[:, None], np.arange(maxi)[None, :]
+    pos = np.where(snake & (rnd % 2 == 1), blocks - 1 - block, block)
+    return rnd * blocks + pos < items
 
 
-def phases(trace: Any, items: int) -> dict[str, Any]:
+def phases(trace: Any, items: int, snake: bool = False) -> dict[str, Any]:
     """Medians of each phase over the items (cycles), the loop's cycles a tile, each phase in tiles, and the blocks'
     busy spans against the kernel's (ns)."""
     import numpy as np
 
     t = np.asarray(trace).astype(np.int64)
-    valid = ran(t.shape[0], t.shape[1], items)
+    valid = ran(t.shape[0], t.shape[1], items, snake)
     rec = t[valid]
     d = np.diff(rec[:, :5], axis=1)
     tiles = rec[:, 5]
@@ -239,7 +256,7 @@ def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causa
     # The first call writes buffers no call wrote before (its output, the tensor maps, the trace): its first wave
     # waits hundreds of microseconds that later calls do not (measured on the H200), so the phases come from a later
     # call and the first call's wave is kept beside them.
-    first = phases(trace, items)
+    first = phases(trace, items, cfg.snake)
     for _ in range(WARM_CALLS):
         o, trace = call(q, k, v)
         mx.eval(o, trace)
@@ -251,7 +268,7 @@ def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causa
            "dtype": "float16", "strip": list(strip), "scores": scores,
            "max_abs_diff_vs_native": err,
            "latency_s": statistics.median(t["library"]), "stamped_latency_s": statistics.median(t["stamped"]),
-           "native_latency_s": statistics.median(t["native"]), **phases(trace, items),
+           "native_latency_s": statistics.median(t["native"]), **phases(trace, items, cfg.snake),
            "first_call": {key: first[key] for key in FIRST_CALL_KEYS}}
     stripped = (" stripped of " + "+".join(strip) if strip else "") + (f", {scores} scores" if scores != "random" else "")
     print(f"{cfg_name}{stripped} B {b} L {length} D {d} causal={causal}: err {err:.2e}, "

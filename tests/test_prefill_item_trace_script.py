@@ -69,6 +69,26 @@ def test_only_the_records_a_launch_wrote_are_read() -> None:
     assert got["sm_clock_ghz"] == 1.0  # each item's 500 cycles took 500 ns
 
 
+def test_in_snake_order_the_records_read_are_those_the_kernels_order_wrote() -> None:
+    # 3 blocks, 7 items in snake order: block 0 runs items 0, 5, 6; block 1 items 1, 4; block 2 items 2, 3
+    assert trace_script.ran(3, 3, 7, snake=True).tolist() == [[True, True, True], [True, True, False],
+                                                               [True, True, False]]
+    assert trace_script.ran(3, 3, 8, snake=True).tolist() == [[True, True, True], [True, True, True],
+                                                               [True, True, False]]
+    text = trace_script.stamped_source(WS.parse_config("ws3_n64_s4_p4_tmas_pst_preg32_cr_sn"))
+    loop = text.index("item = next_item(item)) {")
+    assert loop < text.index("((size_t)blockIdx.x * MAXI + item / (int)gridDim.x)") < text.index("KS_STAMP(0)")
+
+
+def test_with_own_tiles_the_stamps_read_the_last_warpgroup_which_runs_every_tile() -> None:
+    assert trace_script.tracer_thread(WS.parse_config("ws3_n64_s4_p4_tmas_cr_wt")) == 256
+    assert trace_script.tracer_thread(WS.parse_config("ws2_n128_s3_p4_tmas_pst_wt")) == 128
+    assert trace_script.tracer_thread(WS.parse_config("ws3_n64_s4_p4_tmas_cr")) == 0
+    assert "#define KS_TRACER 256\n" in trace_script.stamped_header(WS.parse_config("ws3_n64_s4_p4_tmas_cr_wt"))
+    text = trace_script.stamped_source(WS.parse_config("ws3_n64_s4_p4_tmas_cr_wt"))
+    assert "if (threadIdx.x == KS_TRACER) trace[ks_tr + 5]" in text and "KS_TRACER" in trace_script.STAMP_HEADER
+
+
 def test_configurations_without_tensor_copies_are_refused_in_one_line() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "/tmp/unused", "--configs", "ws3_n64_s4_p4_bulk"],
                           capture_output=True, text=True, timeout=60)
@@ -80,7 +100,8 @@ def test_configurations_without_tensor_copies_are_refused_in_one_line() -> None:
 def test_stamped_kernels_compile_like_the_librarys() -> None:
     combos = [("ws3_n64_s4_p4_tmas", 128, False), ("ws3_n64_s4_p4_tmas_pst_preg32", 128, True),
               ("ws2_n128_s3_p4_tmas_pst", 64, True), ("ws2_n128_s3_p4_tmas_pst_ob", 64, False),
-              ("ws3_n64_s4_p4_tmas_pst_qn_preg32", 128, False)]
+              ("ws3_n64_s4_p4_tmas_pst_qn_preg32", 128, False), ("ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn", 128, True),
+              ("ws3_n64_s4_p4_tmas_cr_wt", 128, False)]
     units = []
     for i, (name, d, causal) in enumerate(combos):
         cfg = WS.parse_config(name)
@@ -89,7 +110,7 @@ def test_stamped_kernels_compile_like_the_librarys() -> None:
         for kind in kinds:
             source = (WS.source_text(cfg) if kind == "p" else trace_script.stamped_source(
                 cfg, tuple(trace_script.STRIPS) if kind == "x" else ()))
-            header = WS.launch_bounds(cfg.threads(), cfg.blocks) + (trace_script.STAMP_HEADER if kind != "p" else "")
+            header = WS.launch_bounds(cfg.threads(), cfg.blocks) + (trace_script.stamp_macros(cfg) if kind != "p" else "")
             outputs = [("o", "T"), ("maps", "uint64")] + ([("trace", "uint64")] if kind != "p" else [])
             units.append(wrap(f"k{i}{kind}", source, header,
                               [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32"), ("tmap", "uint64")], outputs,
