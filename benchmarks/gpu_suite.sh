@@ -15,7 +15,8 @@
 #                                   exemplars, Mamba; attention = every library attention / decode configuration
 #                                   against fp32; families = every CUDA template family's renderings through the
 #                                   harness; options = the families' options (tensor cores, block floor, constants,
-#                                   holdout workloads), tile images, the cluster decode; all (the default) = the four
+#                                   holdout workloads), the prefill options outside the dispatch (_wt, _sn, _m1)
+#                                   against fp32, tile images, the cluster decode; all (the default) = the four
 #                                   side by side, a log each ($OUT/gpu-tests-GROUP.log)
 #   prefill                         check-prefill against fp32, then `ksearch bench attention --full`
 #   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios

@@ -42,6 +42,24 @@ def test_every_library_configuration_matches_fp32(cuda_backend, kind, tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
 
+# Options compiled and modelled on the CPU but not in the dispatch: each warpgroup its own tiles, persistent items in
+# snake order, one pair of tensor maps a launch (docs/kernels-attention.md).
+PREFILL_OPTIONS = ["ws3_n64_s4_p4_tmas_cr_wt", "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn", "ws2_n128_s3_p4_tmas_pst_sn",
+                   "ws3_n64_s4_p4_tmas_cr_m1"]
+
+
+def test_the_prefill_options_outside_the_dispatch_match_fp32(cuda_backend, tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT / "src"),
+           "KS_CHECK_CONFIGS": ",".join(PREFILL_OPTIONS)}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "attention_gpu.py"), "check-prefill"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    from ksearch.kernels.attention.wgmma_ws import parse_config
+
+    for name in PREFILL_OPTIONS:  # each was checked, not filtered out (the check prints the configuration's repr)
+        assert f"prefill {parse_config(name)!r} " in proc.stdout, name
+
+
 def _samples():
     out = []
     for fam in attn_t.FAMILIES + dec_t.FAMILIES:
