@@ -1,6 +1,7 @@
 """Each consumer warpgroup only the tiles its own rows need (`_wt`): named and refused where it cannot apply, its
 hand-over run on a model of the stages' mbarriers under random interleavings (with the two ways of getting it wrong
-shown to fail there), the kernel text in that order, the tile counts, and the kernels compiled for sm_90a."""
+shown to fail there), the kernel text in that order, the kernel's own tile count against the tiles its rows see, the
+tile counts of the estimate, and the kernels compiled for sm_90a."""
 
 from __future__ import annotations
 
@@ -220,3 +221,41 @@ def test_it_compiles_for_sm_90a_without_spills() -> None:
     assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
     spills = [k.spill_store_bytes for k in parse_ptxas(log)]
     assert len(spills) == 2 and max(spills) == 0, log[-3000:]
+
+
+def kernel_ctiles() -> str:
+    """The kernel text's tile count for a warpgroup, as a Python expression of m0, wg, L, S, shift, ntiles, BN and
+    CAUSAL (the lane-0 broadcast of wg taken as wg)."""
+    text = WS.source_text(WS.parse_config("ws3_n64_s4_p4_tmas_cr_wt"))
+    wrow = text[text.index("const int wrow = ") + len("const int wrow = "):]
+    wrow = wrow[:wrow.index(";")].replace("__shfl_sync(0xffffffffu, wg, 0)", "wg")
+    count = text[text.index("const int ctiles = ") + len("const int ctiles = "):]
+    count = count[:count.index(";")].replace("wrow", f"({wrow})")
+    # C's `a ? b : c ? d : e` and integer division, in Python
+    cond, rest = count.split(" ? ", 1)
+    one, rest = rest.split(" : ", 1)
+    cond2, rest = rest.split(" ? ", 1)
+    causal_count, plain = rest.rsplit(" : ", 1)
+    py = f"({one}) if ({cond}) else (({causal_count}) if ({cond2}) else ({plain}))"
+    return py.replace(" / ", " // ")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_kernels_count_is_every_tile_with_a_key_its_rows_see_and_no_more(causal: bool) -> None:
+    expr = kernel_ctiles()
+    wg_count, bn = 3, 64
+    for length in (64, 192, 256, 576, 1216, 2240):
+        for keys in ([length, length + 64, length + 320] if causal else [length, 128, 4096]):
+            shift = keys - length
+            for m0 in range(0, length, 64 * wg_count):
+                n_end = min(keys, m0 + 64 * wg_count + shift) if causal else keys
+                ntiles = -(-n_end // bn)
+                for wg in range(wg_count):
+                    env = {"m0": m0, "wg": wg, "L": length, "S": keys, "shift": shift, "ntiles": ntiles, "BN": bn,
+                           "CAUSAL": causal, "min": min}
+                    got = eval(expr, env)  # noqa: S307 - the kernel's own formula
+                    rows = range(m0 + 64 * wg, min(length, m0 + 64 * wg + 64))
+                    seen = [t for t in range(ntiles) if any(  # a tile with a key some row of the warpgroup sees
+                        min(keys, r + shift + 1 if causal else keys) > t * bn for r in rows)]
+                    assert got == (len(seen) if rows else 1), (length, keys, m0, wg, got, len(seen))
+                    assert seen == list(range(len(seen)))  # the tiles it needs are the first ones
