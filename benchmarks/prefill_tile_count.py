@@ -5,10 +5,12 @@ one tile), from the same arithmetic as the kernels' BLOCK_COORDS and `_wt`'s `ct
 persistent blocks share the work items in the plain order (block b takes items b, b + G, b + 2G, ...) and in snake
 order (`_sn`, wgmma_ws_text.snake_order): the busiest block's load over the mean, an item costing its tiles plus
 --start tiles (the item traces measured 2.6-3.1 beyond the loop with persistent blocks), G = min(items, --sms).
+With --metal, the same count for the Metal simdgroup prefill (metal_simdgroup.py), whose simdgroups of 8 rows each
+multiply every 8-key column of the block's key blocks: in simdgroup-columns (one simdgroup's S and P V on 8 keys).
 No GPU needed.
 
     python benchmarks/prefill_tile_count.py [CONFIG...] [--lengths 2048,4096,8192] [--schedule] [--batches 1,4]
-                                            [--heads 32] [--sms 132] [--start 3] [--json OUT.json]
+                                            [--heads 32] [--sms 132] [--start 3] [--metal] [--json OUT.json]
 
 CONFIG: wgmma configuration names (default: the dispatch's `WIDE`, `WIDE_PERSIST` and `TALL`); L = S.
 """
@@ -21,6 +23,7 @@ import sys
 from typing import Any
 
 from ksearch.kernels.attention import TALL, WIDE, WIDE_PERSIST
+from ksearch.kernels.attention.metal_simdgroup import BQ, block_keys
 from ksearch.kernels.attention.wgmma_ws import config_name, parse_config
 
 
@@ -40,6 +43,32 @@ def tile_products(length: int, keys: int, causal: bool, wg: int, bn: int) -> tup
             else:
                 own += min(ntiles, -(-min(keys, row + 64 + shift) // bn)) if causal else ntiles
     return visited, own
+
+
+def metal_column_products(length: int, keys: int, causal: bool, bk: int) -> tuple[int, int]:
+    """(simdgroup-columns the Metal simdgroup kernel runs, those holding a key its rows see) for one (batch, query
+    head): blocks of BQ rows, simdgroups of 8, key blocks of `bk` rows up to the block's last visible key (`kend`)."""
+    shift = keys - length
+    visited = own = 0
+    for q0 in range(0, length, BQ):
+        columns = -(-(min(keys, q0 + BQ + shift) if causal else keys) // bk) * (bk // 8)
+        for row in range(q0, q0 + BQ, 8):
+            visited += columns
+            if row < length:  # a simdgroup past L needs nothing
+                own += -(-(min(keys, row + 8 + shift) if causal else keys) // 8)
+    return visited, own
+
+
+def metal_rows(lengths: list[int]) -> list[dict[str, Any]]:
+    out = []
+    for d in (64, 128):
+        bk = block_keys(d)
+        for causal in (False, True):
+            for length in lengths:
+                visited, own = metal_column_products(length, length, causal, bk)
+                out.append({"config": f"metal_simdgroup_d{d}_bk{bk}", "L": length, "S": length, "causal": causal,
+                            "tiles_visited": visited, "tiles_needed": own, "saved_share": round(1 - own / visited, 4)})
+    return out
 
 
 def item_tiles(length: int, keys: int, causal: bool, bm: int, bn: int, heads: int) -> list[int]:
@@ -100,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", type=int, default=32, help="with --schedule: query heads")
     ap.add_argument("--sms", type=int, default=132, help="with --schedule: multiprocessors (the H200's 132)")
     ap.add_argument("--start", type=float, default=3.0, help="with --schedule: an item's start and end, in tiles")
+    ap.add_argument("--metal", action="store_true", help="the Metal simdgroup prefill's 8-key columns instead")
     ap.add_argument("--json", help="write the rows here as JSON")
     args = ap.parse_args(argv)
     try:
@@ -111,10 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("--batches, --heads and --sms take positive whole numbers, --start a number of tiles >= 0")
     if not lengths or any(n <= 0 or n % 64 for n in lengths):
         sys.exit(f"--lengths {args.lengths!r}: each a positive multiple of 64 (the kernels' warpgroup rows)")
+    if args.metal and (args.schedule or args.configs):
+        sys.exit("--metal counts the one Metal simdgroup kernel: give it without CONFIG names or --schedule")
     names = args.configs or [config_name(c) for c in (WIDE, WIDE_PERSIST, TALL)]
     try:
         table = (schedule_rows(names, lengths, batches, args.heads, args.sms, args.start) if args.schedule
-                 else rows(names, lengths))
+                 else metal_rows(lengths) if args.metal else rows(names, lengths))
     except ValueError as exc:
         sys.exit(str(exc))
     if args.schedule:
@@ -124,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['plain_busiest_over_mean']:.3f} snake {r['snake_busiest_over_mean']:.3f}")
         table_name = "prefill-item-schedule"
     else:
-        table_name = "prefill-tile-count"
+        table_name = "prefill-metal-column-count" if args.metal else "prefill-tile-count"
     for r in table if not args.schedule else []:
         print(f"{r['config']:40s} L=S={r['L']:6d} {'causal' if r['causal'] else 'full  '} "
               f"{r['tiles_visited']:7d} visited {r['tiles_needed']:7d} needed  {100 * r['saved_share']:5.1f}% saved")

@@ -259,3 +259,34 @@ def test_the_kernels_count_is_every_tile_with_a_key_its_rows_see_and_no_more(cau
                         min(keys, r + shift + 1 if causal else keys) > t * bn for r in rows)]
                     assert got == (len(seen) if rows else 1), (length, keys, m0, wg, got, len(seen))
                     assert seen == list(range(len(seen)))  # the tiles it needs are the first ones
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("length", "keys", "bk"), [(96, 96, 16), (64, 160, 32), (256, 256, 16), (40, 72, 32)])
+def test_the_metal_column_count_is_every_column_with_a_key_its_simdgroups_rows_see(
+        causal: bool, length: int, keys: int, bk: int) -> None:
+    """The Metal simdgroup prefill's counterpart: its key blocks end at the block's last visible key (`kend` in the
+    kernel text), each simdgroup of 8 rows multiplies every 8-key column of them; the count of columns needed, by
+    brute force over rows and keys, with S > L and a partial last block."""
+    from ksearch.kernels.attention import metal_simdgroup as MS
+    assert "const int kend = CAUSAL ? min(S, q0 + BQ + off) : S;" in MS.SOURCE
+    assert "for (int k0 = 0; k0 < kend; k0 += BK)" in MS.SOURCE and "constexpr int BQ = 32;" in MS.SOURCE
+    shift, visited, needed = keys - length, 0, 0
+    for q0 in range(0, length, MS.BQ):
+        kend = min(keys, q0 + MS.BQ + shift) if causal else keys
+        for row0 in range(q0, q0 + MS.BQ, 8):
+            for col in range(0, -(-kend // bk) * bk, 8):
+                visited += 1
+                needed += any(j < keys and (not causal or j <= i + shift)
+                              for i in range(row0, min(row0 + 8, length)) for j in range(col, col + 8))
+    assert TILES.metal_column_products(length, keys, causal, bk) == (visited, needed)
+
+
+def test_the_metal_count_is_a_small_share_and_refuses_wgmma_names(capsys: pytest.CaptureFixture[str]) -> None:
+    # with the mask at L=4096: 0.6% of the columns hold no key a simdgroup's rows see; without it none
+    assert TILES.metal_column_products(4096, 4096, True, 16) == (132096, 131328)
+    assert TILES.main(["--metal", "--lengths", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert "metal_simdgroup_d128_bk16" in out and "0.6% saved" in out and "0.0% saved" in out
+    with pytest.raises(SystemExit, match="without CONFIG names"):
+        TILES.main(["--metal", "ws3_n64_s4_p4_tmas_cr"])
