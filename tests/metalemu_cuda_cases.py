@@ -360,11 +360,11 @@ def judge_task(task_name: str, run: Callable[..., Any], tier: str = "gpu", workl
 
 def library_kernel_caches() -> list[Any]:
     """The cached kernel objects of ksearch.kernels' Metal modules (rebuilt after mx.fast.metal_kernel changes)."""
-    from ksearch.kernels.attention import metal_rows, metal_simdgroup
+    from ksearch.kernels.attention import metal_fragments, metal_rows, metal_simdgroup
     from ksearch.kernels.decode import metal_split_k
     from ksearch.kernels.selective_scan import metal as scan_metal
 
-    return [metal_simdgroup._kernel, metal_rows._prefill_kernel, metal_split_k._decode_kernels, scan_metal.scan_kernel,
+    return [metal_simdgroup._kernel, metal_fragments._kernel, metal_rows._prefill_kernel, metal_split_k._decode_kernels, scan_metal.scan_kernel,
             scan_metal.conv_kernel, scan_metal.step_kernel]
 
 

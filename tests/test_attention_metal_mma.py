@@ -7,7 +7,7 @@ import pytest
 from recorded_kernels import Calls, Made, record_kernels
 
 from ksearch.kernels import device
-from ksearch.kernels.attention import metal_rows, metal_simdgroup
+from ksearch.kernels.attention import metal_fragments, metal_rows, metal_simdgroup
 from ksearch.kernels.decode import metal_split_k
 from ksearch.kernels.kernel_text import compact
 from ksearch.knowledge.extract import KernelUse, TemplateArg
@@ -44,6 +44,31 @@ def test_a_broken_simdgroup_call_is_caught() -> None:
     k = _mma(64, False)
     k.source = bad
     assert check_kernels([k])
+
+
+def _fragments(d: int, causal: bool, crescale: bool, bk: int) -> KernelUse:
+    return _use(f"fragments_d{d}_{int(causal)}{int(crescale)}_{bk}", metal_fragments.SOURCE, ["q", "k", "v"], ["o"],
+                [TemplateArg("T", "dtype", "float16"), TemplateArg("D", "int", d), TemplateArg("BK", "int", bk),
+                 TemplateArg("CAUSAL", "bool", causal), TemplateArg("CRESCALE", "bool", crescale)])
+
+
+@needs_clang
+def test_the_fragment_prefill_passes_clang_at_every_configuration() -> None:
+    kernels = [_fragments(d, c, r, bk) for d in (64, 128) for c in (False, True) for r in (True, False)
+               for bk in {metal_fragments.block_keys(d), 16}]
+    errors = check_kernels(kernels)
+    assert errors == [], [str(e) for e in errors or []]
+    # within Apple's 32 KB of threadgroup memory at its block sizes
+    assert all(metal_fragments.tg_bytes(d, metal_fragments.block_keys(d)) <= 24 * 1024 for d in (64, 128))
+
+
+@needs_clang
+def test_a_fragment_element_of_the_wrong_type_is_caught() -> None:
+    # The check must be able to fail there too: P's fragment elements are half; a pointer is no element.
+    k = _fragments(128, True, True, 32)
+    k.source = metal_fragments.SOURCE.replace("pf[j].thread_elements()[0] = T(p0);",
+                                              "pf[j].thread_elements()[0] = &p0;", 1)
+    assert k.source != metal_fragments.SOURCE and check_kernels([k])
 
 
 @needs_clang
@@ -93,9 +118,14 @@ def test_flash_simdgroup_family_sizes_match_the_threadgroup_limit() -> None:
     from ksearch.policy.templates import attention_metal_flash as F
 
     assert F.tg_bytes(128, metal_simdgroup.block_keys(128)) <= F.METAL_TG_BYTES  # the library's own choice
-    assert F.tg_bytes(128, 32) > F.METAL_TG_BYTES and F.tg_bytes(64, 64) > F.METAL_TG_BYTES  # why they are left out
+    # why the longer blocks are left out with S and P in threadgroup memory, and fit with them in registers
+    assert F.tg_bytes(128, 32) > F.METAL_TG_BYTES and F.tg_bytes(64, 64) > F.METAL_TG_BYTES
+    assert F.tg_bytes(128, 32, "registers") <= F.METAL_TG_BYTES and F.tg_bytes(64, 64, "registers") <= F.METAL_TG_BYTES
     params = F.FLASH_SIMDGROUP.all_params()
-    assert len(params) == 24 and params[0] == {"bk128": 16, "bk64": 32, "crescale": True, "constants": False}
+    assert params[0] == {"bk128": 16, "bk64": 32, "crescale": True, "constants": False, "softmax": "threadgroup"}
+    by_softmax = {kind: [p for p in params if p["softmax"] == kind] for kind in ("threadgroup", "registers")}
+    assert len(by_softmax["threadgroup"]) == 24 and len(by_softmax["registers"]) == 48
+    assert not any(p["bk128"] == 32 or p["bk64"] == 64 for p in by_softmax["threadgroup"])
 
 
 @needs_clang
@@ -113,6 +143,8 @@ def test_flash_simdgroup_renderings_pass_clang_and_a_broken_one_does_not(monkeyp
         else:
             assert f'("BK", {p["bk64"]})' in src and f'("BK", {p["bk128"]})' in src
             assert src.count(f'("CRESCALE", {p["crescale"]})') == 2
+        kernel = metal_fragments.SOURCE if p["softmax"] == "registers" else metal_simdgroup.SOURCE
+        assert repr(kernel) in src
         assert [str(d) for d in check_metal_candidate(src, task) if d.severity == "error"] == []
     bad = metal_simdgroup.SOURCE.replace("simdgroup_float8x8 s =", "simdgroup_matrix<int, 8, 8> s =", 1)
     monkeypatch.setattr(metal_simdgroup, "SOURCE", bad)

@@ -13,7 +13,7 @@ import pytest
 from recorded_kernels import Calls, Made, record_kernels
 
 from ksearch.backends.detect import clang_path
-from ksearch.kernels.attention import metal_rows, metal_simdgroup
+from ksearch.kernels.attention import metal_fragments, metal_rows, metal_simdgroup
 from ksearch.kernels.decode import metal_split_k
 from ksearch.kernels.kernel_text import compact, metal_constant_lines
 from ksearch.policy.templates import attention as attn_t
@@ -121,3 +121,28 @@ def test_the_prefill_familys_constants_rendering_matches_mlx_on_the_emulation(em
     q, k, v = _rand((1, 2, 40, 64), dt, 4), _rand((1, 1, 48, 64), dt, 5), _rand((1, 1, 48, 64), dt, 6)
     got = np.array(ns["run"](q, k, v, True).astype(mx.float32))
     np.testing.assert_allclose(got, _reference(q, k, v, True), atol=2e-2, rtol=2e-2)
+
+
+REGISTERS = {**FLASH.default(), "softmax": "registers", "bk128": 32, "bk64": 64}
+
+
+def test_the_prefill_familys_register_softmax_carries_its_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert FLASH.valid(REGISTERS)
+    ns, made, calls = _recorded(FLASH, {**REGISTERS, "constants": True}, monkeypatch)
+    q, k = mx.zeros((1, 4, 64, 128), dtype=mx.float16), mx.zeros((1, 2, 64, 128), dtype=mx.float16)
+    ns["run"](q, k, k, True)
+    assert [compact(m["source"]) for m in made] == [compact(metal_fragments.SOURCE)] and len(calls) == 1
+    assert made[0]["header"] == metal_constant_lines([("T", mx.float16), ("D", 128), ("BK", 32), ("CAUSAL", True),
+                                                      ("CRESCALE", metal_simdgroup.CRESCALE)])
+
+
+@pytest.mark.parametrize("constants", [False, True], ids=["template", "constants"])
+def test_the_prefill_familys_register_softmax_matches_mlx_on_the_emulation(emulated: Any, constants: bool) -> None:
+    """`softmax: registers` renders metal_fragments' kernel at its longer blocks, its template arguments passed or
+    carried as constants, and computes MLX's attention (GQA, causal, blocks that do not divide the lengths)."""
+    ns = _module(FLASH, {**REGISTERS, "constants": constants})
+    for d in (64, 128):
+        q, k, v = _rand((1, 4, 40, d), mx.float16, 7), _rand((1, 2, 72, d), mx.float16, 8), _rand((1, 2, 72, d),
+                                                                                                mx.float16, 9)
+        got = np.array(ns["run"](q, k, v, True).astype(mx.float32))
+        np.testing.assert_allclose(got, _reference(q, k, v, True), atol=2e-2, rtol=2e-2)

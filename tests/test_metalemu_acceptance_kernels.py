@@ -21,12 +21,12 @@ pytestmark = pytest.mark.skipif(clang_path() is None, reason="clang++ not instal
 
 
 def _kernel_caches() -> list[object]:
-    from ksearch.kernels.attention import metal_rows, metal_simdgroup
+    from ksearch.kernels.attention import metal_fragments, metal_rows, metal_simdgroup
     from ksearch.kernels.decode import metal_split_k
     from ksearch.kernels.selective_scan import metal
 
-    return [metal_rows._prefill_kernel, metal_simdgroup._kernel, metal_split_k._decode_kernels, metal.scan_kernel,
-            metal.conv_kernel, metal.step_kernel]
+    return [metal_rows._prefill_kernel, metal_simdgroup._kernel, metal_fragments._kernel, metal_split_k._decode_kernels,
+            metal.scan_kernel, metal.conv_kernel, metal.step_kernel]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -129,6 +129,57 @@ def test_simdgroup_prefill_rescales_only_where_a_row_grew(causal: bool) -> None:
     want = _sdpa(q, k, v, causal)
     for crescale in (True, False):
         _close(attention_metal_mma(q, k, v, causal, crescale=crescale), want, 2e-2, 2e-2)
+
+
+@pytest.mark.parametrize("d,causal,length,keys,bk", [
+    (64, True, 37, 45, None), (128, False, 37, 45, None), (128, True, 101, 107, None), (64, False, 70, 70, 16),
+    (128, True, 64, 64, 16),
+], ids=["d64-causal-gqa", "d128", "d128-causal-s-past-l", "d64-bk16", "d128-causal-bk16"])
+def test_fragment_prefill_matches_mlx(d: int, causal: bool, length: int, keys: int, bk: int | None) -> None:
+    """The softmax on each lane's own fragment elements (metal_fragments.py): GQA (4 query heads on 2), two batches,
+    blocks and key blocks that do not divide the lengths, S > L with the mask, both rescale rules."""
+    from ksearch.kernels.attention.metal_fragments import attention_metal_fragments
+
+    q = _rand((2, 4, length, d), mx.float16, 11)
+    k, v = _rand((2, 2, keys, d), mx.float16, 12), _rand((2, 2, keys, d), mx.float16, 13)
+    want = _sdpa(q, k, v, causal)
+    for crescale in (True, False):
+        out = attention_metal_fragments(q, k, v, causal, crescale=crescale, bk=bk)
+        assert out.dtype == mx.float16 and out.shape == q.shape
+        _close(out, want, 2e-2, 2e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fragment_prefill_rescales_only_where_a_row_grew(causal: bool) -> None:
+    """Rising scores at the fragment kernel's 32-key blocks: blocks where a simdgroup's rows all kept their maximum
+    and blocks where one grew it occur, and both rescale rules match MLX's attention."""
+    from ksearch.bench.attention import prefill_inputs
+    from ksearch.kernels.attention.metal_fragments import attention_metal_fragments, block_keys
+
+    q, k, v = prefill_inputs((1, 4, 40, 128), (1, 2, 160, 128), mx.float16, "rising")
+    kept, grew = _kept_and_rescaled(q, k, block_keys(128), causal)
+    assert kept > 0 and grew > 0, (kept, grew)
+    want = _sdpa(q, k, v, causal)
+    for crescale in (True, False):
+        _close(attention_metal_fragments(q, k, v, causal, crescale=crescale), want, 2e-2, 2e-2)
+
+
+def test_fragment_prefill_with_another_lane_layout_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulation holds the kernel to Apple's fragment layout: combining a row's lanes 2 apart instead of 8 apart
+    (lanes that hold other rows) gives wrong rows; a block size that is no multiple of 8 is refused in one line."""
+    from ksearch.kernels.attention import metal_fragments as MF
+
+    bad = MF.SOURCE.replace("ushort(8)", "ushort(2)")
+    assert bad.count("ushort(2)") == 2
+    monkeypatch.setattr(MF, "SOURCE", bad)
+    MF._kernel.cache_clear()
+    q, k, v = _rand((1, 2, 24, 64), mx.float16, 21), _rand((1, 2, 24, 64), mx.float16, 22), _rand((1, 2, 24, 64),
+                                                                                                mx.float16, 23)
+    with pytest.raises(AssertionError):
+        _close(MF.attention_metal_fragments(q, k, v, True), _sdpa(q, k, v, True), 2e-2, 2e-2)
+    MF._kernel.cache_clear()
+    with pytest.raises(ValueError, match="multiple of 8"):
+        MF.attention_metal_fragments(q, k, v, True, bk=12)
 
 
 @pytest.mark.parametrize("dtype,d,length", [(mx.float16, 128, 300), (mx.float32, 64, 1000)])

@@ -78,7 +78,7 @@ def test_the_sources_are_all_found() -> None:
     origins = {o.split(":")[0] for o, _ in KERNELS}
     assert {"exemplar", "template"} <= origins
     names = {k.name for _, k in KERNELS}
-    for expected in ("ks_attention_simdgroup_mma", "ks_attention_rows", "ks_decode_split", "ks_decode_merge",
+    for expected in ("ks_attention_simdgroup_mma", "ks_attention_fragments", "ks_attention_rows", "ks_decode_split", "ks_decode_merge",
                      "ksearch_selective_scan_chunked", "ksearch_causal_conv_silu", "ksearch_mamba_step",
                      "softmax_naive", "rmsnorm_naive", "attention_naive", "gqa_decode_naive", "selective_scan_naive",
                      "ssu_naive_conv", "ssu_naive_ssm"):

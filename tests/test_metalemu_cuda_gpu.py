@@ -73,6 +73,17 @@ def test_library_attention_kernels(via_cuda) -> None:
     judge_task("attention", attention_metal, workloads=1)  # the row kernel on float16 too
 
 
+def test_library_attention_with_the_softmax_in_registers(via_cuda) -> None:
+    from ksearch.kernels.attention.metal_fragments import attention_metal_fragments
+    from ksearch.kernels.attention.metal_simdgroup import supports
+
+    def run(q, k, v, causal):
+        assert supports(q, k, v, causal)
+        return attention_metal_fragments(q, k, v, causal)
+
+    judge_task("attention", run, workloads=2)  # the float16 search workloads, with and without the mask
+
+
 def test_library_split_k_decode(via_cuda) -> None:
     from ksearch.kernels.decode.metal_split_k import decode_metal
 

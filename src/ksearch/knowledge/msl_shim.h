@@ -226,7 +226,9 @@ template <class T, int C, int R> struct simdgroup_matrix {
                 "simdgroup_matrix element type must be half, float or bfloat");
   simdgroup_matrix() = default;
   explicit simdgroup_matrix(T diagonal);
-  vec<T, 2> thread_elements() const;
+  // a reference, as Metal's: MLX's steel kernels assign through it (`m.thread_elements()[0] = x`)
+  vec<T, 2>& thread_elements();
+  const vec<T, 2>& thread_elements() const;
 };
 typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;

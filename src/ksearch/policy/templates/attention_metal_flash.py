@@ -6,26 +6,31 @@ The parameters are the key rows staged per block at each head dim (BK): threadgr
 (BK x D each), S (32 x BK, fp32) and P (32 x BK), and must stay within 32 KB, so D=128 takes 16 or 8, D=64 32, 16 or 8.
 A larger block halves the barriers per key and the softmax passes; a smaller one may let two threadgroups share a
 core. `crescale`: rows keep their maximum while it grows by at most 2^8, and a simdgroup whose rows all kept skips
-the diagonal product that rescales O (the library's default; the Hopper kernels' `_cr`). Not yet measured on Apple
-hardware: every rendering passes clang with the project's MSL shim
-(tests/test_attention_templates.py), and two of them run correctly on the Metal emulation (backend mlx-metal-emu,
-tests/test_metalemu_acceptance_eval.py).
+the diagonal product that rescales O (the library's default; the Hopper kernels' `_cr`). `softmax`: "threadgroup"
+(the library's kernel: S and P through threadgroup memory, no fragment layout relied on) or "registers"
+(ksearch.kernels.attention.metal_fragments: each lane's own fragment elements in the layout MLX's steel kernels rely
+on, P kept in registers as the Hopper kernels keep it; Q, K and V alone in threadgroup memory, so blocks of 32 keys at
+D=128 and 64 at D=64 fit). Not yet measured on Apple hardware: every rendering passes clang with the project's MSL
+shim (tests/test_attention_templates.py), and renderings of both kinds run correctly on the Metal emulation (backend
+mlx-metal-emu, tests/test_metalemu_acceptance_eval.py, tests/test_metal_family_constants.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ksearch.kernels.attention import metal_rows, metal_simdgroup
+from ksearch.kernels.attention import metal_fragments, metal_rows, metal_simdgroup
 from ksearch.policy.templates.base import METAL_CONSTANT_KERNELS, TemplateFamily
 
 # Threadgroup memory a Metal threadgroup may take (Apple GPUs: 32 KB).
 METAL_TG_BYTES = 32 * 1024
 
 
-def tg_bytes(d: int, bk: int) -> int:
+def tg_bytes(d: int, bk: int, softmax: str = "threadgroup") -> int:
     """Threadgroup memory of the simdgroup kernel (its SOURCE's arrays): Q, K, V and P as half, S and the 8x8 scratch
-    tiles as float, two float rows of softmax state."""
+    tiles as float, two float rows of softmax state; with the softmax in registers Q, K and V alone."""
+    if softmax == "registers":
+        return metal_fragments.tg_bytes(d, bk)
     bq = metal_simdgroup.BQ
     return 2 * (bq * d + 2 * bk * d + bq * bk) + 4 * (bq * bk + 2 * 4 * 64 + 2 * bq)
 
@@ -37,6 +42,11 @@ def render_flash_simdgroup(p: dict[str, Any]) -> str:
     bq, nt = metal_simdgroup.BQ, metal_simdgroup.NT
     rnt, rbn = metal_rows.PREFILL_NT, metal_rows.PREFILL_BN
     constants = bool(p.get("constants"))
+    registers = p.get("softmax", "threadgroup") == "registers"
+    mma_name = "attention_fragments" if registers else "attention_simdgroup"
+    mma_source = metal_fragments.SOURCE if registers else metal_simdgroup.SOURCE
+    softmax_line = (" on each lane's own fragment elements, P kept in registers" if registers
+                    else " through threadgroup memory, rows rescaled by a diagonal product")
     mma_t = {d: "" if constants else f'''
                         template=[("T", f16), ("D", {d}), ("BK", {p[f"bk{d}"]}), ("CAUSAL", bool(causal)),
                                   ("CRESCALE", {bool(p["crescale"])})],''' for d in (64, 128)}
@@ -57,7 +67,7 @@ def _kernel(kind, dtype, d, causal):
     kern = _MADE.get(key)
     if kern is None:
         if kind == "mma":
-            kern = _make("attention_simdgroup", MMA_SOURCE, ["q", "k", "v"], ["o"],
+            kern = _make("{mma_name}", MMA_SOURCE, ["q", "k", "v"], ["o"],
                          (("T", dtype), ("D", d), ("BK", {p["bk64"]} if d == 64 else {p["bk128"]}), ("CAUSAL", causal),
                           ("CRESCALE", {bool(p["crescale"])})))
         else:
@@ -66,18 +76,18 @@ def _kernel(kind, dtype, d, causal):
         _MADE[key] = kern
     return kern'''
     else:
-        kernels = '''_mma = mx.fast.metal_kernel(name="attention_simdgroup", input_names=["q", "k", "v"], output_names=["o"],
+        kernels = f'''_mma = mx.fast.metal_kernel(name="{mma_name}", input_names=["q", "k", "v"], output_names=["o"],
                             source=MMA_SOURCE)
 _rows = mx.fast.metal_kernel(name="attention_rows", input_names=["q", "k", "v"], output_names=["o"], source=ROW_SOURCE)'''
     return f'''# attention.metal.flash_simdgroup {p}
 # FlashAttention-2 on simdgroup_matrix (8x8 matrix units): 4 simdgroups x 8 query rows a threadgroup, K / V blocks of
 # {p["bk128"]} (D=128) or {p["bk64"]} (D=64) rows in threadgroup memory, S = Q K^T with K loaded transposed, online softmax in
-# exp2, rows rescaled by a diagonal product, O += P V, causal block skipping, GQA. float16 only; the row kernel
+# exp2{softmax_line}, O += P V, causal block skipping, GQA. float16 only; the row kernel
 # otherwise.{" The rescale only where a row's maximum grew past 2^8." if p["crescale"] else ""} Not yet measured on Apple
 # hardware.
 import mlx.core as mx
 
-MMA_SOURCE = {metal_simdgroup.SOURCE!r}
+MMA_SOURCE = {mma_source!r}
 ROW_SOURCE = {metal_rows.PREFILL_SOURCE!r}
 {kernels}
 
@@ -97,8 +107,10 @@ FLASH_SIMDGROUP = TemplateFamily(
     id="attention.metal.flash_simdgroup", tasks=("attention",), backends=("mlx-metal",),
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "k_transposition",
               "causal_block_skipping", "gqa_head_grouping"),
-    # The first choices are the library's (metal_simdgroup.block_keys, metal_simdgroup.CRESCALE).
-    params={"bk128": (16, 8), "bk64": (32, 16, 8), "crescale": (True, False), "constants": (False, True)},
+    # The first choices are the library's (metal_simdgroup.block_keys, metal_simdgroup.CRESCALE); the longer blocks
+    # (32 keys at D=128, 64 at D=64: metal_fragments.block_keys) fit only with the softmax in registers.
+    params={"bk128": (16, 8, 32), "bk64": (32, 16, 8, 64), "crescale": (True, False), "constants": (False, True),
+            "softmax": ("threadgroup", "registers")},
     render=render_flash_simdgroup,
-    valid=lambda p: tg_bytes(128, p["bk128"]) <= METAL_TG_BYTES and tg_bytes(64, p["bk64"]) <= METAL_TG_BYTES,
+    valid=lambda p: all(tg_bytes(d, p[f"bk{d}"], p.get("softmax", "threadgroup")) <= METAL_TG_BYTES for d in (64, 128)),
     description="FlashAttention-2 on simdgroup_matrix (opt-in; not yet measured on Apple hardware)")
