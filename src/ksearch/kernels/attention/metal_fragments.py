@@ -8,8 +8,9 @@ fragment that `thread_elements()` gives it, in the layout MLX's own steel kernel
 (l / 4 & 4) + (l / 2) % 4, columns (l / 4 & 2) * 2 + (l % 2) * 2 and the next; the Metal emulation implements the
 same): the row's maximum and sum take two `simd_shuffle_xor` steps (lanes 1 and 8 apart share a row), P becomes a
 half fragment in registers, O's rescale is two multiplies a fragment, and O is stored from registers. Q is held as
-fragments for the whole block. With S and P out of threadgroup memory a block of K / V can be twice as long within
-the 32 KB (32 keys at D=128, 64 at D=64): half the barriers a key.
+fragments for the whole block, and Q, K and V move 8 bytes a lane (the simdgroup kernel moves one element). With S
+and P out of threadgroup memory a block of K / V can be twice as long within the 32 KB (32 keys at D=128, 64 at
+D=64): half the barriers a key.
 
 OPT-IN and NOT MEASURED on Apple hardware: `attention_metal_fragments` and the template family's `softmax` knob
 (policy/templates/attention_metal_flash.py) run it; the library's dispatch keeps the simdgroup kernel, which depends
@@ -55,10 +56,17 @@ SOURCE = r"""
     threadgroup T Ks[BK * D];
     threadgroup T Vs[BK * D];
 
+    // Q, K and V move 8 bytes a lane (four halves, MSL's widest vector), not one element
+    constexpr int C4 = D / 4;
     const float qscale = 1.4426950408889634f * rsqrt(float(D));
-    for (uint i = tid; i < uint(BQ * D); i += NSG * 32) {
-        const int r = int(i) / D, c = int(i) % D;
-        Qs[i] = (q0 + r < L) ? T(float(qp[size_t(q0 + r) * D + c]) * qscale) : T(0.0f);
+    for (uint i = tid; i < uint(BQ * C4); i += NSG * 32) {
+        const int r = int(i) / C4, c = (int(i) % C4) * 4;
+        vec<T, 4> x = T(0.0f);
+        if (q0 + r < L) x = *((const device vec<T, 4>*)(qp + size_t(q0 + r) * D + c));
+        vec<T, 4> y;
+        y.x = T(float(x.x) * qscale); y.y = T(float(x.y) * qscale);
+        y.z = T(float(x.z) * qscale); y.w = T(float(x.w) * qscale);
+        *((threadgroup vec<T, 4>*)(Qs + r * D + c)) = y;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     simdgroup_matrix<T, 8, 8> qf[DT];
@@ -69,11 +77,17 @@ SOURCE = r"""
     const int kend = CAUSAL ? min(S, q0 + BQ + off) : S;
 
     for (int k0 = 0; k0 < kend; k0 += BK) {
-        for (uint i = tid; i < uint(BK * D); i += NSG * 32) {
-            const int r = int(i) / D, c = int(i) % D;
+        for (uint i = tid; i < uint(BK * C4); i += NSG * 32) {
+            const int r = int(i) / C4, c = (int(i) % C4) * 4;
             const bool ok = k0 + r < S;
-            Ks[i] = ok ? kp[size_t(k0 + r) * D + c] : T(0.0f);
-            Vs[i] = ok ? vp[size_t(k0 + r) * D + c] : T(0.0f);
+            const size_t g = size_t(k0 + r) * D + c;
+            vec<T, 4> kx = T(0.0f), vx = T(0.0f);
+            if (ok) {
+                kx = *((const device vec<T, 4>*)(kp + g));
+                vx = *((const device vec<T, 4>*)(vp + g));
+            }
+            *((threadgroup vec<T, 4>*)(Ks + r * D + c)) = kx;
+            *((threadgroup vec<T, 4>*)(Vs + r * D + c)) = vx;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
 
