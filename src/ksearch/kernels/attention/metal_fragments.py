@@ -8,9 +8,8 @@ fragment that `thread_elements()` gives it, in the layout MLX's own steel kernel
 (l / 4 & 4) + (l / 2) % 4, columns (l / 4 & 2) * 2 + (l % 2) * 2 and the next; the Metal emulation implements the
 same): the row's maximum and sum take two `simd_shuffle_xor` steps (lanes 1 and 8 apart share a row), P becomes a
 half fragment in registers, O's rescale is two multiplies a fragment, and O is stored from registers. Q is held as
-fragments for the whole block, and Q, K and V move 8 bytes a lane (the simdgroup kernel moves one element). With S
-and P out of threadgroup memory a block of K / V can be twice as long within the 32 KB (32 keys at D=128, 64 at
-D=64): half the barriers a key.
+fragments for the whole block. With S and P out of threadgroup memory a block of K / V can be twice as long within
+the 32 KB (32 keys at D=128, 64 at D=64): half the barriers a key.
 
 OPT-IN and NOT MEASURED on Apple hardware: `attention_metal_fragments` and the template family's `softmax` knob
 (policy/templates/attention_metal_flash.py) run it; the library's dispatch keeps the simdgroup kernel, which depends

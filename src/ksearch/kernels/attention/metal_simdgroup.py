@@ -6,13 +6,13 @@ then takes this kernel for float16 inputs with D 64 or 128 (the row kernel of me
 
 Layout: a threadgroup of 4 simdgroups owns BQ = 32 query rows of one (batch, head); simdgroup s owns rows 8s..8s+7.
 Per key block of BK rows (16 at D=128, 32 at D=64, so that Q, K, V, S and P fit in 22 KB of the 32 KB of threadgroup
-memory): K and V are staged in threadgroup memory; S = Q K^T is built from 8x8 products (K loaded transposed by
-`simdgroup_load`), stored to threadgroup memory, where 4 lanes per row run the online softmax in exp2 (scale and
-log2(e) folded into Q) and write P as half; the accumulator rows are rescaled by a diagonal 8x8 matrix (matrix
-units have no per-row access; skipped by a simdgroup none of whose rows' maxima grew past 2^8, CRESCALE), and
-O += P V. Tiles are addressed by pointer (origin 0), so the only layout convention
-relied on is `simdgroup_load`'s transpose flag for K^T. Causal: keys aligned lower right (key j visible to query i when
-j <= i + S - L), blocks past the last visible key skipped, each head's query blocks handed out longest first (in reverse
+memory): K and V are staged in threadgroup memory (8 bytes a lane, as Q); S = Q K^T is built from 8x8 products (K
+loaded transposed by `simdgroup_load`), stored to threadgroup memory, where 4 lanes per row run the online softmax
+in exp2 (scale and log2(e) folded into Q) and write P as half; the accumulator rows are rescaled by a diagonal 8x8
+matrix (matrix units have no per-row access; skipped by a simdgroup none of whose rows' maxima grew past 2^8,
+CRESCALE), and O += P V. Tiles are addressed by pointer (origin 0), so the only layout convention relied on is
+`simdgroup_load`'s transpose flag for K^T. Causal: keys aligned lower right (key j visible to query i when j <= i +
+S - L), blocks past the last visible key skipped, each head's query blocks handed out longest first (in reverse
 order, as the CUDA kernels do; not measured on Apple hardware). GQA: head h reads kv head h / (Hq / Hkv).
 """
 
@@ -63,10 +63,17 @@ SOURCE = r"""
     threadgroup float rowm[BQ];
     threadgroup float rowl[BQ];
 
+    // Q, K and V move 8 bytes a lane (four halves, MSL's widest vector), not one element
+    constexpr int C4 = D / 4;
     const float qscale = 1.4426950408889634f * rsqrt(float(D));
-    for (uint i = tid; i < uint(BQ * D); i += NSG * 32) {
-        const int r = int(i) / D, c = int(i) % D;
-        Qs[i] = (q0 + r < L) ? T(float(qp[size_t(q0 + r) * D + c]) * qscale) : T(0.0f);
+    for (uint i = tid; i < uint(BQ * C4); i += NSG * 32) {
+        const int r = int(i) / C4, c = (int(i) % C4) * 4;
+        vec<T, 4> x = T(0.0f);
+        if (q0 + r < L) x = *((const device vec<T, 4>*)(qp + size_t(q0 + r) * D + c));
+        vec<T, 4> y;
+        y.x = T(float(x.x) * qscale); y.y = T(float(x.y) * qscale);
+        y.z = T(float(x.z) * qscale); y.w = T(float(x.w) * qscale);
+        *((threadgroup vec<T, 4>*)(Qs + r * D + c)) = y;
     }
     if (tid < uint(BQ)) { rowm[tid] = -INFINITY; rowl[tid] = 0.0f; }
     simdgroup_float8x8 acc[DT];
@@ -76,11 +83,16 @@ SOURCE = r"""
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
     for (int k0 = 0; k0 < kend; k0 += BK) {
-        for (uint i = tid; i < uint(BK * D); i += NSG * 32) {
-            const int r = int(i) / D, c = int(i) % D;
-            const bool ok = k0 + r < S;
-            Ks[i] = ok ? kp[size_t(k0 + r) * D + c] : T(0.0f);
-            Vs[i] = ok ? vp[size_t(k0 + r) * D + c] : T(0.0f);
+        for (uint i = tid; i < uint(BK * C4); i += NSG * 32) {
+            const int r = int(i) / C4, c = (int(i) % C4) * 4;
+            const size_t g = size_t(k0 + r) * D + c;
+            vec<T, 4> kx = T(0.0f), vx = T(0.0f);
+            if (k0 + r < S) {
+                kx = *((const device vec<T, 4>*)(kp + g));
+                vx = *((const device vec<T, 4>*)(vp + g));
+            }
+            *((threadgroup vec<T, 4>*)(Ks + r * D + c)) = kx;
+            *((threadgroup vec<T, 4>*)(Vs + r * D + c)) = vx;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
 
