@@ -45,9 +45,14 @@ _SPLIT_BODY = r"""
       for (int u = 0; u < U; ++u) {
         const int j = j0 + u * KPW;
         valid[u] = j < end;
+        vec<T, 4> kx = T(0.0f), vx = T(0.0f);  // the lane's 4 dimensions as one 8-byte load each
+        if (valid[u]) {
+          kx = *((const device vec<T, 4>*)(kb + size_t(j) * D));
+          vx = *((const device vec<T, 4>*)(vb + size_t(j) * D));
+        }
         for (int i = 0; i < 4; ++i) {
-          kf[u][i] = valid[u] ? float(kb[size_t(j) * D + i]) : 0.0f;
-          vf[u][i] = valid[u] ? float(vb[size_t(j) * D + i]) : 0.0f;
+          kf[u][i] = float(kx[i]);
+          vf[u][i] = float(vx[i]);
         }
       }
       for (int u = 0; u < U; ++u) {
