@@ -1,4 +1,5 @@
-"""`ksearch bench attention --configs`: wgmma configurations timed beside the dispatch in the same rounds."""
+"""`ksearch bench attention --configs`: wgmma configurations (and, on a Mac, Metal kernels) timed beside the dispatch
+in the same rounds."""
 
 from __future__ import annotations
 
@@ -49,7 +50,9 @@ def test_configurations_are_for_prefill_only(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "said"), [("ws3_n64_s4_p4_bulk,ws3_n64_s3_p4_cb", "not a wgmma configuration"),
-                                            ("ws3_n64_s4_p4_bulk, ws3_n64_s4_p4_bulk", "twice")])
+                                            ("ws3_n64_s4_p4_bulk, ws3_n64_s4_p4_bulk", "twice"),
+                                            ("metal_fragments", "is a Metal kernel: time it on a Mac"),
+                                            ("metal_nope", "no such Metal prefill kernel")])
 def test_a_bad_configuration_list_is_one_line_before_anything_runs(tmp_path: Path, text: str, said: str) -> None:
     proc = subprocess.run([*KS, "bench", "attention", "--configs", text, "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)

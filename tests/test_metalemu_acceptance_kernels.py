@@ -182,6 +182,25 @@ def test_fragment_prefill_with_another_lane_layout_fails(monkeypatch: pytest.Mon
         MF.attention_metal_fragments(q, k, v, True, bk=12)
 
 
+def test_bench_times_the_metal_kernels_named_beside_the_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ksearch bench attention --configs metal_fragments,metal_rows` on a Mac, the emulation standing in: each named
+    kernel runs in the same rounds as the dispatch's and is checked against native; one that does not fit (the
+    fragment kernel on float32) is recorded as native, not credited."""
+    from ksearch.bench.attention import bench_prefill_shape
+    from ksearch.kernels import device
+
+    monkeypatch.setattr(device, "backend", lambda: "metal")
+    monkeypatch.setenv("KSEARCH_METAL_KERNELS", "1")
+    shape = {"B": 1, "Hq": 4, "Hkv": 2, "D": 64, "L": 40, "S": 40, "dtype": "float16", "causal": True}
+    row = bench_prefill_shape(shape, rounds=2, n=1, configs=["metal_fragments", "metal_rows"])
+    assert row["kernel"] == "metal_simdgroup" and row["max_abs_diff_vs_native"] < 2e-2
+    assert {n: c["kernel"] for n, c in row["configs"].items()} == {"metal_fragments": "metal_fragments",
+                                                                  "metal_rows": "metal_rows"}
+    assert all(c["max_abs_diff_vs_native"] < 2e-2 and c["latency_s"] > 0 for c in row["configs"].values())
+    row32 = bench_prefill_shape({**shape, "dtype": "float32"}, rounds=2, n=1, configs=["metal_fragments"])
+    assert row32["kernel"] == "metal_rows" and row32["configs"]["metal_fragments"]["kernel"] == "native"
+
+
 @pytest.mark.parametrize("dtype,d,length", [(mx.float16, 128, 300), (mx.float32, 64, 1000)])
 def test_split_k_decode(dtype: mx.Dtype, d: int, length: int) -> None:
     from ksearch.kernels.decode import decode, decode_plan

@@ -190,17 +190,17 @@ def prefill_inputs(q_shape: tuple[int, ...], kv_shape: tuple[int, ...], dtype: A
 
 def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, config: Any = None,
                         round_s: float = 0.01, configs: Sequence[str] = ()) -> dict[str, Any]:
-    """configs: wgmma configuration names (wgmma_ws.parse_config) timed beside the dispatch and native in the same
-    rounds, so that a dispatch rule can be read off one process; each lands in the row's "configs"."""
+    """configs: configuration names (a wgmma configuration, wgmma_ws.parse_config, or a Metal kernel such as
+    metal_fragments: kernels.attention.parse_prefill_config) timed beside the dispatch and native in the same rounds,
+    so that a dispatch rule can be read off one process; each lands in the row's "configs"."""
     import mlx.core as mx
 
-    from ksearch.kernels.attention import attention, native_attention, prefill_plan
-    from ksearch.kernels.attention.wgmma_ws import parse_config
+    from ksearch.kernels.attention import attention, native_attention, parse_prefill_config, prefill_plan
 
     dt = _dtype(shape["dtype"])
     b, hq, hkv, d, length, s, causal = (shape[k] for k in ("B", "Hq", "Hkv", "D", "L", "S", "causal"))
     q, k, v = prefill_inputs((b, hq, length, d), (b, hkv, s, d), dt)
-    chosen = {name: parse_config(name) for name in configs}
+    chosen = {name: parse_prefill_config(name) for name in configs}
     fns: dict[str, Callable[[], Any]] = {"ours": lambda: attention(q, k, v, causal, config=config),
                                          "native": lambda: native_attention(q, k, v, causal)}
     for name, cfg in chosen.items():
@@ -259,7 +259,7 @@ def summarize_prefill(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callable[[str], None] = print,
               config: Any = None, name: str | None = None, configs: Sequence[str] = (),
               calls: str = "chained") -> Path:
-    """configs (prefill only): wgmma configuration names timed beside the dispatch at every shape; calls (decode
+    """configs (prefill only): configuration names (wgmma or Metal) timed beside the dispatch at every shape; calls (decode
     only): "chained" or "independent" (bench_decode_shape), the latter written under a name of its own."""
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result

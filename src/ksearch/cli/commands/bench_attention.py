@@ -35,17 +35,22 @@ def check_wgmma_env() -> None:
 
 
 def check_configs(text: str) -> list[str]:
-    """--configs as a list of names, each one a configuration that can run somewhere; else one line saying which."""
-    from ksearch.kernels.attention.wgmma_ws import parse_config
+    """--configs as a list of names, each one a configuration that can run here (a Metal kernel only on Metal); else
+    one line saying which."""
+    from ksearch.kernels import device
+    from ksearch.kernels.attention import MetalConfig, parse_prefill_config
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     if len(set(names)) != len(names):
         raise typer.BadParameter(f"{text!r} names a configuration twice; name each once", param_hint="--configs")
     for name in names:
         try:
-            parse_config(name)
+            cfg = parse_prefill_config(name)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--configs") from None
+        if isinstance(cfg, MetalConfig) and device.backend() != "metal":
+            raise typer.BadParameter(f"{name} is a Metal kernel: time it on a Mac (with KSEARCH_METAL_KERNELS=1)",
+                                     param_hint="--configs")
     return names
 
 
@@ -53,9 +58,10 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("attention")
     def attention_cmd(full: bool = typer.Option(False, help="all 96 benchmark shapes (B=4 at every dtype/Hkv)"),
                       out: str = typer.Option("benchmarks/results", help="directory for the JSON result"),
-                      configs: str = typer.Option("", help="wgmma configurations to time beside the dispatch in the "
-                                                  "same rounds, comma-separated (e.g. 'ws3_n64_s4_p4_bulk,"
-                                                  "ws2_n128_s3_p4_bulk'; written as attention-prefill-configs-*.json)")
+                      configs: str = typer.Option("", help="configurations to time beside the dispatch in the same "
+                                                  "rounds, comma-separated: wgmma ones (e.g. 'ws3_n64_s4_p4_bulk,"
+                                                  "ws2_n128_s3_p4_bulk') or, on a Mac, Metal kernels ('metal_fragments"
+                                                  "'); written as attention-prefill-configs-*.json")
                       ) -> None:
         """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere) vs MLX native attention."""
         from ksearch.bench.attention import run_bench

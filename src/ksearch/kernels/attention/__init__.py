@@ -101,18 +101,40 @@ class ArraySpec(NamedTuple):
 Runner = Callable[[Any, Any, Any], Any]
 
 
+class MetalConfig(NamedTuple):
+    """A Metal prefill kernel named outright (`attention(..., config=)`, `ksearch bench attention --configs`), one of
+    METAL_KERNELS: metal_simdgroup (the dispatch's for float16), metal_fragments (the same loop with the softmax in
+    registers, metal_fragments.py) or metal_rows (any dtype). Where it does not fit the inputs, MLX's attention runs."""
+
+    kernel: str
+
+
+METAL_KERNELS = ("metal_simdgroup", "metal_fragments", "metal_rows")
+Config = PrefillConfig | WgmmaConfig | WsConfig | MetalConfig
+
+
+def parse_prefill_config(name: str) -> WgmmaConfig | WsConfig | MetalConfig:
+    """A configuration name as `--configs` takes it: a Metal kernel (METAL_KERNELS) or a wgmma configuration
+    (wgmma_ws.parse_config); ValueError in one line for neither."""
+    if name.startswith("metal_"):
+        if name not in METAL_KERNELS:
+            raise ValueError(f"{name!r}: no such Metal prefill kernel; name one of {', '.join(METAL_KERNELS)}")
+        return MetalConfig(name)
+    return wgmma_ws.parse_config(name)
+
+
 def prefill_plan(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
-                 config: PrefillConfig | WgmmaConfig | WsConfig | None = None) -> tuple[str, Callable[[], Any]]:
+                 config: Config | None = None) -> tuple[str, Callable[[], Any]]:
     """(name of the kernel `attention` runs for these inputs, a call that runs it): the dispatch, inspectable without
     running anything (`ksearch bench attention` records the name per shape). Names: a wgmma configuration as
-    KSEARCH_WGMMA_CONFIG spells it (e.g. ws3_n64_s4_p4_bulk), mma_sync_mBM_nBN[_db], metal_simdgroup, metal_rows,
-    native."""
+    KSEARCH_WGMMA_CONFIG spells it (e.g. ws3_n64_s4_p4_bulk), mma_sync_mBM_nBN[_db], metal_simdgroup,
+    metal_fragments, metal_rows, native."""
     name, run = _plan(q, k, v, causal, use_metal, config)
     return name, lambda: run(q, k, v)
 
 
 def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
-              config: PrefillConfig | WgmmaConfig | WsConfig | None = None) -> Any:
+              config: Config | None = None) -> Any:
     """softmax(q k^T / sqrt(D) + causal mask) v; q (B, Hq, L, D), k/v (B, Hkv, S, D), mask aligned lower right.
 
     On CUDA: the wgmma kernel on Hopper (see `wgmma_enabled`), else the mma.sync one; `config` picks a kernel and
@@ -121,22 +143,25 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool |
     return _plan(q, k, v, causal, use_metal, config)[1](q, k, v)
 
 
-def _plan(q: Any, k: Any, v: Any, causal: bool, use_metal: bool | None,
-          config: PrefillConfig | WgmmaConfig | WsConfig | None) -> tuple[str, Runner]:
+def _plan(q: Any, k: Any, v: Any, causal: bool, use_metal: bool | None, config: Config | None) -> tuple[str, Runner]:
     where = device.backend()
-    if where == "cuda":
+    if where == "cuda" and not isinstance(config, MetalConfig):
         # Everything the CUDA choice depends on is in the key (the two settings read here, each call), so the choice,
         # its shape checks and its name are made once per shape: made every call they were 4-7 us of a call's host
         # time, which a short prefill pays in full when calls queue faster than the host makes them.
         return _cuda_plan(tuple(q.shape), tuple(k.shape), tuple(v.shape), (q.dtype, k.dtype, v.dtype), bool(causal),
                           config, os.environ.get("KSEARCH_WGMMA", ""), os.environ.get("KSEARCH_WGMMA_CONFIG", ""))
-    if where == "metal" and device.metal_enabled(use_metal):
-        from ksearch.kernels.attention import metal_rows, metal_simdgroup
+    if where == "metal" and device.metal_enabled(use_metal) and not isinstance(config, (WsConfig, WgmmaConfig,
+                                                                                          PrefillConfig)):
+        from ksearch.kernels.attention import metal_fragments, metal_rows, metal_simdgroup
 
-        # float16: the simdgroup_matrix kernel; other dtypes: the row kernel. Neither has run on Apple hardware.
-        if metal_simdgroup.supports(q, k, v, causal):
+        # float16: the simdgroup_matrix kernel; other dtypes: the row kernel. None has run on Apple hardware.
+        want = config.kernel if isinstance(config, MetalConfig) else None
+        if want in (None, "metal_simdgroup", "metal_fragments") and metal_simdgroup.supports(q, k, v, causal):
+            if want == "metal_fragments":
+                return want, lambda q, k, v: metal_fragments.attention_metal_fragments(q, k, v, causal)
             return "metal_simdgroup", lambda q, k, v: metal_simdgroup.attention_metal_mma(q, k, v, causal)
-        if metal_rows.supports_prefill(q, k, v, causal):
+        if want in (None, "metal_rows") and metal_rows.supports_prefill(q, k, v, causal):
             return "metal_rows", lambda q, k, v: metal_rows.attention_metal(q, k, v, causal)
     return "native", lambda q, k, v: native_attention(q, k, v, causal)
 
