@@ -151,18 +151,22 @@ def _plan(q: Any, k: Any, v: Any, causal: bool, use_metal: bool | None, config: 
         # time, which a short prefill pays in full when calls queue faster than the host makes them.
         return _cuda_plan(tuple(q.shape), tuple(k.shape), tuple(v.shape), (q.dtype, k.dtype, v.dtype), bool(causal),
                           config, os.environ.get("KSEARCH_WGMMA", ""), os.environ.get("KSEARCH_WGMMA_CONFIG", ""))
-    if where == "metal" and device.metal_enabled(use_metal) and not isinstance(config, (WsConfig, WgmmaConfig,
-                                                                                          PrefillConfig)):
-        from ksearch.kernels.attention import metal_fragments, metal_rows, metal_simdgroup
+    if where == "metal" and device.metal_enabled(use_metal) and (config is None or isinstance(config, MetalConfig)):
+        return _metal_plan(q, k, v, causal, config.kernel if config else None)
+    return "native", lambda q, k, v: native_attention(q, k, v, causal)
 
-        # float16: the simdgroup_matrix kernel; other dtypes: the row kernel. None has run on Apple hardware.
-        want = config.kernel if isinstance(config, MetalConfig) else None
-        if want in (None, "metal_simdgroup", "metal_fragments") and metal_simdgroup.supports(q, k, v, causal):
-            if want == "metal_fragments":
-                return want, lambda q, k, v: metal_fragments.attention_metal_fragments(q, k, v, causal)
-            return "metal_simdgroup", lambda q, k, v: metal_simdgroup.attention_metal_mma(q, k, v, causal)
-        if want in (None, "metal_rows") and metal_rows.supports_prefill(q, k, v, causal):
-            return "metal_rows", lambda q, k, v: metal_rows.attention_metal(q, k, v, causal)
+
+def _metal_plan(q: Any, k: Any, v: Any, causal: bool, want: str | None) -> tuple[str, Runner]:
+    """float16: the simdgroup_matrix kernel (or the one with the softmax in registers, named outright); other dtypes:
+    the row kernel. None has run on Apple hardware."""
+    from ksearch.kernels.attention import metal_fragments, metal_rows, metal_simdgroup
+
+    if want in (None, "metal_simdgroup", "metal_fragments") and metal_simdgroup.supports(q, k, v, causal):
+        if want == "metal_fragments":
+            return want, lambda q, k, v: metal_fragments.attention_metal_fragments(q, k, v, causal)
+        return "metal_simdgroup", lambda q, k, v: metal_simdgroup.attention_metal_mma(q, k, v, causal)
+    if want in (None, "metal_rows") and metal_rows.supports_prefill(q, k, v, causal):
+        return "metal_rows", lambda q, k, v: metal_rows.attention_metal(q, k, v, causal)
     return "native", lambda q, k, v: native_attention(q, k, v, causal)
 
 
