@@ -5,8 +5,9 @@ It picks the best kernel configuration for the backend and shape and falls back 
 Metal kernels are opt-in (`KSEARCH_METAL_KERNELS=1` or `use_metal=True`) until they are measured on Apple hardware.
 
 The families: mma_sync.py (tensor cores through `mma.sync`, any CUDA GPU), wgmma.py and wgmma_ws.py (Hopper's
-`wgmma`; the warp-specialised one is the default there), metal_rows.py (one query row a thread) and
-metal_simdgroup.py (`simdgroup_matrix`); cuda_prefill.py holds what the CUDA ones share.
+`wgmma`; the warp-specialised one is the default there), metal_rows.py (one query row a thread),
+metal_simdgroup.py (`simdgroup_matrix`) and metal_fragments.py (the same with the softmax in registers, named
+outright through MetalConfig); cuda_prefill.py holds what the CUDA ones share.
 """
 
 from __future__ import annotations
