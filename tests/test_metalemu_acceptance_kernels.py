@@ -201,6 +201,20 @@ def test_bench_times_the_metal_kernels_named_beside_the_dispatch(monkeypatch: py
     assert row32["kernel"] == "metal_rows" and row32["configs"]["metal_fragments"]["kernel"] == "native"
 
 
+def test_bench_times_the_metal_decode_with_its_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ksearch bench decode --config unroll=2,warps=2` on a Mac, the emulation standing in: the Metal split-K kernel
+    with those knobs, checked against native."""
+    from ksearch.bench.attention import bench_decode_shape
+    from ksearch.kernels import device
+    from ksearch.kernels.decode.metal_split_k import MetalDecodeConfig
+
+    monkeypatch.setattr(device, "backend", lambda: "metal")
+    monkeypatch.setenv("KSEARCH_METAL_KERNELS", "1")
+    shape = {"B": 1, "Hq": 4, "Hkv": 2, "D": 64, "length": 300, "capacity": 320, "dtype": "float16"}
+    row = bench_decode_shape(shape, rounds=2, n=1, config=MetalDecodeConfig(warps=2, unroll=2), calls="independent")
+    assert row["kernel"] == "metal_split_k" and "unroll=2" in row["config"] and row["max_abs_diff_vs_native"] < 2e-2
+
+
 @pytest.mark.parametrize("dtype,d,length", [(mx.float16, 128, 300), (mx.float32, 64, 1000)])
 def test_split_k_decode(dtype: mx.Dtype, d: int, length: int) -> None:
     from ksearch.kernels.decode import decode, decode_plan

@@ -80,7 +80,8 @@ def register(bench_app: typer.Typer) -> None:
                                               "the same in one launch (Hopper, MLX_USE_CUDA_GRAPHS=0)"),
                    config: str = typer.Option("", help="a configuration other than the kernel's default, e.g. "
                                               "'target_blocks=528,min_chunk=256' for split_k (and the library's), 'consumers=4,"
-                                              "producers=2' for mma_split (written as decode-config-*.json)"),
+                                              "producers=2' for mma_split, 'unroll=2,warps=8' for the Metal kernel on a "
+                                              "Mac (written as decode-config-*.json)"),
                    calls: str = typer.Option("chained", help="chained: each call's query is the previous call's "
                                              "output, caches read in turn (a model's layers); independent: the same "
                                              "inputs every call, calls free to overlap on the device "
@@ -88,11 +89,17 @@ def register(bench_app: typer.Typer) -> None:
                    ) -> None:
         """GQA decode: our kernel vs MLX's attention on the cache (the faster of two ways)."""
         from ksearch.bench.attention import CALLS, SPLIT_K, run_bench
+        from ksearch.kernels import device
         from ksearch.kernels.decode.cuda_cluster import GRAPHS_ERROR, ClusterConfig, graphs_off
         from ksearch.kernels.decode.cuda_split_k import DecodeConfig
+        from ksearch.kernels.decode.metal_split_k import MetalDecodeConfig
 
         if kernel not in ("library", "split_k", "mma_split", "cluster"):
             raise typer.BadParameter(f"{kernel!r}: use library, split_k, mma_split or cluster", param_hint="--kernel")
+        on_metal = device.backend() == "metal"
+        if on_metal and kernel != "library":
+            raise typer.BadParameter(f"{kernel} is a CUDA kernel: on a Mac time the library (its Metal split-K "
+                                     "kernel), with --config for its knobs (e.g. unroll=2)", param_hint="--kernel")
         if calls not in CALLS:
             raise typer.BadParameter(f"{calls!r}: use {' or '.join(CALLS)}", param_hint="--calls")
         if kernel == "cluster" and not graphs_off():
@@ -100,7 +107,8 @@ def register(bench_app: typer.Typer) -> None:
         if config and kernel == "cluster":
             raise typer.BadParameter("a configuration is for the split_k and mma_split kernels", param_hint="--config")
         try:
-            chosen = (DecodeConfig.parse(config) if kernel in ("library", "split_k") and config else
+            chosen = (MetalDecodeConfig.parse(config) if on_metal and config else
+                      DecodeConfig.parse(config) if kernel in ("library", "split_k") and config else
                       ClusterConfig.parse_mma_split(config) if kernel == "mma_split" else None)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--config") from None

@@ -3,7 +3,8 @@
 q (B, Hq, 1, D) against positions [0, length) of K / V caches (B, Hkv, capacity, D). On CUDA the split-K kernel
 (cuda_split_k.py), and on Hopper above 64 MiB of K / V at D=128 the tensor-core kernel of
 cuda_cluster.py (`mma_takes`; its other configurations on request); on Metal, when opted in
-(`KSEARCH_METAL_KERNELS=1` or `use_metal=True`), the split-K kernel of metal_split_k.py; MLX's own
+(`KSEARCH_METAL_KERNELS=1` or `use_metal=True`), the split-K kernel of metal_split_k.py (its knobs through a
+MetalDecodeConfig); MLX's own
 `mx.fast.scaled_dot_product_attention` wherever no kernel of ours fits.
 """
 
@@ -16,9 +17,14 @@ from functools import lru_cache
 from typing import Any
 
 from ksearch.kernels import device
-from ksearch.kernels.decode import cuda_cluster, cuda_split_k
+from ksearch.kernels.decode import cuda_cluster, cuda_split_k, metal_split_k
 from ksearch.kernels.decode.cuda_cluster import ClusterConfig
 from ksearch.kernels.decode.cuda_split_k import DecodeConfig
+from ksearch.kernels.decode.metal_split_k import MetalDecodeConfig
+
+#: A configuration `decode` takes: split-K's or the tensor-core kernel's on CUDA, the Metal kernel's on a Mac; one
+#: for another backend's kernel runs MLX's attention.
+AnyConfig = DecodeConfig | ClusterConfig | MetalDecodeConfig
 
 
 def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
@@ -72,7 +78,7 @@ def native_decode(q: Any, k_cache: Any, v_cache: Any, length: int) -> Any:
 
 
 def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
-                config: DecodeConfig | ClusterConfig | None = None) -> tuple[str, Callable[[], Any]]:
+                config: AnyConfig | None = None) -> tuple[str, Callable[[], Any]]:
     """(name of the kernel `decode` runs: split_k, cluster, metal_split_k or native, a call that runs it).
 
     A ClusterConfig asks for the tensor-core kernel of cuda_cluster.py (Hopper only): in one launch with clusters,
@@ -90,17 +96,17 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
             return ("cluster" if cl.cluster else "mma_split",
                     lambda: cuda_cluster.decode_cluster(q, k_cache, v_cache, length, cl))
         return "native", lambda: native_decode(q, k_cache, v_cache, length)
-    if where == "cuda":
+    if where == "cuda" and not isinstance(config, MetalDecodeConfig):
         if config is None and mma_takes(q, k_cache, v_cache, length):
             return "mma_split", lambda: cuda_cluster.decode_cluster(q, k_cache, v_cache, length, MMA_DEFAULT)
         launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
         if launch is not None:
             return "split_k", lambda: cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
-    elif where == "metal" and device.metal_enabled(use_metal):
-        from ksearch.kernels.decode import metal_split_k
-
-        if metal_split_k.supports_decode(q, k_cache, length):
-            return "metal_split_k", lambda: metal_split_k.decode_metal(q, k_cache, v_cache, length)
+    elif (where == "metal" and device.metal_enabled(use_metal) and (config is None or isinstance(config, MetalDecodeConfig))
+          and metal_split_k.supports_decode(q, k_cache, length)):
+        mc = config or MetalDecodeConfig()
+        return "metal_split_k", lambda: metal_split_k.decode_metal(q, k_cache, v_cache, length, mc.warps,
+                                                                   mc.target_blocks, mc.unroll)
     return "native", lambda: native_decode(q, k_cache, v_cache, length)
 
 
@@ -127,11 +133,11 @@ def _cuda_route(q_shape: tuple[int, ...], q_dtype: Any, k_shape: tuple[int, ...]
 
 
 def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
-           config: DecodeConfig | ClusterConfig | None = None) -> Any:
+           config: AnyConfig | None = None) -> Any:
     """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D)."""
     # The common case straight to the kernel, without decode_plan's name and closure: at B 1 a call's Python work is
     # time the caller waits for (benchmarks/decode_host_work.py, decode_host_time.py).
-    if not isinstance(config, ClusterConfig) and device.backend() == "cuda":
+    if not isinstance(config, (ClusterConfig, MetalDecodeConfig)) and device.backend() == "cuda":
         length = int(length)
         if config is None:
             route = _cuda_route(q.shape, q.dtype, k_cache.shape, k_cache.dtype, v_cache.shape)

@@ -9,9 +9,11 @@ Enable with KSEARCH_METAL_KERNELS=1 (or `use_metal=True`) and please report timi
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from ksearch.kernels.decode.cuda_split_k import parse_fields
 from ksearch.kernels.kernel_text import metal_kernel
 
 # Constants (in the header): T, D, G (query heads per kv head), NW (simdgroups per threadgroup), U (key rows each
@@ -171,6 +173,26 @@ def _decode_kernels(dtype: Any, d: int, g: int, warps: int, unroll: int) -> tupl
     one_split = metal_kernel(name="ks_decode_one_split", input_names=["q", "k_cache", "v_cache", "meta"],
                              output_names=["o"], source=DECODE_ONE_SPLIT_SOURCE, constants=split_args)
     return split, merge, one_split
+
+
+@dataclass(frozen=True)
+class MetalDecodeConfig:
+    """`decode_metal`'s knobs, as `decode(..., config=)` and `ksearch bench decode --config` take them on a Mac:
+    simdgroups a threadgroup, the threadgroups a call aims for, key rows each lane loads before using any. The
+    defaults are the library's (none measured on Apple hardware)."""
+
+    warps: int = 4
+    target_blocks: int = 256
+    unroll: int = 1
+
+    def __post_init__(self) -> None:
+        if self.warps not in (1, 2, 4, 8) or self.unroll not in (1, 2, 4) or self.target_blocks < 1:
+            raise ValueError(f"{self}: warps 1, 2, 4 or 8, unroll 1, 2 or 4, target_blocks at least 1")
+
+    @classmethod
+    def parse(cls, text: str) -> MetalDecodeConfig:
+        """`unroll=2,warps=8` -> MetalDecodeConfig (fields not named keep their defaults); ValueError in one line."""
+        return cls(**parse_fields(cls, text))
 
 
 def decode_metal(q: Any, k_cache: Any, v_cache: Any, length: int, warps: int = 4, target_blocks: int = 256,
