@@ -11,6 +11,10 @@ half fragment in registers, O's rescale is two multiplies a fragment, and O is s
 fragments for the whole block. With S and P out of threadgroup memory a block of K / V can be twice as long within
 the 32 KB (32 keys at D=128, 64 at D=64): half the barriers a key.
 
+Its block set-up and loads repeat the simdgroup kernel's text on purpose: each Metal kernel module holds its whole
+kernel as one constant, so that the static reader the linter and the emulation's tests share
+(knowledge.extract.find_kernels) reads it as it reads a candidate's.
+
 OPT-IN and NOT MEASURED on Apple hardware: `attention_metal_fragments` and the template family's `softmax` knob
 (policy/templates/attention_metal_flash.py) run it; the library's dispatch keeps the simdgroup kernel, which depends
 on no fragment layout. Checked by clang with the project's MSL shim (tests/test_attention_metal_mma.py) and on the
