@@ -3,6 +3,7 @@ in the same rounds."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,11 @@ def test_a_bad_configuration_list_is_one_line_before_anything_runs(tmp_path: Pat
     assert proc.returncode == 2
     assert said in proc.stderr and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_metal_prefill_setting_is_one_line_before_anything_runs(tmp_path: Path) -> None:
+    env = {**os.environ, "KSEARCH_METAL_PREFILL": "fragments"}
+    proc = subprocess.run([*KS, "bench", "attention", "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 2 and "KSEARCH_METAL_PREFILL='fragments'" in proc.stderr
+    assert "Traceback" not in proc.stderr and list(tmp_path.iterdir()) == []

@@ -201,6 +201,26 @@ def test_bench_times_the_metal_kernels_named_beside_the_dispatch(monkeypatch: py
     assert row32["kernel"] == "metal_rows" and row32["configs"]["metal_fragments"]["kernel"] == "native"
 
 
+def test_the_metal_prefill_setting_names_a_kernel_for_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KSEARCH_METAL_PREFILL=metal_fragments: a model's own `attention` calls take the fragment kernel where it fits
+    (float16) and MLX's attention where it does not; an unknown name is one line."""
+    from ksearch.kernels import device
+    from ksearch.kernels.attention import attention, prefill_plan
+
+    monkeypatch.setattr(device, "backend", lambda: "metal")
+    monkeypatch.setenv("KSEARCH_METAL_KERNELS", "1")
+    monkeypatch.setenv("KSEARCH_METAL_PREFILL", "metal_fragments")
+    q, k, v = _rand((1, 4, 40, 64), mx.float16, 31), _rand((1, 2, 40, 64), mx.float16, 32), _rand((1, 2, 40, 64),
+                                                                                                mx.float16, 33)
+    assert prefill_plan(q, k, v, True)[0] == "metal_fragments"
+    _close(attention(q, k, v, True), _sdpa(q, k, v, True), 2e-2, 2e-2)
+    assert prefill_plan(q.astype(mx.float32), k.astype(mx.float32), v.astype(mx.float32), True)[0] == "native"
+    monkeypatch.setenv("KSEARCH_METAL_PREFILL", "fragments")
+    with pytest.raises(ValueError, match="KSEARCH_METAL_PREFILL='fragments': name one of metal_simdgroup") as err:
+        prefill_plan(q, k, v, True)
+    assert "\n" not in str(err.value)
+
+
 def test_bench_times_the_metal_decode_with_its_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
     """`ksearch bench decode --config unroll=2,warps=2` on a Mac, the emulation standing in: the Metal split-K kernel
     with those knobs, checked against native."""

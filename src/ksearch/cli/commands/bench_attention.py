@@ -21,9 +21,11 @@ def check_out_dir(out: str) -> None:
 
 
 def check_wgmma_env() -> None:
-    """A bad KSEARCH_WGMMA_CONFIG fails here, as one line, not as a traceback from inside the first kernel call."""
+    """A bad KSEARCH_WGMMA_CONFIG or KSEARCH_METAL_PREFILL fails here, as one line, not as a traceback from inside
+    the first kernel call."""
     import os
 
+    from ksearch.kernels.attention import metal_prefill_setting
     from ksearch.kernels.attention.wgmma_ws import parse_config
 
     name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
@@ -32,6 +34,10 @@ def check_wgmma_env() -> None:
             parse_config(name)
         except ValueError as exc:
             raise typer.BadParameter(f"KSEARCH_WGMMA_CONFIG: {exc}") from exc
+    try:
+        metal_prefill_setting()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 def check_configs(text: str) -> list[str]:

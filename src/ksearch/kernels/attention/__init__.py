@@ -124,6 +124,15 @@ def parse_prefill_config(name: str) -> WgmmaConfig | WsConfig | MetalConfig:
     return wgmma_ws.parse_config(name)
 
 
+def metal_prefill_setting() -> str | None:
+    """KSEARCH_METAL_PREFILL: unset -> the dispatch's choice; a name of METAL_KERNELS -> that kernel wherever it fits
+    (e.g. metal_fragments, for a model's own calls); ValueError in one line for any other value."""
+    name = os.environ.get("KSEARCH_METAL_PREFILL", "").strip()
+    if name and name not in METAL_KERNELS:
+        raise ValueError(f"KSEARCH_METAL_PREFILL={name!r}: name one of {', '.join(METAL_KERNELS)}, or leave it unset")
+    return name or None
+
+
 def prefill_plan(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool | None = None,
                  config: Config | None = None) -> tuple[str, Callable[[], Any]]:
     """(name of the kernel `attention` runs for these inputs, a call that runs it): the dispatch, inspectable without
@@ -153,7 +162,7 @@ def _plan(q: Any, k: Any, v: Any, causal: bool, use_metal: bool | None, config: 
         return _cuda_plan(tuple(q.shape), tuple(k.shape), tuple(v.shape), (q.dtype, k.dtype, v.dtype), bool(causal),
                           config, os.environ.get("KSEARCH_WGMMA", ""), os.environ.get("KSEARCH_WGMMA_CONFIG", ""))
     if where == "metal" and device.metal_enabled(use_metal) and (config is None or isinstance(config, MetalConfig)):
-        return _metal_plan(q, k, v, causal, config.kernel if config else None)
+        return _metal_plan(q, k, v, causal, config.kernel if config else metal_prefill_setting())
     return "native", lambda q, k, v: native_attention(q, k, v, causal)
 
 
