@@ -69,7 +69,8 @@ def register(bench_app: typer.Typer) -> None:
                                                   "ws2_n128_s3_p4_bulk') or, on a Mac, Metal kernels ('metal_fragments"
                                                   "'); written as attention-prefill-configs-*.json")
                       ) -> None:
-        """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere) vs MLX native attention."""
+        """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere, the Metal kernels on a Mac
+        with KSEARCH_METAL_KERNELS=1) vs MLX native attention."""
         from ksearch.bench.attention import run_bench
 
         check_wgmma_env()
