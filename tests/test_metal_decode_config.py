@@ -50,6 +50,11 @@ def test_on_metal_it_runs_the_metal_kernel_with_its_knobs(on_a_mac: Any, monkeyp
     decode(q, kc, kc, 32, config=MetalDecodeConfig(unroll=2, warps=8))
     decode(q, kc, kc, 32)
     assert seen == [(8, 256, 2), (4, 256, 1)]
+    # 8 simdgroups of 8 query heads at D=128 would need 33,280 bytes of threadgroup memory: MLX's attention instead
+    q8, kc8 = mx.zeros((1, 8, 1, 128), dtype=mx.float16), mx.zeros((1, 1, 64, 128), dtype=mx.float16)
+    assert not MetalDecodeConfig(warps=8).fits(8, 128) and MetalDecodeConfig(warps=4).fits(8, 128)
+    assert decode_plan(q8, kc8, kc8, 32, config=MetalDecodeConfig(warps=8))[0] == "native"
+    assert decode_plan(q8, kc8, kc8, 32)[0] == "metal_split_k"
 
 
 @pytest.mark.parametrize(("args", "said"), [(["--kernel", "split_k"], "split_k is a CUDA kernel"),

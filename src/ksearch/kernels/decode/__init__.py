@@ -103,8 +103,8 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
         if launch is not None:
             return "split_k", lambda: cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
     elif (where == "metal" and device.metal_enabled(use_metal) and (config is None or isinstance(config, MetalDecodeConfig))
-          and metal_split_k.supports_decode(q, k_cache, length)):
-        mc = config or MetalDecodeConfig()
+          and metal_split_k.supports_decode(q, k_cache, length)
+          and (mc := config or MetalDecodeConfig()).fits(q.shape[1] // k_cache.shape[1], q.shape[-1])):
         return "metal_split_k", lambda: metal_split_k.decode_metal(q, k_cache, v_cache, length, mc.warps,
                                                                    mc.target_blocks, mc.unroll)
     return "native", lambda: native_decode(q, k_cache, v_cache, length)

@@ -189,6 +189,12 @@ class MetalDecodeConfig:
         if self.warps not in (1, 2, 4, 8) or self.unroll not in (1, 2, 4) or self.target_blocks < 1:
             raise ValueError(f"{self}: warps 1, 2, 4 or 8, unroll 1, 2 or 4, target_blocks at least 1")
 
+    def fits(self, g: int, d: int) -> bool:
+        """Whether the split kernel's threadgroup memory (the simdgroups' partial results: NW x G x (D + 2) floats)
+        stays within Apple's 32 KB for G query heads a kv head at head dim D (8 simdgroups of 8 heads at D=128 do
+        not)."""
+        return 4 * self.warps * g * (d + 2) <= 32 * 1024
+
     @classmethod
     def parse(cls, text: str) -> MetalDecodeConfig:
         """`unroll=2,warps=8` -> MetalDecodeConfig (fields not named keep their defaults); ValueError in one line."""
