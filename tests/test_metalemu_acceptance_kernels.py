@@ -115,20 +115,24 @@ def _kept_and_rescaled(q: mx.array, k: mx.array, bk: int, causal: bool) -> tuple
     return kept, grew
 
 
+@pytest.mark.parametrize("kernel", ["simdgroup", "fragments"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_simdgroup_prefill_rescales_only_where_a_row_grew(causal: bool) -> None:
-    """Rising scores (each row's maximum growing about 2 units of exp2 a 16-key block): the kernel with the conditional
-    rescale skips the diagonal product in some blocks and runs it in others, and matches MLX's attention and the
-    kernel that rescales every block."""
+def test_simdgroup_prefills_rescale_only_where_a_row_grew(kernel: str, causal: bool) -> None:
+    """Rising scores (each row's maximum growing about 2 units of exp2 every 16 keys), at each kernel's own key blocks
+    (16 keys at D=128 with the softmax in threadgroup memory, 32 with it in registers): blocks where a simdgroup's
+    rows all keep their maximum and blocks where one grows it occur, and the kernel with the conditional rescale
+    matches MLX's attention, as does the same kernel rescaling every block."""
     from ksearch.bench.attention import prefill_inputs
-    from ksearch.kernels.attention.metal_simdgroup import attention_metal_mma, block_keys
+    from ksearch.kernels.attention import metal_fragments, metal_simdgroup
 
+    run = metal_fragments.attention_metal_fragments if kernel == "fragments" else metal_simdgroup.attention_metal_mma
+    keys = (metal_fragments if kernel == "fragments" else metal_simdgroup).block_keys(128)
     q, k, v = prefill_inputs((1, 4, 40, 128), (1, 2, 160, 128), mx.float16, "rising")
-    kept, grew = _kept_and_rescaled(q, k, block_keys(128), causal)
+    kept, grew = _kept_and_rescaled(q, k, keys, causal)
     assert kept > 0 and grew > 0, (kept, grew)
     want = _sdpa(q, k, v, causal)
     for crescale in (True, False):
-        _close(attention_metal_mma(q, k, v, causal, crescale=crescale), want, 2e-2, 2e-2)
+        _close(run(q, k, v, causal, crescale=crescale), want, 2e-2, 2e-2)
 
 
 @pytest.mark.parametrize("d,causal,length,keys,bk", [
@@ -147,21 +151,6 @@ def test_fragment_prefill_matches_mlx(d: int, causal: bool, length: int, keys: i
         out = attention_metal_fragments(q, k, v, causal, crescale=crescale, bk=bk)
         assert out.dtype == mx.float16 and out.shape == q.shape
         _close(out, want, 2e-2, 2e-2)
-
-
-@pytest.mark.parametrize("causal", [False, True])
-def test_fragment_prefill_rescales_only_where_a_row_grew(causal: bool) -> None:
-    """Rising scores at the fragment kernel's 32-key blocks: blocks where a simdgroup's rows all kept their maximum
-    and blocks where one grew it occur, and both rescale rules match MLX's attention."""
-    from ksearch.bench.attention import prefill_inputs
-    from ksearch.kernels.attention.metal_fragments import attention_metal_fragments, block_keys
-
-    q, k, v = prefill_inputs((1, 4, 40, 128), (1, 2, 160, 128), mx.float16, "rising")
-    kept, grew = _kept_and_rescaled(q, k, block_keys(128), causal)
-    assert kept > 0 and grew > 0, (kept, grew)
-    want = _sdpa(q, k, v, causal)
-    for crescale in (True, False):
-        _close(attention_metal_fragments(q, k, v, causal, crescale=crescale), want, 2e-2, 2e-2)
 
 
 def test_fragment_prefill_with_another_lane_layout_fails(monkeypatch: pytest.MonkeyPatch) -> None:
