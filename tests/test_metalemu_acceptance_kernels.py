@@ -155,7 +155,8 @@ def test_fragment_prefill_matches_mlx(d: int, causal: bool, length: int, keys: i
 
 def test_fragment_prefill_with_another_lane_layout_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """The emulation holds the kernel to Apple's fragment layout: combining a row's lanes 2 apart instead of 8 apart
-    (lanes that hold other rows) gives wrong rows; a block size that is no multiple of 8 is refused in one line."""
+    (lanes that hold other rows) gives wrong rows; a block size that is no multiple of 8, or past the threadgroup
+    memory, is refused in one line."""
     from ksearch.kernels.attention import metal_fragments as MF
 
     bad = MF.SOURCE.replace("ushort(8)", "ushort(2)")
@@ -167,8 +168,10 @@ def test_fragment_prefill_with_another_lane_layout_fails(monkeypatch: pytest.Mon
     with pytest.raises(AssertionError):
         _close(MF.attention_metal_fragments(q, k, v, True), _sdpa(q, k, v, True), 2e-2, 2e-2)
     MF._kernel.cache_clear()
-    with pytest.raises(ValueError, match="multiple of 8"):
-        MF.attention_metal_fragments(q, k, v, True, bk=12)
+    for bk in (12, 128):  # no multiple of 8; past 32 KB of threadgroup memory at D=64 (36 KB)
+        with pytest.raises(ValueError, match="multiple of 8 whose Q, K and V fit 32 KB") as err:
+            MF.attention_metal_fragments(q, k, v, True, bk=bk)
+        assert "\n" not in str(err.value)
 
 
 def test_bench_times_the_metal_kernels_named_beside_the_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:

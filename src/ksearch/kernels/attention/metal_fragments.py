@@ -190,11 +190,12 @@ def _kernel(dtype: Any, d: int, causal: bool, crescale: bool, bk: int) -> Any:
 def attention_metal_fragments(q: Any, k: Any, v: Any, causal: bool = False, crescale: bool = CRESCALE,
                               bk: int | None = None) -> Any:
     """Prefill attention through this kernel (float16, D 64 or 128, Hq a multiple of Hkv, L <= S with the mask:
-    metal_simdgroup.supports). `bk`: key rows a block, a multiple of 8 (default `block_keys(D)`)."""
+    metal_simdgroup.supports). `bk`: key rows a block, a multiple of 8 within 32 KB (default `block_keys(D)`)."""
     b, hq, length, d = q.shape
     keys = block_keys(d) if bk is None else bk
-    if keys <= 0 or keys % 8:
-        raise ValueError(f"bk={keys}: key rows a block must be a positive multiple of 8, e.g. {block_keys(d)}")
+    if keys <= 0 or keys % 8 or tg_bytes(d, keys) > 32 * 1024:
+        raise ValueError(f"bk={keys}: key rows a block must be a positive multiple of 8 whose Q, K and V fit 32 KB of "
+                         f"threadgroup memory at D={d}, e.g. {block_keys(d)}")
     return _kernel(q.dtype, d, bool(causal), bool(crescale), keys)(
         inputs=[q, k, v], grid=(math.ceil(length / BQ) * NT, b * hq, 1), threadgroup=(NT, 1, 1),
         output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
