@@ -4,14 +4,20 @@ A candidate builds kernels with `mx.fast.cuda_kernel(...)` / `mx.fast.metal_kern
 with `inputs=`, `template=`, `output_dtypes=`. The deep checks need the kernel body and enough of the call to rebuild
 the wrapper MLX generates (input/output names, dtypes, template arguments), so this module evaluates the small subset
 of Python that candidates use to assemble sources: string constants, names bound to them, `+`, f-strings, `.format`,
-`.replace`, `.join`, and int constants. Anything else is reported as unresolved rather than guessed.
+`.replace`, `.join`, int constants, and constants a `from ... import` line takes from one of ksearch's own modules
+(read from that module's source, not imported). Anything else is reported as unresolved rather than guessed.
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
+
+#: src/ksearch: where a name imported from one of ksearch's own modules is looked up, as source text.
+_PACKAGE = Path(__file__).resolve().parents[1]
 
 FACTORIES = {"cuda_kernel": "cuda", "metal_kernel": "metal"}
 _DTYPES = {"float16", "bfloat16", "float32", "int32", "uint32", "int64", "uint64", "int8", "uint8", "int16",
@@ -61,11 +67,15 @@ class _Env:
 
     def __init__(self, tree: ast.Module) -> None:
         self.globals: dict[str, ast.expr] = {}
+        self.imported: dict[str, tuple[str, str]] = {}  # local name -> (ksearch module, its name there)
         for node in tree.body:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 self.globals[node.targets[0].id] = node.value
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
                 self.globals[node.target.id] = node.value
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("ksearch."):
+                for alias in node.names:
+                    self.imported[alias.asname or alias.name] = (str(node.module), alias.name)
 
     def eval(self, node: ast.expr, local: dict[str, ast.expr] | None = None, depth: int = 0) -> Any:
         if depth > 40:
@@ -77,6 +87,11 @@ class _Env:
         if isinstance(node, ast.Name):
             if node.id in scope and scope[node.id] is not node:
                 return ev(scope[node.id])
+            if node.id in self.imported:
+                module, name = self.imported[node.id]
+                there = _module_env(module)
+                if there is not None and name in there.globals:
+                    return there.eval(there.globals[name], None, depth + 1)
             raise Unresolved(f"name {node.id!r} is not a constant")
         if isinstance(node, ast.BinOp):
             left, right = ev(node.left), ev(node.right)
@@ -181,6 +196,16 @@ def _template(expr: ast.expr, env: _Env, params: dict[str, str], local: dict[str
         else:
             out.append(TemplateArg(name, "int", int(value) if isinstance(value, (int, float)) else None))
     return out
+
+
+@lru_cache(maxsize=64)
+def _module_env(module: str) -> _Env | None:
+    """The module-level constants of one of ksearch's own modules, parsed from its source (never imported)."""
+    base = _PACKAGE.joinpath(*module.split(".")[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return _Env(ast.parse(path.read_text()))
+    return None
 
 
 def _local_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]:

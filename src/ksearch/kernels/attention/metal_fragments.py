@@ -11,9 +11,8 @@ half fragment in registers, O's rescale is two multiplies a fragment, and O is s
 fragments for the whole block. With S and P out of threadgroup memory a block of K / V can be twice as long within
 the 32 KB (32 keys at D=128, 64 at D=64): half the barriers a key.
 
-Its block set-up and loads repeat the simdgroup kernel's text on purpose: each Metal kernel module holds its whole
-kernel as one constant, so that the static reader the linter and the emulation's tests share
-(knowledge.extract.find_kernels) reads it as it reads a candidate's.
+Its block set-up and loads are the simdgroup kernel's (metal_simdgroup.BLOCK_PLACE, LOAD_Q, LOAD_KV; the static
+reader the linter and the emulation's tests share, knowledge.extract.find_kernels, follows the import).
 
 OPT-IN and NOT MEASURED on Apple hardware: `attention_metal_fragments` and the template family's `softmax` knob
 (policy/templates/attention_metal_flash.py) run it; the library's dispatch keeps the simdgroup kernel, which depends
@@ -28,7 +27,7 @@ import math
 from functools import cache
 from typing import Any
 
-from ksearch.kernels.attention.metal_simdgroup import BQ, CRESCALE, NT
+from ksearch.kernels.attention.metal_simdgroup import BLOCK_PLACE, BQ, CRESCALE, LOAD_KV, LOAD_Q, NT
 from ksearch.kernels.kernel_text import metal_kernel
 
 # Template: T (half), D (64 or 128), BK (key rows a block), CAUSAL, CRESCALE (rows keep their maximum while a block
@@ -38,19 +37,7 @@ SOURCE = r"""
     constexpr int BQ = 32;
     constexpr int DT = D / 8;
     constexpr int KT = BK / 8;
-    const uint sg = simdgroup_index_in_threadgroup, lane = thread_index_in_simdgroup;
-    const uint tid = thread_index_in_threadgroup;
-    // causal: each head's longest query blocks first (the last see the most keys), as the other kernels
-    const int tx = int(threadgroup_position_in_grid.x), bh = int(threadgroup_position_in_grid.y);
-    const int qblk = CAUSAL ? int(threadgroups_per_grid.x) - 1 - tx : tx;
-    const int Hq = q_shape[1], L = q_shape[2], Hkv = k_shape[1], S = k_shape[2];
-    const int b = bh / Hq, h = bh % Hq, hk = h / (Hq / Hkv);
-    const int q0 = qblk * BQ;
-    const int off = S - L;
-    const device T* qp = q + size_t(bh) * size_t(L) * D;
-    const device T* kp = k + (size_t(b) * Hkv + hk) * size_t(S) * D;
-    const device T* vp = v + (size_t(b) * Hkv + hk) * size_t(S) * D;
-    // this lane's place in every 8x8 fragment: row fm, columns fn and fn + 1 (lanes 1 and 8 apart share the row)
+""" + BLOCK_PLACE + r"""    // this lane's place in every 8x8 fragment: row fm, columns fn and fn + 1 (lanes 1 and 8 apart share the row)
     const int quad = int(lane) / 4;
     const int fm = (quad & 4) + (int(lane) / 2) % 4, fn = (quad & 2) * 2 + (int(lane) % 2) * 2;
     const int qi = q0 + int(sg) * 8 + fm;
@@ -59,19 +46,7 @@ SOURCE = r"""
     threadgroup T Ks[BK * D];
     threadgroup T Vs[BK * D];
 
-    // Q, K and V move 8 bytes a lane (four halves, MSL's widest vector), not one element
-    constexpr int C4 = D / 4;
-    const float qscale = 1.4426950408889634f * rsqrt(float(D));
-    for (uint i = tid; i < uint(BQ * C4); i += NSG * 32) {
-        const int r = int(i) / C4, c = (int(i) % C4) * 4;
-        vec<T, 4> x = T(0.0f);
-        if (q0 + r < L) x = *((const device vec<T, 4>*)(qp + size_t(q0 + r) * D + c));
-        vec<T, 4> y;
-        y.x = T(float(x.x) * qscale); y.y = T(float(x.y) * qscale);
-        y.z = T(float(x.z) * qscale); y.w = T(float(x.w) * qscale);
-        *((threadgroup vec<T, 4>*)(Qs + r * D + c)) = y;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+""" + LOAD_Q + r"""    threadgroup_barrier(mem_flags::mem_threadgroup);
     simdgroup_matrix<T, 8, 8> qf[DT];
     for (int t = 0; t < DT; ++t) simdgroup_load(qf[t], Qs + sg * 8 * D + t * 8, D);
     simdgroup_float8x8 acc[DT];
@@ -80,19 +55,7 @@ SOURCE = r"""
     const int kend = CAUSAL ? min(S, q0 + BQ + off) : S;
 
     for (int k0 = 0; k0 < kend; k0 += BK) {
-        for (uint i = tid; i < uint(BK * C4); i += NSG * 32) {
-            const int r = int(i) / C4, c = (int(i) % C4) * 4;
-            const bool ok = k0 + r < S;
-            const size_t g = size_t(k0 + r) * D + c;
-            vec<T, 4> kx = T(0.0f), vx = T(0.0f);
-            if (ok) {
-                kx = *((const device vec<T, 4>*)(kp + g));
-                vx = *((const device vec<T, 4>*)(vp + g));
-            }
-            *((threadgroup vec<T, 4>*)(Ks + r * D + c)) = kx;
-            *((threadgroup vec<T, 4>*)(Vs + r * D + c)) = vx;
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
+""" + LOAD_KV + r"""        threadgroup_barrier(mem_flags::mem_threadgroup);
 
         // S (8 x BK) of this simdgroup's rows: Q (8 x D) times K^T (D x BK), K loaded transposed.
         simdgroup_float8x8 s[KT];

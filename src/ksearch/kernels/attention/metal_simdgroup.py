@@ -31,15 +31,10 @@ NT = 128
 # rescale is a third of the matrix work after S at D=128 (16 diagonal products against P V's 32).
 CRESCALE = True
 
-# Template: T (half), D (64 or 128), BK (key rows per block), CAUSAL, CRESCALE (rows keep their maximum while it grows
-# by at most 2^8, and a simdgroup whose rows all kept skips its diagonal product: at D=128 16 of the 48 8x8 products
-# that follow S a block).
-SOURCE = r"""
-    constexpr int NSG = 4;
-    constexpr int BQ = 32;
-    constexpr int DT = D / 8;
-    constexpr int KT = BK / 8;
-    constexpr int CPL = BK / 4;  // softmax: 4 lanes per row, CPL columns each
+# What both simdgroup prefills run alike (metal_fragments.py builds its kernel from these too): the block's place
+# (GQA: head h reads kv head h / (Hq / Hkv)), Q scaled by log2(e) / sqrt(D) into Qs, and key block k0 of K and V into
+# Ks and Vs (zero rows past S).
+BLOCK_PLACE = r"""
     const uint sg = simdgroup_index_in_threadgroup, lane = thread_index_in_simdgroup;
     const uint tid = thread_index_in_threadgroup;
     // causal: each head's longest query blocks first (the last see the most keys), as the CUDA kernels hand them out
@@ -52,17 +47,8 @@ SOURCE = r"""
     const device T* qp = q + size_t(bh) * size_t(L) * D;
     const device T* kp = k + (size_t(b) * Hkv + hk) * size_t(S) * D;
     const device T* vp = v + (size_t(b) * Hkv + hk) * size_t(S) * D;
-
-    threadgroup T Qs[BQ * D];
-    threadgroup T Ks[BK * D];
-    threadgroup T Vs[BK * D];
-    threadgroup float Ss[BQ * BK];
-    threadgroup T Ps[BQ * BK];
-    threadgroup float Ds[NSG * 64];
-    threadgroup float Os[NSG * 64];
-    threadgroup float rowm[BQ];
-    threadgroup float rowl[BQ];
-
+"""
+LOAD_Q = r"""
     // Q, K and V move 8 bytes a lane (four halves, MSL's widest vector), not one element
     constexpr int C4 = D / 4;
     const float qscale = 1.4426950408889634f * rsqrt(float(D));
@@ -75,14 +61,8 @@ SOURCE = r"""
         y.z = T(float(x.z) * qscale); y.w = T(float(x.w) * qscale);
         *((threadgroup vec<T, 4>*)(Qs + r * D + c)) = y;
     }
-    if (tid < uint(BQ)) { rowm[tid] = -INFINITY; rowl[tid] = 0.0f; }
-    simdgroup_float8x8 acc[DT];
-    for (int t = 0; t < DT; ++t) acc[t] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-    const int kend = CAUSAL ? min(S, q0 + BQ + off) : S;
-    bool resc = true;  // whether this key block's diagonal product runs (CRESCALE)
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-
-    for (int k0 = 0; k0 < kend; k0 += BK) {
+"""
+LOAD_KV = r"""
         for (uint i = tid; i < uint(BK * C4); i += NSG * 32) {
             const int r = int(i) / C4, c = (int(i) % C4) * 4;
             const size_t g = size_t(k0 + r) * D + c;
@@ -94,7 +74,37 @@ SOURCE = r"""
             *((threadgroup vec<T, 4>*)(Ks + r * D + c)) = kx;
             *((threadgroup vec<T, 4>*)(Vs + r * D + c)) = vx;
         }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
+"""
+
+# Template: T (half), D (64 or 128), BK (key rows per block), CAUSAL, CRESCALE (rows keep their maximum while it grows
+# by at most 2^8, and a simdgroup whose rows all kept skips its diagonal product: at D=128 16 of the 48 8x8 products
+# that follow S a block).
+SOURCE = r"""
+    constexpr int NSG = 4;
+    constexpr int BQ = 32;
+    constexpr int DT = D / 8;
+    constexpr int KT = BK / 8;
+    constexpr int CPL = BK / 4;  // softmax: 4 lanes per row, CPL columns each
+""" + BLOCK_PLACE + r"""
+    threadgroup T Qs[BQ * D];
+    threadgroup T Ks[BK * D];
+    threadgroup T Vs[BK * D];
+    threadgroup float Ss[BQ * BK];
+    threadgroup T Ps[BQ * BK];
+    threadgroup float Ds[NSG * 64];
+    threadgroup float Os[NSG * 64];
+    threadgroup float rowm[BQ];
+    threadgroup float rowl[BQ];
+
+""" + LOAD_Q + r"""    if (tid < uint(BQ)) { rowm[tid] = -INFINITY; rowl[tid] = 0.0f; }
+    simdgroup_float8x8 acc[DT];
+    for (int t = 0; t < DT; ++t) acc[t] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    const int kend = CAUSAL ? min(S, q0 + BQ + off) : S;
+    bool resc = true;  // whether this key block's diagonal product runs (CRESCALE)
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    for (int k0 = 0; k0 < kend; k0 += BK) {
+""" + LOAD_KV + r"""        threadgroup_barrier(mem_flags::mem_threadgroup);
 
         // S (8 x BK) of this simdgroup's rows: Q (8 x D) times K^T (D x BK), 8x8 tiles.
         for (int j = 0; j < KT; ++j) {
