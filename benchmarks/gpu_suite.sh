@@ -102,7 +102,11 @@ stage() {
   big=$(ls .device/dl/mlx_cuda_13-*.whl) && name=$(basename "$big")
   split -b 45000000 "$big" .device/part_ && rm "$big"
   mv .device/part_aa .device/a/part_aa && mv .device/part_ab .device/b/part_ab
-  mv .device/dl/*.whl .device/b/wheels/ && rmdir .device/dl
+  # One copy to the GPU machine carries a folder with the working tree beside it (~15 MB) and may not pass 64 MiB,
+  # so MLX's wheels go with part 2 and the LLM path's (openai, jsonschema and theirs) in a third folder, copied only
+  # where that path runs there: every GPU part of this script works without it.
+  mkdir -p .device/c/wheels && mv .device/dl/mlx*.whl .device/b/wheels/ && mv .device/dl/*.whl .device/c/wheels/
+  rmdir .device/dl
   cat > .device/b/install.sh <<INSTALL
 #!/usr/bin/env bash
 # Written by benchmarks/gpu_suite.sh stage: joins the two parts and installs MLX (CUDA) and the staged wheels.
@@ -111,12 +115,23 @@ here=\$(cd "\$(dirname "\$0")" && pwd)
 [ -f "\$here/../a/part_aa" ] || { echo "part 1 (.device/a/part_aa) is not here: bring .device/a first" >&2; exit 3; }
 cat "\$here/../a/part_aa" "\$here/part_ab" > "\$here/$name"
 \${PY:-python3} -m pip install -q --no-index --no-deps "\$here/$name" "\$here"/wheels/*.whl
+if ls "\$here"/../c/wheels/*.whl >/dev/null 2>&1; then
+  \${PY:-python3} -m pip install -q --no-index --no-deps "\$here"/../c/wheels/*.whl
+else
+  echo "note: .device/c (openai, jsonschema) is not here; the GPU benchmarks and tests run without it" >&2
+fi
 rm -f "\$here/$name"
 \${PY:-python3} -c "import mlx.core as mx; assert mx.cuda.is_available(); print('mlx', mx.__version__, mx.default_device())"
 INSTALL
   chmod +x .device/b/install.sh
-  du -sh .device/a .device/b
-  echo "staged: copy .device/a, then .device/b, to the GPU machine; there run: bash benchmarks/gpu_suite.sh PART"
+  local tree part
+  tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
+  for part in a b c; do
+    (( $(du -sb ".device/$part" | cut -f1) + tree < 64 * 1024 * 1024 )) \
+      || echo "gpu_suite: .device/$part with the working tree passes 64 MiB: one copy cannot carry it" >&2
+  done
+  du -sh .device/a .device/b .device/c
+  echo "staged: copy .device/a, then .device/b (and .device/c for the LLM path), to the GPU machine; there run: bash benchmarks/gpu_suite.sh PART"
 }
 
 setup() {
