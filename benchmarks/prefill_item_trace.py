@@ -295,10 +295,22 @@ def too_big(cfg: Any, d: int) -> str | None:
     return smem_problem(cfg, d)
 
 
+def library_configs() -> list[str]:
+    """The names of the Hopper dispatch's three kernels (WIDE, WIDE_PERSIST, TALL), as KSEARCH_WGMMA_CONFIG spells
+    them."""
+    import importlib
+
+    from ksearch.kernels.attention.wgmma_ws import config_name
+
+    library = importlib.import_module("ksearch.kernels.attention")
+    return [config_name(cfg) for cfg in (library.WIDE, library.WIDE_PERSIST, library.TALL)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
-    ap.add_argument("--configs", default="ws3_n64_s4_p4_tmas_cr,ws3_n64_s4_p4_tmas_pst_preg32_cr,ws2_n128_s3_p4_tmas_pst")
+    ap.add_argument("--configs", default=",".join(library_configs()),
+                    help="wgmma configurations (default: the library's three, WIDE, WIDE_PERSIST and TALL)")
     ap.add_argument("--lengths", default="2048,8192")
     ap.add_argument("--dims", default="128")
     ap.add_argument("--batch", type=int, default=4)

@@ -183,7 +183,10 @@ def test_hopper_default_is_the_swizzled_tensor_copy_producer(monkeypatch: pytest
     # ws3_n64_s4_p4_tmas_cr: three consumer warpgroups, O rescaled only when a row's maximum grew past 2^8
     wide = WS.WsConfig(3, 64, 4, 4, tma=3, crescale=True)
     assert A.wgmma_config(q128, q128, False) == A.WIDE == wide
-    assert A.wgmma_config(q128, q128, True) == A.WIDE_PERSIST == dataclasses.replace(wide, persist=True, preg=32)
+    # with the mask: persistent, each warpgroup only its own tiles (`_wt`), the items in snake order (`_sn`)
+    persistent = dataclasses.replace(wide, persist=True, preg=32, own_tiles=True, snake=True)
+    assert A.wgmma_config(q128, q128, True) == A.WIDE_PERSIST == persistent
+    assert WS.config_name(persistent) == "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn"
     assert WS.config_name(wide) == "ws3_n64_s4_p4_tmas_cr"
     assert WS.supports(q128, q128, q128, True, wide) and WS.supports(q64, q64, q64, False, wide)
 
@@ -199,7 +202,8 @@ def test_two_warpgroups_on_128_key_tiles_take_d64(monkeypatch: pytest.MonkeyPatc
     def qk(length: int, s: int, d: int) -> tuple:
         return mx.zeros((1, 8, length, d), dtype=mx.float16), mx.zeros((1, 2, s, d), dtype=mx.float16)
 
-    assert A.wgmma_config(*qk(4096, 4096, 64), True) == A.TALL == WS.WsConfig(2, 128, 3, 4, tma=3, persist=True)
+    tall = WS.WsConfig(2, 128, 3, 4, tma=3, persist=True, snake=True)
+    assert A.wgmma_config(*qk(4096, 4096, 64), True) == A.TALL == tall
     assert A.wgmma_config(*qk(2048, 2048, 64), False) == A.TALL  # the best at D=64 in all 12 groups, L 2048 too
     assert A.wgmma_config(*qk(8192, 8192, 128), False) == A.WIDE  # D=128 without the mask
     assert A.wgmma_config(*qk(4096, 4096, 128), True) == A.WIDE_PERSIST  # D=128 with it, at every length
@@ -209,7 +213,7 @@ def test_two_warpgroups_on_128_key_tiles_take_d64(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(device, "backend", lambda: "cuda")
     monkeypatch.setattr(device, "hopper", lambda: True)
     q, k = qk(4096, 4096, 64)
-    assert A.prefill_plan(q, k, k, causal=True)[0] == "ws2_n128_s3_p4_tmas_pst"  # as KSEARCH_WGMMA_CONFIG spells it
+    assert A.prefill_plan(q, k, k, causal=True)[0] == "ws2_n128_s3_p4_tmas_pst_sn"  # as KSEARCH_WGMMA_CONFIG spells it
     # without a tensor map: bulk copies from tile images, one block an item (persistent blocks need the copies)
     monkeypatch.setattr(WS, "tma_ready", lambda *_a: False)
     assert A.wgmma_config(q, k, True) == WS.WsConfig(2, 128, 3, 4, bulk=True)
@@ -455,10 +459,10 @@ def test_the_cuda_plan_is_made_once_per_shape_and_follows_the_settings(monkeypat
     A.clear_plans()
     q = mx.zeros((1, 8, 256, 64), dtype=mx.float16)
     k = mx.zeros((1, 2, 256, 64), dtype=mx.float16)
-    assert [A.attention(q, k, k, True) for _ in range(3)] == ["ws2_n128_s3_p4_tmas_pst"] * 3
+    assert [A.attention(q, k, k, True) for _ in range(3)] == ["ws2_n128_s3_p4_tmas_pst_sn"] * 3
     assert len(planned) == 1  # once for the shape, not once a call
-    assert A.prefill_plan(q, k, k, True)[0] == "ws2_n128_s3_p4_tmas_pst" and len(planned) == 1
-    assert A.attention(q[:, :, :128], k, k, True) == "ws2_n128_s3_p4_tmas_pst" and len(planned) == 2  # a new shape
+    assert A.prefill_plan(q, k, k, True)[0] == "ws2_n128_s3_p4_tmas_pst_sn" and len(planned) == 1
+    assert A.attention(q[:, :, :128], k, k, True) == "ws2_n128_s3_p4_tmas_pst_sn" and len(planned) == 2  # a new shape
     monkeypatch.setenv("KSEARCH_WGMMA_CONFIG", "ws3_n64_s4_p4_tmas")  # a setting changed: a plan of its own
     assert A.attention(q, k, k, True) == "ws3_n64_s4_p4_tmas"
     monkeypatch.setenv("KSEARCH_WGMMA", "0")

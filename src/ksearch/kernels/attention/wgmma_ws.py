@@ -376,8 +376,11 @@ def consumer_registers(cfg: WsConfig) -> int:
 def with_bulk_copies(cfg: WsConfig) -> WsConfig:
     """`cfg` with bulk copies from tile images instead of tensor copies, one block an item (persistent blocks need the
     tensor copies), its producer at the 24 registers the bulk-copy kernels were measured with: where no tensor map can
-    be made. The conditional rescale stays (WIDE's bulk rendering with it passes check-prefill; not timed)."""
-    return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24, qpf=False, maps1=False)
+    be made. The conditional rescale stays (WIDE's bulk rendering with it passes check-prefill; not timed); snake
+    order goes with the persistent blocks, and each warpgroup's own tiles (`_wt`, checked with tensor copies only)
+    with them."""
+    return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24, qpf=False, maps1=False,
+                   own_tiles=False, snake=False)
 
 
 def kernel_name(cfg: WsConfig) -> str:

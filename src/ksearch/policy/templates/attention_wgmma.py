@@ -8,8 +8,9 @@ and then: K / V stages; for the producer, tensor copies through a map the candid
 128-byte swizzle (`tma`: the library's Hopper default, 3-5% ahead of the bulk copies over the 96 benchmark shapes), or
 tile images and one bulk copy a tile (`bulk`: 0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async), and
 ping-pong between consumer warpgroups (`pp`, with bulk copies); with tensor copies, persistent blocks (`persist`:
-one block an SM walks the work items, the grid sized by the driver's SM count; the library's choice at D=64, 3% ahead
-there, and with three warpgroups at D=128 with the causal mask below L=4096); the cp.async cache mode (`cp`: cg
+one block an SM walks the work items, the grid sized by the driver's SM count, its items in snake order; the library's
+choice at D=64, 3% ahead there, and with three warpgroups, each multiplying only its own rows' tiles, at D=128 with the
+causal mask); the cp.async cache mode (`cp`: cg
 through L2, ca through L1 too); with a producer, O rescaled only when a row's maximum grew past 2^8 (`crescale`:
 the library's choice at D=128, 3-5% less time there, 9-13% more at D=64 with 128-key tiles). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a
 thread without launch bounds; spills with them). A producer with 128-key tiles runs two consumer warpgroups and bulk
@@ -42,11 +43,13 @@ def configs(p: dict[str, Any]) -> tuple[Any, Any]:
     """(the synchronous kernel's WgmmaConfig, the producer kernel's WsConfig) for a parameter set; one of them runs."""
     cfg = wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], cp=p["cp"])
     # three persistent warpgroups keep their producer at 32 registers, as the library's WIDE_PERSIST does (with 24
-    # ptxas spills its item loop); two keep 24, as TALL does (32 measured no faster there)
-    preg = 32 if p["persist"] and p["wg"] == 3 else 24
+    # ptxas spills its item loop); two keep 24, as TALL does (32 measured no faster there). Persistent blocks take
+    # their items in snake order, and three persistent warpgroups each only their own tiles, as the library's do.
+    persist = bool(p["persist"])
+    preg = 32 if persist and p["wg"] == 3 else 24
     ws = wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], pwarps=4, cp=p["cp"],
-                           bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0, persist=p["persist"], preg=preg,
-                           crescale=p["crescale"])
+                           bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0, persist=persist, preg=preg,
+                           crescale=p["crescale"], own_tiles=persist and p["wg"] == 3, snake=persist)
     return cfg, ws
 
 
