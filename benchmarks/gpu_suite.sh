@@ -4,9 +4,10 @@
 #
 # On a machine with network access, in the checkout (the GPU machine may have none):
 #   bash benchmarks/gpu_suite.sh stage     # .device/a/ and .device/b/ (git-ignored): MLX's CUDA wheel split in two
-#                                          # parts under 64 MiB each, the other wheels, and .device/b/install.sh
+#                                          # parts, MLX's other wheels and .device/b/install.sh; .device/c/: the LLM
+#                                          # path's wheels (openai, jsonschema), which no part below needs
 # On the GPU machine (x86-64, NVIDIA, Python 3.12), from the repository root, with .device/ copied over (.device/a
-# first: it may travel in an earlier copy than .device/b):
+# first: it may travel in an earlier copy than .device/b; each copy, a folder with the working tree, under 64 MiB):
 #   bash .device/b/install.sh              # joins the parts, installs MLX (CUDA); a part runs it itself if needed
 #   bash benchmarks/gpu_suite.sh PART [ARGS]
 #
