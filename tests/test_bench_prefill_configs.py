@@ -16,8 +16,9 @@ from ksearch.bench import attention as ba
 KS = [sys.executable, "-m", "ksearch.cli"]
 
 
-def _row(speedup: float, configs: dict[str, tuple[str, float]]) -> dict[str, Any]:
-    return {"L": 2048, "speedup": speedup,
+def _row(speedup: float, configs: dict[str, tuple[str, float]], d: int = 128, causal: bool = False,
+         length: int = 2048) -> dict[str, Any]:
+    return {"D": d, "causal": causal, "L": length, "speedup": speedup,
             "configs": {name: {"kernel": kernel, "speedup": s} for name, (kernel, s) in configs.items()}}
 
 
@@ -29,7 +30,25 @@ def test_summary_reports_each_configuration_where_it_ran_and_the_best_per_shape(
     assert summary["configs"]["b"] == {"geomean_speedup": pytest.approx(0.4), "shapes": 1}
     # best per shape: 0.8 (a) and 0.9 (the dispatch); b's native fallback never counts as a win
     assert summary["geomean_speedup_best_of"] == pytest.approx((0.8 * 0.9) ** 0.5)
-    assert "configs" not in ba.summarize_prefill([{"L": 2048, "speedup": 1.0}])
+    assert "configs" not in ba.summarize_prefill([{"D": 64, "causal": True, "L": 2048, "speedup": 1.0}])
+
+
+def test_summary_reads_the_dispatch_and_each_configuration_group_by_group() -> None:
+    rows = [_row(0.9, {"a": ("a", 0.95)}, d=128, causal=True, length=4096),
+            _row(0.8, {"a": ("a", 1.0)}, d=128, causal=True, length=8192),
+            _row(0.7, {"a": ("native", 1.0)}, d=64, causal=False, length=2048),  # a does not fit: left out
+            _row(1.1, {"a": ("a", 0.5)}, d=128, causal=False, length=4096)]
+    summary = ba.summarize_prefill(rows)
+    groups = summary["by_group"]
+    assert list(groups) == ["D=64, no mask, L < 4096", "D=128, no mask, L >= 4096", "D=128, mask, L >= 4096"]
+    assert groups["D=128, mask, L >= 4096"] == {"shapes": 2, "dispatch": pytest.approx((0.9 * 0.8) ** 0.5),
+                                                "a": pytest.approx(0.95 ** 0.5)}
+    assert groups["D=64, no mask, L < 4096"] == {"shapes": 1, "dispatch": pytest.approx(0.7), "a": None}
+    # the D=128 target over its own shapes, and no group without configurations beyond the dispatch
+    assert summary["geomean_speedup_D128_L_ge_4096"] == pytest.approx((0.9 * 0.8 * 1.1) ** (1 / 3))
+    plain = ba.summarize_prefill([{"D": 64, "causal": False, "L": 2048, "speedup": 0.5}])
+    assert plain["by_group"] == {"D=64, no mask, L < 4096": {"shapes": 1, "dispatch": pytest.approx(0.5)}}
+    assert plain["geomean_speedup_D128_L_ge_4096"] is None
 
 
 def test_each_configuration_is_timed_in_the_same_rounds_and_checked_against_native() -> None:

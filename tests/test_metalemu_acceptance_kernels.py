@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -309,3 +311,29 @@ def test_causal_conv_and_decode_step() -> None:
     want = ops.mixer_step(*args)
     for g, e in zip(got, want, strict=True):
         _close(g, e, 2e-2, 2e-2)
+
+
+def test_bench_prints_the_dispatch_and_each_named_kernel_group_by_group(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """`ksearch bench attention --configs metal_fragments` on a Mac, the emulation standing in, over two small shapes:
+    a line a group (head dim, mask, length band) with the dispatch's geomean beside the named kernel's, and the
+    same groups in the written summary."""
+    import json
+
+    from ksearch.bench import attention as ba
+    from ksearch.kernels import device
+
+    monkeypatch.setattr(device, "backend", lambda: "metal")
+    monkeypatch.setenv("KSEARCH_METAL_KERNELS", "1")
+    small = {"B": 1, "Hq": 4, "Hkv": 2, "D": 64, "L": 40, "S": 40, "dtype": "float16"}
+    monkeypatch.setattr(ba, "prefill_shapes", lambda full: [{**small, "causal": True}, {**small, "causal": False}])
+    monkeypatch.setattr(ba, "bench_prefill_shape",
+                        partial(ba.bench_prefill_shape, rounds=2, n=1))
+    lines: list[str] = []
+    path = ba.run_bench("prefill", False, str(tmp_path), log=lines.append, configs=["metal_fragments"],
+                        name="attention-prefill-configs")
+    groups = json.loads(path.read_text())["summary"]["by_group"]
+    assert list(groups) == ["D=64, no mask, L < 4096", "D=64, mask, L < 4096"]
+    assert all(g["shapes"] == 1 and g["dispatch"] > 0 and g["metal_fragments"] > 0 for g in groups.values())
+    printed = [line for line in lines if line.startswith("D=64")]
+    assert len(printed) == 2 and all("dispatch" in line and "metal_fragments" in line for line in printed)
