@@ -51,7 +51,8 @@ WIDE = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, crescale=True)
 # same kernel one block an item at D=64 (geomean; ahead in all 12 groups of 4 shapes). With the conditional rescale
 # it took 9-13% more time at D=64 and no fewer cycles a tile at D=128 (2,899 -> 2,911): not taken.
 # Its items in snake order (`_sn`, the rounds alternating in direction): on the H100 side by side in two processes
-# 0.950x / 0.941x of cuDNN at D=64 against 0.943x / 0.927x without (attention-prefill-snake-own-tiles-*-h100-*.json).
+# 0.950x / 0.941x of cuDNN at D=64 against 0.943x / 0.927x without
+# (attention-prefill-configs-snake-own-tiles-*-h100-*.json).
 TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=True)
 # WIDE as persistent blocks whose producer keeps 32 registers (no spills; two warpgroups would keep 232, three keep
 # 160 either way): at D=128 with the causal mask below L=4096, 0.808x of cuDNN against WIDE's 0.766x and TALL's
@@ -60,7 +61,7 @@ TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=Tru
 # Shorter causal prefills take it too, unmeasured (the benchmark's shortest is L=2048). Each warpgroup multiplies only
 # the tiles its own rows need (`_wt`) and the items go in snake order (`_sn`): on the H100 side by side in two
 # processes, at D=128 with the mask 0.977x / 0.970x of cuDNN from L=4096 against 0.957x / 0.950x, 0.910x / 0.905x
-# below it against 0.846x / 0.864x (attention-prefill-snake-own-tiles-*-h100-*.json).
+# below it against 0.846x / 0.864x (attention-prefill-configs-snake-own-tiles-*-h100-*.json).
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True, own_tiles=True,
                         snake=True)
 
