@@ -44,7 +44,7 @@ def test_summary_reads_the_dispatch_and_each_configuration_group_by_group() -> N
     assert groups["D=128, mask, L >= 4096"] == {"shapes": 2, "dispatch": pytest.approx((0.9 * 0.8) ** 0.5),
                                                 "a": pytest.approx(0.95 ** 0.5)}
     assert groups["D=64, no mask, L < 4096"] == {"shapes": 1, "dispatch": pytest.approx(0.7), "a": None}
-    # the D=128 target over its own shapes, and no group without configurations beyond the dispatch
+    # the D=128, L >= 4096 target's geomean over its own shapes; without configurations a group has the dispatch only
     assert summary["geomean_speedup_D128_L_ge_4096"] == pytest.approx((0.9 * 0.8 * 1.1) ** (1 / 3))
     plain = ba.summarize_prefill([{"D": 64, "causal": False, "L": 2048, "speedup": 0.5}])
     assert plain["by_group"] == {"D=64, no mask, L < 4096": {"shapes": 1, "dispatch": pytest.approx(0.5)}}
