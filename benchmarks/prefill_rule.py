@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ksearch.bench.timing import geomean
 
 Row = dict[str, Any]
 TERMS: dict[str, Callable[[Row], bool]] = {
@@ -25,10 +26,6 @@ TERMS: dict[str, Callable[[Row], bool]] = {
     "mask": lambda r: bool(r["causal"]), "no-mask": lambda r: not r["causal"],
     "L<4096": lambda r: r["L"] < 4096, "L>=4096": lambda r: r["L"] >= 4096,
 }
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 def parse_rule(text: str) -> tuple[list[str], str]:
