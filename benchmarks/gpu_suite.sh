@@ -321,7 +321,8 @@ find_run() {  # a run directory, the name of one under $RUNS, or a run-NAME.tar.
   local run=$1 name
   if [ -f "$run" ] && [[ "$run" == *.tar.gz ]]; then
     name=$(tar -tzf "$run" 2>/dev/null | head -1 | cut -d/ -f1)
-    [ -n "$name" ] && tar -tzf "$run" | grep -qx "$name/run.db" \
+    # grep without -q reads the whole listing: an early exit would end tar by SIGPIPE, a failure under pipefail
+    [ -n "$name" ] && tar -tzf "$run" | grep -x "$name/run.db" >/dev/null \
       || die "no run in $1: give a run-NAME.tar.gz that 'record' wrote"
     mkdir -p "$RUNS" && tar -xzf "$run" -C "$RUNS" || die "cannot unpack $1 into $RUNS"
     run=$RUNS/$name
@@ -434,8 +435,8 @@ CHECK
     [ -z "$bad" ] || die "prefill-candidates: $bad"
     setup && prefill_candidates "$@" ;;
   prefill-small) setup && prefill_small ;;
-  prefill-power) setup && timeout -k 10 500 "$PY" benchmarks/prefill_power.py "$OUT" "$@" 2>&1 \
-          | tee "$OUT/prefill-power.log" ;;
+  prefill-power) log=prefill-power; case " $* " in *" --causal "*) log=prefill-power-causal ;; esac
+    setup && timeout -k 10 500 "$PY" benchmarks/prefill_power.py "$OUT" "$@" 2>&1 | tee "$OUT/$log.log" ;;
   item-trace) setup && timeout -k 10 500 "$PY" benchmarks/prefill_item_trace.py "$OUT" "$@" 2>&1 \
           | tee "$OUT/prefill-item-trace.log" | cut -c1-400 ;;
   decode) setup && decode ;;

@@ -12,7 +12,7 @@ kernel from a lower clock).
     python benchmarks/prefill_power.py OUT_DIR [--shapes 1x4096,4x4096,1x8192,4x8192] [--causal] [--seconds 2]
                                        [--warm 1] [--configs ws3_n64_s4_p4_tmas_cr,...]
 
-Hq 32, Hkv 8, D 128, fp16, S = L. Writes prefill-power-*.json to OUT_DIR.
+Hq 32, Hkv 8, D 128, fp16, S = L. Writes prefill-power-*.json (prefill-power-causal-*.json with --causal) to OUT_DIR.
 """
 
 from __future__ import annotations
@@ -55,6 +55,11 @@ def row_for(b: int, length: int, causal: bool, name: str, rnd: int, per_call: fl
         row["joules_per_call"] = row["power_w_median"] * per_call
         row["mcycles_per_call"] = row["sm_mhz_median"] * per_call  # MHz x s = millions of SM cycles
     return row
+
+
+def result_name(causal: bool) -> str:
+    """The result's name: with and without the mask apart, so one call does not overwrite the other's file."""
+    return "prefill-power-causal" if causal else "prefill-power"
 
 
 def main() -> None:
@@ -101,7 +106,7 @@ def main() -> None:
                           flush=True)
     finally:
         sampler.stop()
-    data = make_result("prefill-power", get_backend("mlx-cuda"), figures, [list(s) for s in shapes], ["float16"],
+    data = make_result(result_name(args.causal), get_backend("mlx-cuda"), figures, [list(s) for s in shapes], ["float16"],
                        notes=f"Hq 32, Hkv 8, D 128, causal={args.causal}; ten calls queued per evaluation for "
                              f"{args.seconds} s per contender after {args.warm} s of the same stream; nvidia-smi every "
                              "100 ms; power_capped_share: samples with throttle reason 0x4 (software power cap)")

@@ -56,6 +56,19 @@ def test_resume_refuses_an_archive_without_a_run_in_one_line(tmp_path: Path) -> 
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs" / "notes").exists()
 
 
+def test_resume_finds_the_run_in_an_archive_whose_listing_goes_on_after_it(tmp_path: Path) -> None:
+    # A real run's archive lists run.db early and hundreds of candidates after it: the check must read the whole
+    # listing rather than stop at the match (which ended tar by SIGPIPE and failed the check under pipefail).
+    name = "20261205-042313-gqa_decode-196a58"
+    files = {"run.db": "", "config.json": '{"task": "gqa_decode"}'}
+    # names after run.db's in the order tarfile adds them (sorted)
+    files.update({f"trace-{i:04d}-with-a-name-as-long-as-a-candidate-file-has.py": "" for i in range(3000)})
+    archive = _archive(tmp_path, name, files)
+    proc = _suite(tmp_path, "resume", str(archive))
+    assert "no run in" not in proc.stderr and (tmp_path / "runs" / name / "run.db").is_file()
+    assert proc.returncode == 2 and "MLX with CUDA is missing" in proc.stderr
+
+
 def _fake_python(tmp: Path, record: Path) -> Path:
     # Stands in for the GPU machine's Python: MLX-CUDA "imports", pip "installs", pytest records its arguments.
     fake = tmp / "fake-python"
@@ -108,4 +121,5 @@ def test_prefill_power_passes_its_options_to_the_script_and_keeps_a_log(tmp_path
     proc = _suite_with(tmp_path, _fake_python(tmp_path, record), "prefill-power", "--shapes", "1x4096", "--causal")
     assert proc.returncode == 0, proc.stderr
     assert record.read_text().splitlines() == [f"benchmarks/prefill_power.py {tmp_path / 'out'} --shapes 1x4096 --causal"]
-    assert "ran benchmarks/prefill_power.py" in (tmp_path / "out" / "prefill-power.log").read_text()
+    assert "ran benchmarks/prefill_power.py" in (tmp_path / "out" / "prefill-power-causal.log").read_text()
+    assert not (tmp_path / "out" / "prefill-power.log").exists()  # a call without the mask keeps its own log

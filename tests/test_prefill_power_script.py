@@ -18,6 +18,11 @@ def test_the_causal_mask_halves_the_operations():
     assert prefill_power.prefill_flops(1, 4096, True) == full / 2
 
 
+def test_with_and_without_the_mask_the_results_have_their_own_names():
+    assert prefill_power.result_name(True) == "prefill-power-causal"
+    assert prefill_power.result_name(False) == "prefill-power"
+
+
 def test_a_row_turns_power_and_clock_into_energy_and_cycles_a_call():
     window = {"samples": 20, "power_w_median": 650.0, "power_w_max": 700.0, "sm_mhz_median": 1500.0,
               "power_capped_share": 0.5}
