@@ -56,7 +56,9 @@
 #                                   default gqa_decode,selective_state_update,softmax): the floor under fidelity
 #   gaps TASK...                    one evaluation's timed batches taken apart per task (harness_gaps.py): run
 #                                   lengths, calls and the harness's work between calls, candidate and baseline
-#   ncu                             Nsight Compute on the prefill kernels at L=8192, D=128
+#   ncu [ARGS]                      Nsight Compute on prefill configurations side by side, one shape: cycles a tile,
+#                                   instructions, stall reasons (ncu_prefill.py; ARGS are its options; by default
+#                                   `WIDE` beside its persistent form at B 1, L=4096, D=128; --source keeps reports)
 #   profile-capture                 `ksearch eval --profile` on the gqa_decode and attention starters; ncu's raw CSV
 #                                   kept under $OUT/ncu/ (copy one to tests/data/ncu/ as the parser's real fixture)
 #   profile-feedback TASK [BUDGET] [best|off]   offline search with profile best vs off, same budget (default
@@ -303,17 +305,8 @@ harness_loop() {
 
 ncu_part() {
   command -v ncu >/dev/null || die "ncu (Nsight Compute) is not on this machine"
-  # The first call compiles (skipped with -s 1); ncu locks the clocks, so durations are for comparing kernels only.
-  local n=(ncu --graph-profiling node -k regex:ks_flash -s 1 -c 1)
-  local cfg
-  for cfg in ws3_n64_s4_p4_bulk ws3_n64_s3_p4 wg3_n64; do
-    KSEARCH_WGMMA_CONFIG=$cfg timeout -k 10 170 "${n[@]}" --section SpeedOfLight --section WarpStateStats \
-      --section SchedulerStats --section Occupancy \
-      --metrics sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum \
-      "$PY" benchmarks/ncu_attention.py 8192 128 > "$OUT/ncu-$cfg-L8192-D128.txt" 2>&1
-    echo "== $cfg"
-    grep -E "Duration|Issue Slots Busy|tensor_cycles|Warp Cycles Per Issued" "$OUT/ncu-$cfg-L8192-D128.txt" | cut -c1-120
-  done
+  # Locked base clocks: cycles and stall reasons compare configurations, durations do not compare with bench figures.
+  timeout -k 10 540 "$PY" benchmarks/ncu_prefill.py "$OUT" "$@" 2>&1 | tee "$OUT/ncu-prefill.log" | cut -c1-160
 }
 
 latest_run() { ls -dt "$RUNS"/*-"$1"-* 2>/dev/null | head -1; }
@@ -466,7 +459,7 @@ CHECK
           timeout -k 10 150 "$PY" benchmarks/harness_gaps.py "$t" --backend mlx-cuda --out "$OUT" 2>&1 \
             | tee "$OUT/harness-gaps-$t.txt" | tail -4
         done ;;
-  ncu) setup && ncu_part ;;
+  ncu) setup && ncu_part "$@" ;;
   profile-capture) setup && profile_capture ;;
   profile-feedback) setup && profile_feedback "$@" ;;
   selection-rules) setup && selection_rules "$@" ;;

@@ -235,6 +235,22 @@ def parse_csv(text: str) -> list[KernelCounters]:
     return out
 
 
+def metric_values(text: str, names: tuple[str, ...]) -> list[dict[str, float]]:
+    """The named metrics of every launch in ncu's `--csv --page raw` output, those present and numeric (for metrics
+    KernelCounters does not keep, e.g. a benchmark's cycle and instruction counts)."""
+    rows = _table(text)
+    if len(rows) < 2:
+        return []
+    header = rows[0]
+    data = rows[1:] if rows[1] and rows[1][0].strip() else rows[2:]
+    where = {n: header.index(n) for n in names if n in header}
+    out = []
+    for row in data:
+        values = {n: v for n, i in where.items() if i < len(row) and (v := _number(row[i])) is not None}
+        out.append(values)
+    return out
+
+
 def short_name(kernel: str) -> str:
     """A kernel's function name without its return type, namespaces, template arguments and parameters."""
     text, depth = [], 0
