@@ -144,13 +144,16 @@ def profile(exe: str, cfg_name: str, b: int, length: int, d: int, causal: bool, 
             break
         metrics = ncu.without(metrics, unknown)
     row = row_for(cfg_name, printed, tiles_per_sm(cfg, b, length, causal))
-    if source:
+    if source:  # what fails here is recorded with the row, whose counters are already in hand
         report = out / f"ncu-prefill-{cfg_name}"
-        run_ncu(profile_command(exe, "", (), b, length, d, causal, report=str(report)), env, timeout)
-        page = run_ncu([exe, "-i", f"{report}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"],
-                       env, timeout)
-        (out / f"ncu-prefill-{cfg_name}-sass.csv").write_text(page)
-        row["report"] = f"{report.name}.ncu-rep"
+        try:
+            run_ncu(profile_command(exe, "", (), b, length, d, causal, report=str(report)), env, timeout)
+            row["report"] = f"{report.name}.ncu-rep"
+            page = run_ncu([exe, "-i", f"{report}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"],
+                           env, timeout)
+            (out / f"ncu-prefill-{cfg_name}-sass.csv").write_text(page)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            row["source_error"] = str(exc)
     return row
 
 
@@ -187,14 +190,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ncu_prefill: {exc}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for n in names:
+    rows, failed = [], []
+    for n in names:  # a configuration that fails is named; the others' figures are still written
         try:
             rows.append(profile(exe, n, b, length, args.d, args.causal, args.out, args.source))
         except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
             print(f"ncu_prefill: {n}: {exc}", file=sys.stderr)
-            return 1
-        print(f"profiled {n}", flush=True)
+            failed.append(n)
+            continue
+        print(f"profiled {n}" + (f" (source: {rows[-1]['source_error']})" if "source_error" in rows[-1] else ""),
+              flush=True)
+    if not rows:
+        return 1
     print(compare(rows), flush=True)
     tag = f"{'causal' if args.causal else 'full'}-b{b}-l{length}-d{args.d}"
     data = make_result("ncu-prefill", backend, rows, [[b, HEADS, KV_HEADS, length, args.d]], ["float16"],
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                              "active.ratio); cycles_per_tile: sm__cycles_elapsed.max over the tiles an SM runs on "
                              "average")
     print(write_result(data, args.out, stem=f"ncu-prefill-{tag}"), flush=True)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
