@@ -10,8 +10,8 @@ stall samples per instruction), for reading in Nsight Compute or later.
     python benchmarks/ncu_prefill.py OUT [--configs A,B,...] [--shape BxL] [--d 128] [--causal] [--source]
 
 Default: the dispatch's `WIDE` and its persistent form without own tiles and snake order, B 1, L 4096, D 128, no
-mask (Hq 32, Hkv 8, fp16; the profiled program is benchmarks/ncu_attention.py). Needs MLX with CUDA and ncu (KSEARCH_NCU,
-PATH or CUDA's default places). Writes OUT/ncu-prefill-*.json.
+mask (Hq 32, Hkv 8, fp16; the profiled program is benchmarks/ncu_attention.py). Needs MLX with CUDA and ncu
+(KSEARCH_NCU, PATH or CUDA's default places). Writes OUT/ncu-prefill-*.json.
 """
 
 from __future__ import annotations

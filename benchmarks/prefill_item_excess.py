@@ -5,7 +5,9 @@ fixed time beyond its tiles (o for ours, c for cuDNN's, in our tiles), S would b
 then o - c, the excess an item. An excess that stays level across lengths is a cost of each item; one that grows
 with the length is a cost of each tile. No GPU needed.
 
-    python benchmarks/prefill_item_excess.py FILE.json [FILE.json ...] [--json OUT.json]
+    python benchmarks/prefill_item_excess.py FILE.json [FILE.json ...] [--config NAME] [--json OUT.json]
+
+--config: a configuration a `--configs` file timed beside the dispatch, in its place.
 """
 
 from __future__ import annotations
@@ -54,26 +56,35 @@ def excess(rows: list[Row]) -> list[dict[str, Any]]:
     return out
 
 
-def load(paths: list[str]) -> list[Row]:
-    """Every shape's row of the files; ValueError in one line for a file that is not a bench attention result."""
+def load(paths: list[str], config: str | None = None) -> list[Row]:
+    """Every shape's row of the files, the dispatch's figures or `config`'s; ValueError in one line for a file that is
+    not a bench attention result or did not time `config`."""
     rows: list[Row] = []
     for p in paths:
         try:
             figures = json.loads(Path(p).read_text())["figures"]
-            rows += [{k: f[k] for k in ("D", "causal", "L", "speedup")} | {"kernel": f.get("kernel")}
-                     for f in figures]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{p}: not a `ksearch bench attention` result ({type(exc).__name__}: {exc})") from None
+        for f in figures:
+            try:
+                named = f["configs"][config] if config else f
+                rows.append({"D": f["D"], "causal": f["causal"], "L": f["L"], "speedup": named["speedup"],
+                             "kernel": named.get("kernel")})
+            except (KeyError, TypeError) as exc:
+                what = (f"timed no {config!r} (a `--configs` file names it)" if config
+                        else "not a `ksearch bench attention` result")
+                raise ValueError(f"{p}: {what} ({type(exc).__name__}: {exc})") from None
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", help="attention-prefill-*.json written by `ksearch bench attention --full`")
+    ap.add_argument("--config", help="a configuration timed beside the dispatch (`bench attention --configs`)")
     ap.add_argument("--json", type=Path, help="write the lines here too")
     args = ap.parse_args(argv)
     try:
-        lines = excess(load(args.files))
+        lines = excess(load(args.files, args.config))
     except ValueError as exc:
         print(f"prefill_item_excess: {exc}", file=sys.stderr)
         return 2

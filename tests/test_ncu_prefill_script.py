@@ -118,7 +118,8 @@ def test_profile_asks_again_without_a_metric_ncu_does_not_know_and_keeps_the_rep
 
 def test_a_report_that_fails_is_recorded_with_the_counters_kept(tmp_path: Path):
     fake = _fake_ncu(tmp_path, _csv(700_000, {"barrier": 2.0}))
-    text = fake.read_text().replace('then echo \'"Address"', 'then echo "==ERROR== unknown option --print-source"; exit 1; echo \'"Address"')
+    failing = 'then echo "==ERROR== unknown option --print-source"; exit 1; echo \'"Address"'
+    text = fake.read_text().replace('then echo \'"Address"', failing)
     fake.write_text(text)
     row = prefill.profile(str(fake), "ws3_n64_s4_p4_tmas_cr", 1, 4096, 128, False, tmp_path, source=True)
     assert row["cycles"] == 700_000 and "unknown option --print-source" in row["source_error"]

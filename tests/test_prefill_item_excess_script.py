@@ -41,6 +41,15 @@ def test_the_excess_is_one_minus_s_times_the_tiles_over_every_files_shapes(tmp_p
         (1 - s4096) * 64)
 
 
+def test_a_configuration_timed_beside_the_dispatch_takes_its_place(tmp_path: Path):
+    row = _row(2048, 0.9) | {"configs": {"pst": {"kernel": "ws3_n64_s4_p4_tmas_pst_preg32_cr", "speedup": 0.8}}}
+    path = _file(tmp_path, "a.json", [row])
+    line = excess.excess(excess.load([path], "pst"))[0]
+    assert line["kernels"] == ["ws3_n64_s4_p4_tmas_pst_preg32_cr"] and line["excess_tiles"] == pytest.approx(0.2 * 32)
+    with pytest.raises(ValueError, match="timed no 'other'"):
+        excess.load([path], "other")
+
+
 def test_a_group_run_partly_by_mlx_gets_no_scale(tmp_path: Path):
     lines = excess.excess(excess.load([_file(tmp_path, "a.json", [_row(2048, 0.9), _row(2048, 1.0, "native")])]))
     assert lines[0]["kernels"] == ["native", WIDE] and "excess_tiles" not in lines[0]
