@@ -1,5 +1,6 @@
 """benchmarks/gpu_suite.sh on a machine without a GPU: what it refuses, in one line, before any set-up."""
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,24 @@ def test_prefill_power_passes_its_options_to_the_script_and_keeps_a_log(tmp_path
     assert record.read_text().splitlines() == [f"benchmarks/prefill_power.py {tmp_path / 'out'} --shapes 1x4096 --causal"]
     assert "ran benchmarks/prefill_power.py" in (tmp_path / "out" / "prefill-power-causal.log").read_text()
     assert not (tmp_path / "out" / "prefill-power.log").exists()  # a call without the mask keeps its own log
+
+
+def test_ncu_passes_its_options_to_ncu_prefill_and_keeps_a_log(tmp_path: Path) -> None:
+    record = tmp_path / "calls.txt"
+    fake = _fake_python(tmp_path, record)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "ncu").write_text("#!/bin/bash\nexit 0\n")
+    (tools / "ncu").chmod(0o755)
+    env = {"PATH": f"{tools}:/usr/bin:/bin", "PY": str(fake), "OUT": str(tmp_path / "out")}
+    proc = subprocess.run(["bash", str(SUITE), "ncu", "--shape", "4x8192", "--source"], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert record.read_text().splitlines() == [f"benchmarks/ncu_prefill.py {tmp_path / 'out'} --shape 4x8192 --source"]
+    assert "ran benchmarks/ncu_prefill.py" in (tmp_path / "out" / "ncu-prefill.log").read_text()
+    if shutil.which("ncu", path="/usr/bin:/bin"):
+        return  # a machine with ncu in the system's folders cannot show the refusal below
+    # without ncu on the machine the part stops in one line
+    bare = subprocess.run(["bash", str(SUITE), "ncu"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={**env, "PATH": "/usr/bin:/bin"})
+    assert bare.returncode == 2 and "ncu (Nsight Compute) is not on this machine" in bare.stderr
