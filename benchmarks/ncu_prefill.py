@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,12 +116,10 @@ def run_ncu(cmd: list[str], env: dict[str, str], timeout: float, log: Path | Non
     out = done.stdout + done.stderr + (log.read_text() if log is not None and log.exists() else "")
     if ncu.unknown_metrics(out):
         return out  # the caller asks again without them
-    failed = ncu.failure_line(out)
+    failed = ncu.failure_line(out, then="")  # the benchmark stops here; nothing goes on without counters
     if done.returncode != 0 or failed:
         last = (out.strip().splitlines() or [""])[-1]
-        # the harness's lines end in what its run does next; here the benchmark stops
-        raise RuntimeError(re.sub(r"[:;] the run goes on without counters$", "", failed or "")
-                           or f"ncu exited {done.returncode}: {last[:200]}")
+        raise RuntimeError(failed or f"ncu exited {done.returncode}: {last[:200]}")
     return out
 
 

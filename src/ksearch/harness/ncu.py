@@ -47,16 +47,17 @@ METRICS: tuple[str, ...] = (
     *(_STALL.format(r) for r in STALL_REASONS),
 )
 
-#: What ncu prints when it cannot read the counters or cannot start, and the line the user sees for it.
+#: What ncu prints when it cannot read the counters or cannot start, and what the user is told it means (the caller
+#: adds what happens next: failure_line's `then`).
 _FAILURES = (
     ("ERR_NVGPUCTRPERM", "ncu has no permission to read the GPU's performance counters (ERR_NVGPUCTRPERM): allow "
-     "them for all users (NVreg_RestrictProfilingToAdminUsers=0) to get counters; the run goes on without them"),
+     "them for all users (NVreg_RestrictProfilingToAdminUsers=0) to get counters"),
     ("LibraryNotLoaded", "ncu could not load its profiling library (Failed to initialize the profiler: "
-     "LibraryNotLoaded): check the Nsight Compute installation; the run goes on without counters"),
-    ("Failed to initialize the profiler", "ncu failed to initialise the profiler: the run goes on without counters"),
-    ("No kernels were profiled", "ncu profiled no kernel of the candidate's calls: the run goes on without counters"),
+     "LibraryNotLoaded): check the Nsight Compute installation"),
+    ("Failed to initialize the profiler", "ncu failed to initialise the profiler"),
+    ("No kernels were profiled", "ncu profiled no kernel of the candidate's calls"),
     ("nsight-compute directory is not found", "ncu's launcher found no Nsight Compute installation from inside the "
-     "sandbox: set KSEARCH_NCU to the ncu inside the nsight-compute folder; the run goes on without counters"),
+     "sandbox: set KSEARCH_NCU to the ncu inside the nsight-compute folder"),
 )
 
 
@@ -124,15 +125,16 @@ def without(metrics: tuple[str, ...], unknown: set[str]) -> tuple[str, ...]:
     return tuple(m for m in metrics if m.split(".")[0] not in unknown and m not in unknown)
 
 
-def failure_line(output: str) -> str | None:
-    """The one line for an ncu run that gave no counters, from what it printed (None when nothing says it failed)."""
-    for marker, line in _FAILURES:
-        if marker in output:
-            return line
-    errors = [ln.strip() for ln in output.splitlines() if ln.startswith("==ERROR==")]
-    if errors:
-        return f"ncu failed ({errors[0][9:].strip()[:200]}): the run goes on without counters"
-    return None
+def failure_line(output: str, then: str = "the run goes on without counters") -> str | None:
+    """The one line for an ncu run that gave no counters, from what it printed, ending in `then` (what the caller does
+    next; empty for nothing); None when nothing says it failed."""
+    cause = next((line for marker, line in _FAILURES if marker in output), None)
+    if cause is None:
+        errors = [ln.strip() for ln in output.splitlines() if ln.startswith("==ERROR==")]
+        if not errors:
+            return None
+        cause = f"ncu failed ({errors[0][9:].strip()[:200]})"
+    return f"{cause}; {then}" if then else cause
 
 
 # -- parsing --------------------------------------------------------------------------------------------------------
