@@ -60,6 +60,7 @@ from ksearch.kernels.attention.wgmma_ws_text import (  # the kernels' text; the 
     conditional_rescale,
     own_tiles,
     snake_order,
+    uniform_index,
 )
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
 from ksearch.kernels.kernel_text import cuda_kernel
@@ -112,6 +113,9 @@ class WsConfig:
     # Persistent blocks only: each block's items in snake order, the rounds alternating in direction (`_sn`;
     # wgmma_ws_text.snake_order), which evens out the blocks' work under the causal mask
     snake: bool = False
+    # The consumers' index arithmetic in forms ptxas keeps on the uniform datapath (`_uw`, needs a producer;
+    # wgmma_ws_text.uniform_index): the warpgroup index from lane 0, a persistent block's running tile count unsigned
+    uniform: bool = False
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
@@ -139,6 +143,8 @@ def config_problem(cfg: WsConfig) -> str | None:
         return "_wt (each warpgroup its own tiles) needs a producer (_p1 .. _p4) and no ping-pong (_pp)"
     if cfg.qpf and not cfg.tma:
         return "_qp (Q prefetched into L2 by the producer) takes tensor copies (_tma, _tmac or _tmas)"
+    if cfg.uniform and cfg.pwarps == 0:
+        return "_uw (uniform index arithmetic) is for producer kernels (_p1 .. _p4)"
     if cfg.snake and not cfg.persist:
         return "_sn (items in snake order) is for persistent blocks (_pst)"
     if cfg.qnext and not cfg.persist:
@@ -270,6 +276,8 @@ def source_text(cfg: WsConfig) -> str:
         text = own_tiles(text)
     if cfg.snake:
         text = snake_order(text)
+    if cfg.uniform:
+        text = uniform_index(text)
     if cfg.obulk:
         return text.replace(EPILOGUE, EPILOGUE_BULK)
     return text.replace(EPILOGUE, EPILOGUE_STORE4) if store_bytes(cfg) == 4 else text
@@ -391,7 +399,7 @@ def kernel_name(cfg: WsConfig) -> str:
             + (f"_tma{cfg.tma}" if cfg.tma else "") + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "")
             + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "")
             + store_tag(cfg) + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
-            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else ""))
+            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_uw" if cfg.uniform else ""))
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -416,12 +424,12 @@ def config_name(cfg: Any) -> str:
             + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
             + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "") + store_tag(cfg)
             + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
-            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ca)
+            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_uw" if cfg.uniform else "") + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_ca]" -> WsConfig(W, N, S, P)
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_uw][_ca]" -> WsConfig(W, N, S, P)
     (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
@@ -429,10 +437,10 @@ def parse_config(name: str) -> Any:
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?)(_ca)?", name.strip())
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_uw)?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_ca] (e.g. "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_uw][_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
@@ -440,15 +448,16 @@ def parse_config(name: str) -> Any:
                          "blocks an SM; _ob: O out of shared memory by one bulk copy a warpgroup; _st4 / _st16: O stored 4 / 16 bytes "
                          "a lane; _cr: O rescaled only when a row's maximum grew past 2^8; _qp: the next item's Q prefetched into L2; _m1: "
                          "one pair of tensor maps a launch; _wt: each consumer warpgroup only the tiles its rows need; _sn: persistent items in snake order; "
+                         "_uw: the consumers' index arithmetic on the uniform datapath; "
                          "_ca: cp.async through L1)")
-    cp = "ca" if m[22] else "cg"
+    cp = "ca" if m[23] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
     cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[12]), tma, int(m[14] or 1),
                    persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0),
                    crescale=bool(m[17]), qpf=bool(m[18]), maps1=bool(m[19]), own_tiles=bool(m[20]),
-                   snake=bool(m[21]))
+                   snake=bool(m[21]), uniform=bool(m[22]))
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)

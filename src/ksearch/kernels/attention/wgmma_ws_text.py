@@ -416,6 +416,26 @@ _SNAKE_NEXT = """
 """
 
 
+# Uniform index arithmetic (`_uw`): the consumers' warpgroup index read from lane 0 (a value ptxas can prove the same
+# across the warp; `threadIdx.x / 128` it cannot) and the persistent kernel's running tile count unsigned (its stage and
+# phase a mask and a shift, not a signed division). Q's descriptors and each stage's addresses then stay on the uniform
+# datapath: ptxas drops the main loop's 32 vector-to-uniform moves and recomputes no 64-bit descriptor sums in it, from
+# 642 to 576 instructions at D=128 for `WIDE` and from 678 to 582 for `WIDE_PERSIST`, whose loop had 36 more than
+# `WIDE`'s (python benchmarks/prefill_sass.py).
+_WG_PLAIN = "const int wg = threadIdx.x / 128,"
+_WG_UNIFORM = "const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0),"
+_COUNT_SIGNED = "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
+
+
+def uniform_index(text: str) -> str:
+    """A producer kernel's `text` with `_uw`: the warpgroup index from lane 0, a persistent kernel's consumers'
+    running tile count unsigned."""
+    text = _swap(text, _WG_PLAIN, _WG_UNIFORM)
+    if _COUNT_SIGNED in text:
+        text = _swap(text, _COUNT_SIGNED, "    unsigned" + _COUNT_SIGNED[len("    int"):])
+    return text
+
+
 def snake_order(text: str) -> str:
     """A persistent kernel's `text` with `_sn`: the block's items in snake order (the first stays `blockIdx.x`, so
     the first-item tests hold)."""
