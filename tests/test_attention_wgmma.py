@@ -182,11 +182,12 @@ def test_hopper_default_is_the_swizzled_tensor_copy_producer(monkeypatch: pytest
     q128, q64 = mx.zeros((1, 8, 256, 128), dtype=mx.float16), mx.zeros((1, 8, 256, 64), dtype=mx.float16)
     # ws3_n64_s4_p4_tmas_cr: three consumer warpgroups, O rescaled only when a row's maximum grew past 2^8
     wide = WS.WsConfig(3, 64, 4, 4, tma=3, crescale=True)
-    assert A.wgmma_config(q128, q128, False) == A.WIDE == wide
-    # with the mask: persistent, each warpgroup only its own tiles (`_wt`), the items in snake order (`_sn`)
-    persistent = dataclasses.replace(wide, persist=True, preg=32, own_tiles=True, snake=True)
-    assert A.wgmma_config(q128, q128, True) == A.WIDE_PERSIST == persistent
-    assert WS.config_name(persistent) == "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn"
+    assert A.WIDE == wide  # where neither of the others runs (test_two_warpgroups_on_128_key_tiles_take_d64)
+    # at D=128: persistent, each warpgroup only its own tiles (`_wt`), the items in snake order (`_sn`), the index
+    # arithmetic on the uniform datapath (`_uw`)
+    persistent = dataclasses.replace(wide, persist=True, preg=32, own_tiles=True, snake=True, uniform=True)
+    assert A.wgmma_config(q128, q128, True) == A.wgmma_config(q128, q128, False) == A.WIDE_PERSIST == persistent
+    assert WS.config_name(persistent) == "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw"
     assert WS.config_name(wide) == "ws3_n64_s4_p4_tmas_cr"
     assert WS.supports(q128, q128, q128, True, wide) and WS.supports(q64, q64, q64, False, wide)
 
@@ -205,7 +206,7 @@ def test_two_warpgroups_on_128_key_tiles_take_d64(monkeypatch: pytest.MonkeyPatc
     tall = WS.WsConfig(2, 128, 3, 4, tma=3, persist=True, snake=True)
     assert A.wgmma_config(*qk(4096, 4096, 64), True) == A.TALL == tall
     assert A.wgmma_config(*qk(2048, 2048, 64), False) == A.TALL  # the best at D=64 in all 12 groups, L 2048 too
-    assert A.wgmma_config(*qk(8192, 8192, 128), False) == A.WIDE  # D=128 without the mask
+    assert A.wgmma_config(*qk(8192, 8192, 128), False) == A.WIDE_PERSIST  # D=128 without the mask too
     assert A.wgmma_config(*qk(4096, 4096, 128), True) == A.WIDE_PERSIST  # D=128 with it, at every length
     assert A.wgmma_config(*qk(2048, 2048, 128), True) == A.WIDE_PERSIST
     assert A.wgmma_config(*qk(4096, 4160, 64), True) == A.WIDE  # S not a multiple of 128 keys

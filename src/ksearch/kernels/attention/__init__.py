@@ -62,12 +62,18 @@ TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=Tru
 # the tiles its own rows need (`_wt`) and the items go in snake order (`_sn`): on the H100 side by side in two
 # processes, at D=128 with the mask 0.977x / 0.970x of cuDNN from L=4096 against 0.957x / 0.950x, 0.910x / 0.905x
 # below it against 0.846x / 0.864x (attention-prefill-configs-snake-own-tiles-*-h100-*.json).
+# With the consumers' index arithmetic on the uniform datapath (`_uw`: no vector-to-uniform moves left in the main
+# loop, 582 instructions a pair of tiles against 678) it runs 1,876 cycles a tile against 1,937 (B 4, L=2048, D=128,
+# no mask; prefill_item_trace.py), and it takes D=128 without the mask too: on the H200 side by side in two processes
+# 0.991x / 0.989x of cuDNN from L=4096 against WIDE's 0.956x / 0.957x, 0.940x / 0.958x below it against 0.893x /
+# 0.903x; with the mask level (0.980x / 0.973x against 0.977x / 0.970x from L=4096)
+# (attention-prefill-configs-uniform-index-*.json).
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True, own_tiles=True,
-                        snake=True)
+                        snake=True, uniform=True)
 
 
 def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
-    """TALL at D=64, where S is a multiple of 128 keys; WIDE_PERSIST at D=128 with the causal mask; WIDE elsewhere;
+    """TALL at D=64, where S is a multiple of 128 keys; WIDE_PERSIST at D=128; WIDE elsewhere;
     each with bulk copies from tile images of K / V (one extra pass over them, one block an item) where no tensor map
     can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names another (wgmma_ws.parse_config: e.g. wg3_n64,
     ws3_n64_s4_p4_bulk)."""
@@ -76,7 +82,7 @@ def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
         return wgmma_ws.parse_config(name)
     if q.shape[-1] == 64 and wgmma_ws.supports(q, k, k, causal, TALL):
         cfg = TALL
-    elif causal and q.shape[-1] == 128 and wgmma_ws.supports(q, k, k, causal, WIDE_PERSIST):
+    elif q.shape[-1] == 128 and wgmma_ws.supports(q, k, k, causal, WIDE_PERSIST):
         cfg = WIDE_PERSIST
     else:
         cfg = WIDE

@@ -386,9 +386,9 @@ def with_bulk_copies(cfg: WsConfig) -> WsConfig:
     tensor copies), its producer at the 24 registers the bulk-copy kernels were measured with: where no tensor map can
     be made. The conditional rescale stays (WIDE's bulk rendering with it passes check-prefill; not timed); snake
     order goes with the persistent blocks, and each warpgroup's own tiles (`_wt`, checked with tensor copies only)
-    with them."""
+    with them, as does the uniform index arithmetic (`_uw`, checked and timed with tensor copies only)."""
     return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24, qpf=False, maps1=False,
-                   own_tiles=False, snake=False)
+                   own_tiles=False, snake=False, uniform=False)
 
 
 def kernel_name(cfg: WsConfig) -> str:

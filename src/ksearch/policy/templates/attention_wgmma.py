@@ -45,12 +45,14 @@ def configs(p: dict[str, Any]) -> tuple[Any, Any]:
     cfg = wgmma.WgmmaConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], cp=p["cp"])
     # three persistent warpgroups keep their producer at 32 registers, as the library's WIDE_PERSIST does (with 24
     # ptxas spills its item loop); two keep 24, as TALL does (32 measured no faster there). Persistent blocks take
-    # their items in snake order, and three persistent warpgroups each only their own tiles, as the library's do.
+    # their items in snake order, and three persistent warpgroups each only their own tiles with their index
+    # arithmetic on the uniform datapath (`_uw`), as the library's do.
     persist = bool(p["persist"])
     preg = 32 if persist and p["wg"] == 3 else 24
     ws = wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], pwarps=4, cp=p["cp"],
                            bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0, persist=persist, preg=preg,
-                           crescale=p["crescale"], own_tiles=persist and p["wg"] == 3, snake=persist)
+                           crescale=p["crescale"], own_tiles=persist and p["wg"] == 3, snake=persist,
+                           uniform=persist and p["wg"] == 3)
     return cfg, ws
 
 
