@@ -182,7 +182,7 @@ def test_hopper_default_is_the_swizzled_tensor_copy_producer(monkeypatch: pytest
     q128, q64 = mx.zeros((1, 8, 256, 128), dtype=mx.float16), mx.zeros((1, 8, 256, 64), dtype=mx.float16)
     # ws3_n64_s4_p4_tmas_cr: three consumer warpgroups, O rescaled only when a row's maximum grew past 2^8
     wide = WS.WsConfig(3, 64, 4, 4, tma=3, crescale=True)
-    assert A.WIDE == wide  # where neither of the others runs (test_two_warpgroups_on_128_key_tiles_take_d64)
+    assert wide == A.WIDE  # where neither of the others runs (test_two_warpgroups_on_128_key_tiles_take_d64)
     # at D=128: persistent, each warpgroup only its own tiles (`_wt`), the items in snake order (`_sn`), the index
     # arithmetic on the uniform datapath (`_uw`)
     persistent = dataclasses.replace(wide, persist=True, preg=32, own_tiles=True, snake=True, uniform=True)
