@@ -42,9 +42,10 @@ def test_every_library_configuration_matches_fp32(cuda_backend, kind, tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
 
-# Options compiled and modelled on the CPU but not in the dispatch: each warpgroup its own tiles, persistent items in
-# snake order, one pair of tensor maps a launch (docs/kernels-attention.md).
-PREFILL_OPTIONS = ["ws3_n64_s4_p4_tmas_cr_wt", "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn", "ws2_n128_s3_p4_tmas_pst_sn",
+# Options compiled and modelled on the CPU but not in the dispatch: each warpgroup its own tiles with one block an
+# item, the index arithmetic on the uniform datapath (`_uw`) with one block an item and on 128-key tiles, one pair of
+# tensor maps a launch (docs/kernels-attention.md).
+PREFILL_OPTIONS = ["ws3_n64_s4_p4_tmas_cr_wt", "ws3_n64_s4_p4_tmas_cr_uw", "ws2_n128_s3_p4_tmas_pst_sn_uw",
                    "ws3_n64_s4_p4_tmas_cr_m1"]
 
 
