@@ -2,15 +2,15 @@
 clocks, its cycles a K / V tile (overheads included: elapsed cycles over the tiles an SM runs on average), its
 instructions, tensor-pipe activity and warp stall reasons (cycles a warp waited per instruction issued, by reason),
 and each reason's difference against the first configuration. Made to find where one kernel's cycles go that
-another's do not (the persistent `WIDE` form runs its tiles about 5% slower than `WIDE`: docs/kernels-attention.md).
+another's do not (the persistent `WIDE` form ran its tiles about 5% slower than `WIDE` until its index arithmetic
+moved to the uniform datapath, `_uw`: docs/kernels-attention.md).
 With --source, each configuration's report is kept too (`ncu --section SourceCounters --section WarpStateStats`,
 OUT/ncu-prefill-CONFIG.ncu-rep) with its SASS page as CSV (`ncu -i ... --page source --csv --print-source sass`:
 stall samples per instruction), for reading in Nsight Compute or later.
 
     python benchmarks/ncu_prefill.py OUT [--configs A,B,...] [--shape BxL] [--d 128] [--causal] [--source]
 
-Default: the dispatch's `WIDE` and its persistent form without own tiles and snake order, B 1, L 4096, D 128, no
-mask (Hq 32, Hkv 8, fp16; the profiled program is benchmarks/ncu_attention.py). Needs MLX with CUDA and ncu
+Default: the dispatch's kernel at D=128 (`WIDE_PERSIST`) without and with `_uw`, B 1, L 4096, D 128, no mask (Hq 32, Hkv 8, fp16; the profiled program is benchmarks/ncu_attention.py). Needs MLX with CUDA and ncu
 (KSEARCH_NCU, PATH or CUDA's default places). Writes OUT/ncu-prefill-*.json.
 """
 
@@ -33,7 +33,7 @@ CYCLES = "sm__cycles_elapsed.max"
 INSTRUCTIONS = "smsp__inst_executed.sum"
 TENSOR_ACTIVE = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
 EXTRA = (CYCLES, INSTRUCTIONS, TENSOR_ACTIVE)
-DEFAULT_CONFIGS = "ws3_n64_s4_p4_tmas_cr,ws3_n64_s4_p4_tmas_pst_preg32_cr"
+DEFAULT_CONFIGS = "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn,ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw"
 HEADS, KV_HEADS, SMS = 32, 8, 132
 
 
