@@ -10,7 +10,8 @@ stall samples per instruction), for reading in Nsight Compute or later.
 
     python benchmarks/ncu_prefill.py OUT [--configs A,B,...] [--shape BxL] [--d 128] [--causal] [--source]
 
-Default: the dispatch's kernel at D=128 (`WIDE_PERSIST`) without and with `_uw`, B 1, L 4096, D 128, no mask (Hq 32, Hkv 8, fp16; the profiled program is benchmarks/ncu_attention.py). Needs MLX with CUDA and ncu
+Default: the dispatch's kernel at D=128 (`WIDE_PERSIST`) without and with `_uw`, B 1, L 4096, D 128, no mask (Hq
+32, Hkv 8, fp16; the profiled program is benchmarks/ncu_attention.py). Needs MLX with CUDA and ncu
 (KSEARCH_NCU, PATH or CUDA's default places). Writes OUT/ncu-prefill-*.json.
 """
 

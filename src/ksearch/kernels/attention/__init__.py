@@ -64,10 +64,11 @@ TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=Tru
 # below it against 0.846x / 0.864x (attention-prefill-configs-snake-own-tiles-*-h100-*.json).
 # With the consumers' index arithmetic on the uniform datapath (`_uw`: no vector-to-uniform moves left in the main
 # loop, 582 instructions a pair of tiles against 678) it runs 1,876 cycles a tile against 1,937 (B 4, L=2048, D=128,
-# no mask; prefill_item_trace.py), and it takes D=128 without the mask too: on the H200 side by side in two processes
-# 0.991x / 0.989x of cuDNN from L=4096 against WIDE's 0.956x / 0.957x, 0.940x / 0.958x below it against 0.893x /
-# 0.903x; with the mask level (0.980x / 0.973x against 0.977x / 0.970x from L=4096)
-# (attention-prefill-configs-uniform-index-*.json).
+# no mask; prefill_item_trace.py), and it takes D=128 without the mask too: on the H200, named beside the dispatch
+# of then in two processes, 0.991x / 0.989x of cuDNN from L=4096 against WIDE's 0.956x / 0.957x (the dispatch's
+# column), 0.940x / 0.958x below it against 0.893x / 0.903x; with the mask level (0.980x / 0.973x against 0.977x /
+# 0.970x from L=4096) (attention-prefill-configs-uniform-index-*.json). As the dispatch's own column later, with WIDE
+# named beside it: 0.967x against 0.960x from L=4096, 0.944x against 0.896x below (docs/kernels-attention.md).
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True, own_tiles=True,
                         snake=True, uniform=True)
 
