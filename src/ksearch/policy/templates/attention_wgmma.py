@@ -259,9 +259,10 @@ FLASH_WGMMA = TemplateFamily(
     id="attention.cuda.flash_wgmma", tasks=("attention",), backends=("mlx-cuda",),
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "double_buffering",
               "causal_block_skipping", "gqa_head_grouping"),
-    # The first choice of each is the library's Hopper default at D=128 (ws3_n64_s4_p4_tmas_cr).
+    # The first choice of each is the library's Hopper kernel at D=128 (WIDE_PERSIST:
+    # ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw).
     params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False), "tma": (True, False), "bulk": (False, True),
-            "stages": (4, 3, 2), "pp": (False, True), "cp": ("cg", "ca"), "persist": (False, True),
+            "stages": (4, 3, 2), "pp": (False, True), "cp": ("cg", "ca"), "persist": (True, False),
             "crescale": (True, False), "constants": (False, True)},
     render=render_flash_wgmma,
     valid=valid,
