@@ -425,6 +425,7 @@ _SNAKE_NEXT = """
 _WG_PLAIN = "const int wg = threadIdx.x / 128,"
 _WG_UNIFORM = "const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0),"
 _COUNT_SIGNED = "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
+_COUNT_UNSIGNED = _COUNT_SIGNED.replace("int g0", "unsigned g0")
 
 
 def uniform_index(text: str) -> str:
@@ -432,7 +433,7 @@ def uniform_index(text: str) -> str:
     running tile count unsigned."""
     text = _swap(text, _WG_PLAIN, _WG_UNIFORM)
     if _COUNT_SIGNED in text:
-        text = _swap(text, _COUNT_SIGNED, "    unsigned" + _COUNT_SIGNED[len("    int"):])
+        text = _swap(text, _COUNT_SIGNED, _COUNT_UNSIGNED)
     return text
 
 
