@@ -116,6 +116,11 @@ class WsConfig:
     # The consumers' index arithmetic in forms ptxas keeps on the uniform datapath (`_uw`, needs a producer;
     # wgmma_ws_text.uniform_index): the warpgroup index from lane 0, a persistent block's running tile count unsigned
     uniform: bool = False
+    # Grouped rows (`_gp`, host side only, no mask): the query heads that share a K / V head are one run of Hq / Hkv x L
+    # rows, contiguous in q, so q goes in as (B, Hkv, Hq / Hkv x L, D) and O comes back as (B, Hq, L, D). The same
+    # kernel then cuts each K / V head's rows into fewer items: one partial item a K / V head instead of one a query
+    # head (at 192 rows an item and L=4096, 86 items a K / V head of four query heads instead of 88)
+    grouped: bool = False
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
@@ -247,12 +252,22 @@ def tile_image(x: Any) -> Any:
 
 def attention_wgmma_ws(q: Any, k: Any, v: Any, causal: bool = False, cfg: WsConfig | None = None) -> Any:
     cfg = cfg or WsConfig()
+    if cfg.grouped and not causal and q.shape[1] != k.shape[1]:
+        b, hq, length, d = q.shape
+        rows = q.reshape(b, k.shape[1], hq // k.shape[1] * length, d)  # query head hk * G + j: rows j * L ..
+        return attention_wgmma_ws(rows, k, v, False, _rows_as_given(cfg)).reshape(b, hq, length, d)
     if cfg.tma:
         return _attention_tma(q, k, v, causal, cfg)
     planned = _launch(tuple(q.shape), q.dtype, bool(causal), cfg)
     if cfg.bulk:
         k, v = tile_images(k, v)
     return launch(planned, q, k, v)
+
+
+@cache
+def _rows_as_given(cfg: WsConfig) -> WsConfig:
+    """`cfg` without `_gp`, once a configuration (a dataclass copy a call is host time)."""
+    return replace(cfg, grouped=False)
 
 
 @lru_cache(maxsize=1024)
@@ -424,12 +439,13 @@ def config_name(cfg: Any) -> str:
             + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
             + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "") + store_tag(cfg)
             + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
-            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_uw" if cfg.uniform else "") + ca)
+            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_uw" if cfg.uniform else "")
+            + ("_gp" if cfg.grouped else "") + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_uw][_ca]" -> WsConfig(W, N, S, P)
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_uw][_gp][_ca]" -> WsConfig(W, N, S, P)
     (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
@@ -437,10 +453,10 @@ def parse_config(name: str) -> Any:
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_uw)?)(_ca)?", name.strip())
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_uw)?(_gp)?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_uw][_ca] (e.g. "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_uw][_gp][_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
@@ -449,15 +465,16 @@ def parse_config(name: str) -> Any:
                          "a lane; _cr: O rescaled only when a row's maximum grew past 2^8; _qp: the next item's Q prefetched into L2; _m1: "
                          "one pair of tensor maps a launch; _wt: each consumer warpgroup only the tiles its rows need; _sn: persistent items in snake order; "
                          "_uw: the consumers' index arithmetic on the uniform datapath; "
+                         "_gp: without the mask, the query heads of a K / V head as one run of rows; "
                          "_ca: cp.async through L1)")
-    cp = "ca" if m[23] else "cg"
+    cp = "ca" if m[24] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
     cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[12]), tma, int(m[14] or 1),
                    persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0),
                    crescale=bool(m[17]), qpf=bool(m[18]), maps1=bool(m[19]), own_tiles=bool(m[20]),
-                   snake=bool(m[21]), uniform=bool(m[22]))
+                   snake=bool(m[21]), uniform=bool(m[22]), grouped=bool(m[23]))
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)
