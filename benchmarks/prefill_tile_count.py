@@ -4,13 +4,17 @@ each stop at its own (wgmma_ws_text.own_tiles). Counts in warpgroup-tiles (one w
 one tile), from the same arithmetic as the kernels' BLOCK_COORDS and `_wt`'s `ctiles`. With --schedule, how evenly
 persistent blocks share the work items in the plain order (block b takes items b, b + G, b + 2G, ...) and in snake
 order (`_sn`, wgmma_ws_text.snake_order): the busiest block's load over the mean, an item costing its tiles plus
---start tiles (the item traces measured 2.6-3.1 beyond the loop with persistent blocks), G = min(items, --sms).
+--start tiles (the item traces measured 2.6-3.1 beyond the loop with persistent blocks), G = min(items, --sms); and
+how many K / V heads a round of G items reads (their K and V in MiB at --d) and how many items read each, in the order
+the configuration's items take: every head's row block a round, or with `_hs` a section of heads at a time
+(wgmma_ws_text.head_sections).
 With --metal, the same count for the Metal simdgroup prefill (metal_simdgroup.py), whose simdgroups of 8 rows each
 multiply every 8-key column of the block's key blocks: in simdgroup-columns (one simdgroup's S and P V on 8 keys).
 No GPU needed.
 
     python benchmarks/prefill_tile_count.py [CONFIG...] [--lengths 2048,4096,8192] [--schedule] [--batches 1,4]
-                                            [--heads 32] [--sms 132] [--start 3] [--metal] [--json OUT.json]
+                                            [--heads 32] [--hkv 32] [--d 128] [--sms 132] [--start 3] [--metal]
+                                            [--json OUT.json]
 
 CONFIG: wgmma configuration names (default: the dispatch's `WIDE`, `WIDE_PERSIST` and `TALL`); L = S.
 """
@@ -71,15 +75,39 @@ def metal_rows(lengths: list[int]) -> list[dict[str, Any]]:
     return out
 
 
-def item_tiles(length: int, keys: int, causal: bool, bm: int, bn: int, heads: int) -> list[int]:
-    """Each work item's tiles in the persistent kernels' order (ITEM_COORDS: every head's longest rows first), for
-    `heads` (batch x query head) pairs."""
-    mt_count, shift = -(-length // bm), keys - length
+def section_heads(hq: int, hkv: int, blocks: int) -> int:
+    """Query heads a section with `_hs`, as the kernel computes SEC: those of blocks / 4 K / V heads (at least one)."""
+    return hq // hkv * max(1, blocks // 4)
+
+
+def item_order(length: int, bm: int, heads: int, section: int | None = None) -> list[tuple[int, int]]:
+    """(row block, batch x query head) of each work item in the persistent kernels' order: every head's longest rows
+    first (ITEM_COORDS), or with `section` query heads a section, the heads a section at a time and each section's
+    longest rows first (`_hs`)."""
+    mt_count = -(-length // bm)
+    if section is None:
+        return [(mt_count - 1 - item // heads, item % heads) for item in range(mt_count * heads)]
     out = []
-    for item in range(mt_count * heads):
-        m0 = (mt_count - 1 - item // heads) * bm
-        out.append(-(-(min(keys, m0 + bm + shift) if causal else keys) // bn))
+    for first in range(0, heads, section):
+        n = min(section, heads - first)
+        out += [(mt_count - 1 - r // n, first + r % n) for r in range(mt_count * n)]
     return out
+
+
+def item_tiles(length: int, keys: int, causal: bool, bm: int, bn: int, heads: int,
+               section: int | None = None) -> list[int]:
+    """Each work item's tiles in the persistent kernels' order (item_order), for `heads` (batch x query head)
+    pairs."""
+    shift = keys - length
+    return [-(-(min(keys, mt * bm + bm + shift) if causal else keys) // bn)
+            for mt, _ in item_order(length, bm, heads, section)]
+
+
+def kv_heads_a_round(order: list[tuple[int, int]], hq: int, hkv: int, blocks: int) -> float:
+    """The mean number of distinct K / V heads the items of a round (`blocks` items in a row of `order`) read."""
+    group = hq // hkv
+    rounds = [order[i:i + blocks] for i in range(0, len(order), blocks)]
+    return sum(len({bhq // hq * hkv + bhq % hq // group for _, bhq in r}) for r in rounds) / len(rounds)
 
 
 def busiest_over_mean(costs: list[float], blocks: int, snake: bool) -> float:
@@ -92,19 +120,25 @@ def busiest_over_mean(costs: list[float], blocks: int, snake: bool) -> float:
 
 
 def schedule_rows(names: list[str], lengths: list[int], batches: list[int], heads: int, sms: int,
-                  start: float) -> list[dict[str, Any]]:
+                  start: float, hkv: int | None = None, d: int = 128) -> list[dict[str, Any]]:
+    hkv = hkv or heads
     out = []
     for name in names:
         cfg = parse_config(name)
         for b in batches:
             for causal in (False, True):
                 for length in lengths:
-                    costs = [t + start for t in item_tiles(length, length, causal, 64 * cfg.wg, cfg.bn, b * heads)]
-                    grid = min(len(costs), sms)
-                    out.append({"config": name, "B": b, "Hq": heads, "L": length, "causal": causal, "items": len(costs),
-                                "blocks": grid, "start_tiles": start,
+                    bm = 64 * cfg.wg
+                    grid = min(-(-length // bm) * b * heads, sms)
+                    section = section_heads(heads, hkv, grid) if cfg.sections else None
+                    costs = [t + start for t in item_tiles(length, length, causal, bm, cfg.bn, b * heads, section)]
+                    kv = kv_heads_a_round(item_order(length, bm, b * heads, section), heads, hkv, grid)
+                    out.append({"config": name, "B": b, "Hq": heads, "Hkv": hkv, "D": d, "L": length,
+                                "causal": causal, "items": len(costs), "blocks": grid, "start_tiles": start,
                                 "plain_busiest_over_mean": round(busiest_over_mean(costs, grid, False), 4),
-                                "snake_busiest_over_mean": round(busiest_over_mean(costs, grid, True), 4)})
+                                "snake_busiest_over_mean": round(busiest_over_mean(costs, grid, True), 4),
+                                "kv_heads_a_round": round(kv, 2), "items_a_kv_head": round(grid / kv, 2),
+                                "kv_mib_a_round": round(kv * 2 * length * d * 2 / 2**20, 1)})
     return out
 
 
@@ -127,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schedule", action="store_true", help="the persistent blocks' balance, plain and snake order")
     ap.add_argument("--batches", default="1,4", help="with --schedule: batch sizes, comma-separated")
     ap.add_argument("--heads", type=int, default=32, help="with --schedule: query heads")
+    ap.add_argument("--hkv", type=int, help="with --schedule: K / V heads, a divisor of --heads (default: --heads)")
+    ap.add_argument("--d", type=int, default=128, help="with --schedule: head dim, for K / V's bytes (2 an element)")
     ap.add_argument("--sms", type=int, default=132, help="with --schedule: multiprocessors (the H200's 132)")
     ap.add_argument("--start", type=float, default=3.0, help="with --schedule: an item's start and end, in tiles")
     ap.add_argument("--metal", action="store_true", help="the Metal simdgroup prefill's 8-key columns instead")
@@ -137,15 +173,18 @@ def main(argv: list[str] | None = None) -> int:
         batches = [int(x) for x in args.batches.split(",") if x.strip()]
     except ValueError:
         sys.exit(f"--lengths {args.lengths!r} / --batches {args.batches!r}: give whole numbers, e.g. 2048,4096")
-    if not batches or min(batches) < 1 or args.heads < 1 or args.sms < 1 or args.start < 0:
-        sys.exit("--batches, --heads and --sms take positive whole numbers, --start a number of tiles >= 0")
+    if not batches or min(batches) < 1 or args.heads < 1 or args.sms < 1 or args.start < 0 or args.d < 1:
+        sys.exit("--batches, --heads, --sms and --d take positive whole numbers, --start a number of tiles >= 0")
+    if args.hkv is not None and (args.hkv < 1 or args.heads % args.hkv):
+        sys.exit(f"--hkv {args.hkv}: a positive divisor of --heads ({args.heads})")
     if not lengths or any(n <= 0 or n % 64 for n in lengths):
         sys.exit(f"--lengths {args.lengths!r}: each a positive multiple of 64 (the kernels' warpgroup rows)")
     if args.metal and (args.schedule or args.configs):
         sys.exit("--metal counts the one Metal simdgroup kernel: give it without CONFIG names or --schedule")
     names = args.configs or [config_name(c) for c in (WIDE, WIDE_PERSIST, TALL)]
     try:
-        table = (schedule_rows(names, lengths, batches, args.heads, args.sms, args.start) if args.schedule
+        table = (schedule_rows(names, lengths, batches, args.heads, args.sms, args.start, args.hkv, args.d)
+                 if args.schedule
                  else metal_rows(lengths) if args.metal else rows(names, lengths))
     except ValueError as exc:
         sys.exit(str(exc))
@@ -153,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         for r in table:
             print(f"{r['config']:40s} B={r['B']} L={r['L']:6d} {'causal' if r['causal'] else 'full  '} "
                   f"{r['items']:6d} items on {r['blocks']:4d} blocks: busiest/mean plain "
-                  f"{r['plain_busiest_over_mean']:.3f} snake {r['snake_busiest_over_mean']:.3f}")
+                  f"{r['plain_busiest_over_mean']:.3f} snake {r['snake_busiest_over_mean']:.3f}; "
+                  f"K / V heads a round {r['kv_heads_a_round']:6.1f} ({r['kv_mib_a_round']:.0f} MiB, "
+                  f"{r['items_a_kv_head']:.1f} items each)")
         table_name = "prefill-item-schedule"
     else:
         table_name = "prefill-metal-column-count" if args.metal else "prefill-tile-count"

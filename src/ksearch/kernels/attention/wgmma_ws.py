@@ -58,6 +58,7 @@ from ksearch.kernels.attention.wgmma_ws_text import (  # the kernels' text; the 
     SOURCE_TMA,
     SOURCE_TMA_PERSIST,
     conditional_rescale,
+    head_sections,
     own_tiles,
     snake_order,
     uniform_index,
@@ -116,6 +117,9 @@ class WsConfig:
     # The consumers' index arithmetic in forms ptxas keeps on the uniform datapath (`_uw`, needs a producer;
     # wgmma_ws_text.uniform_index): the warpgroup index from lane 0, a persistent block's running tile count unsigned
     uniform: bool = False
+    # Persistent blocks only: the items a section of heads at a time, each section's K / V within 32 MiB of L2
+    # (`_hs`, wgmma_ws_text.head_sections), instead of one row block of every head a round
+    sections: bool = False
     # Grouped rows (`_gp`, host side only, no mask): the query heads that share a K / V head are one run of Hq / Hkv x L
     # rows, contiguous in q, so q goes in as (B, Hkv, Hq / Hkv x L, D) and O comes back as (B, Hq, L, D). The same
     # kernel then cuts each K / V head's rows into fewer items: one partial item a K / V head instead of one a query
@@ -152,6 +156,8 @@ def config_problem(cfg: WsConfig) -> str | None:
         return "_uw (uniform index arithmetic) is for producer kernels (_p1 .. _p4)"
     if cfg.snake and not cfg.persist:
         return "_sn (items in snake order) is for persistent blocks (_pst)"
+    if cfg.sections and (not cfg.persist or cfg.qnext or cfg.qpf):
+        return "_hs (heads in sections) is for persistent blocks (_pst) without _qn or _qp"
     if cfg.qnext and not cfg.persist:
         return "_qn (the next item's Q under this one's epilogue) is for persistent blocks (_pst)"
     if cfg.preg != 24 and (cfg.pwarps != 4 or cfg.preg % 8 or not 24 <= cfg.preg <= 64):
@@ -291,6 +297,8 @@ def source_text(cfg: WsConfig) -> str:
         text = own_tiles(text)
     if cfg.snake:
         text = snake_order(text)
+    if cfg.sections:
+        text = head_sections(text)
     if cfg.uniform:
         text = uniform_index(text)
     if cfg.obulk:
@@ -403,7 +411,7 @@ def with_bulk_copies(cfg: WsConfig) -> WsConfig:
     order goes with the persistent blocks, and each warpgroup's own tiles (`_wt`, checked with tensor copies only)
     with them, as does the uniform index arithmetic (`_uw`, checked and timed with tensor copies only)."""
     return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24, qpf=False, maps1=False,
-                   own_tiles=False, snake=False, uniform=False)
+                   own_tiles=False, snake=False, uniform=False, sections=False)
 
 
 def kernel_name(cfg: WsConfig) -> str:
@@ -414,7 +422,8 @@ def kernel_name(cfg: WsConfig) -> str:
             + (f"_tma{cfg.tma}" if cfg.tma else "") + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "")
             + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "")
             + store_tag(cfg) + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
-            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_uw" if cfg.uniform else ""))
+            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
+            + ("_uw" if cfg.uniform else ""))
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -439,13 +448,13 @@ def config_name(cfg: Any) -> str:
             + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
             + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "") + store_tag(cfg)
             + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
-            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_uw" if cfg.uniform else "")
-            + ("_gp" if cfg.grouped else "") + ca)
+            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
+            + ("_uw" if cfg.uniform else "") + ("_gp" if cfg.grouped else "") + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_uw][_gp][_ca]" -> WsConfig(W, N, S, P)
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_uw][_gp][_ca]" -> WsConfig(W, N, S, P)
     (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
@@ -453,10 +462,10 @@ def parse_config(name: str) -> Any:
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_uw)?(_gp)?)(_ca)?", name.strip())
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_hs)?(_uw)?(_gp)?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_uw][_gp][_ca] (e.g. "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_uw][_gp][_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
@@ -464,17 +473,18 @@ def parse_config(name: str) -> Any:
                          "blocks an SM; _ob: O out of shared memory by one bulk copy a warpgroup; _st4 / _st16: O stored 4 / 16 bytes "
                          "a lane; _cr: O rescaled only when a row's maximum grew past 2^8; _qp: the next item's Q prefetched into L2; _m1: "
                          "one pair of tensor maps a launch; _wt: each consumer warpgroup only the tiles its rows need; _sn: persistent items in snake order; "
+                         "_hs: persistent items a section of heads at a time; "
                          "_uw: the consumers' index arithmetic on the uniform datapath; "
                          "_gp: without the mask, the query heads of a K / V head as one run of rows; "
                          "_ca: cp.async through L1)")
-    cp = "ca" if m[24] else "cg"
+    cp = "ca" if m[25] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
     cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[12]), tma, int(m[14] or 1),
                    persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0),
                    crescale=bool(m[17]), qpf=bool(m[18]), maps1=bool(m[19]), own_tiles=bool(m[20]),
-                   snake=bool(m[21]), uniform=bool(m[22]), grouped=bool(m[23]))
+                   snake=bool(m[21]), sections=bool(m[22]), uniform=bool(m[23]), grouped=bool(m[24]))
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)

@@ -444,3 +444,27 @@ def snake_order(text: str) -> str:
     text = _swap(text, "item < ITEMS; item += gridDim.x)", "item < ITEMS; item = next_item(item))", 2)
     text = _swap(text, "item + (int)gridDim.x", "next_item(item)", 3)
     return _swap(text, "item + gridDim.x", "next_item(item)")
+
+
+# Head sections (`_hs`, persistent blocks): the items walk the heads a section at a time, a section the query heads of
+# gridDim.x / 4 K / V heads, longest causal tiles first within it, so that a round of items reads each K / V head
+# with about four items at once. In the plain order a round of 132 items takes one row block of up to 132 heads: at
+# B 4, Hkv 32 the round's items read 124-127 K / V heads, each tile fetched from HBM by about one item (B 1: four
+# items a head; Hkv 8: four query heads a K / V head), and on an H100 (3.35 TB/s) those shapes ran 5-15% further
+# behind cuDNN than on the H200 (4.8 TB/s), where the GQA shapes did not (`python benchmarks/prefill_tile_count.py
+# --schedule NAME_hs --hkv 32`: K / V heads a round and the blocks' balance under the mask, a model).
+_SECTIONS = """    // `_hs`: query heads in sections of SEC, those of gridDim.x / 4 K / V heads (four items of a round to one)
+    const int SEC = (q_shape[1] / k_shape[1]) * max(1, (int)gridDim.x / 4);
+"""
+_COORDS_PLAIN = ("const int mt = MT - 1 - item / BH;  // every head's longest causal tiles first\n"
+                 "    const int bhq = item % BH,")
+_COORDS_SECTIONS = ("const int hsec = item / (SEC * MT), hsn = min(SEC, BH - hsec * SEC), hsr = item - hsec * SEC * MT;\n"
+                    "    const int mt = MT - 1 - hsr / hsn;  // `_hs`: longest causal tiles first within a section\n"
+                    "    const int bhq = hsec * SEC + hsr % hsn,")
+
+
+def head_sections(text: str) -> str:
+    """A persistent kernel's `text` with `_hs`: its items (producer's and consumers' alike) a section of heads at a
+    time (tests/test_prefill_head_sections.py runs the kernel's own formula)."""
+    text = _swap(text, PERSIST_ITEMS, PERSIST_ITEMS + _SECTIONS)
+    return _swap(text, _COORDS_PLAIN, _COORDS_SECTIONS, 2)
