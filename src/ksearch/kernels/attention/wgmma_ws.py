@@ -117,8 +117,8 @@ class WsConfig:
     # The consumers' index arithmetic in forms ptxas keeps on the uniform datapath (`_uw`, needs a producer;
     # wgmma_ws_text.uniform_index): the warpgroup index from lane 0, a persistent block's running tile count unsigned
     uniform: bool = False
-    # Persistent blocks only: the items a section of heads at a time, each section's K / V within 32 MiB of L2
-    # (`_hs`, wgmma_ws_text.head_sections), instead of one row block of every head a round
+    # Persistent blocks only: the items a section of heads at a time, a section the query heads of gridDim.x / 4 K / V
+    # heads (`_hs`, wgmma_ws_text.head_sections), instead of one row block of every head a round
     sections: bool = False
     # Grouped rows (`_gp`, host side only, no mask): the query heads that share a K / V head are one run of Hq / Hkv x L
     # rows, contiguous in q, so q goes in as (B, Hkv, Hq / Hkv x L, D) and O comes back as (B, Hq, L, D). The same

@@ -450,8 +450,8 @@ def snake_order(text: str) -> str:
 # gridDim.x / 4 K / V heads, longest causal tiles first within it, so that a round of items reads each K / V head
 # with about four items at once. In the plain order a round of 132 items takes one row block of up to 132 heads: at
 # B 4, Hkv 32 the round's items read 124-127 K / V heads, each tile fetched from HBM by about one item (B 1: four
-# items a head; Hkv 8: four query heads a K / V head), and on an H100 (3.35 TB/s) those shapes ran 5-15% further
-# behind cuDNN than on the H200 (4.8 TB/s), where the GQA shapes did not (`python benchmarks/prefill_tile_count.py
+# items a head; Hkv 8: four query heads a K / V head), and on an H100 (3.35 TB/s) those shapes ran 7% further behind
+# cuDNN than on the H200 (4.8 TB/s; 2-16% by shape), where the others did not (`python benchmarks/prefill_tile_count.py
 # --schedule NAME_hs --hkv 32`: K / V heads a round and the blocks' balance under the mask, a model).
 _SECTIONS = """    // `_hs`: query heads in sections of SEC, those of gridDim.x / 4 K / V heads (four items of a round to one)
     const int SEC = (q_shape[1] / k_shape[1]) * max(1, (int)gridDim.x / 4);
