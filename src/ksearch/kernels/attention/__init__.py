@@ -68,7 +68,9 @@ TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=Tru
 # of then in two processes, 0.991x / 0.989x of cuDNN from L=4096 against WIDE's 0.956x / 0.957x (the dispatch's
 # column), 0.940x / 0.958x below it against 0.893x / 0.903x; with the mask level (0.980x / 0.973x against 0.977x /
 # 0.970x from L=4096) (attention-prefill-configs-uniform-index-*.json). As the dispatch's own column later, with WIDE
-# named beside it: 0.967x against 0.960x from L=4096, 0.944x against 0.896x below (docs/kernels-attention.md).
+# named beside it: 0.967x against 0.960x from L=4096, 0.944x against 0.896x below; on an H100 its column and the
+# same kernel named measured level (0.945x / 0.942x against 0.939x / 0.930x over the 48 D=128 shapes;
+# attention-prefill-configs-dispatch-column-*-h100-*.json, docs/kernels-attention.md).
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True, own_tiles=True,
                         snake=True, uniform=True)
 
