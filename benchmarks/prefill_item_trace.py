@@ -55,6 +55,7 @@ _S0_DONE = "release(kempty, 0);"
 _EPILOGUE_START = "    ks_fence_regs<4>(lacc);\n    const float lrow[2]"
 _ITEM_LOOP = "\n    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {"
 _ITEM_LOOP_SNAKE = "\n    for (int item = blockIdx.x; item < ITEMS; item = next_item(item)) {"  # `_sn`
+_ITEM_LOOP_PARTS = "\n    for (int vitem = blockIdx.x; vitem < VITEMS; vitem = next_item(vitem)) {"  # `_sn` with `_kt`
 _MAPS_READY = "          ks_tmap_acquire(gmap + 16);\n"  # the producer's thread, once a block
 _Q_ISSUE = "    ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg"
 _Q_ISSUE_PERSIST = "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>"
@@ -79,7 +80,7 @@ STRIPS = {
 def stamped_source(cfg: Any, strip: tuple[str, ...] = ()) -> str:
     """The tensor-copy prefill's text for `cfg` (persistent or one block an item) with the stamps; it writes output
     `trace` (MAXI items a block of SLOTS each, MAXI a template constant). `strip`: names of STRIPS to apply."""
-    from ksearch.kernels.attention import wgmma, wgmma_ws
+    from ksearch.kernels.attention import wgmma, wgmma_ws, wgmma_ws_tail
 
     text = wgmma_ws.source_text(cfg)
     for name in strip:
@@ -89,8 +90,10 @@ def stamped_source(cfg: Any, strip: tuple[str, ...] = ()) -> str:
         text = text.replace(old, new)
     if cfg.persist:
         # the record of the block's round: item / G in either order (snake order deals round r's items backwards)
-        text = _insert(text, _ITEM_LOOP_SNAKE if cfg.snake else _ITEM_LOOP,
-                       f"\n    const size_t ks_tr = ((size_t)blockIdx.x * MAXI + item / (int)gridDim.x) * {SLOTS};"
+        # with `_kt` a record a walked item, a last-round item's part one of its own
+        walked = "vitem" if cfg.ktail else "item"
+        text = _insert(text, _ITEM_LOOP_PARTS if cfg.ktail else _ITEM_LOOP_SNAKE if cfg.snake else _ITEM_LOOP,
+                       f"\n    const size_t ks_tr = ((size_t)blockIdx.x * MAXI + {walked} / (int)gridDim.x) * {SLOTS};"
                        "\n    KS_STAMP(0); KS_WALL(6);")
         text = _insert(text, _Q_ISSUE_PERSIST, "    KS_STAMP(9);\n", before=True)
         first_record = f"(size_t)blockIdx.x * MAXI * {SLOTS}"
@@ -106,7 +109,7 @@ def stamped_source(cfg: Any, strip: tuple[str, ...] = ()) -> str:
     head = _insert(_insert(head, _Q_BARRIER, "\n    KS_STAMP(1);"), _S0_DONE, "\n    KS_STAMP(2);")
     text = head + "    KS_STAMP(3);\n" + tail
     epilogue = (wgmma.EPILOGUE_BULK if cfg.obulk else wgmma.EPILOGUE_STORE4 if wgmma_ws.store_bytes(cfg) == 4
-                else wgmma.EPILOGUE)
+                else wgmma_ws_tail.merger_stores(wgmma.EPILOGUE) if cfg.ktail else wgmma.EPILOGUE)
     return _insert(text, epilogue, "    KS_STAMP(4); KS_WALL(7);\n"
                                         "    if (threadIdx.x == KS_TRACER) trace[ks_tr + 5] = (unsigned long long)ntiles;\n")
 
@@ -136,23 +139,38 @@ def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any,
 
     from ksearch.kernels.attention import cuda_prefill, wgmma_ws
 
-    kern = cuda_prefill.build_kernel("ks_item_trace_" + wgmma_ws.kernel_name(cfg), stamped_source(cfg, strip),
-                                     stamped_header(cfg), cfg.smem_bytes(q_shape[-1]), ("tmap",), ("maps", "trace"))
     tmap = wgmma_ws.map_input(*wgmma_ws.tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=wgmma_ws.tma_swizzle(cfg.tma))
     items = cuda_prefill.blocks_for(q_shape, 64 * cfg.wg)
     grid = wgmma_ws.persistent_blocks(items, cfg) if cfg.persist else None
     blocks = grid or items
+    names, extra_in, extra_out = wgmma_ws.extra_io(q_shape, k_shape, causal, cfg, blocks)  # `_kt`'s
+    kern = cuda_prefill.build_kernel("ks_item_trace_" + wgmma_ws.kernel_name(cfg), stamped_source(cfg, strip),
+                                     stamped_header(cfg), cfg.smem_bytes(q_shape[-1]), ("tmap", *names[0]),
+                                     ("maps", *names[1], "trace"))
     maxi = -(-items // blocks)
     kwargs = cuda_prefill.launch_args(
         q_shape, dtype, 64 * cfg.wg, cfg.threads(),
         [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *wgmma_ws.stage_args(cfg), ("MAXI", maxi)],
-        extra_outputs=(((blocks * 32 + 16,), mx.uint64), ((blocks * maxi * SLOTS,), mx.uint64)), grid_blocks=grid)
+        extra_outputs=(((blocks * 32 + 16,), mx.uint64), *extra_out, ((blocks * maxi * SLOTS,), mx.uint64)),
+        grid_blocks=grid)
 
     def call(q: Any, k: Any, v: Any) -> tuple[Any, Any]:
-        o, _, trace = kern(inputs=[q, k, v, cuda_prefill.softmax_scale(q_shape[-1]), tmap], **kwargs)
-        return o, trace.reshape(blocks, maxi, SLOTS)
+        outs = kern(inputs=[q, k, v, cuda_prefill.softmax_scale(q_shape[-1]), tmap, *extra_in], **kwargs)
+        return outs[0], outs[-1].reshape(blocks, maxi, SLOTS)
 
     return call
+
+
+def walked_items(q_shape: tuple[int, ...], k_shape: tuple[int, ...], causal: bool, cfg: Any) -> int:
+    """The items a launch walks: its work items, a last-round item split along the keys (`_kt`) once a part."""
+    from ksearch.kernels.attention import cuda_prefill, wgmma_ws, wgmma_ws_tail
+
+    items = cuda_prefill.blocks_for(q_shape, 64 * cfg.wg)
+    if not cfg.ktail:
+        return items
+    full, tail, parts = wgmma_ws_tail.tail_parts(items, wgmma_ws.persistent_blocks(items, cfg),
+                                                 -(-k_shape[2] // cfg.bn), causal)
+    return full + tail * parts
 
 
 def ran(blocks: int, maxi: int, items: int, snake: bool = False) -> Any:
@@ -243,13 +261,12 @@ def measure(cfg_name: str, b: int, hq: int, hkv: int, length: int, d: int, causa
     from ksearch.bench.attention import prefill_inputs
     from ksearch.bench.timing import time_rounds
     from ksearch.kernels.attention import attention, native_attention
-    from ksearch.kernels.attention.cuda_prefill import blocks_for
     from ksearch.kernels.attention.wgmma_ws import parse_config
 
     cfg = parse_config(cfg_name)
     q, k, v = prefill_inputs((b, hq, length, d), (b, hkv, length, d), mx.float16, scores)
     call = stamped_call(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg, strip)
-    items = blocks_for(tuple(q.shape), 64 * cfg.wg)
+    items = walked_items(tuple(q.shape), tuple(k.shape), causal, cfg)
     o, trace = call(q, k, v)
     ref = native_attention(q, k, v, causal)
     mx.eval(o, trace, ref)

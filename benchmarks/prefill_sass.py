@@ -115,9 +115,7 @@ def compile_sass(name: str, d: int, causal: bool, dtype: str, cuobjdump: str) ->
     from ksearch.kernels.cuda_headers import WGMMA_HEADER
 
     cfg = wgmma_ws.parse_config(name)
-    ins_, outs = [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")]
-    if cfg.tma:
-        ins_, outs = [*ins_, ("tmap", "uint64")], [*outs, ("maps", "uint64")]
+    ins_, outs = wgmma_ws.kernel_io(cfg)
     header = WGMMA_HEADER + (tensor_map.TMA_HEADER if cfg.tma else wgmma_ws.BULK_HEADER)
     unit = wrap("k0", wgmma_ws.source_text(cfg), wgmma_ws.launch_bounds(cfg.threads(), cfg.blocks), ins_, outs,
                 [("T", dtype), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal), *wgmma_ws.stage_args(cfg)])

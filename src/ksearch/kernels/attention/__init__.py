@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -73,10 +74,20 @@ TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=Tru
 # attention-prefill-configs-dispatch-column-*-h100-*.json, docs/kernels-attention.md).
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True, own_tiles=True,
                         snake=True, uniform=True)
+# Where a call has more K / V heads than a quarter of the persistent grid (B 4, Hkv 32 in the benchmark), the items
+# a section of heads at a time (`_hs`, wgmma_ws_text.head_sections): a round then reads each K / V head with about
+# four items instead of one. On an H100 side by side in two processes, at B 4, Hkv 32 against the dispatch's column:
+# D=128 1.063x / 1.068x of its time below L=4096 and 1.049x / 1.048x from it (TALL with 32 producer registers, which
+# `_hs` needs: 1.022x / 1.024x and 1.105x / 1.100x at D=64); on the other shapes, whose order `_hs` leaves as it is,
+# level at D=128 and 1-3% behind at D=64, so they keep the kernels above (wgmma_ws.sections_reorder;
+# attention-prefill-configs-head-sections-*-h100-*.json).
+WIDE_SECTIONS = replace(WIDE_PERSIST, sections=True)
+TALL_SECTIONS = replace(TALL, preg=32, sections=True)
 
 
 def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
-    """TALL at D=64, where S is a multiple of 128 keys; WIDE_PERSIST at D=128; WIDE elsewhere;
+    """TALL at D=64, where S is a multiple of 128 keys; WIDE_PERSIST at D=128; WIDE elsewhere; the persistent two
+    with their heads in sections where a call has more K / V heads than a section (TALL_SECTIONS, WIDE_SECTIONS);
     each with bulk copies from tile images of K / V (one extra pass over them, one block an item) where no tensor map
     can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names another (wgmma_ws.parse_config: e.g. wg3_n64,
     ws3_n64_s4_p4_bulk)."""
@@ -89,6 +100,8 @@ def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
         cfg = WIDE_PERSIST
     else:
         cfg = WIDE
+    if cfg.persist and wgmma_ws.sections_reorder(tuple(q.shape), tuple(k.shape), cfg):
+        cfg = TALL_SECTIONS if cfg == TALL else WIDE_SECTIONS
     if not wgmma_ws.tma_ready(tuple(k.shape), cfg.bn, cfg.tma):
         return wgmma_ws.with_bulk_copies(cfg)
     return cfg

@@ -51,8 +51,10 @@ from ksearch.kernels.attention.wgmma import (
     cp_cache,
     launch_bounds,
 )
+from ksearch.kernels.attention.wgmma_ws_tail import counter_count, key_split_tail, scratch_floats, zero_counters
 from ksearch.kernels.attention.wgmma_ws_text import (  # the kernels' text; the rest of it in wgmma_ws_text
     BULK_HEADER,
+    PERSIST_ITEMS,
     SOURCE,
     SOURCE_MB,
     SOURCE_TMA,
@@ -120,6 +122,9 @@ class WsConfig:
     # Persistent blocks only: the items a section of heads at a time, a section the query heads of gridDim.x / 4 K / V
     # heads (`_hs`, wgmma_ws_text.head_sections), instead of one row block of every head a round
     sections: bool = False
+    # Persistent blocks only, no mask: the last round's items split along the keys, each part's rows merged by the
+    # last part to finish (`_kt`, wgmma_ws_tail), so the launch does not wait on whole items in a part-filled round
+    ktail: bool = False
     # Grouped rows (`_gp`, host side only, no mask): the query heads that share a K / V head are one run of Hq / Hkv x L
     # rows, contiguous in q, so q goes in as (B, Hkv, Hq / Hkv x L, D) and O comes back as (B, Hq, L, D). The same
     # kernel then cuts each K / V head's rows into fewer items: one partial item a K / V head instead of one a query
@@ -158,6 +163,8 @@ def config_problem(cfg: WsConfig) -> str | None:
         return "_sn (items in snake order) is for persistent blocks (_pst)"
     if cfg.sections and (not cfg.persist or cfg.qnext or cfg.qpf):
         return "_hs (heads in sections) is for persistent blocks (_pst) without _qn or _qp"
+    if cfg.ktail and (not cfg.persist or cfg.qnext or cfg.qpf or cfg.obulk or store_bytes(cfg) != 16):
+        return "_kt (the last round split along the keys) is for persistent blocks (_pst) without _qn, _qp, _ob or _st4"
     if cfg.qnext and not cfg.persist:
         return "_qn (the next item's Q under this one's epilogue) is for persistent blocks (_pst)"
     if cfg.preg != 24 and (cfg.pwarps != 4 or cfg.preg % 8 or not 24 <= cfg.preg <= 64):
@@ -299,6 +306,8 @@ def source_text(cfg: WsConfig) -> str:
         text = snake_order(text)
     if cfg.sections:
         text = head_sections(text)
+    if cfg.ktail:
+        text = key_split_tail(text, PERSIST_ITEMS)
     if cfg.uniform:
         text = uniform_index(text)
     if cfg.obulk:
@@ -347,14 +356,15 @@ def tma_ready(k_shape: tuple[int, ...], bn: int, mode: int) -> bool:
 
 
 def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
-    kern, tmap, kwargs = _tma_launch(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
-    return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), tmap], **kwargs)[0]
+    kern, inputs, kwargs = _tma_launch(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
+    return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), *inputs], **kwargs)[0]
 
 
 @cache
 def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, causal: bool,
-                cfg: WsConfig) -> tuple[Any, Any, dict[str, Any]]:
-    """(kernel, tensor map, the launch's other arguments) of the tensor-copy kernel, once per shape: building them
+                cfg: WsConfig) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """(kernel, its inputs after q, k, v and the scale: the tensor map, and with `_kt` the arrival counters; the
+    launch's other arguments) of the tensor-copy kernel, once per shape: building them
     (the kernel's name and header text, the map's geometry, grid and template) was most of a call's host time, which
     is what a small call costs when calls queue faster than the host makes them."""
     import mlx.core as mx
@@ -364,19 +374,57 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
     items = blocks_for(q_shape, 64 * cfg.wg)
     grid = persistent_blocks(items, cfg) if cfg.persist else None
     slots = (grid or items) * 32 + 16  # 256 bytes a block, and room to align the first to 128
+    names, extra_in, extra_out = extra_io(q_shape, k_shape, causal, cfg, grid or items)
     kwargs = launch_args(q_shape, dtype, 64 * cfg.wg, cfg.threads(),
                          [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)],
-                         extra_outputs=(((slots,), mx.uint64),), grid_blocks=grid)
+                         extra_outputs=(((slots,), mx.uint64), *extra_out), grid_blocks=grid)
     # The template arguments go into the kernel's text: MLX would format them into every call (kernel_text).
     kern = build_kernel(kernel_name(cfg), source_text(cfg),
                         pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
-                        cfg.smem_bytes(q_shape[-1]), ("tmap",), ("maps",), tuple(kwargs.pop("template")))
-    return kern, tmap, kwargs
+                        cfg.smem_bytes(q_shape[-1]), ("tmap", *names[0]), ("maps", *names[1]),
+                        tuple(kwargs.pop("template")))
+    return kern, (tmap, *extra_in), kwargs
+
+
+def kernel_io(cfg: WsConfig) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(inputs, outputs) of `cfg`'s kernel as (name, dtype name, "T" for the kernel's T), in MLX's order: for
+    compile checks and disassembly, which wrap the text as MLX does."""
+    ins, outs = [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")]
+    if cfg.tma:
+        ins, outs = [*ins, ("tmap", "uint64")], [*outs, ("maps", "uint64")]
+    if cfg.ktail:
+        ins, outs = [*ins, ("counts", "uint32")], [*outs, ("part", "float32")]
+    return ins, outs
+
+
+def extra_io(q_shape: tuple[int, ...], k_shape: tuple[int, ...], causal: bool, cfg: WsConfig,
+             grid: int) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], tuple[Any, ...], tuple[Any, ...]]:
+    """What `_kt` adds to a tensor-copy launch of `grid` blocks, after the tensor map and the maps' scratch: ((input
+    names, output names), input arrays, (shape, dtype) of each output); nothing without it."""
+    if not cfg.ktail:
+        return ((), ()), (), ()
+    import mlx.core as mx
+
+    items = blocks_for(q_shape, 64 * cfg.wg)
+    floats = scratch_floats(items, grid, -(-k_shape[2] // cfg.bn), causal, cfg.wg, q_shape[-1])
+    return ((("counts",), ("part",)), (zero_counters(counter_count(items, grid, cfg.wg)),),
+            (((floats,), mx.float32),))
 
 
 def persistent_blocks(items: int, cfg: WsConfig) -> int:
     """The persistent kernel's grid: `cfg.blocks` blocks a multiprocessor, never more blocks than work items."""
     return min(items, device.cuda_sm_count() * cfg.blocks)
+
+
+def sections_reorder(q_shape: tuple[int, ...], k_shape: tuple[int, ...], cfg: WsConfig) -> bool:
+    """Whether `_hs` changes a persistent kernel's order for a call: more K / V heads than one section takes
+    (gridDim.x / 4 of them; wgmma_ws_text.head_sections); with fewer, its order is the plain one item for item. False
+    without a driver to report the SM count (the launch then says what is missing)."""
+    try:
+        grid = persistent_blocks(blocks_for(q_shape, 64 * cfg.wg), cfg)
+    except BackendUnavailable:
+        return False
+    return q_shape[0] * k_shape[1] > max(1, grid // 4)
 
 
 def stage_args(cfg: WsConfig) -> list[tuple[str, Any]]:
@@ -411,7 +459,7 @@ def with_bulk_copies(cfg: WsConfig) -> WsConfig:
     order goes with the persistent blocks, and each warpgroup's own tiles (`_wt`, checked with tensor copies only)
     with them, as does the uniform index arithmetic (`_uw`, checked and timed with tensor copies only)."""
     return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24, qpf=False, maps1=False,
-                   own_tiles=False, snake=False, uniform=False, sections=False)
+                   own_tiles=False, snake=False, uniform=False, sections=False, ktail=False)
 
 
 def kernel_name(cfg: WsConfig) -> str:
@@ -423,7 +471,7 @@ def kernel_name(cfg: WsConfig) -> str:
             + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "")
             + store_tag(cfg) + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
             + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
-            + ("_uw" if cfg.uniform else ""))
+            + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else ""))
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -449,12 +497,12 @@ def config_name(cfg: Any) -> str:
             + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "") + store_tag(cfg)
             + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
             + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
-            + ("_uw" if cfg.uniform else "") + ("_gp" if cfg.grouped else "") + ca)
+            + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "") + ("_gp" if cfg.grouped else "") + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_uw][_gp][_ca]" -> WsConfig(W, N, S, P)
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_gp][_ca]" -> WsConfig(W, N, S, P)
     (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
@@ -462,10 +510,10 @@ def parse_config(name: str) -> Any:
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_hs)?(_uw)?(_gp)?)(_ca)?", name.strip())
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_hs)?(_kt)?(_uw)?(_gp)?)(_ca)?", name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_uw][_gp][_ca] (e.g. "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_gp][_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
@@ -474,17 +522,19 @@ def parse_config(name: str) -> Any:
                          "a lane; _cr: O rescaled only when a row's maximum grew past 2^8; _qp: the next item's Q prefetched into L2; _m1: "
                          "one pair of tensor maps a launch; _wt: each consumer warpgroup only the tiles its rows need; _sn: persistent items in snake order; "
                          "_hs: persistent items a section of heads at a time; "
+                         "_kt: without the mask, the last round's items split along the keys; "
                          "_uw: the consumers' index arithmetic on the uniform datapath; "
                          "_gp: without the mask, the query heads of a K / V head as one run of rows; "
                          "_ca: cp.async through L1)")
-    cp = "ca" if m[25] else "cg"
+    cp = "ca" if m[26] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
     cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[12]), tma, int(m[14] or 1),
                    persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0),
                    crescale=bool(m[17]), qpf=bool(m[18]), maps1=bool(m[19]), own_tiles=bool(m[20]),
-                   snake=bool(m[21]), sections=bool(m[22]), uniform=bool(m[23]), grouped=bool(m[24]))
+                   snake=bool(m[21]), sections=bool(m[22]), ktail=bool(m[23]), uniform=bool(m[24]),
+                   grouped=bool(m[25]))
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)
