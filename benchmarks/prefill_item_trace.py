@@ -143,7 +143,7 @@ def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any,
     items = cuda_prefill.blocks_for(q_shape, 64 * cfg.wg)
     grid = wgmma_ws.persistent_blocks(items, cfg) if cfg.persist else None
     blocks = grid or items
-    names, extra_in, extra_out = wgmma_ws.extra_io(q_shape, k_shape, causal, cfg, blocks)  # `_kt`'s
+    names, chain, extra_out = wgmma_ws.extra_io(q_shape, k_shape, causal, cfg, blocks)  # `_kt`'s
     kern = cuda_prefill.build_kernel("ks_item_trace_" + wgmma_ws.kernel_name(cfg), stamped_source(cfg, strip),
                                      stamped_header(cfg), cfg.smem_bytes(q_shape[-1]), ("tmap", *names[0]),
                                      ("maps", *names[1], "trace"))
@@ -155,7 +155,10 @@ def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any,
         grid_blocks=grid)
 
     def call(q: Any, k: Any, v: Any) -> tuple[Any, Any]:
-        outs = kern(inputs=[q, k, v, cuda_prefill.softmax_scale(q_shape[-1]), tmap, *extra_in], **kwargs)
+        counts = [chain.counts] if chain else []
+        outs = kern(inputs=[q, k, v, cuda_prefill.softmax_scale(q_shape[-1]), tmap, *counts], **kwargs)
+        if chain:
+            chain.took(outs[:-1])  # counts_next is the last output but the trace
         return outs[0], outs[-1].reshape(blocks, maxi, SLOTS)
 
     return call

@@ -6,7 +6,10 @@ in an order drawn at random); a round's time is the wall clock of the n calls pl
 `mx.synchronize`, divided by n; prefill raises n until a round lasts about 10 ms. We report the median over rounds,
 the spread (min/max ratio across rounds) and, from the median, TFLOP/s, GB/s and the fraction of the roofline.
 Decode's calls are chained by default (`chained`): each call's query is the previous call's output, as in a model's
-layers, so no two calls of a round run side by side on the device.
+layers, so no two calls of a round run side by side on the device. Prefill's are independent by default (the same
+inputs every call: MLX's CUDA graphs order kernels only by the arrays they pass, so a call's first blocks may start
+while the one before finishes its last); `calls="chained"` chains them as decode does, each call's query the previous
+call's output (whose entries are small: after the first call the scores are near zero, alike for both sides).
 """
 
 from __future__ import annotations
@@ -189,10 +192,11 @@ def prefill_inputs(q_shape: tuple[int, ...], kv_shape: tuple[int, ...], dtype: A
 
 
 def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, config: Any = None,
-                        round_s: float = 0.01, configs: Sequence[str] = ()) -> dict[str, Any]:
+                        round_s: float = 0.01, configs: Sequence[str] = (), calls: str = "independent") -> dict[str, Any]:
     """configs: configuration names (a wgmma configuration, wgmma_ws.parse_config, or a Metal kernel such as
     metal_fragments: kernels.attention.parse_prefill_config) timed beside the dispatch and native in the same rounds,
-    so that a dispatch rule can be read off one process; each lands in the row's "configs"."""
+    so that a dispatch rule can be read off one process; each lands in the row's "configs". calls: "independent" (the
+    same q every call) or "chained" (each call's q the previous call's output; `prefill_calls`)."""
     import mlx.core as mx
 
     from ksearch.kernels.attention import attention, native_attention, parse_prefill_config, prefill_plan
@@ -201,10 +205,11 @@ def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, conf
     b, hq, hkv, d, length, s, causal = (shape[k] for k in ("B", "Hq", "Hkv", "D", "L", "S", "causal"))
     q, k, v = prefill_inputs((b, hq, length, d), (b, hkv, s, d), dt)
     chosen = {name: parse_prefill_config(name) for name in configs}
-    fns: dict[str, Callable[[], Any]] = {"ours": lambda: attention(q, k, v, causal, config=config),
-                                         "native": lambda: native_attention(q, k, v, causal)}
+    fns: dict[str, Callable[[], Any]] = {
+        "ours": prefill_calls(partial(attention, causal=causal, config=config), q, k, v, calls),
+        "native": prefill_calls(partial(native_attention, causal=causal), q, k, v, calls)}
     for name, cfg in chosen.items():
-        fns[f"config:{name}"] = partial(attention, q, k, v, causal, config=cfg)
+        fns[f"config:{name}"] = prefill_calls(partial(attention, causal=causal, config=cfg), q, k, v, calls)
     t = time_rounds(fns, rounds, n, round_s=round_s)
     flops = 4.0 * b * hq * length * s * d / (2 if causal else 1)
     med, nmed = statistics.median(t["ours"]), statistics.median(t["native"])
@@ -225,6 +230,14 @@ def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, conf
                                  "max_abs_diff_vs_native": max_diff(attention(q, k, v, causal, config=cfg))}
                           for name, cfg in chosen.items()}
     return row
+
+
+def prefill_calls(call: Callable[[Any, Any, Any], Any], q: Any, k: Any, v: Any, calls: str) -> Callable[[], Any]:
+    """`call(q, k, v)` as the benchmark repeats it: independent calls on the same inputs, free to overlap on the
+    device, or chained ones that wait for each other (each call's q the previous call's output, o having q's shape)."""
+    if calls == "independent":
+        return lambda: call(q, k, v)
+    return chained_calls(lambda q, k, v: call(q, k, v), itertools.repeat({"q": q, "k": k, "v": v}), "q")
 
 
 def summarize_decode(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -288,9 +301,10 @@ def summarize_prefill(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callable[[str], None] = print,
               config: Any = None, name: str | None = None, configs: Sequence[str] = (),
-              calls: str = "chained") -> Path:
-    """configs (prefill only): configuration names (wgmma or Metal) timed beside the dispatch at every shape; calls (decode
-    only): "chained" or "independent" (bench_decode_shape), the latter written under a name of its own."""
+              calls: str | None = None) -> Path:
+    """configs (prefill only): configuration names (wgmma or Metal) timed beside the dispatch at every shape; calls:
+    "chained" or "independent" (bench_decode_shape, bench_prefill_shape), the one that is not the kind's default
+    written under a name of its own (decode's default chained, prefill's independent)."""
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
     from ksearch.errors import BackendUnavailable
@@ -303,16 +317,18 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
         shapes, summ, default = prefill_shapes(full), summarize_prefill, "attention-prefill"
     if configs and kind == "decode":
         raise ValueError("configurations beside the dispatch are for prefill: run `ksearch bench attention --configs`")
+    calls = calls or ("chained" if kind == "decode" else "independent")
     if calls not in CALLS:
         raise ValueError(f"calls={calls!r}: use one of {', '.join(CALLS)}")
     absent = kernels_absent()
     if absent is not None:  # before minutes of timing MLX's attention against itself
         raise BackendUnavailable(f"bench {'decode' if kind == 'decode' else 'attention'}: {absent}")
-    name = (name or default) + ("-independent" if kind == "decode" and calls == "independent" else "")
+    name = (name or default) + ("-independent" if kind == "decode" and calls == "independent" else
+                                "-chained" if kind != "decode" and calls == "chained" else "")
     rows = []
     for shape in shapes:
         rows.append(bench_decode_shape(shape, config=config, calls=calls) if kind == "decode" else
-                    bench_prefill_shape(shape, config=config, configs=configs))
+                    bench_prefill_shape(shape, config=config, configs=configs, calls=calls))
         r = rows[-1]
         extra = "".join(f", {c}: {x['speedup']:.2f}x" for c, x in r.get("configs", {}).items())
         kernel = f" ({r['kernel']})" if "kernel" in r else ""  # decode: which of the library's kernels ran

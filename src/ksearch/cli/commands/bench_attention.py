@@ -67,16 +67,23 @@ def register(bench_app: typer.Typer) -> None:
                       configs: str = typer.Option("", help="configurations to time beside the dispatch in the same "
                                                   "rounds, comma-separated: wgmma ones (e.g. 'ws3_n64_s4_p4_bulk,"
                                                   "ws2_n128_s3_p4_bulk') or, on a Mac, Metal kernels ('metal_fragments"
-                                                  "'); written as attention-prefill-configs-*.json")
+                                                  "'); written as attention-prefill-configs-*.json"),
+                      calls: str = typer.Option("independent", help="independent: the same inputs every call, calls "
+                                                "free to overlap on the device; chained: each call's query the "
+                                                "previous call's output, as a model's layers wait for each other "
+                                                "(attention-prefill-*-chained-*.json)")
                       ) -> None:
         """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere, the Metal kernels on a Mac
         with KSEARCH_METAL_KERNELS=1) vs MLX native attention."""
-        from ksearch.bench.attention import run_bench
+        from ksearch.bench.attention import CALLS, run_bench
 
+        if calls not in CALLS:
+            raise typer.BadParameter(f"{calls!r}: use {' or '.join(CALLS)}", param_hint="--calls")
         check_wgmma_env()
         names = check_configs(configs)
         check_out_dir(out)
-        run_bench("prefill", full, out, configs=names, name="attention-prefill-configs" if names else None)
+        run_bench("prefill", full, out, configs=names, name="attention-prefill-configs" if names else None,
+                  calls=calls)
 
     @bench_app.command("decode")
     def decode_cmd(full: bool = typer.Option(True, help="add a bf16 and a D=64 shape to the B x length grid"),

@@ -51,7 +51,13 @@ from ksearch.kernels.attention.wgmma import (
     cp_cache,
     launch_bounds,
 )
-from ksearch.kernels.attention.wgmma_ws_tail import counter_count, key_split_tail, scratch_floats, zero_counters
+from ksearch.kernels.attention.wgmma_ws_tail import (
+    CounterChain,
+    counter_count,
+    key_split_tail,
+    scratch_floats,
+    tail_parts,
+)
 from ksearch.kernels.attention.wgmma_ws_text import (  # the kernels' text; the rest of it in wgmma_ws_text
     BULK_HEADER,
     PERSIST_ITEMS,
@@ -356,15 +362,19 @@ def tma_ready(k_shape: tuple[int, ...], bn: int, mode: int) -> bool:
 
 
 def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
-    kern, inputs, kwargs = _tma_launch(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
-    return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), *inputs], **kwargs)[0]
+    kern, tmap, kwargs, chain = _tma_launch(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
+    if chain is None:
+        return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), tmap], **kwargs)[0]
+    outputs = kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), tmap, chain.counts], **kwargs)
+    chain.took(outputs)
+    return outputs[0]
 
 
 @cache
 def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, causal: bool,
-                cfg: WsConfig) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """(kernel, its inputs after q, k, v and the scale: the tensor map, and with `_kt` the arrival counters; the
-    launch's other arguments) of the tensor-copy kernel, once per shape: building them
+                cfg: WsConfig) -> tuple[Any, Any, dict[str, Any], CounterChain | None]:
+    """(kernel, tensor map, the launch's other arguments, with `_kt` the shape's counters) of the tensor-copy kernel,
+    once per shape: building them
     (the kernel's name and header text, the map's geometry, grid and template) was most of a call's host time, which
     is what a small call costs when calls queue faster than the host makes them."""
     import mlx.core as mx
@@ -374,7 +384,7 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
     items = blocks_for(q_shape, 64 * cfg.wg)
     grid = persistent_blocks(items, cfg) if cfg.persist else None
     slots = (grid or items) * 32 + 16  # 256 bytes a block, and room to align the first to 128
-    names, extra_in, extra_out = extra_io(q_shape, k_shape, causal, cfg, grid or items)
+    names, chain, extra_out = extra_io(q_shape, k_shape, causal, cfg, grid or items)
     kwargs = launch_args(q_shape, dtype, 64 * cfg.wg, cfg.threads(),
                          [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)],
                          extra_outputs=(((slots,), mx.uint64), *extra_out), grid_blocks=grid)
@@ -383,7 +393,7 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
                         pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
                         cfg.smem_bytes(q_shape[-1]), ("tmap", *names[0]), ("maps", *names[1]),
                         tuple(kwargs.pop("template")))
-    return kern, (tmap, *extra_in), kwargs
+    return kern, tmap, kwargs, chain
 
 
 def kernel_io(cfg: WsConfig) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -393,22 +403,23 @@ def kernel_io(cfg: WsConfig) -> tuple[list[tuple[str, str]], list[tuple[str, str
     if cfg.tma:
         ins, outs = [*ins, ("tmap", "uint64")], [*outs, ("maps", "uint64")]
     if cfg.ktail:
-        ins, outs = [*ins, ("counts", "uint32")], [*outs, ("part", "float32")]
+        ins, outs = [*ins, ("counts", "uint32")], [*outs, ("part", "float32"), ("counts_next", "uint32")]
     return ins, outs
 
 
 def extra_io(q_shape: tuple[int, ...], k_shape: tuple[int, ...], causal: bool, cfg: WsConfig,
-             grid: int) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], tuple[Any, ...], tuple[Any, ...]]:
+             grid: int) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], CounterChain | None, tuple[Any, ...]]:
     """What `_kt` adds to a tensor-copy launch of `grid` blocks, after the tensor map and the maps' scratch: ((input
-    names, output names), input arrays, (shape, dtype) of each output); nothing without it."""
+    names, output names), the shape's counters (their array the last input), (shape, dtype) of each output);
+    nothing without it."""
     if not cfg.ktail:
-        return ((), ()), (), ()
+        return ((), ()), None, ()
     import mlx.core as mx
 
-    items = blocks_for(q_shape, 64 * cfg.wg)
-    floats = scratch_floats(items, grid, -(-k_shape[2] // cfg.bn), causal, cfg.wg, q_shape[-1])
-    return ((("counts",), ("part",)), (zero_counters(counter_count(items, grid, cfg.wg)),),
-            (((floats,), mx.float32),))
+    items, key_tiles = blocks_for(q_shape, 64 * cfg.wg), -(-k_shape[2] // cfg.bn)
+    chain = CounterChain(counter_count(items, grid, cfg.wg), tail_parts(items, grid, key_tiles, causal)[2] > 1)
+    floats = scratch_floats(items, grid, key_tiles, causal, cfg.wg, q_shape[-1])
+    return (("counts",), ("part", "counts_next")), chain, (((floats,), mx.float32), *chain.outputs())
 
 
 def persistent_blocks(items: int, cfg: WsConfig) -> int:
