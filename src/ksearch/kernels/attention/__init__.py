@@ -83,11 +83,21 @@ WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, pr
 # attention-prefill-configs-head-sections-*-h100-*.json).
 WIDE_SECTIONS = replace(WIDE_PERSIST, sections=True)
 TALL_SECTIONS = replace(TALL, preg=32, sections=True)
+# Without the mask, where the persistent launch's last round holds at most half the grid's items (B 1 at L=4096 and
+# 8192, B 4 at L=4096 in the benchmark), those items split along the keys (`_kt`, wgmma_ws_tail), as WIDE_SECTIONS
+# with `_kt` was measured. On an H100 with the calls chained as a model's layers are (`bench attention --calls
+# chained`), named beside the dispatch in two processes: 1.075x / 1.083x of its speed at B 1, L=4096, 1.047x / 1.048x
+# at B 1, L=8192 and 1.042x / 1.048x at B 4, L=4096; D=128 from L=4096 composed 0.994x / 1.001x of cuDNN against
+# 0.975x / 0.979x. With the calls independent, free to overlap (the next call's first blocks fill the last round),
+# 0.977x / 1.011x / 1.017x there, D=128 from L=4096 0.969x against 0.968x (one process;
+# attention-prefill-configs-*key-split-tail*-h100-*.json).
+WIDE_SPLIT_TAIL = replace(WIDE_SECTIONS, ktail=True)
 
 
 def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
     """TALL at D=64, where S is a multiple of 128 keys; WIDE_PERSIST at D=128; WIDE elsewhere; the persistent two
-    with their heads in sections where a call has more K / V heads than a section (TALL_SECTIONS, WIDE_SECTIONS);
+    with their heads in sections where a call has more K / V heads than a section (TALL_SECTIONS, WIDE_SECTIONS),
+    WIDE_PERSIST's last round split along the keys where it splits (WIDE_SPLIT_TAIL);
     each with bulk copies from tile images of K / V (one extra pass over them, one block an item) where no tensor map
     can be made (`wgmma_ws.tma_ready`). KSEARCH_WGMMA_CONFIG names another (wgmma_ws.parse_config: e.g. wg3_n64,
     ws3_n64_s4_p4_bulk)."""
@@ -100,7 +110,9 @@ def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
         cfg = WIDE_PERSIST
     else:
         cfg = WIDE
-    if cfg.persist and wgmma_ws.sections_reorder(tuple(q.shape), tuple(k.shape), cfg):
+    if cfg == WIDE_PERSIST and wgmma_ws.tail_splits(tuple(q.shape), tuple(k.shape), causal, cfg):
+        cfg = WIDE_SPLIT_TAIL
+    elif cfg.persist and wgmma_ws.sections_reorder(tuple(q.shape), tuple(k.shape), cfg):
         cfg = TALL_SECTIONS if cfg == TALL else WIDE_SECTIONS
     if not wgmma_ws.tma_ready(tuple(k.shape), cfg.bn, cfg.tma):
         return wgmma_ws.with_bulk_copies(cfg)

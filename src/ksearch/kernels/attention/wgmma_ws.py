@@ -438,6 +438,17 @@ def sections_reorder(q_shape: tuple[int, ...], k_shape: tuple[int, ...], cfg: Ws
     return q_shape[0] * k_shape[1] > max(1, grid // 4)
 
 
+def tail_splits(q_shape: tuple[int, ...], k_shape: tuple[int, ...], causal: bool, cfg: WsConfig) -> bool:
+    """Whether `_kt` splits a persistent launch's last round for a call (wgmma_ws_tail.tail_parts): without the mask,
+    where that round has at most half the grid's items. False without a driver to report the SM count."""
+    try:
+        items = blocks_for(q_shape, 64 * cfg.wg)
+        grid = persistent_blocks(items, cfg)
+    except BackendUnavailable:
+        return False
+    return tail_parts(items, grid, -(-k_shape[2] // cfg.bn), causal)[2] > 1
+
+
 def stage_args(cfg: WsConfig) -> list[tuple[str, Any]]:
     """The template constants SOURCE / SOURCE_MB take beyond T, D, WG, BN and CAUSAL: the library's launch and the
     flash_wgmma template family's rendering both use this list, so neither can leave one out."""
