@@ -6,7 +6,8 @@ dispatch's own figure. No GPU needed.
 
     python benchmarks/prefill_rule.py FILE.json --take 'D=128,mask:CONFIG' [--take 'D=64:CONFIG' ...]
 
-A rule is TERMS:CONFIG, TERMS comma-separated among D=64, D=128, mask, no-mask, L<4096, L>=4096 (all must hold).
+A rule is TERMS:CONFIG, TERMS comma-separated among D=64, D=128, mask, no-mask, L<4096, L>=4096, B=1, B=4, L=2048,
+L=4096, L=8192 (all must hold).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ TERMS: dict[str, Callable[[Row], bool]] = {
     "D=64": lambda r: r["D"] == 64, "D=128": lambda r: r["D"] == 128,
     "mask": lambda r: bool(r["causal"]), "no-mask": lambda r: not r["causal"],
     "L<4096": lambda r: r["L"] < 4096, "L>=4096": lambda r: r["L"] >= 4096,
+    "B=1": lambda r: r["B"] == 1, "B=4": lambda r: r["B"] == 4,
+    "L=2048": lambda r: r["L"] == 2048, "L=4096": lambda r: r["L"] == 4096, "L=8192": lambda r: r["L"] == 8192,
 }
 
 
