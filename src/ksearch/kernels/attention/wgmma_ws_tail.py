@@ -156,7 +156,8 @@ def counter_count(items: int, grid: int, wg: int) -> int:
 class CounterChain:
     """The counters the launches of one shape count on: zeros at first, then each launch's `counts_next` (the last
     output) for the next launch, so that MLX runs them one after another. A shape whose last round is not split
-    counts on nothing: its launches all take the first zeros and stay free to run side by side."""
+    counts on nothing: its launches all take the first zeros and stay free to run side by side. The chain is the
+    library's per shape, so launches of one shape from two threads at once (two streams) would share counters."""
 
     def __init__(self, count: int, split: bool) -> None:
         import mlx.core as mx
