@@ -128,6 +128,9 @@ def test_a_split_shapes_launches_wait_on_each_other_through_their_counters() -> 
     still.took(["o", "maps", "part", nxt])
     assert still.counts is zeros  # nothing to count on: launches stay free to overlap
     assert chain.outputs() == (((6,), mx.uint32),)
+    seen = []
+    out = chain.launch(lambda counts: seen.append(counts) or ["o", "maps", "part", "next"])
+    assert seen == [nxt] and out[0] == "o" and chain.counts == "next"  # took its counts_next for the next
 
 
 def test_the_launch_adds_the_counters_and_the_records_only_with_kt(monkeypatch: pytest.MonkeyPatch) -> None:

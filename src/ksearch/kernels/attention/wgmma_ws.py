@@ -365,9 +365,8 @@ def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
     kern, tmap, kwargs, chain = _tma_launch(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
     if chain is None:
         return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), tmap], **kwargs)[0]
-    outputs = kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), tmap, chain.counts], **kwargs)
-    chain.took(outputs)
-    return outputs[0]
+    scale = softmax_scale(q.shape[-1])
+    return chain.launch(lambda counts: kern(inputs=[q, k, v, scale, tmap, counts], **kwargs))[0]
 
 
 @cache

@@ -20,6 +20,7 @@ buffer side by side would merge each other's parts.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 # A warp's record: the D / 2 floats of O a lane holds, in float4 chunks each warp writes 512 contiguous bytes of, then
@@ -156,13 +157,16 @@ def counter_count(items: int, grid: int, wg: int) -> int:
 class CounterChain:
     """The counters the launches of one shape count on: zeros at first, then each launch's `counts_next` (the last
     output) for the next launch, so that MLX runs them one after another. A shape whose last round is not split
-    counts on nothing: its launches all take the first zeros and stay free to run side by side. The chain is the
-    library's per shape, so launches of one shape from two threads at once (two streams) would share counters."""
+    counts on nothing: its launches all take the first zeros and stay free to run side by side. Launches from
+    several threads (streams) take turns on the chain (`launch`), and MLX orders them across streams by the arrays."""
 
     def __init__(self, count: int, split: bool) -> None:
+        import threading
+
         import mlx.core as mx
 
         self.count, self.split = count, split
+        self._turn = threading.Lock()
         self.counts = mx.zeros((count,), dtype=mx.uint32)
         mx.eval(self.counts)
 
@@ -171,6 +175,13 @@ class CounterChain:
         import mlx.core as mx
 
         return (((self.count,), mx.uint32),)
+
+    def launch(self, kernel: Callable[[Any], Any]) -> Any:
+        """`kernel(counts)`'s outputs, its `counts_next` kept for the next launch, one launch at a time."""
+        with self._turn:
+            outputs = kernel(self.counts)
+            self.took(outputs)
+        return outputs
 
     def took(self, outputs: Any) -> None:
         """After a launch: its `counts_next` is what the next launch counts on."""
