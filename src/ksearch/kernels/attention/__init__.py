@@ -77,7 +77,7 @@ WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, pr
 # Where a call has more K / V heads than a quarter of the persistent grid (B 4, Hkv 32 in the benchmark), the items
 # a section of heads at a time (`_hs`, wgmma_ws_text.head_sections): a round then reads each K / V head with about
 # four items instead of one. On an H100 side by side in two processes, at B 4, Hkv 32 against the dispatch's column:
-# D=128 1.063x / 1.068x of its time below L=4096 and 1.049x / 1.048x from it (TALL with 32 producer registers, which
+# D=128 1.063x / 1.068x of its speed below L=4096 and 1.049x / 1.048x from it (TALL with 32 producer registers, which
 # `_hs` needs: 1.022x / 1.024x and 1.105x / 1.100x at D=64); on the other shapes, whose order `_hs` leaves as it is,
 # level at D=128 and 1-3% behind at D=64, so they keep the kernels above (wgmma_ws.sections_reorder;
 # attention-prefill-configs-head-sections-*-h100-*.json).

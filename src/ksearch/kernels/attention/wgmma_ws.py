@@ -373,9 +373,8 @@ def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
 def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, causal: bool,
                 cfg: WsConfig) -> tuple[Any, Any, dict[str, Any], CounterChain | None]:
     """(kernel, tensor map, the launch's other arguments, with `_kt` the shape's counters) of the tensor-copy kernel,
-    once per shape: building them
-    (the kernel's name and header text, the map's geometry, grid and template) was most of a call's host time, which
-    is what a small call costs when calls queue faster than the host makes them."""
+    once per shape: building them (the kernel's name and header text, the map's geometry, grid and template) was most
+    of a call's host time, which is what a small call costs when calls queue faster than the host makes them."""
     import mlx.core as mx
 
     pre, _ = cp_cache(cfg.cp)
