@@ -7,13 +7,16 @@ order (`_sn`, wgmma_ws_text.snake_order): the busiest block's load over the mean
 --start tiles (the item traces measured 2.6-3.1 beyond the loop with persistent blocks), G = min(items, --sms); and
 how many K / V heads a round of G items reads (their K and V in MiB at --d) and how many items read each, in the order
 the configuration's items take: every head's row block a round, or with `_hs` a section of heads at a time
-(wgmma_ws_text.head_sections).
+(wgmma_ws_text.head_sections). With `_kt` the last round's items run as parts along the keys where the kernel splits
+them (wgmma_ws_tail.tail_parts), each part costing its share of the tiles, --start, and --record tiles for its record
+and the merge (the H100 trace at B 1, L=4096: a block with five items and a part busy 424 us against 394 with five).
 With --metal, the same count for the Metal simdgroup prefill (metal_simdgroup.py), whose simdgroups of 8 rows each
 multiply every 8-key column of the block's key blocks: in simdgroup-columns (one simdgroup's S and P V on 8 keys).
 No GPU needed.
 
     python benchmarks/prefill_tile_count.py [CONFIG...] [--lengths 2048,4096,8192] [--schedule] [--batches 1,4]
-                                            [--heads 32] [--hkv 32] [--d 128] [--sms 132] [--start 3] [--metal]
+                                            [--heads 32] [--hkv 32] [--d 128] [--sms 132] [--start 3] [--record 1]
+                                            [--metal]
                                             [--json OUT.json]
 
 CONFIG: wgmma configuration names (default: the dispatch's `WIDE`, `WIDE_PERSIST` and `TALL`); L = S.
@@ -29,6 +32,7 @@ from typing import Any
 from ksearch.kernels.attention import TALL, WIDE, WIDE_PERSIST
 from ksearch.kernels.attention.metal_simdgroup import BQ, block_keys
 from ksearch.kernels.attention.wgmma_ws import config_name, parse_config
+from ksearch.kernels.attention.wgmma_ws_tail import tail_parts
 
 
 def tile_products(length: int, keys: int, causal: bool, wg: int, bn: int) -> tuple[int, int]:
@@ -110,17 +114,39 @@ def kv_heads_a_round(order: list[tuple[int, int]], hq: int, hkv: int, blocks: in
     return sum(len({bhq // hq * hkv + bhq % hq // group for _, bhq in r}) for r in rounds) / len(rounds)
 
 
-def busiest_over_mean(costs: list[float], blocks: int, snake: bool) -> float:
-    """The most any of `blocks` persistent blocks has to do over the mean, items dealt in the plain or snake order."""
+def block_loads(costs: list[float], blocks: int, snake: bool) -> list[float]:
+    """What each of `blocks` persistent blocks has to do, items dealt in the plain or snake order."""
     loads = [0.0] * blocks
     for item, cost in enumerate(costs):
         rnd, pos = divmod(item, blocks)
         loads[blocks - 1 - pos if snake and rnd % 2 else pos] += cost
+    return loads
+
+
+def busiest_over_mean(costs: list[float], blocks: int, snake: bool) -> float:
+    """The most any of `blocks` persistent blocks has to do over the mean, items dealt in the plain or snake order."""
+    loads = block_loads(costs, blocks, snake)
     return max(loads) / (sum(loads) / blocks)
 
 
+def split_costs(costs: list[float], tiles: list[int], grid: int, causal: bool, start: float,
+                record: float) -> tuple[list[float], int, int]:
+    """(each walked item's cost, last-round items, parts each) with the last round split along the keys as `_kt`
+    splits it: the full rounds' items as they are, then part p of last-round item i at position p x TAIL + i, its
+    share of the item's tiles as the kernel cuts them, plus `start` and `record`."""
+    full, tail, parts = tail_parts(len(costs), grid, max(tiles), causal)
+    if parts == 1:
+        return costs, tail, 1
+    out = costs[:full]
+    for p in range(parts):
+        for i in range(tail):
+            n = tiles[full + i]
+            out.append((p + 1) * n // parts - p * n // parts + start + record)
+    return out, tail, parts
+
+
 def schedule_rows(names: list[str], lengths: list[int], batches: list[int], heads: int, sms: int,
-                  start: float, hkv: int | None = None, d: int = 128) -> list[dict[str, Any]]:
+                  start: float, hkv: int | None = None, d: int = 128, record: float = 1.0) -> list[dict[str, Any]]:
     hkv = hkv or heads
     out = []
     for name in names:
@@ -131,10 +157,16 @@ def schedule_rows(names: list[str], lengths: list[int], batches: list[int], head
                     bm = 64 * cfg.wg
                     grid = min(-(-length // bm) * b * heads, sms)
                     section = section_heads(heads, hkv, grid) if cfg.sections else None
-                    costs = [t + start for t in item_tiles(length, length, causal, bm, cfg.bn, b * heads, section)]
+                    tiles = item_tiles(length, length, causal, bm, cfg.bn, b * heads, section)
+                    costs = [t + start for t in tiles]
+                    tail, parts = len(costs) - len(costs) // grid * grid, 1
+                    if cfg.ktail:
+                        costs, tail, parts = split_costs(costs, tiles, grid, causal, start, record)
                     kv = kv_heads_a_round(item_order(length, bm, b * heads, section), heads, hkv, grid)
                     out.append({"config": name, "B": b, "Hq": heads, "Hkv": hkv, "D": d, "L": length,
-                                "causal": causal, "items": len(costs), "blocks": grid, "start_tiles": start,
+                                "causal": causal, "items": len(tiles), "walked": len(costs), "blocks": grid,
+                                "start_tiles": start, "last_round_items": tail, "last_round_parts": parts,
+                                "busiest_tiles": round(max(block_loads(costs, grid, cfg.snake)), 1),
                                 "plain_busiest_over_mean": round(busiest_over_mean(costs, grid, False), 4),
                                 "snake_busiest_over_mean": round(busiest_over_mean(costs, grid, True), 4),
                                 "kv_heads_a_round": round(kv, 2), "items_a_kv_head": round(grid / kv, 2),
@@ -165,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--d", type=int, default=128, help="with --schedule: head dim, for K / V's bytes (2 an element)")
     ap.add_argument("--sms", type=int, default=132, help="with --schedule: multiprocessors (the H200's 132)")
     ap.add_argument("--start", type=float, default=3.0, help="with --schedule: an item's start and end, in tiles")
+    ap.add_argument("--record", type=float, default=1.0,
+                    help="with --schedule and `_kt`: a part's record and the merge, in tiles")
     ap.add_argument("--metal", action="store_true", help="the Metal simdgroup prefill's 8-key columns instead")
     ap.add_argument("--json", help="write the rows here as JSON")
     args = ap.parse_args(argv)
@@ -183,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("--metal counts the one Metal simdgroup kernel: give it without CONFIG names or --schedule")
     names = args.configs or [config_name(c) for c in (WIDE, WIDE_PERSIST, TALL)]
     try:
-        table = (schedule_rows(names, lengths, batches, args.heads, args.sms, args.start, args.hkv, args.d)
+        table = (schedule_rows(names, lengths, batches, args.heads, args.sms, args.start, args.hkv, args.d, args.record)
                  if args.schedule
                  else metal_rows(lengths) if args.metal else rows(names, lengths))
     except ValueError as exc:
@@ -194,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['items']:6d} items on {r['blocks']:4d} blocks: busiest/mean plain "
                   f"{r['plain_busiest_over_mean']:.3f} snake {r['snake_busiest_over_mean']:.3f}; "
                   f"K / V heads a round {r['kv_heads_a_round']:6.1f} ({r['kv_mib_a_round']:.0f} MiB, "
-                  f"{r['items_a_kv_head']:.1f} items each)")
+                  f"{r['items_a_kv_head']:.1f} items each)"
+                  + f"; busiest {r['busiest_tiles']:.0f} tiles"
+                  + (f"; last round {r['last_round_items']} items x {r['last_round_parts']} parts"
+                     if r["last_round_parts"] > 1 else ""))
         table_name = "prefill-item-schedule"
     else:
         table_name = "prefill-metal-column-count" if args.metal else "prefill-tile-count"

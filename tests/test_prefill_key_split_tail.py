@@ -228,3 +228,20 @@ def test_the_item_trace_keeps_a_record_for_each_part(monkeypatch: pytest.MonkeyP
     cfg = WS.parse_config(NAME)
     assert trace.walked_items((1, 32, 4096, 128), (1, 8, 4096, 128), False, cfg) == 660 + 44 * 3
     assert trace.walked_items((1, 32, 4096, 128), (1, 8, 4096, 128), True, cfg) == 704
+
+
+def test_the_schedule_model_deals_the_parts_in_the_last_round() -> None:
+    from pathlib import Path
+
+    from script_module import load_module
+
+    tiles_script = load_module(Path(__file__).resolve().parents[1] / "benchmarks/prefill_tile_count.py")
+    rows = {(r["config"], r["B"], r["L"], r["causal"]): r for r in tiles_script.schedule_rows(
+        ["ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw", NAME], [2048, 4096], [1], 32, 132, 3.0)}
+    plain, split = rows[("ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw", 1, 4096, False)], rows[(NAME, 1, 4096, False)]
+    # six items of 64 + 3 tiles on the busiest block against five and the longest third (22 tiles) + 3 + 1
+    assert plain["busiest_tiles"] == 6 * 67 and split["busiest_tiles"] == 5 * 67 + 22 + 3 + 1
+    assert (split["walked"], split["last_round_items"], split["last_round_parts"]) == (660 + 44 * 3, 44, 3)
+    for key in ((1, 2048, False), (1, 4096, True)):  # 88 items left, or the mask: nothing splits
+        assert rows[(NAME, *key)]["busiest_tiles"] == rows[("ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw", *key)][
+            "busiest_tiles"] and rows[(NAME, *key)]["last_round_parts"] == 1
