@@ -20,6 +20,8 @@
 #                                   against fp32, tile images, the cluster decode; all (the default) = the four
 #                                   side by side, a log each ($OUT/gpu-tests-GROUP.log)
 #   prefill                         check-prefill against fp32, then `ksearch bench attention --full`
+#   prefill-calls                   `bench attention --full` with the calls chained and independent, two processes
+#                                   each (the dispatch's own column both ways)
 #   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios
 #   prefill-candidates CONFIG...    configurations beside the dispatch: check-prefill (KS_CHECK_CONFIGS), `bench attention
 #                                   --full --configs` in two processes, their items traced at L=2048
@@ -190,6 +192,18 @@ prefill() {
   timeout -k 10 360 "$PY" benchmarks/attention_gpu.py check-prefill > "$OUT/attention-check-prefill.log" 2>&1
   grep -v " ok$" "$OUT/attention-check-prefill.log" | tail -5
   timeout -k 10 300 "${KS[@]}" bench attention --full --out "$OUT" 2>&1 | tail -3
+}
+
+prefill_calls() {
+  # The dispatch's own column over the 96 shapes with the calls chained (each call's query the previous call's
+  # output, as a model's layers) and independent (free to overlap), each in two processes.
+  local mode run
+  for run in 1 2; do
+    for mode in chained independent; do
+      timeout -k 10 140 "${KS[@]}" bench attention --full --calls "$mode" --out "$OUT/$mode-$run" 2>&1 | tail -1 \
+        | cut -c1-400
+    done
+  done
 }
 
 prefill_candidates() {
@@ -414,6 +428,7 @@ case "$part" in
   stage) stage ;;
   tests) setup && run_tests "$@" ;;
   prefill) setup && prefill ;;
+  prefill-calls) setup && prefill_calls ;;
   prefill-configs) setup && prefill_configs "$@" ;;
   prefill-candidates) [ $# -gt 0 ] || die "prefill-candidates: name wgmma configurations, e.g. ws2_n128_s3_p4_tmas_pst_qn"
     bad=$(PYTHONPATH=$PWD/src "$PY" - "$@" 2>/dev/null <<'CHECK'

@@ -145,3 +145,9 @@ def test_ncu_passes_its_options_to_ncu_prefill_and_keeps_a_log(tmp_path: Path) -
     bare = subprocess.run(["bash", str(SUITE), "ncu"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                           env={**env, "PATH": "/usr/bin:/bin"})
     assert bare.returncode == 2 and "ncu (Nsight Compute) is not on this machine" in bare.stderr
+
+
+def test_prefill_calls_is_a_part_that_needs_the_gpus_set_up(tmp_path: Path) -> None:
+    proc = _suite(tmp_path, "prefill-calls")
+    assert proc.returncode == 2 and "MLX with CUDA is missing" in proc.stderr
+    assert not (tmp_path / "out" / "chained-1").exists()  # nothing timed before the set-up
