@@ -130,11 +130,14 @@ def busiest_over_mean(costs: list[float], blocks: int, snake: bool) -> float:
 
 
 def split_costs(costs: list[float], tiles: list[int], grid: int, causal: bool, start: float,
-                record: float) -> tuple[list[float], int, int]:
+                record: float, parts: int | None = None) -> tuple[list[float], int, int]:
     """(each walked item's cost, last-round items, parts each) with the last round split along the keys as `_kt`
     splits it: the full rounds' items as they are, then part p of last-round item i at position p x TAIL + i, its
-    share of the item's tiles as the kernel cuts them, plus `start` and `record`."""
-    full, tail, parts = tail_parts(len(costs), grid, max(tiles), causal)
+    share of the item's tiles as the kernel cuts them, plus `start` and `record`. `parts`: that many parts a
+    last-round item wherever one splits without the mask, the parts then running over as many rounds as they take (a
+    what-if: the kernel's own count never takes more than one round)."""
+    full, tail, kernel_parts = tail_parts(len(costs), grid, max(tiles), causal)
+    parts = min(parts, max(tiles)) if parts and tail and not causal else kernel_parts
     if parts == 1:
         return costs, tail, 1
     out = costs[:full]
@@ -146,7 +149,8 @@ def split_costs(costs: list[float], tiles: list[int], grid: int, causal: bool, s
 
 
 def schedule_rows(names: list[str], lengths: list[int], batches: list[int], heads: int, sms: int,
-                  start: float, hkv: int | None = None, d: int = 128, record: float = 1.0) -> list[dict[str, Any]]:
+                  start: float, hkv: int | None = None, d: int = 128, record: float = 1.0,
+                  parts: int | None = None) -> list[dict[str, Any]]:
     hkv = hkv or heads
     out = []
     for name in names:
@@ -159,13 +163,13 @@ def schedule_rows(names: list[str], lengths: list[int], batches: list[int], head
                     section = section_heads(heads, hkv, grid) if cfg.sections else None
                     tiles = item_tiles(length, length, causal, bm, cfg.bn, b * heads, section)
                     costs = [t + start for t in tiles]
-                    tail, parts = len(costs) - len(costs) // grid * grid, 1
+                    tail, split = len(costs) - len(costs) // grid * grid, 1
                     if cfg.ktail:
-                        costs, tail, parts = split_costs(costs, tiles, grid, causal, start, record)
+                        costs, tail, split = split_costs(costs, tiles, grid, causal, start, record, parts)
                     kv = kv_heads_a_round(item_order(length, bm, b * heads, section), heads, hkv, grid)
                     out.append({"config": name, "B": b, "Hq": heads, "Hkv": hkv, "D": d, "L": length,
                                 "causal": causal, "items": len(tiles), "walked": len(costs), "blocks": grid,
-                                "start_tiles": start, "last_round_items": tail, "last_round_parts": parts,
+                                "start_tiles": start, "last_round_items": tail, "last_round_parts": split,
                                 "busiest_tiles": round(max(block_loads(costs, grid, cfg.snake)), 1),
                                 "plain_busiest_over_mean": round(busiest_over_mean(costs, grid, False), 4),
                                 "snake_busiest_over_mean": round(busiest_over_mean(costs, grid, True), 4),
@@ -199,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=float, default=3.0, help="with --schedule: an item's start and end, in tiles")
     ap.add_argument("--record", type=float, default=1.0,
                     help="with --schedule and `_kt`: a part's record and the merge, in tiles")
+    ap.add_argument("--parts", type=int, help="with --schedule and `_kt`: this many parts a last-round item wherever "
+                    "one splits without the mask, over as many rounds as they take (a what-if; default: the kernel's)")
     ap.add_argument("--metal", action="store_true", help="the Metal simdgroup prefill's 8-key columns instead")
     ap.add_argument("--json", help="write the rows here as JSON")
     args = ap.parse_args(argv)
@@ -217,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("--metal counts the one Metal simdgroup kernel: give it without CONFIG names or --schedule")
     names = args.configs or [config_name(c) for c in (WIDE, WIDE_PERSIST, TALL)]
     try:
-        table = (schedule_rows(names, lengths, batches, args.heads, args.sms, args.start, args.hkv, args.d, args.record)
+        table = (schedule_rows(names, lengths, batches, args.heads, args.sms, args.start, args.hkv, args.d, args.record,
+                               args.parts)
                  if args.schedule
                  else metal_rows(lengths) if args.metal else rows(names, lengths))
     except ValueError as exc:

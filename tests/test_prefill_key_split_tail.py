@@ -242,6 +242,8 @@ def test_the_schedule_model_deals_the_parts_in_the_last_round() -> None:
     # six items of 64 + 3 tiles on the busiest block against five and the longest third (22 tiles) + 3 + 1
     assert plain["busiest_tiles"] == 6 * 67 and split["busiest_tiles"] == 5 * 67 + 22 + 3 + 1
     assert (split["walked"], split["last_round_items"], split["last_round_parts"]) == (660 + 44 * 3, 44, 3)
+    what_if = tiles_script.schedule_rows([NAME], [2048], [1], 32, 132, 3.0, parts=3)[0]  # 88 items in 3 over 2 rounds
+    assert what_if["last_round_parts"] == 3 and what_if["busiest_tiles"] == 2 * 35 + 2 * (11 + 4)  # against 3 x 35
     for key in ((1, 2048, False), (1, 4096, True)):  # 88 items left, or the mask: nothing splits
         assert rows[(NAME, *key)]["busiest_tiles"] == rows[("ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw", *key)][
             "busiest_tiles"] and rows[(NAME, *key)]["last_round_parts"] == 1
