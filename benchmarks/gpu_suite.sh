@@ -16,15 +16,17 @@
 #                                   exemplars, Mamba; attention = every library attention / decode configuration
 #                                   against fp32; families = every CUDA template family's renderings through the
 #                                   harness; options = the families' options (tensor cores, block floor, constants,
-#                                   holdout workloads), the prefill options outside the dispatch (_wt, _sn, _m1)
-#                                   against fp32, tile images, the cluster decode; all (the default) = the four
+#                                   holdout workloads), prefill options named outright (_wt, _uw, _m1; _hs and
+#                                   _kt, the dispatch's by shape) against fp32, tile images, the cluster decode;
+#                                   all (the default) = the four
 #                                   side by side, a log each ($OUT/gpu-tests-GROUP.log)
 #   prefill                         check-prefill against fp32, then `ksearch bench attention --full`
 #   prefill-calls                   `bench attention --full` with the calls chained and independent, two processes
 #                                   each (the dispatch's own column both ways)
 #   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios
 #   prefill-candidates CONFIG...    configurations beside the dispatch: check-prefill (KS_CHECK_CONFIGS), `bench attention
-#                                   --full --configs` in two processes, their items traced at L=2048
+#                                   --full --configs` in two processes (CALLS=chained: the calls chained), their items
+#                                   traced at L=2048
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
 #   item-trace [ARGS]               where a prefill work item's time goes (prefill_item_trace.py; ARGS are its options;
 #                                   by default the library's three kernels at D=128, L=2048 and 8192)
@@ -218,7 +220,8 @@ prefill_candidates() {
   grep -q "prefill: 0 failures" "$OUT/attention-check-prefill-candidates.log" || die "a candidate failed its check"
   local run
   for run in candidates candidates-rerun; do
-    timeout -k 10 150 "${KS[@]}" bench attention --full --configs "$list" --out "$OUT/$run" 2>&1 | tail -1 | cut -c1-600
+    timeout -k 10 150 "${KS[@]}" bench attention --full --calls "${CALLS:-independent}" --configs "$list" \
+      --out "$OUT/$run" 2>&1 | tail -1 | cut -c1-600
   done
   timeout -k 10 100 "$PY" benchmarks/prefill_item_trace.py "$OUT/item-trace" --lengths 2048 \
     --configs "ws3_n64_s4_p4_tmas_cr,$list" 2>&1 | grep -v "^wrote" | cut -c1-400
