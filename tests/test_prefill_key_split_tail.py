@@ -247,3 +247,20 @@ def test_the_schedule_model_deals_the_parts_in_the_last_round() -> None:
     for key in ((1, 2048, False), (1, 4096, True)):  # 88 items left, or the mask: nothing splits
         assert rows[(NAME, *key)]["busiest_tiles"] == rows[("ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw", *key)][
             "busiest_tiles"] and rows[(NAME, *key)]["last_round_parts"] == 1
+
+
+def test_the_walk_and_the_records_take_parts_over_more_than_one_round_as_written() -> None:
+    # Only the part count keeps the parts to one round: with KT = 3 for 88 last-round items on 132 blocks (two rounds
+    # of parts) the kernel's own mapping still visits each item's key tiles once, and the records' indices stay apart.
+    _, loop, tiles = kernel_formula()
+    env = {"KT_FULL": 264, "KT_TAIL": 88, "KT": 3, "VITEMS": 264 + 88 * 3}
+    spans: dict[int, list[tuple[int, int]]] = {}
+    records = set()
+    for vitem in range(env["VITEMS"]):
+        e = _run(loop, {**env, "vitem": vitem})
+        t = _run(tiles, {"kpart": e["kpart"], "kparts": e["kparts"], "n_end": 32 * 64, "BN": 64})
+        spans.setdefault(e["item"], []).append((t["t_lo"], t["ntiles"]))
+        if e["kt_part"]:
+            records.add(e["kpart"] * env["KT_TAIL"] + e["item"] - env["KT_FULL"])  # the kernel's record index
+    assert sorted(spans) == list(range(352)) and len(records) == 88 * 3
+    assert all(sum(n for _, n in s) == 32 and len(s) == (3 if item >= 264 else 1) for item, s in spans.items())
