@@ -172,8 +172,8 @@ def check(kind: str) -> int:
             failed.add(repr(cfg)) if not ok else None
             print(f"prefill {cfg} {(b, hq, hkv, length, s, d)} {dt} causal={causal} {scores}: err {err:.2e} "
                   f"{'ok' if ok else 'FAIL'}", flush=True)
-        # `_kt`: launches queued without a wait between them, which MLX may run side by side unless they wait on
-        # each other's counters (wgmma_ws_tail.CounterChain): every one right
+        # `_kt`: launches queued without a wait between them, which MLX may run side by side: each counts on
+        # counters of its own (wgmma_ws_tail.fresh_counters), so every one is right
         for cfg in (c for c in extra if c.ktail) if only else ():
             q, k, v = ba.prefill_inputs((1, 24, 1216, 128), (1, 8, 1344, 128), mx.float16, "random")
             outs = [prefill_kernel(cfg, q, k, v, False) for _ in range(6)]

@@ -137,13 +137,13 @@ def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any,
     """A function (q, k, v) -> (o, trace) running the stamped kernel; trace reshaped (blocks, items a block, SLOTS)."""
     import mlx.core as mx
 
-    from ksearch.kernels.attention import cuda_prefill, wgmma_ws
+    from ksearch.kernels.attention import cuda_prefill, wgmma_ws, wgmma_ws_tail
 
     tmap = wgmma_ws.map_input(*wgmma_ws.tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=wgmma_ws.tma_swizzle(cfg.tma))
     items = cuda_prefill.blocks_for(q_shape, 64 * cfg.wg)
     grid = wgmma_ws.persistent_blocks(items, cfg) if cfg.persist else None
     blocks = grid or items
-    names, chain, extra_out = wgmma_ws.extra_io(q_shape, k_shape, causal, cfg, blocks)  # `_kt`'s
+    names, counters, extra_out = wgmma_ws.extra_io(q_shape, k_shape, causal, cfg, blocks)  # `_kt`'s
     kern = cuda_prefill.build_kernel("ks_item_trace_" + wgmma_ws.kernel_name(cfg), stamped_source(cfg, strip),
                                      stamped_header(cfg), cfg.smem_bytes(q_shape[-1]), ("tmap", *names[0]),
                                      ("maps", *names[1], "trace"))
@@ -155,10 +155,8 @@ def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any,
         grid_blocks=grid)
 
     def call(q: Any, k: Any, v: Any) -> tuple[Any, Any]:
-        counts = [chain.counts] if chain else []
+        counts = [wgmma_ws_tail.fresh_counters(counters)] if counters else []
         outs = kern(inputs=[q, k, v, cuda_prefill.softmax_scale(q_shape[-1]), tmap, *counts], **kwargs)
-        if chain:
-            chain.took(outs[:-1])  # counts_next is the last output but the trace
         return outs[0], outs[-1].reshape(blocks, maxi, SLOTS)
 
     return call

@@ -1,7 +1,7 @@
 """The persistent prefill's last round split along the keys (`_kt`): named and refused where it cannot apply; the
 kernel's own preamble and item mapping (taken from its text and run here) splitting exactly the last round, each
 part a contiguous share of the key tiles, the parts within one round of the grid, as the host sizes its buffers;
-the counters chained from launch to launch; the dispatch's choice; compiled for sm_90a; `bench attention --calls`."""
+zeroed counters of each launch's own; the dispatch's choice; compiled for sm_90a; `bench attention --calls`."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_the_name_round_trips_and_bulk_copies_drop_it() -> None:
     assert "VITEMS" in WS.source_text(cfg) and "VITEMS" not in WS.source_text(WS.parse_config(NAME.replace("_kt", "")))
     assert not WS.with_bulk_copies(cfg).ktail
     ins, outs = WS.kernel_io(cfg)
-    assert ins[-1] == ("counts", "uint32") and outs[-2:] == [("part", "float32"), ("counts_next", "uint32")]
+    assert ins[-1] == ("counts", "uint32") and outs[-1] == ("part", "float32")
 
 
 @pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas_cr_kt", "ws3_n64_s4_p4_tmas_pst_qn_kt",
@@ -115,35 +115,22 @@ def test_the_host_sizes_the_records_and_the_counters_the_kernel_indexes() -> Non
     assert KT.scratch_floats(704, 132, 64, True, 3, 128) == 4 and KT.counter_count(264, 132, 3) == 1
 
 
-def test_a_split_shapes_launches_wait_on_each_other_through_their_counters() -> None:
+def test_every_launch_counts_on_zeroed_counters_of_its_own() -> None:
     mx = pytest.importorskip("mlx.core")
-    chain = KT.CounterChain(6, split=True)
-    first = chain.counts
+    first, second = KT.fresh_counters(6), KT.fresh_counters(6)
+    assert first is not second  # a kept buffer would be shared by launches MLX may run side by side
     assert first.dtype == mx.uint32 and first.shape == (6,) and not mx.any(first).item()
-    nxt = mx.zeros((6,), dtype=mx.uint32)
-    chain.took(["o", "maps", "part", nxt])
-    assert chain.counts is nxt  # the next launch counts on this launch's output: MLX orders the two
-    still = KT.CounterChain(6, split=False)
-    zeros = still.counts
-    still.took(["o", "maps", "part", nxt])
-    assert still.counts is zeros  # nothing to count on: launches stay free to overlap
-    assert chain.outputs() == (((6,), mx.uint32),)
-    seen = []
-    out = chain.launch(lambda counts: seen.append(counts) or ["o", "maps", "part", "next"])
-    assert seen == [nxt] and out[0] == "o" and chain.counts == "next"  # took its counts_next for the next
 
 
 def test_the_launch_adds_the_counters_and_the_records_only_with_kt(monkeypatch: pytest.MonkeyPatch) -> None:
     mx = pytest.importorskip("mlx.core")
     monkeypatch.setattr(device, "cuda_sm_count", lambda: 132)
     cfg = WS.parse_config(NAME)
-    names, chain, outs = WS.extra_io((1, 32, 4096, 128), (1, 8, 4096, 128), False, cfg, 132)
-    assert names == (("counts",), ("part", "counts_next")) and chain is not None and chain.split
-    assert outs == (((KT.scratch_floats(704, 132, 64, False, 3, 128),), mx.float32), ((44 * 12,), mx.uint32))
-    _, causal_chain, _ = WS.extra_io((1, 32, 4096, 128), (1, 8, 4096, 128), True, cfg, 132)
-    assert causal_chain is not None and not causal_chain.split
+    names, counters, outs = WS.extra_io((1, 32, 4096, 128), (1, 8, 4096, 128), False, cfg, 132)
+    assert names == (("counts",), ("part",)) and counters == 44 * 12  # a counter a warp of each last-round item
+    assert outs == (((KT.scratch_floats(704, 132, 64, False, 3, 128),), mx.float32),)
     assert WS.extra_io((1, 32, 4096, 128), (1, 8, 4096, 128), False, WS.parse_config(NAME.replace("_kt", "")),
-                       132) == (((), ()), None, ())
+                       132) == (((), ()), 0, ())
 
 
 def test_the_dispatch_splits_where_the_last_round_is_at_most_half_the_grid(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,7 +209,7 @@ def test_the_item_trace_keeps_a_record_for_each_part(monkeypatch: pytest.MonkeyP
     consumer = text[text.index("setmaxnreg.inc"):]
     assert "+ vitem / (int)gridDim.x) * 10;" in consumer  # a part's round is its walked item's
     # the parts' merge before the epilogue's stamp, the merging warp's stores inside the epilogue
-    assert consumer.index("counts_next[kt_at] = 0u;") < consumer.index("KS_STAMP(3)")
+    assert consumer.index("atomicAdd(count, 1u)") < consumer.index("KS_STAMP(3)")
     assert consumer.index("KS_STAMP(3)") < consumer.index("kt_store && row_lo < L") < consumer.index("KS_STAMP(4)")
     monkeypatch.setattr(device, "cuda_sm_count", lambda: 132)
     cfg = WS.parse_config(NAME)

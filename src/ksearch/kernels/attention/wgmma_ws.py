@@ -52,8 +52,8 @@ from ksearch.kernels.attention.wgmma import (
     launch_bounds,
 )
 from ksearch.kernels.attention.wgmma_ws_tail import (
-    CounterChain,
     counter_count,
+    fresh_counters,
     key_split_tail,
     scratch_floats,
     tail_parts,
@@ -362,17 +362,16 @@ def tma_ready(k_shape: tuple[int, ...], bn: int, mode: int) -> bool:
 
 
 def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
-    kern, tmap, kwargs, chain = _tma_launch(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
-    if chain is None:
-        return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), tmap], **kwargs)[0]
-    scale = softmax_scale(q.shape[-1])
-    return chain.launch(lambda counts: kern(inputs=[q, k, v, scale, tmap, counts], **kwargs))[0]
+    kern, tmap, kwargs, counters = _tma_launch(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
+    counts = [fresh_counters(counters)] if counters else []  # `_kt`: zeroed counters of this launch's own
+    return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), tmap, *counts], **kwargs)[0]
 
 
 @cache
 def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, causal: bool,
-                cfg: WsConfig) -> tuple[Any, Any, dict[str, Any], CounterChain | None]:
-    """(kernel, tensor map, the launch's other arguments, with `_kt` the shape's counters) of the tensor-copy kernel,
+                cfg: WsConfig) -> tuple[Any, Any, dict[str, Any], int]:
+    """(kernel, tensor map, the launch's other arguments, the arrival counters a `_kt` launch takes or 0) of the
+    tensor-copy kernel,
     once per shape: building them (the kernel's name and header text, the map's geometry, grid and template) was most
     of a call's host time, which is what a small call costs when calls queue faster than the host makes them."""
     import mlx.core as mx
@@ -382,7 +381,7 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
     items = blocks_for(q_shape, 64 * cfg.wg)
     grid = persistent_blocks(items, cfg) if cfg.persist else None
     slots = (grid or items) * 32 + 16  # 256 bytes a block, and room to align the first to 128
-    names, chain, extra_out = extra_io(q_shape, k_shape, causal, cfg, grid or items)
+    names, counters, extra_out = extra_io(q_shape, k_shape, causal, cfg, grid or items)
     kwargs = launch_args(q_shape, dtype, 64 * cfg.wg, cfg.threads(),
                          [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)],
                          extra_outputs=(((slots,), mx.uint64), *extra_out), grid_blocks=grid)
@@ -391,7 +390,7 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
                         pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
                         cfg.smem_bytes(q_shape[-1]), ("tmap", *names[0]), ("maps", *names[1]),
                         tuple(kwargs.pop("template")))
-    return kern, tmap, kwargs, chain
+    return kern, tmap, kwargs, counters
 
 
 def kernel_io(cfg: WsConfig) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -401,23 +400,22 @@ def kernel_io(cfg: WsConfig) -> tuple[list[tuple[str, str]], list[tuple[str, str
     if cfg.tma:
         ins, outs = [*ins, ("tmap", "uint64")], [*outs, ("maps", "uint64")]
     if cfg.ktail:
-        ins, outs = [*ins, ("counts", "uint32")], [*outs, ("part", "float32"), ("counts_next", "uint32")]
+        ins, outs = [*ins, ("counts", "uint32")], [*outs, ("part", "float32")]
     return ins, outs
 
 
 def extra_io(q_shape: tuple[int, ...], k_shape: tuple[int, ...], causal: bool, cfg: WsConfig,
-             grid: int) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], CounterChain | None, tuple[Any, ...]]:
+             grid: int) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], int, tuple[Any, ...]]:
     """What `_kt` adds to a tensor-copy launch of `grid` blocks, after the tensor map and the maps' scratch: ((input
-    names, output names), the shape's counters (their array the last input), (shape, dtype) of each output);
-    nothing without it."""
+    names, output names), how many counters its `counts` input holds (`fresh_counters` makes them a call), (shape,
+    dtype) of each output); nothing (0 counters) without it."""
     if not cfg.ktail:
-        return ((), ()), None, ()
+        return ((), ()), 0, ()
     import mlx.core as mx
 
     items, key_tiles = blocks_for(q_shape, 64 * cfg.wg), -(-k_shape[2] // cfg.bn)
-    chain = CounterChain(counter_count(items, grid, cfg.wg), tail_parts(items, grid, key_tiles, causal)[2] > 1)
     floats = scratch_floats(items, grid, key_tiles, causal, cfg.wg, q_shape[-1])
-    return (("counts",), ("part", "counts_next")), chain, (((floats,), mx.float32), *chain.outputs())
+    return (("counts",), ("part",)), counter_count(items, grid, cfg.wg), (((floats,), mx.float32),)
 
 
 def persistent_blocks(items: int, cfg: WsConfig) -> int:

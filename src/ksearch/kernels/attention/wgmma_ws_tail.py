@@ -8,19 +8,17 @@ round has TAIL = ITEMS mod G items, and the kernel ends when the blocks that run
 share of the key tiles, KT = min(G / TAIL, MAX_PARTS, key tiles): the round's TAIL x KT parts take at most G blocks.
 A part's warps leave their rows' unnormalised O, running maxima and sums in the scratch output `part`, then count
 themselves in on the counter of their rows; the warp that arrives last merges the other parts' records into its own
-registers, stores O as the plain epilogue does and sets its counter back to 0.
+registers and stores O as the plain epilogue does.
 
-The counters (input `counts`) start at zero in every launch without a fill: MLX's `init_value` fills every output
-on every call, O (q's size) among them. Each launch leaves its counters zero and writes zeros into its output
-`counts_next`, which the next launch of the shape takes as its `counts` (CounterChain). That makes each launch wait
-for the one before: MLX's CUDA graphs order kernels only by the arrays they pass, and two launches counting on one
-buffer side by side would merge each other's parts.
+The counters are an input (`counts`), a new zeroed array every launch (`fresh_counters`): MLX's `init_value` would
+fill every output of the kernel, O (q's size) among them. A new array a launch is what keeps launches apart: MLX's
+CUDA graphs order kernels only by the arrays they pass, so two launches counting on one kept buffer may run side by
+side and merge each other's parts, and under `mx.compile` a kept buffer would be one constant for every replay.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 # A warp's record: the D / 2 floats of O a lane holds, in float4 chunks each warp writes 512 contiguous bytes of, then
@@ -51,10 +49,7 @@ _STORE_KT = "if (kt_store && row_lo < L) *reinterpret_cast<uint4*>(og"
 _MERGE = r"""    // `_kt`: a part's warp leaves its rows' O, maxima and sums as a record, then counts itself in; the warp that
     // arrives last merges the other parts' records into its registers and stores O (a warpgroup past L stores none).
     bool kt_store = true;
-    const size_t kt_at = ((size_t)(item - KT_FULL) * WG + wg) * 4 + warp;  // this warp's counter in a split item
-    if (kparts > 1 && m0 + wg * 64 >= L) {  // a warpgroup past L: no rows, no record, a counter nobody counts on
-      if (kpart == 0 && lane == 0) counts_next[kt_at] = 0u;
-    } else if (kparts > 1) {
+    if (kparts > 1 && m0 + wg * 64 < L) {  // a warpgroup past L has no rows: no record, nothing to store
       const int ti = item - KT_FULL;
       const size_t ml_at = (size_t)KT_TAIL * KT * WG * 4 * 32 * (D / 8);  // float4s before the maxima and sums
       const size_t rec = (((size_t)kpart * KT_TAIL + ti) * WG + wg) * 4 + warp;
@@ -65,16 +60,12 @@ _MERGE = r"""    // `_kt`: a part's warp leaves its rows' O, maxima and sums as 
       recs[ml_at + rec * 32 + lane] = make_float4(mrow[0], mrow[1], lacc[0], lacc[2]);
       __threadfence();
       __syncwarp();
-      unsigned* const count = const_cast<unsigned*>(counts) + kt_at;
+      unsigned* const count = const_cast<unsigned*>(counts) + ((size_t)ti * WG + wg) * 4 + warp;
       unsigned before = 0;
       if (lane == 0) before = atomicAdd(count, 1u);
       before = __shfl_sync(0xffffffffu, before, 0);
       kt_store = before == (unsigned)kparts - 1;
       if (kt_store) {
-        if (lane == 0) {  // every part has arrived: both counters zero for a later call
-          *count = 0u;
-          counts_next[kt_at] = 0u;
-        }
         __threadfence();
         float m[2] = {mrow[0], mrow[1]}, l[2] = {lacc[0], lacc[2]};
         for (int p = 0; p < kparts; ++p) {
@@ -154,36 +145,9 @@ def counter_count(items: int, grid: int, wg: int) -> int:
     return max(1, (items - items // grid * grid) * wg * WARPS)
 
 
-class CounterChain:
-    """The counters the launches of one shape count on: zeros at first, then each launch's `counts_next` (the last
-    output) for the next launch, so that MLX runs them one after another. A shape whose last round is not split
-    counts on nothing: its launches all take the first zeros and stay free to run side by side. Launches from
-    several threads (streams) take turns on the chain (`launch`), and MLX orders them across streams by the arrays."""
+def fresh_counters(count: int) -> Any:
+    """`count` zeroed arrival counters for one launch, a new array every call (a fill MLX runs on the device, with no
+    wait on anything before it)."""
+    import mlx.core as mx
 
-    def __init__(self, count: int, split: bool) -> None:
-        import threading
-
-        import mlx.core as mx
-
-        self.count, self.split = count, split
-        self._turn = threading.Lock()
-        self.counts = mx.zeros((count,), dtype=mx.uint32)
-        mx.eval(self.counts)
-
-    def outputs(self) -> tuple[tuple[tuple[int, ...], Any], ...]:
-        """(shape, dtype) of the outputs the launch adds: the parts' scratch is the caller's; `counts_next`."""
-        import mlx.core as mx
-
-        return (((self.count,), mx.uint32),)
-
-    def launch(self, kernel: Callable[[Any], Any]) -> Any:
-        """`kernel(counts)`'s outputs, its `counts_next` kept for the next launch, one launch at a time."""
-        with self._turn:
-            outputs = kernel(self.counts)
-            self.took(outputs)
-        return outputs
-
-    def took(self, outputs: Any) -> None:
-        """After a launch: its `counts_next` is what the next launch counts on."""
-        if self.split:
-            self.counts = outputs[-1]
+    return mx.zeros((count,), dtype=mx.uint32)
