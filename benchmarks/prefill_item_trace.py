@@ -137,13 +137,13 @@ def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any,
     """A function (q, k, v) -> (o, trace) running the stamped kernel; trace reshaped (blocks, items a block, SLOTS)."""
     import mlx.core as mx
 
-    from ksearch.kernels.attention import cuda_prefill, wgmma_ws, wgmma_ws_tail
+    from ksearch.kernels.attention import cuda_prefill, wgmma_ws, wgmma_ws_grid, wgmma_ws_tail
 
     tmap = wgmma_ws.map_input(*wgmma_ws.tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=wgmma_ws.tma_swizzle(cfg.tma))
     items = cuda_prefill.blocks_for(q_shape, 64 * cfg.wg)
-    grid = wgmma_ws.persistent_blocks(items, cfg) if cfg.persist else None
+    grid = wgmma_ws_grid.persistent_blocks(items, cfg) if cfg.persist else None
     blocks = grid or items
-    names, counters, extra_out = wgmma_ws.extra_io(q_shape, k_shape, causal, cfg, blocks)  # `_kt`'s
+    names, counters, extra_out = wgmma_ws_grid.extra_io(q_shape, k_shape, causal, cfg, blocks)  # `_kt`'s
     kern = cuda_prefill.build_kernel("ks_item_trace_" + wgmma_ws.kernel_name(cfg), stamped_source(cfg, strip),
                                      stamped_header(cfg), cfg.smem_bytes(q_shape[-1]), ("tmap", *names[0]),
                                      ("maps", *names[1], "trace"))
@@ -164,12 +164,12 @@ def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any,
 
 def walked_items(q_shape: tuple[int, ...], k_shape: tuple[int, ...], causal: bool, cfg: Any) -> int:
     """The items a launch walks: its work items, a last-round item split along the keys (`_kt`) once a part."""
-    from ksearch.kernels.attention import cuda_prefill, wgmma_ws, wgmma_ws_tail
+    from ksearch.kernels.attention import cuda_prefill, wgmma_ws_grid, wgmma_ws_tail
 
     items = cuda_prefill.blocks_for(q_shape, 64 * cfg.wg)
     if not cfg.ktail:
         return items
-    full, tail, parts = wgmma_ws_tail.tail_parts(items, wgmma_ws.persistent_blocks(items, cfg),
+    full, tail, parts = wgmma_ws_tail.tail_parts(items, wgmma_ws_grid.persistent_blocks(items, cfg),
                                                  -(-k_shape[2] // cfg.bn), causal)
     return full + tail * parts
 

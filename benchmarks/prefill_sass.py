@@ -111,11 +111,11 @@ def same_but_registers(a: list[str], b: list[str]) -> bool:
 def compile_sass(name: str, d: int, causal: bool, dtype: str, cuobjdump: str) -> tuple[list[Instr], int | None]:
     from ksearch.backends.nvcc import PRELUDE, nvcc_path, wrap
     from ksearch.kernels import tensor_map
-    from ksearch.kernels.attention import wgmma_ws
+    from ksearch.kernels.attention import wgmma_ws, wgmma_ws_grid
     from ksearch.kernels.cuda_headers import WGMMA_HEADER
 
     cfg = wgmma_ws.parse_config(name)
-    ins_, outs = wgmma_ws.kernel_io(cfg)
+    ins_, outs = wgmma_ws_grid.kernel_io(cfg)
     header = WGMMA_HEADER + (tensor_map.TMA_HEADER if cfg.tma else wgmma_ws.BULK_HEADER)
     unit = wrap("k0", wgmma_ws.source_text(cfg), wgmma_ws.launch_bounds(cfg.threads(), cfg.blocks), ins_, outs,
                 [("T", dtype), ("D", d), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", causal), *wgmma_ws.stage_args(cfg)])

@@ -16,6 +16,7 @@ from prefill_units import tensor_copy_unit
 from ksearch.backends.nvcc import compile_check, nvcc_path
 from ksearch.kernels import device, tensor_map
 from ksearch.kernels.attention import wgmma_ws as WS
+from ksearch.kernels.attention import wgmma_ws_grid as GRID
 from ksearch.kernels.attention import wgmma_ws_tail as KT
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
 from ksearch.knowledge.resources import parse_ptxas
@@ -28,7 +29,7 @@ def test_the_name_round_trips_and_bulk_copies_drop_it() -> None:
     assert cfg.ktail and cfg.sections and WS.config_name(cfg) == NAME and "_kt" in WS.kernel_name(cfg)
     assert "VITEMS" in WS.source_text(cfg) and "VITEMS" not in WS.source_text(WS.parse_config(NAME.replace("_kt", "")))
     assert not WS.with_bulk_copies(cfg).ktail
-    ins, outs = WS.kernel_io(cfg)
+    ins, outs = GRID.kernel_io(cfg)
     assert ins[-1] == ("counts", "uint32") and outs[-1] == ("part", "float32")
 
 
@@ -126,10 +127,10 @@ def test_the_launch_adds_the_counters_and_the_records_only_with_kt(monkeypatch: 
     mx = pytest.importorskip("mlx.core")
     monkeypatch.setattr(device, "cuda_sm_count", lambda: 132)
     cfg = WS.parse_config(NAME)
-    names, counters, outs = WS.extra_io((1, 32, 4096, 128), (1, 8, 4096, 128), False, cfg, 132)
+    names, counters, outs = GRID.extra_io((1, 32, 4096, 128), (1, 8, 4096, 128), False, cfg, 132)
     assert names == (("counts",), ("part",)) and counters == 44 * 12  # a counter a warp of each last-round item
     assert outs == (((KT.scratch_floats(704, 132, 64, False, 3, 128),), mx.float32),)
-    assert WS.extra_io((1, 32, 4096, 128), (1, 8, 4096, 128), False, WS.parse_config(NAME.replace("_kt", "")),
+    assert GRID.extra_io((1, 32, 4096, 128), (1, 8, 4096, 128), False, WS.parse_config(NAME.replace("_kt", "")),
                        132) == (((), ()), 0, ())
 
 

@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ksearch.kernels import device
-from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws
+from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws, wgmma_ws_grid
 from ksearch.kernels.attention.mma_sync import PrefillConfig
 from ksearch.kernels.attention.wgmma import WgmmaConfig
 from ksearch.kernels.attention.wgmma_ws import WsConfig
@@ -79,7 +79,7 @@ WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, pr
 # four items instead of one. On an H100 side by side in two processes, at B 4, Hkv 32 against the dispatch's column:
 # D=128 1.063x / 1.068x of its speed below L=4096 and 1.049x / 1.048x from it (TALL with 32 producer registers, which
 # `_hs` needs: 1.022x / 1.024x and 1.105x / 1.100x at D=64); on the other shapes, whose order `_hs` leaves as it is,
-# level at D=128 and 1-3.5% behind at D=64, so they keep the kernels above (wgmma_ws.sections_reorder;
+# level at D=128 and 1-3.5% behind at D=64, so they keep the kernels above (wgmma_ws_grid.sections_reorder;
 # attention-prefill-configs-head-sections-*-h100-*.json).
 WIDE_SECTIONS = replace(WIDE_PERSIST, sections=True)
 TALL_SECTIONS = replace(TALL, preg=32, sections=True)
@@ -111,9 +111,9 @@ def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
         cfg = WIDE_PERSIST
     else:
         cfg = WIDE
-    if cfg == WIDE_PERSIST and wgmma_ws.tail_splits(tuple(q.shape), tuple(k.shape), causal, cfg):
+    if cfg == WIDE_PERSIST and wgmma_ws_grid.tail_splits(tuple(q.shape), tuple(k.shape), causal, cfg):
         cfg = WIDE_SPLIT_TAIL
-    elif cfg.persist and wgmma_ws.sections_reorder(tuple(q.shape), tuple(k.shape), cfg):
+    elif cfg.persist and wgmma_ws_grid.sections_reorder(tuple(q.shape), tuple(k.shape), cfg):
         cfg = TALL_SECTIONS if cfg == TALL else WIDE_SECTIONS
     if not wgmma_ws.tma_ready(tuple(k.shape), cfg.bn, cfg.tma):
         return wgmma_ws.with_bulk_copies(cfg)
