@@ -42,23 +42,25 @@ def persistent_blocks(items: int, cfg: Any) -> int:
     return min(items, device.cuda_sm_count() * cfg.blocks)
 
 
+def call_grid(q_shape: tuple[int, ...], cfg: Any) -> tuple[int, int] | None:
+    """(work items, persistent blocks) of a call, or None without a driver to report the SM count: the shape rules
+    below then keep the plain kernel, whose launch says what is missing."""
+    items = blocks_for(q_shape, 64 * cfg.wg)
+    try:
+        return items, persistent_blocks(items, cfg)
+    except BackendUnavailable:
+        return None
+
+
 def sections_reorder(q_shape: tuple[int, ...], k_shape: tuple[int, ...], cfg: Any) -> bool:
     """Whether `_hs` changes a persistent kernel's order for a call: more K / V heads than one section takes
-    (gridDim.x / 4 of them; wgmma_ws_text.head_sections); with fewer, its order is the plain one item for item. False
-    without a driver to report the SM count (the launch then says what is missing)."""
-    try:
-        grid = persistent_blocks(blocks_for(q_shape, 64 * cfg.wg), cfg)
-    except BackendUnavailable:
-        return False
-    return q_shape[0] * k_shape[1] > max(1, grid // 4)
+    (gridDim.x / 4 of them; wgmma_ws_text.head_sections); with fewer, its order is the plain one item for item."""
+    grid = call_grid(q_shape, cfg)
+    return grid is not None and q_shape[0] * k_shape[1] > max(1, grid[1] // 4)
 
 
 def tail_splits(q_shape: tuple[int, ...], k_shape: tuple[int, ...], causal: bool, cfg: Any) -> bool:
     """Whether `_kt` splits a persistent launch's last round for a call (wgmma_ws_tail.tail_parts): without the mask,
-    where that round has at most half the grid's items. False without a driver to report the SM count."""
-    try:
-        items = blocks_for(q_shape, 64 * cfg.wg)
-        grid = persistent_blocks(items, cfg)
-    except BackendUnavailable:
-        return False
-    return tail_parts(items, grid, -(-k_shape[2] // cfg.bn), causal)[2] > 1
+    where that round has at most half the grid's items."""
+    grid = call_grid(q_shape, cfg)
+    return grid is not None and tail_parts(*grid, -(-k_shape[2] // cfg.bn), causal)[2] > 1
