@@ -87,3 +87,22 @@ def test_a_bad_metal_prefill_setting_is_one_line_before_anything_runs(tmp_path: 
                           timeout=120, env=env)
     assert proc.returncode == 2 and "KSEARCH_METAL_PREFILL='fragments'" in proc.stderr
     assert "Traceback" not in proc.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_lengths_pick_the_shapes_at_those_lengths(tmp_path: Path) -> None:
+    shapes = ba.prefill_lengths(ba.prefill_shapes(True), [2048])
+    assert len(shapes) == 32 and {s["L"] for s in shapes} == {2048}
+    assert ba.prefill_lengths(ba.prefill_shapes(True), []) == ba.prefill_shapes(True)
+    # a subset without L >= 4096 has no figure there, not a zero
+    summary = ba.summarize_prefill([_row(0.8, {}), _row(0.9, {}, d=64)])
+    assert summary["geomean_speedup_L_ge_4096"] is None and summary["geomean_speedup_D128_L_ge_4096"] is None
+
+
+@pytest.mark.parametrize(("text", "said"), [("1024", "length 1024 is not among the benchmark's (2048, 4096, 8192)"),
+                                            ("2k", "write lengths as comma-separated integers")])
+def test_a_bad_length_is_one_line_before_anything_runs(tmp_path: Path, text: str, said: str) -> None:
+    proc = subprocess.run([*KS, "bench", "attention", "--lengths", text, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert said in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []

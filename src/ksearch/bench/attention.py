@@ -282,7 +282,8 @@ def summarize_prefill(rows: list[dict[str, Any]]) -> dict[str, Any]:
     d128_long = [r["speedup"] for r in rows if r["L"] >= 4096 and r["D"] == 128]
     names = sorted({name for r in rows for name in r.get("configs", {})})
     out: dict[str, Any] = {
-        "geomean_speedup": geomean([r["speedup"] for r in rows]), "geomean_speedup_L_ge_4096": geomean(long),
+        "geomean_speedup": geomean([r["speedup"] for r in rows]),
+        "geomean_speedup_L_ge_4096": geomean(long) if long else None,
         "geomean_speedup_D128_L_ge_4096": geomean(d128_long) if d128_long else None,
         "min_speedup": min(r["speedup"] for r in rows), "max_speedup": max(r["speedup"] for r in rows),
         "by_group": prefill_groups(rows, names),
@@ -299,12 +300,23 @@ def summarize_prefill(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def prefill_lengths(shapes: list[dict[str, Any]], lengths: Sequence[int]) -> list[dict[str, Any]]:
+    """The shapes at these lengths (all of them without any); ValueError in one line for a length the set lacks."""
+    have = sorted({s["L"] for s in shapes})
+    missing = [n for n in lengths if n not in have]
+    if missing:
+        raise ValueError(f"length {missing[0]} is not among the benchmark's ({', '.join(map(str, have))}); "
+                         "name one or more of those")
+    return [s for s in shapes if not lengths or s["L"] in lengths]
+
+
 def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callable[[str], None] = print,
               config: Any = None, name: str | None = None, configs: Sequence[str] = (),
-              calls: str | None = None) -> Path:
+              calls: str | None = None, lengths: Sequence[int] = ()) -> Path:
     """configs (prefill only): configuration names (wgmma or Metal) timed beside the dispatch at every shape; calls:
     "chained" or "independent" (bench_decode_shape, bench_prefill_shape), the one that is not the kind's default
-    written under a name of its own (decode's default chained, prefill's independent)."""
+    written under a name of its own (decode's default chained, prefill's independent); lengths (prefill only): the
+    shapes at these L only, written under a name that says them (attention-prefill-*-l2048-*.json)."""
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
     from ksearch.errors import BackendUnavailable
@@ -314,7 +326,7 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
     if kind == "decode":
         shapes, summ, default = decode_shapes(full), summarize_decode, "decode"
     else:
-        shapes, summ, default = prefill_shapes(full), summarize_prefill, "attention-prefill"
+        shapes, summ, default = prefill_lengths(prefill_shapes(full), lengths), summarize_prefill, "attention-prefill"
     if configs and kind == "decode":
         raise ValueError("configurations beside the dispatch are for prefill: run `ksearch bench attention --configs`")
     calls = calls or ("chained" if kind == "decode" else "independent")
@@ -325,6 +337,7 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
         raise BackendUnavailable(f"bench {'decode' if kind == 'decode' else 'attention'}: {absent}")
     name = (name or default) + ("-independent" if kind == "decode" and calls == "independent" else
                                 "-chained" if kind != "decode" and calls == "chained" else "")
+    name += "".join(f"-l{n}" for n in sorted(lengths)) if kind != "decode" else ""
     rows = []
     for shape in shapes:
         rows.append(bench_decode_shape(shape, config=config, calls=calls) if kind == "decode" else

@@ -71,19 +71,27 @@ def register(bench_app: typer.Typer) -> None:
                       calls: str = typer.Option("independent", help="independent: the same inputs every call, calls "
                                                 "free to overlap on the device; chained: each call's query the "
                                                 "previous call's output, as a model's layers wait for each other "
-                                                "(attention-prefill-*-chained-*.json)")
+                                                "(attention-prefill-*-chained-*.json)"),
+                      lengths: str = typer.Option("", help="only the shapes at these L, comma-separated (e.g. "
+                                                  "'2048'; attention-prefill-*-l2048-*.json)")
                       ) -> None:
         """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere, the Metal kernels on a Mac
         with KSEARCH_METAL_KERNELS=1) vs MLX native attention."""
-        from ksearch.bench.attention import CALLS, run_bench
+        from ksearch.bench.attention import CALLS, prefill_lengths, prefill_shapes, run_bench
 
         if calls not in CALLS:
             raise typer.BadParameter(f"{calls!r}: use {' or '.join(CALLS)}", param_hint="--calls")
         check_wgmma_env()
         names = check_configs(configs)
+        try:
+            picked = [int(n) for n in lengths.split(",") if n.strip()]
+            prefill_lengths(prefill_shapes(full), picked)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc) if "benchmark" in str(exc) else f"{lengths!r}: write lengths as "
+                                     "comma-separated integers, e.g. '2048,4096'", param_hint="--lengths") from None
         check_out_dir(out)
         run_bench("prefill", full, out, configs=names, name="attention-prefill-configs" if names else None,
-                  calls=calls)
+                  calls=calls, lengths=picked)
 
     @bench_app.command("decode")
     def decode_cmd(full: bool = typer.Option(True, help="add a bf16 and a D=64 shape to the B x length grid"),
