@@ -86,12 +86,13 @@ TALL_SECTIONS = replace(TALL, preg=32, sections=True)
 # Without the mask, where the persistent launch's last round holds at most half the grid's items (B 1 at L=4096 and
 # 8192, B 4 at L=4096 in the benchmark), those items split along the keys (`_kt`, wgmma_ws_tail), as WIDE_SECTIONS
 # with `_kt` was measured (its counters then chained from launch to launch; a new zeroed array a call since, which
-# has not run on a GPU). On an H100 with the calls chained as a model's layers are (`bench attention --calls
+# passed the H200's GPU checks). On an H100 with the calls chained as a model's layers are (`bench attention --calls
 # chained`), named beside the dispatch in two processes: 1.075x / 1.083x of its speed at B 1, L=4096, 1.047x / 1.048x
 # at B 1, L=8192 and 1.042x / 1.048x at B 4, L=4096; D=128 from L=4096 composed 0.994x / 1.001x of cuDNN against
 # 0.975x / 0.979x. With the calls independent, free to overlap (the next call's first blocks fill the last round),
 # 0.977x / 1.011x / 1.017x there, D=128 from L=4096 0.969x against 0.968x (one process;
-# attention-prefill-configs-*key-split-tail*-h100-*.json).
+# attention-prefill-configs-*key-split-tail*-h100-*.json). On the H200, the dispatch's own column with it: D=128 from
+# L=4096 0.978x / 0.973x of cuDNN independent, 0.995x / 0.994x chained (attention-prefill-*key-split-tail*-h200.json).
 WIDE_SPLIT_TAIL = replace(WIDE_SECTIONS, ktail=True)
 
 

@@ -61,6 +61,6 @@ def sections_reorder(q_shape: tuple[int, ...], k_shape: tuple[int, ...], cfg: An
 
 def tail_splits(q_shape: tuple[int, ...], k_shape: tuple[int, ...], causal: bool, cfg: Any) -> bool:
     """Whether `_kt` splits a persistent launch's last round for a call (wgmma_ws_tail.tail_parts): without the mask,
-    where that round has at most two thirds of the grid's items."""
+    where that round has at most half the grid's items."""
     grid = call_grid(q_shape, cfg)
     return grid is not None and tail_parts(*grid, -(-k_shape[2] // cfg.bn), causal)[2] > 1

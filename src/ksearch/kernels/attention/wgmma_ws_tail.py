@@ -2,15 +2,13 @@
 and the host's side of it (how many parts, the scratch they leave their rows in, the arrival counters).
 
 A persistent launch of G blocks runs ITEMS work items in rounds of G; where ITEMS is not a multiple of G the last
-round has TAIL = ITEMS mod G items, and the kernel ends when the blocks that run them do: at B 1, L=4096, D=128 (704
-items on 132 blocks, 5.33 rounds) an H100 trace has the kernel span 1.19 times its median block's busy time
+round has TAIL = ITEMS mod G items, and the kernel ends when the blocks that run them do: at B 1, L=4096, D=128
+(704 items on 132 blocks, 5.33 rounds) an H100 trace has the kernel span 1.19 times its median block's busy time
 (prefill-item-trace-last-round-*-h100-*.json). With `_kt` each of the TAIL items runs as KT parts, each a contiguous
-share of the key tiles: KT = min(G / TAIL, MAX_PARTS, key tiles) where TAIL <= G / 2, so the TAIL x KT parts take one
-round; where G / 2 < TAIL <= 2 G / 3, KT = 3 over two rounds (B 1 and B 4 at L=2048, D=128: 88 of 132), two thirds of
-an item's tiles and a second part's start and record against one whole item; elsewhere 1. A part's warps leave their
-rows' unnormalised O, running maxima and sums in the scratch output `part`, then count themselves in on the counter of
-their rows; the warp that arrives last merges the other parts' records into its own registers and stores O as the
-plain epilogue does.
+share of the key tiles, KT = min(G / TAIL, MAX_PARTS, key tiles): the round's TAIL x KT parts take at most G blocks.
+A part's warps leave their rows' unnormalised O, running maxima and sums in the scratch output `part`, then count
+themselves in on the counter of their rows; the warp that arrives last merges the other parts' records into its own
+registers and stores O as the plain epilogue does.
 
 The counters are an input (`counts`), a new zeroed array every launch (`fresh_counters`): MLX's `init_value` would
 fill every output of the kernel, O (q's size) among them. A new array a launch is what keeps launches apart: MLX's
@@ -23,6 +21,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+# Only a last round of at most G / 2 items splits. Three parts over two rounds where it holds at most 2 G / 3 (B 1
+# and B 4 at L=2048, D=128: 88 of 132), which the schedule model put 4.8% ahead at B 1 (prefill_tile_count.py
+# --parts 3), ran on the H200 at 0.946x / 0.968x of the unsplit kernel's speed with the calls chained (two
+# processes) and 0.885x independent over those 8 shapes (benchmarks/findings.md).
 # A warp's record: the D / 2 floats of O a lane holds, in float4 chunks each warp writes 512 contiguous bytes of, then
 # one float4 a lane: the maxima and the sums of its two rows. At most 4 parts: each one more adds a record the merging
 # block reads (96 KB at 192 rows x 128 columns) against a smaller share of tiles saved; timed with 2 and 3 parts only.
@@ -32,11 +34,7 @@ WARPS = 4  # warps a consumer warpgroup
 _PREAMBLE = """
     // `_kt` (no mask): the last round's KT_TAIL items in KT parts each along the keys, merged by the last to finish
     const int KT_FULL = ITEMS / (int)gridDim.x * (int)gridDim.x, KT_TAIL = ITEMS - KT_FULL;
-    const int KT_TILES = (k_shape[2] + BN - 1) / BN;
-    const int KT_ONE = min(min((int)gridDim.x / max(KT_TAIL, 1), {MAX_PARTS}), KT_TILES);  // parts in one round
-    const int KT_TWO = 3 * KT_TAIL <= 2 * (int)gridDim.x && KT_TILES >= 3 ? 3 : 1;  // three parts over two rounds
-    const int KT_SPLIT = KT_ONE > 1 ? KT_ONE : KT_TWO;
-    const int KT = CAUSAL || KT_TAIL == 0 ? 1 : KT_SPLIT;
+    const int KT = CAUSAL || KT_TAIL == 0 ? 1 : min(min((int)gridDim.x / KT_TAIL, {MAX_PARTS}), (k_shape[2] + BN - 1) / BN);
     const int VITEMS = KT_FULL + KT_TAIL * KT;
 """
 _LOOP = re.compile(r"for \(int item = blockIdx\.x; item < ITEMS; (item = next_item\(item\)|item \+= gridDim\.x)\) \{")
@@ -132,13 +130,11 @@ def merger_stores(epilogue: str) -> str:
 
 
 def tail_parts(items: int, grid: int, key_tiles: int, causal: bool) -> tuple[int, int, int]:
-    """(items in full rounds, last-round items, parts each) as the kernel's preamble computes them: as many parts as
-    one round takes, else three over two rounds where they fit, else none."""
+    """(items in full rounds, last-round items, parts each) as the kernel's preamble computes them."""
     full = items // grid * grid
     tail = items - full
-    one = min(grid // max(tail, 1), MAX_PARTS, key_tiles)  # parts in one round
-    two = 3 if 3 * tail <= 2 * grid and key_tiles >= 3 else 1  # three parts over two rounds
-    return full, tail, 1 if causal or tail == 0 else (one if one > 1 else two)
+    parts = 1 if causal or tail == 0 else min(grid // tail, MAX_PARTS, key_tiles)
+    return full, tail, parts
 
 
 def scratch_floats(items: int, grid: int, key_tiles: int, causal: bool, wg: int, d: int) -> int:
