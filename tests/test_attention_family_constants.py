@@ -49,9 +49,14 @@ def test_off_by_default_and_every_library_knob_renders_with_it() -> None:
     assert sum(p["constants"] for p in both) == len(both) // 2  # every valid configuration has both renderings
 
 
-@pytest.mark.parametrize("params", [{}, {"persist": False}, {"wg": 2, "bn": 128, "stages": 3, "crescale": False},
-                                    {"tma": False, "bulk": True, "persist": False},
-                                    {"producer": False, "tma": False, "crescale": False, "stages": 2, "persist": False}],
+ONE_BLOCK_AN_ITEM = {"persist": False, "sections": False, "tail": False}  # `_hs` and `_kt` are persistent kernels'
+
+
+@pytest.mark.parametrize("params", [{}, ONE_BLOCK_AN_ITEM, {"wg": 2, "bn": 128, "stages": 3, "crescale": False,
+                                                            "tail": False},
+                                    {"tma": False, "bulk": True, **ONE_BLOCK_AN_ITEM},
+                                    {"producer": False, "tma": False, "crescale": False, "stages": 2,
+                                     **ONE_BLOCK_AN_ITEM}],
                          ids=["persistent", "tma", "persistent-tall", "bulk", "synchronous"])
 def test_each_kernel_is_made_once_a_set_with_the_librarys_constants(params: dict[str, Any],
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,7 +93,7 @@ def test_each_kernel_is_made_once_a_set_with_the_librarys_constants(params: dict
 
 
 def test_bulk_copies_make_the_image_kernel_once_a_head_dim(monkeypatch: pytest.MonkeyPatch) -> None:
-    p = {**FLASH_WGMMA.default(), "tma": False, "bulk": True, "persist": False, "constants": True}
+    p = {**FLASH_WGMMA.default(), "tma": False, "bulk": True, **ONE_BLOCK_AN_ITEM, "constants": True}
     ns, made, calls = _candidate(p, monkeypatch)
     for _ in range(2):
         ns["run"](*_qkv(256, 128), True)
@@ -116,7 +121,8 @@ def test_the_search_can_reach_it_by_mutation() -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
-@pytest.mark.parametrize("params,hopper", [({}, True), ({"tma": False, "bulk": True, "persist": False}, True), ({}, False)],
+@pytest.mark.parametrize("params,hopper", [({}, True), ({"tma": False, "bulk": True, **ONE_BLOCK_AN_ITEM}, True),
+                                           ({}, False)],
                          ids=["tma", "bulk", "mma_sync"])
 def test_the_kernels_made_compile_as_mlx_builds_them(params: dict[str, Any], hopper: bool,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:

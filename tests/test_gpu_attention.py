@@ -144,7 +144,7 @@ def test_the_attention_familys_constants_pass_the_harness(cuda_backend, copies):
     task = get_task("attention")
     fam = next(f for f in attn_t.FAMILIES if f.id == "attention.cuda.flash_wgmma")
     # (bulk copies with one block an item: persistent blocks walk their items with tensor copies only)
-    bulk = {"tma": False, "bulk": True, "persist": False} if copies == "bulk" else {}
+    bulk = {"tma": False, "bulk": True, "persist": False, "sections": False, "tail": False} if copies == "bulk" else {}
     params = {**fam.default(), "constants": True, **bulk}
     assert fam.valid(params)
     names = [w.name for w in task.workloads if w.tier == "gpu"]

@@ -33,7 +33,9 @@ from ksearch.kernels import device, tensor_map
 from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 from ksearch.kernels.tensor_map import TMA_HEADER
+from ksearch.policy.templates import attention_wgmma_variants as variant_texts
 from ksearch.policy.templates.attention_common import RUN_HEAD, fallbacks
+from ksearch.policy.templates.attention_wgmma_variants import variant_configs
 from ksearch.policy.templates.base import CONSTANT_KERNELS, HOPPER_CHECK, TemplateFamily
 
 # The mma.sync configuration a non-Hopper GPU runs (the library's default there).
@@ -64,6 +66,9 @@ def valid(p: dict[str, Any]) -> bool:
         return False
     if p["persist"] and not p["tma"]:  # persistent blocks walk their items with tensor copies only
         return False
+    # heads in sections and the split last round are persistent kernels' (the split measured with three warpgroups)
+    if (p["sections"] or p["tail"]) and not p["persist"] or p["tail"] and p["wg"] != 3:
+        return False
     if p["crescale"] and not p["producer"]:  # the conditional rescale is the producer kernels' knob
         return False
     cfg, ws = configs(p)
@@ -83,7 +88,7 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     mma_nt = _MMA.bm // 16 * 32
     threads = {d: ws.threads() if producer else nt for d in (64, 128)}
     # the producer kernel's own template constants, as the library passes them
-    stage = "".join(f", ({name!r}, {value!r})" for name, value in wgmma_ws.stage_args(ws)).replace("'", '"')
+    stage = variant_texts.stage_text(ws)
     extra = {d: stage if producer else "" for d in (64, 128)}
     bulk = bool(p["producer"] and p["bulk"])
     tma = bool(p["producer"] and p["tma"])
@@ -108,7 +113,10 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
     mma_tmpl = {d: "" if constants else f'''
                            template=[("T", q.dtype), ("D", {d}), ("BM", {_MMA.bm}), ("BN", {_MMA.bn}), ("CAUSAL", bool(causal)),
                                      ("DB", {_MMA.db})],''' for d in (64, 128)}
-    wg_calls = "\n".join(f'''        if d == {d}:{images[d]}
+    variants = variant_configs(ws, p) if persist else {"plain": ws}
+    variant_calls = persist and len(variants) > 1  # `_hs` / `_kt` where the dispatch takes them: a kernel a call
+    wg_calls = "\n".join(variant_texts.calls(variants, d, threads[d], constants) for d in (64, 128)) if (
+        variant_calls) else "\n".join(f'''        if d == {d}:{images[d]}
             return {wg_fn[d]}(inputs=[q, k, v, scale{tmap}],{wg_tmpl[d]}
                           grid={grid[d]}, threadgroup=({threads[d]}, 1, 1),
                           output_shapes=[q.shape{maps}], output_dtypes=[q.dtype{", mx.uint64" if tma else ""}])[0]'''
@@ -119,19 +127,24 @@ def render_flash_wgmma(p: dict[str, Any]) -> str:
                            output_shapes=[q.shape], output_dtypes=[q.dtype])[0]''' for d in (64, 128))
     # Module-level kernel objects, one per head dim (shared memory differs), and literal launch sizes: the project's
     # linter reads them (whole warpgroups for wgmma, shared memory within the chip's limit).
-    kernels = constant_kernels(cfg, ws, producer, tma, wg_args[128], mma_args) if constants else "\n".join(
+    smem = {d: ws.smem_bytes(d) if producer else cfg.smem_bytes(d) for d in (64, 128)}
+    branches = variant_texts.maker_branches(variants, threads[128], smem) if variant_calls else ""
+    kernels = constant_kernels(cfg, ws, producer, tma, wg_args[128], mma_args, branches) if constants else "\n".join(
         f'''_wg{d} = mx.fast.cuda_kernel(name="flash_wgmma_d{d}", input_names=["q", "k", "v", "scale"{', "tmap"' if tma else ""}],
                              output_names=["o"{', "maps"' if tma else ""}],
                              source={"WS_SOURCE" if producer else "WG_SOURCE"}, header=WG_HEADER_{threads[d]},
                              shared_memory={ws.smem_bytes(d) if producer else cfg.smem_bytes(d)})
 _mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v", "scale"], output_names=["o"],
-                              source=MMA_SOURCE, header=MMA_HEADER, shared_memory={_MMA.smem_bytes(d)})''' for d in (64, 128))
+                              source=MMA_SOURCE, header=MMA_HEADER, shared_memory={_MMA.smem_bytes(d)})'''
+        + (variant_texts.objects(variants, d, threads[d], smem[d]) if variant_calls else "") for d in (64, 128))
     pre = wgmma.cp_cache(cfg.cp)[0]  # the cp.async cache mode
     copy_header = TMA_HEADER if tma else wgmma_ws.BULK_HEADER
     headers = "\n".join(f"WG_HEADER_{t} = {pre + WGMMA_HEADER + copy_header + wgmma.launch_bounds(t)!r}"
                          for t in sorted(set(threads.values())))
     source = wgmma_ws.source_text(ws)  # the library's text for the configuration, its epilogue included
     ws_source = f"WS_SOURCE = {source!r}" if producer else ""
+    if variant_calls:  # the other kernels a call may take, and the dispatch's rules between them
+        ws_source += variant_texts.sources(variants)
     image_call = '_kernel("image", None, k.shape[-1], False)' if constants else "_image"
     image_tmpl = "" if constants else ' template=[("D", k.shape[-1])],'
     image_object = "" if constants else '''
@@ -162,7 +175,7 @@ import mlx.core as mx
 {headers}
 WG_SOURCE = {wgmma.source(cfg.stages)!r}
 {ws_source}
-{image}{tensor_map_code(cfg.bn, persist) if tma else ""}
+{image}{tensor_map_code(cfg.bn, persist) if tma else ""}{variant_texts.host_code(p, bm, cfg.bn) if variant_calls else ""}
 MMA_HEADER = {MMA_SYNC_HEADER!r}
 MMA_SOURCE = {mma_sync.SOURCE!r}
 {kernels}
@@ -178,10 +191,12 @@ MMA_SOURCE = {mma_sync.SOURCE!r}
 '''
 
 
-def constant_kernels(cfg: Any, ws: Any, producer: bool, tma: bool, wg_args: str, mma_args: str) -> str:
-    """The candidate's `_kernel(kind, dtype, D, causal)` (kind "wg", "mma" or "image"): each kernel made at its first
-    call with its template arguments as constants in its header (base.CONSTANT_KERNELS), as the library makes its
-    own (kernel_text.constant_lines); and `_scale(D)`, 1 / sqrt(D) made once a head dim, as the library keeps it."""
+def constant_kernels(cfg: Any, ws: Any, producer: bool, tma: bool, wg_args: str, mma_args: str,
+                     branches: str = "") -> str:
+    """The candidate's `_kernel(kind, dtype, D, causal)` (kind "wg", "mma" or "image", and "wg_hs" / "wg_kt" from
+    `branches`, attention_wgmma_variants.maker_branches): each kernel made at its first call with its template
+    arguments as constants in its header (base.CONSTANT_KERNELS), as the library makes its own
+    (kernel_text.constant_lines); and `_scale(D)`, 1 / sqrt(D) made once a head dim, as the library keeps it."""
     def consts(args: str) -> str:  # the call's template list, over the maker's arguments
         return args.replace("q.dtype", "dtype").replace("bool(causal)", "causal").replace('("D", 128)', '("D", d)')
 
@@ -199,7 +214,7 @@ def _kernel(kind, dtype, d, causal):
             kern = _make("flash_wgmma", {"WS_SOURCE" if producer else "WG_SOURCE"}, ["q", "k", "v", "scale"{maps[0]}],
                          ["o"{maps[1]}], WG_HEADER_{threads}, ({consts(wg_args)}),
                          {smem[64]} if d == 64 else {smem[128]}, True)
-        elif kind == "mma":
+{branches}        elif kind == "mma":
             kern = _make("flash_mma", MMA_SOURCE, ["q", "k", "v", "scale"], ["o"], MMA_HEADER,
                          (("T", dtype), ("D", d), {consts(mma_args)}),
                          {_MMA.smem_bytes(64)} if d == 64 else {_MMA.smem_bytes(128)}, True)
@@ -260,10 +275,10 @@ FLASH_WGMMA = TemplateFamily(
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "double_buffering",
               "causal_block_skipping", "gqa_head_grouping"),
     # The first choice of each is the library's Hopper kernel at D=128 (WIDE_PERSIST:
-    # ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw).
+    # ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw, with `_hs` and `_kt` where the dispatch takes them).
     params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False), "tma": (True, False), "bulk": (False, True),
             "stages": (4, 3, 2), "pp": (False, True), "cp": ("cg", "ca"), "persist": (True, False),
-            "crescale": (True, False), "constants": (False, True)},
+            "crescale": (True, False), "sections": (True, False), "tail": (True, False), "constants": (False, True)},
     render=render_flash_wgmma,
     valid=valid,
     pattern_params={"double_buffering": {"stages": (4, 3)}},
