@@ -85,10 +85,13 @@ def register(bench_app: typer.Typer) -> None:
         names = check_configs(configs)
         try:
             picked = [int(n) for n in lengths.split(",") if n.strip()]
+        except ValueError:
+            raise typer.BadParameter(f"{lengths!r}: write lengths as comma-separated integers, e.g. '2048,4096'",
+                                     param_hint="--lengths") from None
+        try:
             prefill_lengths(prefill_shapes(full), picked)
         except ValueError as exc:
-            raise typer.BadParameter(str(exc) if "benchmark" in str(exc) else f"{lengths!r}: write lengths as "
-                                     "comma-separated integers, e.g. '2048,4096'", param_hint="--lengths") from None
+            raise typer.BadParameter(str(exc), param_hint="--lengths") from None
         check_out_dir(out)
         run_bench("prefill", full, out, configs=names, name="attention-prefill-configs" if names else None,
                   calls=calls, lengths=picked)
