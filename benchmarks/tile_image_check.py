@@ -1,4 +1,4 @@
-"""Tile images on the GPU (ksearch/kernels/attention/wgmma_ws.py): the custom kernel `tile_images` must equal the
+"""Tile images on the GPU (ksearch/kernels/attention/wgmma_ws_images.py): the custom kernel `tile_images` must equal the
 MLX-ops reference `tile_image` bit for bit, and what each costs (the bulk-copy prefill pays it on every call).
 
     python benchmarks/tile_image_check.py [OUT_JSON]
@@ -12,7 +12,7 @@ import sys
 import mlx.core as mx
 
 from ksearch.bench.timing import time_rounds
-from ksearch.kernels.attention.wgmma_ws import tile_image, tile_images
+from ksearch.kernels.attention.wgmma_ws_images import tile_image, tile_images
 
 
 def timed(fn, n: int = 20) -> float:  # type: ignore[no-untyped-def]

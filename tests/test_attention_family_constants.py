@@ -14,6 +14,7 @@ from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels.attention import mma_sync
 from ksearch.kernels.attention import wgmma as W
 from ksearch.kernels.attention import wgmma_ws as WS
+from ksearch.kernels.attention import wgmma_ws_images as WI
 from ksearch.kernels.kernel_text import constant_lines
 from ksearch.policy.templates.attention_wgmma import FLASH_WGMMA, configs
 
@@ -98,7 +99,7 @@ def test_bulk_copies_make_the_image_kernel_once_a_head_dim(monkeypatch: pytest.M
     for _ in range(2):
         ns["run"](*_qkv(256, 128), True)
     image = next(m for m in made if "tile_image" in m["name"])
-    assert image["header"].endswith(constant_lines([("D", 128)])) and image["source"] == WS.IMAGE_SOURCE
+    assert image["header"].endswith(constant_lines([("D", 128)])) and image["source"] == WI.IMAGE_SOURCE
     assert [kw["grid"] for name, kw in calls if "tile_image" in name] == [(2 * 256 * 128 // 8, 1, 1)] * 2
 
 

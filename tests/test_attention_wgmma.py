@@ -18,6 +18,7 @@ from ksearch.kernels import device, tensor_map
 from ksearch.kernels.attention import mma_sync
 from ksearch.kernels.attention import wgmma as W
 from ksearch.kernels.attention import wgmma_ws as WS
+from ksearch.kernels.attention import wgmma_ws_images as WI
 from ksearch.kernels.cuda_headers import WGMMA_HEADER
 
 
@@ -329,7 +330,7 @@ def test_tile_image_puts_each_tile_in_the_core_matrix_order_the_kernel_reads() -
     np = pytest.importorskip("numpy")
     b, h, s, d, bn = 2, 3, 128, 64, 64
     x = np.arange(b * h * s * d, dtype=np.int32).reshape(b, h, s, d)
-    img = np.array(WS.tile_image(mx.array(x))).reshape(b, h, s // bn, bn * d)  # tile t: bn * d contiguous elements
+    img = np.array(WI.tile_image(mx.array(x))).reshape(b, h, s // bn, bn * d)  # tile t: bn * d contiguous elements
     r, c = np.meshgrid(np.arange(bn), np.arange(d), indexing="ij")
     core = ((r >> 3) * (d >> 3) + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7)  # ks_core<D>(r, c) in WGMMA_HEADER
     for t in range(s // bn):
@@ -339,7 +340,7 @@ def test_tile_image_puts_each_tile_in_the_core_matrix_order_the_kernel_reads() -
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_tile_image_kernel_compiles() -> None:
-    units = [wrap(f"img{d}", WS.IMAGE_SOURCE, "", [("k", "float16"), ("v", "float16")],
+    units = [wrap(f"img{d}", WI.IMAGE_SOURCE, "", [("k", "float16"), ("v", "float16")],
                   [("ki", "float16"), ("vi", "float16")], [("D", d)]) for d in (64, 128)]
     ok, log = compile_check(units)
     assert ok, log[-2000:]

@@ -158,7 +158,7 @@ def test_the_attention_familys_constants_pass_the_harness(cuda_backend, copies):
 def test_tile_images_kernel_equals_the_mlx_reference(cuda_backend):
     import mlx.core as mx
 
-    from ksearch.kernels.attention.wgmma_ws import tile_image, tile_images
+    from ksearch.kernels.attention.wgmma_ws_images import tile_image, tile_images
 
     for shape, dt in (((2, 3, 136, 64), mx.float16), ((1, 8, 2048, 128), mx.bfloat16)):
         k = mx.random.normal(shape).astype(dt)

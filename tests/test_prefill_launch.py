@@ -16,6 +16,7 @@ from ksearch.backends.nvcc import compile_check, nvcc_path, wrap
 from ksearch.kernels.attention import cuda_prefill, mma_sync
 from ksearch.kernels.attention import wgmma as W
 from ksearch.kernels.attention import wgmma_ws as WS
+from ksearch.kernels.attention import wgmma_ws_images as WI
 from ksearch.kernels.kernel_text import constant_lines
 
 mx = pytest.importorskip("mlx.core")
@@ -27,7 +28,7 @@ Recorded = tuple[Made, Calls]
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorded]:
     """(kernels made, their calls): MLX on the CPU has no CUDA kernels, so each made kernel hands back zeros."""
-    caches = (cuda_prefill.build_kernel, W._launch, WS._launch, WS._image_launch, WS._image_kernel, mma_sync._launch)
+    caches = (cuda_prefill.build_kernel, W._launch, WS._launch, WI._image_launch, WI._image_kernel, mma_sync._launch)
     for c in caches:
         c.cache_clear()
     yield record_kernels(monkeypatch)
@@ -81,7 +82,7 @@ def test_the_tile_images_kernel_takes_d_as_a_constant_and_one_launch_a_shape(rec
     made, calls = recorded
     k = mx.zeros((2, 3, 136, 64), dtype=mx.float16)
     for _ in range(2):
-        ki, vi = WS.tile_images(k, k)
+        ki, vi = WI.tile_images(k, k)
     assert ki.shape == k.shape and vi.dtype == k.dtype
     assert len(made) == 1 and made[0]["header"].endswith(constant_lines([("D", 64)]))
     assert [kw["grid"] for _, kw in calls] == [(k.size // 8, 1, 1)] * 2 and "template" not in calls[0][1]

@@ -30,7 +30,7 @@ import inspect
 from typing import Any
 
 from ksearch.kernels import device, tensor_map
-from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws
+from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws, wgmma_ws_images
 from ksearch.kernels.cuda_headers import MMA_SYNC_HEADER, WGMMA_HEADER
 from ksearch.kernels.tensor_map import TMA_HEADER
 from ksearch.policy.templates import attention_wgmma_variants as variant_texts
@@ -149,11 +149,11 @@ _mma{d} = mx.fast.cuda_kernel(name="flash_mma_d{d}", input_names=["q", "k", "v",
     image_tmpl = "" if constants else ' template=[("D", k.shape[-1])],'
     image_object = "" if constants else '''
 _image = mx.fast.cuda_kernel(name="tile_image", input_names=["k", "v"], output_names=["ki", "vi"], source=IMAGE_SOURCE)'''
-    image = f'''IMAGE_SOURCE = {wgmma_ws.IMAGE_SOURCE!r}{image_object}
+    image = f'''IMAGE_SOURCE = {wgmma_ws_images.IMAGE_SOURCE!r}{image_object}
 
 
 def _images(k, v):  # K / V with each 8-row block stored as its core matrices: one bulk copy a tile
-    return {image_call}(inputs=[k, v],{image_tmpl} grid=(k.size // 8, 1, 1), threadgroup=({wgmma_ws.IMAGE_THREADS}, 1, 1),
+    return {image_call}(inputs=[k, v],{image_tmpl} grid=(k.size // 8, 1, 1), threadgroup=({wgmma_ws_images.IMAGE_THREADS}, 1, 1),
                   output_shapes=[k.shape, v.shape], output_dtypes=[k.dtype, v.dtype])
 ''' if bulk else ""
     how = ("tensor copies of 64-column boxes with the 128-byte swizzle through a map encoded on the host"
