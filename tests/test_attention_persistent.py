@@ -103,7 +103,7 @@ def test_one_launch_is_made_once_per_shape_with_one_block_an_sm(monkeypatch: pyt
     WS._tma_launch.cache_clear()
     pst = WS.parse_config("ws2_n128_s3_p4_tmas_pst")
     kern, tmap, kw, counters = WS._tma_launch((2, 32, 2048, 128), (2, 8, 2048, 128), mx.float16, True, pst)
-    assert (kern, tmap, counters) == ("kernel", "map", 0) and "_pst" in built[0][0] and built[0][1] == WS.source_text(pst)
+    assert (kern, tmap, counters) == ("kernel", ("map",), 0) and "_pst" in built[0][0] and built[0][1] == WS.source_text(pst)
     assert kw["grid"] == (132 * 384, 1, 1) and kw["threadgroup"] == (384, 1, 1)  # 1,024 items over 132 SMs
     assert kw["output_shapes"] == [(2, 32, 2048, 128), (132 * 32 + 16,)]  # a maps slot a block
     # the template arguments are the kernel's constants, written into its text; calls pass none

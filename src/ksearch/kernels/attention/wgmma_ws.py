@@ -53,6 +53,7 @@ from ksearch.kernels.attention.wgmma import (
 from ksearch.kernels.attention.wgmma_ws_double_q import double_q
 from ksearch.kernels.attention.wgmma_ws_grid import extra_io, persistent_blocks
 from ksearch.kernels.attention.wgmma_ws_images import tile_images
+from ksearch.kernels.attention.wgmma_ws_q_tma import q_by_tensor_copy
 from ksearch.kernels.attention.wgmma_ws_tail import fresh_counters, key_split_tail
 from ksearch.kernels.attention.wgmma_ws_text import (  # the kernels' text; the rest of it in wgmma_ws_text
     BULK_HEADER,
@@ -134,15 +135,19 @@ class WsConfig:
     # Persistent blocks only: two Q buffers, the next item's Q loaded under this whole item (`_q2`,
     # wgmma_ws_double_q); built, not yet run on a GPU
     q2: bool = False
+    # Persistent blocks with the 128-byte swizzle only: Q copied by the producer with tensor copies, the consumers
+    # waiting on an mbarrier (`_qt`, wgmma_ws_q_tma); built, not yet run on a GPU
+    qtma: bool = False
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
 
     def smem_bytes(self, d: int) -> int:
-        maps = 128 + 256 if self.tma else 0  # two tensor maps, 128-byte aligned
+        maps = 128 + 128 * (3 if self.qtma else 2) if self.tma else 0  # two tensor maps (three: Q's), 128-aligned
         align = 1024 if self.tma == 3 else 0  # the swizzled stages start at a multiple of 1024 bytes
         q_rows = 64 * self.wg * (2 if self.q2 else 1)
-        return 256 + (q_rows + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps + align
+        q_tma = 768 + 16 if self.qtma else 0  # Q at byte 1024 instead of 256; its two mbarriers
+        return 256 + (q_rows + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps + align + q_tma
 
 
 def config_problem(cfg: WsConfig) -> str | None:
@@ -172,6 +177,9 @@ def config_problem(cfg: WsConfig) -> str | None:
         return "_kt (the last round split along the keys) is for persistent blocks (_pst) without _qn, _qp, _ob or _st4"
     if cfg.q2 and (not cfg.persist or cfg.qnext or cfg.obulk):
         return "_q2 (two Q buffers, the next item's Q under this one) is for persistent blocks (_pst) without _qn or _ob"
+    if cfg.qtma and (not cfg.persist or cfg.tma != 3 or cfg.qnext or cfg.q2 or cfg.obulk):
+        return ("_qt (Q by the producer's tensor copies) is for persistent blocks with the swizzled copies (_tmas, "
+                "_pst), without _qn, _q2 or _ob")
     if cfg.qnext and not cfg.persist:
         return "_qn (the next item's Q under this one's epilogue) is for persistent blocks (_pst)"
     if cfg.preg != 24 and (cfg.pwarps != 4 or cfg.preg % 8 or not 24 <= cfg.preg <= 64):
@@ -270,6 +278,8 @@ def source_text(cfg: WsConfig) -> str:
         text = key_split_tail(text, PERSIST_ITEMS)
     if cfg.q2:
         text = double_q(text)
+    if cfg.qtma:
+        text = q_by_tensor_copy(text)
     if cfg.uniform:
         text = uniform_index(text)
     if cfg.obulk:
@@ -318,25 +328,27 @@ def tma_ready(k_shape: tuple[int, ...], bn: int, mode: int) -> bool:
 
 
 def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
-    kern, tmap, kwargs, counters = _tma_launch(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
+    kern, maps, kwargs, counters = _tma_launch(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
     counts = [fresh_counters(counters)] if counters else []  # `_kt`: zeroed counters of this launch's own
-    return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), tmap, *counts], **kwargs)[0]
+    return kern(inputs=[q, k, v, softmax_scale(q.shape[-1]), *maps, *counts], **kwargs)[0]
 
 
 @cache
 def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, causal: bool,
-                cfg: WsConfig) -> tuple[Any, Any, dict[str, Any], int]:
-    """(kernel, tensor map, the launch's other arguments, the arrival counters a `_kt` launch takes or 0) of the
-    tensor-copy kernel,
+                cfg: WsConfig) -> tuple[Any, tuple[Any, ...], dict[str, Any], int]:
+    """(kernel, its tensor maps (K's, and Q's for `_qt`), the launch's other arguments, the arrival counters a `_kt`
+    launch takes or 0) of the tensor-copy kernel,
     once per shape: building them (the kernel's name and header text, the map's geometry, grid and template) was most
     of a call's host time, which is what a small call costs when calls queue faster than the host makes them."""
     import mlx.core as mx
 
     pre, _ = cp_cache(cfg.cp)
-    tmap = map_input(*tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma))
+    maps = (map_input(*tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma)),
+            *((map_input(*tma_geometry(q_shape, 64, 3), swizzle=3),) if cfg.qtma else ()))  # Q: 64-row boxes
     items = blocks_for(q_shape, 64 * cfg.wg)
     grid = persistent_blocks(items, cfg) if cfg.persist else None
-    slots = (grid or items) * 32 + 16  # 256 bytes a block, and room to align the first to 128
+    # 128 bytes a published map (K's, V's; Q's with `_qt`) a block, and room to align the first to 128
+    slots = (grid or items) * 16 * (3 if cfg.qtma else 2) + 16
     names, counters, extra_out = extra_io(q_shape, k_shape, causal, cfg, grid or items)
     kwargs = launch_args(q_shape, dtype, 64 * cfg.wg, cfg.threads(),
                          [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)],
@@ -344,9 +356,10 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
     # The template arguments go into the kernel's text: MLX would format them into every call (kernel_text).
     kern = build_kernel(kernel_name(cfg), source_text(cfg),
                         pre + WGMMA_HEADER + TMA_HEADER + launch_bounds(cfg.threads(), cfg.blocks),
-                        cfg.smem_bytes(q_shape[-1]), ("tmap", *names[0]), ("maps", *names[1]),
+                        cfg.smem_bytes(q_shape[-1]), ("tmap", *(("qmap",) if cfg.qtma else ()), *names[0]),
+                        ("maps", *names[1]),
                         tuple(kwargs.pop("template")))
-    return kern, tmap, kwargs, counters
+    return kern, maps, kwargs, counters
 
 
 
@@ -383,7 +396,7 @@ def with_bulk_copies(cfg: WsConfig) -> WsConfig:
     order goes with the persistent blocks, and each warpgroup's own tiles (`_wt`, checked with tensor copies only)
     with them, as does the uniform index arithmetic (`_uw`, checked and timed with tensor copies only)."""
     return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24, qpf=False, maps1=False,
-                   own_tiles=False, snake=False, uniform=False, sections=False, ktail=False, q2=False)
+                   own_tiles=False, snake=False, uniform=False, sections=False, ktail=False, q2=False, qtma=False)
 
 
 def kernel_name(cfg: WsConfig) -> str:
@@ -395,7 +408,8 @@ def kernel_name(cfg: WsConfig) -> str:
             + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "")
             + store_tag(cfg) + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
             + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
-            + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "") + ("_q2" if cfg.q2 else ""))
+            + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "") + ("_q2" if cfg.q2 else "")
+            + ("_qt" if cfg.qtma else ""))
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -422,12 +436,12 @@ def config_name(cfg: Any) -> str:
             + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
             + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
             + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "") + ("_q2" if cfg.q2 else "")
-            + ("_gp" if cfg.grouped else "") + ca)
+            + ("_qt" if cfg.qtma else "") + ("_gp" if cfg.grouped else "") + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_q2][_gp][_ca]" -> WsConfig(W, N, S, P)
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_q2][_qt][_gp][_ca]" -> WsConfig(W, N, S, P)
     (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
@@ -435,11 +449,11 @@ def parse_config(name: str) -> Any:
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_hs)?(_kt)?(_uw)?(_q2)?(_gp)?)(_ca)?",
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_hs)?(_kt)?(_uw)?(_q2)?(_qt)?(_gp)?)(_ca)?",
                      name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_q2][_gp][_ca] (e.g. "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_q2][_qt][_gp][_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
@@ -451,9 +465,10 @@ def parse_config(name: str) -> Any:
                          "_kt: without the mask, the last round's items split along the keys; "
                          "_uw: the consumers' index arithmetic on the uniform datapath; "
                          "_q2: persistent, two Q buffers, the next item's loaded under this one; "
+                         "_qt: persistent, Q by the producer's tensor copies; "
                          "_gp: without the mask, the query heads of a K / V head as one run of rows; "
                          "_ca: cp.async through L1)")
-    cp = "ca" if m[27] else "cg"
+    cp = "ca" if m[28] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
@@ -461,7 +476,7 @@ def parse_config(name: str) -> Any:
                    persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0),
                    crescale=bool(m[17]), qpf=bool(m[18]), maps1=bool(m[19]), own_tiles=bool(m[20]),
                    snake=bool(m[21]), sections=bool(m[22]), ktail=bool(m[23]), uniform=bool(m[24]),
-                   q2=bool(m[25]), grouped=bool(m[26]))
+                   q2=bool(m[25]), qtma=bool(m[26]), grouped=bool(m[27]))
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)

@@ -18,6 +18,8 @@ def kernel_io(cfg: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     ins, outs = [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")]
     if cfg.tma:
         ins, outs = [*ins, ("tmap", "uint64")], [*outs, ("maps", "uint64")]
+    if cfg.qtma:
+        ins = [*ins, ("qmap", "uint64")]
     if cfg.ktail:
         ins, outs = [*ins, ("counts", "uint32")], [*outs, ("part", "float32")]
     return ins, outs
