@@ -59,6 +59,9 @@ _ITEM_LOOP_PARTS = "\n    for (int vitem = blockIdx.x; vitem < VITEMS; vitem = n
 _MAPS_READY = "          ks_tmap_acquire(gmap + 16);\n"  # the producer's thread, once a block
 _Q_ISSUE = "    ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg"
 _Q_ISSUE_PERSIST = "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>"
+_Q_ISSUE_TWO = "    if (qk == 0)\n      ks_load_core<D, 128, 64>"  # `_q2`: the block's first item's own load
+# `_qt`: the consumers issue nothing for Q; its stamps are the wait's start (9) and end (1)
+_Q_WAIT = "    ks_mbar_wait(qfull, qi & 1);"
 
 
 def _insert(text: str, anchor: str, code: str, before: bool = False) -> str:
@@ -95,7 +98,8 @@ def stamped_source(cfg: Any, strip: tuple[str, ...] = ()) -> str:
         text = _insert(text, _ITEM_LOOP_PARTS if cfg.ktail else _ITEM_LOOP_SNAKE if cfg.snake else _ITEM_LOOP,
                        f"\n    const size_t ks_tr = ((size_t)blockIdx.x * MAXI + {walked} / (int)gridDim.x) * {SLOTS};"
                        "\n    KS_STAMP(0); KS_WALL(6);")
-        text = _insert(text, _Q_ISSUE_PERSIST, "    KS_STAMP(9);\n", before=True)
+        issue = _Q_WAIT if cfg.qtma else _Q_ISSUE_TWO if cfg.q2 else _Q_ISSUE_PERSIST
+        text = _insert(text, issue, "    KS_STAMP(9);\n", before=True)
         first_record = f"(size_t)blockIdx.x * MAXI * {SLOTS}"
     else:
         text = (f"    const size_t ks_tr = ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * {SLOTS};\n"
@@ -106,7 +110,7 @@ def stamped_source(cfg: Any, strip: tuple[str, ...] = ()) -> str:
     # the Q barrier and the first product are looked for before the epilogue, whose `_ob` form has barriers too
     text = _insert(text, _EPILOGUE_START, "    KS_STAMP(3);\n", before=True)
     head, tail = text.split("    KS_STAMP(3);\n")
-    head = _insert(_insert(head, _Q_BARRIER, "\n    KS_STAMP(1);"), _S0_DONE, "\n    KS_STAMP(2);")
+    head = _insert(_insert(head, _Q_WAIT if cfg.qtma else _Q_BARRIER, "\n    KS_STAMP(1);"), _S0_DONE, "\n    KS_STAMP(2);")
     text = head + "    KS_STAMP(3);\n" + tail
     epilogue = (wgmma.EPILOGUE_BULK if cfg.obulk else wgmma.EPILOGUE_STORE4 if wgmma_ws.store_bytes(cfg) == 4
                 else wgmma_ws_tail.merger_stores(wgmma.EPILOGUE) if cfg.ktail else wgmma.EPILOGUE)
@@ -139,24 +143,25 @@ def stamped_call(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any,
 
     from ksearch.kernels.attention import cuda_prefill, wgmma_ws, wgmma_ws_grid, wgmma_ws_tail
 
-    tmap = wgmma_ws.map_input(*wgmma_ws.tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=wgmma_ws.tma_swizzle(cfg.tma))
+    maps = wgmma_ws.tensor_maps(q_shape, k_shape, cfg)
     items = cuda_prefill.blocks_for(q_shape, 64 * cfg.wg)
     grid = wgmma_ws_grid.persistent_blocks(items, cfg) if cfg.persist else None
     blocks = grid or items
     names, counters, extra_out = wgmma_ws_grid.extra_io(q_shape, k_shape, causal, cfg, blocks)  # `_kt`'s
     kern = cuda_prefill.build_kernel("ks_item_trace_" + wgmma_ws.kernel_name(cfg), stamped_source(cfg, strip),
-                                     stamped_header(cfg), cfg.smem_bytes(q_shape[-1]), ("tmap", *names[0]),
+                                     stamped_header(cfg), cfg.smem_bytes(q_shape[-1]),
+                                     ("tmap", *(("qmap",) if cfg.qtma else ()), *names[0]),
                                      ("maps", *names[1], "trace"))
     maxi = -(-items // blocks)
     kwargs = cuda_prefill.launch_args(
         q_shape, dtype, 64 * cfg.wg, cfg.threads(),
         [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *wgmma_ws.stage_args(cfg), ("MAXI", maxi)],
-        extra_outputs=(((blocks * 32 + 16,), mx.uint64), *extra_out, ((blocks * maxi * SLOTS,), mx.uint64)),
+        extra_outputs=(((wgmma_ws.map_slots(blocks, cfg),), mx.uint64), *extra_out, ((blocks * maxi * SLOTS,), mx.uint64)),
         grid_blocks=grid)
 
     def call(q: Any, k: Any, v: Any) -> tuple[Any, Any]:
         counts = [wgmma_ws_tail.fresh_counters(counters)] if counters else []
-        outs = kern(inputs=[q, k, v, cuda_prefill.softmax_scale(q_shape[-1]), tmap, *counts], **kwargs)
+        outs = kern(inputs=[q, k, v, cuda_prefill.softmax_scale(q_shape[-1]), *maps, *counts], **kwargs)
         return outs[0], outs[-1].reshape(blocks, maxi, SLOTS)
 
     return call

@@ -327,6 +327,18 @@ def tma_ready(k_shape: tuple[int, ...], bn: int, mode: int) -> bool:
     return True
 
 
+def tensor_maps(q_shape: tuple[int, ...], k_shape: tuple[int, ...], cfg: WsConfig) -> tuple[Any, ...]:
+    """The map inputs of a tensor-copy launch: K's (the kernel makes V's from it), and with `_qt` Q's (64-row boxes)."""
+    kmap = map_input(*tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma))
+    return (kmap, map_input(*tma_geometry(q_shape, 64, 3), swizzle=3)) if cfg.qtma else (kmap,)
+
+
+def map_slots(blocks: int, cfg: WsConfig) -> int:
+    """uint64s of the `maps` scratch output: 128 bytes a published map (K's, V's; Q's with `_qt`) a block, and room
+    to align the first to 128 bytes."""
+    return blocks * 16 * (3 if cfg.qtma else 2) + 16
+
+
 def _attention_tma(q: Any, k: Any, v: Any, causal: bool, cfg: WsConfig) -> Any:
     kern, maps, kwargs, counters = _tma_launch(tuple(q.shape), tuple(k.shape), q.dtype, causal, cfg)
     counts = [fresh_counters(counters)] if counters else []  # `_kt`: zeroed counters of this launch's own
@@ -343,12 +355,10 @@ def _tma_launch(q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any, 
     import mlx.core as mx
 
     pre, _ = cp_cache(cfg.cp)
-    maps = (map_input(*tma_geometry(k_shape, cfg.bn, cfg.tma), swizzle=tma_swizzle(cfg.tma)),
-            *((map_input(*tma_geometry(q_shape, 64, 3), swizzle=3),) if cfg.qtma else ()))  # Q: 64-row boxes
+    maps = tensor_maps(q_shape, k_shape, cfg)
     items = blocks_for(q_shape, 64 * cfg.wg)
     grid = persistent_blocks(items, cfg) if cfg.persist else None
-    # 128 bytes a published map (K's, V's; Q's with `_qt`) a block, and room to align the first to 128
-    slots = (grid or items) * 16 * (3 if cfg.qtma else 2) + 16
+    slots = map_slots(grid or items, cfg)
     names, counters, extra_out = extra_io(q_shape, k_shape, causal, cfg, grid or items)
     kwargs = launch_args(q_shape, dtype, 64 * cfg.wg, cfg.threads(),
                          [("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", bool(causal)), *stage_args(cfg)],
