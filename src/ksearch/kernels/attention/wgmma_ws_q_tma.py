@@ -9,7 +9,10 @@ producer thread issues two copies a warpgroup (64 rows x 64 columns each); the c
 When: the producer copies an item's Q as it issues the item's last K / V tile of its first STAGES (tile 0 for the
 block's first item), after the consumers' arrival on `qempty`, which each consumer warp makes once its last product
 of the item before has completed (no wgmma reads Q any more). By then that item's last K tile is released, so the
-wait costs the producer at most the last P V; the copy then runs under that product and the epilogue. One buffer:
+wait costs the producer at most the last P V; the copy then runs under that product and the epilogue, from L2: as it
+issues the item's first tile, STAGES - 1 tiles earlier, the producer asks L2 for the item's Q through the same map
+(a tensor prefetch a box; from HBM the copy would take longer than the epilogue; a bulk prefetch of the rows by
+address instead spilled 12-28 more bytes in the producer). One buffer:
 two would make Q's descriptors change from item to item, which cost the main loop 28 instructions a pair of tiles at
 D=128 (`_q2`, wgmma_ws_double_q.py). The phases: `qfull` completes once an item (the producer's expected bytes),
 `qempty` once an item (one arrival a consumer warp); each side waits on the other's phase of the item before, so
@@ -36,7 +39,15 @@ _SLOT = "(size_t)blockIdx.x * 32;"
 _PRODUCER_COUNT = "          int g0 = 0;\n"
 _PRODUCER_END = "          g0 += ntiles;\n"
 _PRODUCER_TILE = "            const int gt = g0 + t, st = gt % STAGES, ph = (gt / STAGES) & 1;\n"
-_Q_COPY = """            if (t == (qi == 0 ? 0 : min(STAGES, ntiles) - 1)) {  // `_qt`: this item's Q
+_Q_COPY = """            if (qi > 0 && t == 0 && ntiles > 1) {  // `_qt`: this item's Q into L2 ahead of its copy
+              for (int w = 0; w < WG; ++w) {
+                #pragma unroll
+                for (int c = 0; c < D / 64; ++c)
+                  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\\n"
+                               :: "l"(gmap + 32), "r"(c * 64), "r"(m0 + w * 64), "r"(bhq) : "memory");
+              }
+            }
+            if (t == (qi == 0 ? 0 : min(STAGES, ntiles) - 1)) {  // `_qt`: this item's Q
               if (qi > 0) ks_mbar_wait(qempty, (qi - 1) & 1);  // the consumers are done with the last item's
               ks_mbar_expect(qfull, BM * D * (int)sizeof(T));
               for (int w = 0; w < WG; ++w) {

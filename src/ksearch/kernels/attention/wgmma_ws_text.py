@@ -81,7 +81,7 @@ PRODUCER_COPIES = r"""      if (BULK) {  // k and v are tile images (tile_images
 # on, SM-count blocks later in launch order (a guess: blocks take SMs as they free up); persistent, the block's next
 # item. The consumers' Q load then reads L2 instead of HBM, the wait for Q at an item's start being 2.6 tiles' time
 # with one block an item and 1.2 persistent at D=128 (prefill_item_trace.py).
-def _prefetch_q(bhq: str, m0: str) -> str:
+def prefetch_q(bhq: str, m0: str) -> str:
     """The bulk prefetch into L2 of the Q rows (up to BM) of the item at query head `bhq`, first row `m0`."""
     return (f'{{ const int pm0 = {m0}; asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\\n" :: '
             f'"l"(q + ((size_t)({bhq}) * L + pm0) * D), "r"((unsigned)(min(BM, L - pm0) * D * (int)sizeof(T))) : '
@@ -134,7 +134,7 @@ PRODUCER_TMA = r"""      if (pl < 32) {
               asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
               const int nb = (int)(blockIdx.y * gridDim.x + blockIdx.x + nsm);
               if (nb < (int)(gridDim.x * gridDim.y))
-                """ + _prefetch_q("nb / (int)gridDim.x", "((int)gridDim.x - 1 - nb % (int)gridDim.x) * BM") + r"""
+                """ + prefetch_q("nb / (int)gridDim.x", "((int)gridDim.x - 1 - nb % (int)gridDim.x) * BM") + r"""
             }
             if (t >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
             copy(Ks + st * KB, gmap, t, kfull + st);
@@ -272,7 +272,7 @@ PRODUCER_TMA_PERSIST = _swap(_swap(_swap(_swap(
             const int gt = g0 + t, st = gt % STAGES, ph = (gt / STAGES) & 1;
             if (QPF && t == max(0, ntiles - STAGES) && item + (int)gridDim.x < ITEMS) {  // this block's next item
               const int nx = item + (int)gridDim.x;
-              """ + _prefetch_q("nx % BH", "(MT - 1 - nx / BH) * BM") + r"""
+              """ + prefetch_q("nx % BH", "(MT - 1 - nx / BH) * BM") + r"""
             }
             if (gt >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
             copy(Ks + st * KB, gmap, t, bh, kfull + st);
