@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+from ksearch.kernels.attention.wgmma_ws_text import swap_once
+
 _COUNT = "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
 _LOOP = re.compile(re.escape(_COUNT) + r"    for \(int (v?item) = blockIdx\.x; \1 < (V?ITEMS); (.*?)\) \{\n")
 _Q_BARRIER = '    ks_wait_w<0>();\n    ks_proxy_fence();\n    asm volatile("bar.sync %0, 128;\\n" :: "r"(1 + wg) : "memory");\n'
@@ -48,9 +50,7 @@ NEXT_LOAD = """    const int q2_next = {step};  // `_q2`: the block's next item,
 
 
 def _swap(text: str, old: str, new: str, count: int = 1) -> str:
-    if text.count(old) != count:
-        raise RuntimeError(f"_q2: {old[:60]!r} occurs {text.count(old)} times in the kernel text, not {count}")
-    return text.replace(old, new)
+    return swap_once(text, old, new, count, "_q2")
 
 
 def _next_step(var: str, step: str) -> str:

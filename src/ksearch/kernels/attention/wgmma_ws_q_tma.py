@@ -25,6 +25,8 @@ in the block's slot of the scratch output `maps` (three maps a block instead of 
 
 from __future__ import annotations
 
+from ksearch.kernels.attention.wgmma_ws_text import swap_once
+
 _FRAME_BARS = ("    unsigned long long *kfull = bars, *kempty = bars + STAGES, *vfull = bars + 2 * STAGES, "
                "*vempty = bars + 3 * STAGES;\n")
 _Q_BARS = "    unsigned long long *qfull = bars + 4 * STAGES, *qempty = qfull + 1;  // `_qt`: Q copied, Q read\n"
@@ -84,9 +86,7 @@ _Q_OFF = ("    // `_qt`: Q's offset for its 16 columns kc, in descriptor units: 
 
 
 def _swap(text: str, old: str, new: str, count: int = 1) -> str:
-    if text.count(old) != count:
-        raise RuntimeError(f"_qt: {old[:60]!r} occurs {text.count(old)} times in the kernel text, not {count}")
-    return text.replace(old, new)
+    return swap_once(text, old, new, count, "_qt")
 
 
 def q_by_tensor_copy(text: str) -> str:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ksearch.kernels.attention.wgmma_ws_text import swap_once
+
 # Only a last round of at most G / 2 items splits. Three parts over two rounds where it holds at most 2 G / 3 (B 1
 # and B 4 at L=2048, D=128: 88 of 132), which the schedule model put 4.8% ahead at B 1 (prefill_tile_count.py
 # --parts 3), ran on the H200 at 0.946x / 0.968x of the unsplit kernel's speed with the calls chained (two
@@ -103,9 +105,7 @@ _MERGE = r"""    // `_kt`: a part's warp leaves its rows' O, maxima and sums as 
 
 
 def _swap(text: str, old: str, new: str, count: int = 1) -> str:
-    if text.count(old) != count:
-        raise RuntimeError(f"_kt: {old[:60]!r} occurs {text.count(old)} times in the kernel text, not {count}")
-    return text.replace(old, new)
+    return swap_once(text, old, new, count, "_kt")
 
 
 def key_split_tail(text: str, items_anchor: str) -> str:

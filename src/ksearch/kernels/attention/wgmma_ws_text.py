@@ -240,11 +240,11 @@ SOURCE_TMA = _producer_source(WS_SPLIT_FRAME.replace("{PRODUCER}", PRODUCER_TMA)
 
 
 
-def _swap(text: str, old: str, new: str, count: int = 1) -> str:
+def swap_once(text: str, old: str, new: str, count: int = 1, what: str = "prefill kernel text") -> str:
     """`text` with `old` replaced by `new`, checked to occur `count` times: a piece of kernel text that moved makes the
-    kernel's construction fail at import (or on first use), not its launch on a GPU."""
+    kernel's construction fail at import (or on first use), not its launch on a GPU. `what` names the option."""
     if text.count(old) != count:
-        raise RuntimeError(f"prefill kernel text: {old[:60]!r} occurs {text.count(old)} times, expected {count}")
+        raise RuntimeError(f"{what}: {old[:60]!r} occurs {text.count(old)} times in the kernel text, not {count}")
     return text.replace(old, new)
 
 
@@ -254,14 +254,14 @@ def _swap(text: str, old: str, new: str, count: int = 1) -> str:
 # next Q, so a block's start (maps published once, barriers, the first tiles in flight) and its end overlap the
 # neighbouring items instead of costing each block on its own (FlashAttention-3's persistent schedule without its
 # tile scheduler). Stages and phases follow a running count of the block's tiles, g0 + t.
-ITEM_COORDS = _swap(BLOCK_COORDS,
+ITEM_COORDS = swap_once(BLOCK_COORDS,
                     "const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first\n"
                     "    const int bhq = blockIdx.y,",
                     "const int mt = MT - 1 - item / BH;  // every head's longest causal tiles first\n"
                     "    const int bhq = item % BH,")
 PERSIST_ITEMS = "\n    const int MT = (q_shape[2] + BM - 1) / BM, BH = q_shape[0] * q_shape[1], ITEMS = MT * BH;\n"
 _TMA_LOOP = PRODUCER_TMA[PRODUCER_TMA.index("          for (int t = 0; t < ntiles; ++t) {"):]
-PRODUCER_TMA_PERSIST = _swap(_swap(_swap(_swap(
+PRODUCER_TMA_PERSIST = swap_once(swap_once(swap_once(swap_once(
     PRODUCER_TMA, "((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 32;", "(size_t)blockIdx.x * 32;"),
     "          const int bh = b * Hkv + hk;\n", ""),
     "int t, unsigned long long* bar) {", "int t, int bh, unsigned long long* bar) {"),
@@ -297,13 +297,13 @@ if (QNEXT && item + (int)gridDim.x < ITEMS) {
 _CONSUMER_START = '    if (PT == 128) asm volatile("setmaxnreg.inc'
 _FRAME_PERSIST = WS_SPLIT_FRAME[:WS_SPLIT_FRAME.index(_CONSUMER_START)].replace("{PRODUCER}", PRODUCER_TMA_PERSIST)
 _Q_LOAD = WS_SPLIT_FRAME[WS_SPLIT_FRAME.index(_CONSUMER_START):]
-_STEPS_RUNNING = _swap(STEPS, "((t % STAGES) * KB", "(((g0 + t) % STAGES) * KB", 2)
+_STEPS_RUNNING = swap_once(STEPS, "((t % STAGES) * KB", "(((g0 + t) % STAGES) * KB", 2)
 # Ping-pong (`_pp`) across items: the last warpgroup's turn that ends one item hands the first warpgroup the next
 # item's first turn, so the last warpgroup's opening arrival comes once a block, and the first warpgroup takes the
 # block's one remaining arrival after its last item. Opening and closing every item instead would let the last
 # warpgroup, done with an item, arrive twice on the first warpgroup's barrier before that one's closing wait: 256
 # arrivals from one side complete a barrier of 256 without the other.
-_HANDOVER_RUNNING = _swap(_swap(_swap(WS_HANDOVER, "bar + t % STAGES, (t / STAGES) & 1",
+_HANDOVER_RUNNING = swap_once(swap_once(swap_once(WS_HANDOVER, "bar + t % STAGES, (t / STAGES) & 1",
                                       "bar + (g0 + t) % STAGES, ((g0 + t) / STAGES) & 1"),
                                 "ks_mbar_arrive(bar + t % STAGES)", "ks_mbar_arrive(bar + (g0 + t) % STAGES)"),
                           "if (PP && wg == WG - 1) pp_arrive();",
@@ -316,7 +316,7 @@ SOURCE_TMA_PERSIST = (
     + _Q_LOAD[:_Q_LOAD.index("\n") + 1]  # the consumers' setmaxnreg, once
     + "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
     + "    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {" + ITEM_COORDS + ROWS_HERE
-    + _swap(_swap(_Q_LOAD[_Q_LOAD.index("\n") + 1:], "    ks_load_core<D, 128, 64>",
+    + swap_once(swap_once(_Q_LOAD[_Q_LOAD.index("\n") + 1:], "    ks_load_core<D, 128, 64>",
                   "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>"),
             "    ks_commit_w();\n", "    if (!QNEXT || item == blockIdx.x) ks_commit_w();\n")
     + REGISTERS + _STEPS_RUNNING + _HANDOVER_RUNNING
@@ -348,11 +348,11 @@ _RESCALE_VOTED = """      if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1]
 def conditional_rescale(text: str) -> str:
     """The kernel `text` with `_cr`'s softmax: rows keep their maximum while it grows by at most 2^8, O multiplied
     only when a warp has a row that did not, at the top of each step instead of under S(t)."""
-    text = _swap(text, "      #pragma unroll\n" + _RESCALE, _RESCALE_VOTED)
-    text = _swap(text, _MAX_UPDATE, _MAX_KEPT)
-    text = _swap(text, "issue_s(t);\n      rescale();\n", "issue_s(t);\n", 2)
+    text = swap_once(text, "      #pragma unroll\n" + _RESCALE, _RESCALE_VOTED)
+    text = swap_once(text, _MAX_UPDATE, _MAX_KEPT)
+    text = swap_once(text, "issue_s(t);\n      rescale();\n", "issue_s(t);\n", 2)
     for first in ("const int t = t0;", "const int t = t0 + 1;"):
-        text = _swap(text, first, first + "\n      rescale();  // O *= corr(t - 1) before P(t - 1) V(t - 1)")
+        text = swap_once(text, first, first + "\n      rescale();  // O *= corr(t - 1) before P(t - 1) V(t - 1)")
     return text
 
 
@@ -390,14 +390,14 @@ def own_tiles(text: str) -> str:
     """A producer kernel's `text` with `_wt`: each consumer warpgroup's main loop runs to its own tile count
     (`ctiles`), and the tiles past it are waited for and released without a product (tests/test_prefill_own_tiles.py
     runs this hand-over on a model of the stages' mbarriers)."""
-    text = _swap(text, "    wait_full(kfull, 0);", _OWN_COUNT)
+    text = swap_once(text, "    wait_full(kfull, 0);", _OWN_COUNT)
     for old in ("t0 < ntiles;", "t0 + 1 < ntiles)", "if (ntiles % 2 == 0)", "wait_full(vfull, ntiles - 1);",
                 "issue_pv(ntiles - 1, pa[0]);"):
-        text = _swap(text, old, old.replace("ntiles", "ctiles"))
+        text = swap_once(text, old, old.replace("ntiles", "ctiles"))
     if "release(vempty, ntiles - 1);" in text:  # persistent: the last tile's stage handed back before the next item
-        return _swap(_swap(text, "release(vempty, ntiles - 1);", "release(vempty, ctiles - 1);"),
+        return swap_once(swap_once(text, "release(vempty, ntiles - 1);", "release(vempty, ctiles - 1);"),
                      EPILOGUE, EPILOGUE + _OWN_DRAIN)
-    return _swap(text, EPILOGUE, EPILOGUE + _OWN_LAST_V + _OWN_DRAIN)
+    return swap_once(text, EPILOGUE, EPILOGUE + _OWN_LAST_V + _OWN_DRAIN)
 
 
 # Snake order (`_sn`, persistent blocks): block b takes item b of the first round of gridDim.x items, item G - 1 - b of
@@ -431,19 +431,19 @@ _COUNT_UNSIGNED = _COUNT_SIGNED.replace("int g0", "unsigned g0")
 def uniform_index(text: str) -> str:
     """A producer kernel's `text` with `_uw`: the warpgroup index from lane 0, a persistent kernel's consumers'
     running tile count unsigned."""
-    text = _swap(text, _WG_PLAIN, _WG_UNIFORM)
+    text = swap_once(text, _WG_PLAIN, _WG_UNIFORM)
     if _COUNT_SIGNED in text:
-        text = _swap(text, _COUNT_SIGNED, _COUNT_UNSIGNED)
+        text = swap_once(text, _COUNT_SIGNED, _COUNT_UNSIGNED)
     return text
 
 
 def snake_order(text: str) -> str:
     """A persistent kernel's `text` with `_sn`: the block's items in snake order (the first stays `blockIdx.x`, so
     the first-item tests hold)."""
-    text = _swap(text, PERSIST_ITEMS, PERSIST_ITEMS + _SNAKE_NEXT)
-    text = _swap(text, "item < ITEMS; item += gridDim.x)", "item < ITEMS; item = next_item(item))", 2)
-    text = _swap(text, "item + (int)gridDim.x", "next_item(item)", 3)
-    return _swap(text, "item + gridDim.x", "next_item(item)")
+    text = swap_once(text, PERSIST_ITEMS, PERSIST_ITEMS + _SNAKE_NEXT)
+    text = swap_once(text, "item < ITEMS; item += gridDim.x)", "item < ITEMS; item = next_item(item))", 2)
+    text = swap_once(text, "item + (int)gridDim.x", "next_item(item)", 3)
+    return swap_once(text, "item + gridDim.x", "next_item(item)")
 
 
 # Head sections (`_hs`, persistent blocks): the items walk the heads a section at a time, a section the query heads of
@@ -466,5 +466,5 @@ _COORDS_SECTIONS = ("const int hsec = item / (SEC * MT), hsn = min(SEC, BH - hse
 def head_sections(text: str) -> str:
     """A persistent kernel's `text` with `_hs`: its items (producer's and consumers' alike) a section of heads at a
     time (tests/test_prefill_head_sections.py runs the kernel's own formula)."""
-    text = _swap(text, PERSIST_ITEMS, PERSIST_ITEMS + _SECTIONS)
-    return _swap(text, _COORDS_PLAIN, _COORDS_SECTIONS, 2)
+    text = swap_once(text, PERSIST_ITEMS, PERSIST_ITEMS + _SECTIONS)
+    return swap_once(text, _COORDS_PLAIN, _COORDS_SECTIONS, 2)
