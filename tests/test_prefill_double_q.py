@@ -10,15 +10,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from prefill_units import tensor_copy_unit
+from prefill_units import compiled_spills
 
-from ksearch.backends.nvcc import compile_check, nvcc_path
-from ksearch.kernels import tensor_map
+from ksearch.backends.nvcc import nvcc_path
 from ksearch.kernels.attention import wgmma_ws as WS
 from ksearch.kernels.attention.cuda_prefill import blocks_for
 from ksearch.kernels.attention.wgmma_ws_text import PERSIST_ITEMS
-from ksearch.kernels.cuda_headers import WGMMA_HEADER
-from ksearch.knowledge.resources import parse_ptxas
 
 SPLIT = "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_hs_kt_uw_q2"  # the dispatch's WIDE_SPLIT_TAIL with two Q buffers
 PERSIST = "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_q2"
@@ -164,13 +161,7 @@ def test_each_item_reads_the_q_rows_loaded_for_it_one_item_ahead(tmp_path: Path,
 
 @pytest.mark.skipif(nvcc_path() is None, reason="LOUD SKIP: nvcc not installed")
 def test_it_compiles_for_sm_90a_without_new_spills() -> None:
-    cases = ((SPLIT, 128, False), (SPLIT, 128, True), (PERSIST, 128, False), ("ws2_n128_s3_p4_tmas_pst_sn_q2", 64, True))
-    units = [tensor_copy_unit(f"q2n{i}_{d}", WS.parse_config(name), d, causal)
-             for i, (name, d, causal) in enumerate(cases)]
-    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
-    assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
-    spills = {k.kernel[:4]: k.spill_store_bytes for k in parse_ptxas(log)}
-    assert len(spills) == 4, log[-3000:]
+    spills = compiled_spills("q2n", ((SPLIT, 128, False), (SPLIT, 128, True), (PERSIST, 128, False),
+                                     ("ws2_n128_s3_p4_tmas_pst_sn_q2", 64, True)))
     # none at D=128 (the split tail without it spills 32 bytes); TALL at D=64 spills 12 bytes with the mask without it
     assert spills["q2n0"] == spills["q2n1"] == spills["q2n2"] == 0 and spills["q2n3"] <= 24, spills

@@ -1,26 +1,31 @@
 """Q by the producer's tensor copies in the persistent prefill (`_qt`): named and refused where it cannot apply, its
 shared memory and launch (a second map input, three maps a block), the hand-over of Q between producer and consumers
-run on a model of the two mbarriers with the parities and the copy's place taken from the kernel's text, and the
-kernels compiled for sm_90a."""
+run on a model of the two mbarriers with the parities and the copy's place taken from the kernel's text, the kernels
+compiled for sm_90a, and the split kernel's main loop shorter with it (its SASS)."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
-from prefill_units import tensor_copy_unit
+from prefill_units import compiled_spills
+from script_module import load_module
 
-from ksearch.backends.nvcc import compile_check, nvcc_path
-from ksearch.kernels import device, tensor_map
+from ksearch.backends.nvcc import nvcc_path
+from ksearch.kernels import device
 from ksearch.kernels.attention import wgmma_ws as WS
 from ksearch.kernels.attention.wgmma_ws_grid import kernel_io
-from ksearch.kernels.cuda_headers import WGMMA_HEADER
-from ksearch.knowledge.resources import parse_ptxas
 
 SPLIT = "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_hs_kt_uw_qt"  # the dispatch's WIDE_SPLIT_TAIL, Q by tensor copies
 PERSIST = "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_qt"
+SASS_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/prefill_sass.py"
+SASS = load_module(SASS_SCRIPT)
 TALL = "ws2_n128_s3_p4_tmas_pst_sn_qt"
 
 
@@ -199,14 +204,19 @@ def test_the_model_catches_a_wrong_parity_and_a_copy_too_late(rules: tuple[str |
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="LOUD SKIP: nvcc not installed")
-def test_it_compiles_for_sm_90a_with_a_shorter_main_loop_and_no_serialised_wgmma() -> None:
-    cases = ((SPLIT, 128, False), (SPLIT, 128, True), (PERSIST, 128, False), (TALL, 64, True))
-    units = [tensor_copy_unit(f"qt{i}_{d}", WS.parse_config(name), d, causal)
-             for i, (name, d, causal) in enumerate(cases)]
-    ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
-    assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
-    spills = {k.kernel[:3]: k.spill_store_bytes for k in parse_ptxas(log)}
-    assert len(spills) == 4, log[-3000:]
+def test_it_compiles_for_sm_90a_without_serialised_wgmma_or_spills_at_d128_with_the_mask() -> None:
+    spills = compiled_spills("qt", ((SPLIT, 128, False), (SPLIT, 128, True), (PERSIST, 128, False), (TALL, 64, True)))
     # the split kernel spills 32 bytes without the mask without `_qt`, TALL 12 with it
     assert spills["qt0"] <= 32 and spills["qt1"] == spills["qt2"] == 0 and spills["qt3"] <= 48, spills
+
+
+@pytest.mark.skipif(SASS.tool("cuobjdump") is None or SASS.tool("nvdisasm") is None or nvcc_path() is None,
+                    reason="LOUD SKIP: no nvcc, cuobjdump or nvdisasm: the main loop is not read")
+def test_its_main_loop_is_shorter_than_the_split_kernels(tmp_path: Path) -> None:
+    out = tmp_path / "sass.json"
+    subprocess.run([sys.executable, str(SASS_SCRIPT), SPLIT, SPLIT.replace("_qt", ""), "--shapes", "128",
+                    "--json", str(out)], check=True, capture_output=True, timeout=600)
+    rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
+    with_qt, without = rows[SPLIT], rows[SPLIT.replace("_qt", "")]
+    assert with_qt["hgmma"] == without["hgmma"] == 32 and with_qt["local"] == 0
+    assert with_qt["main_loop"] < without["main_loop"], (with_qt, without)
