@@ -26,7 +26,7 @@ SPLIT = "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_hs_kt_uw_qt"  # the dispatch's W
 PERSIST = "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_qt"
 SASS_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/prefill_sass.py"
 SASS = load_module(SASS_SCRIPT)
-TALL = "ws2_n128_s3_p4_tmas_pst_sn_qt"
+TALL = "ws2_n128_s3_p4_tmas_pst_preg32_sn_qt"  # at 24 producer registers it spills 52 bytes
 
 
 @pytest.mark.parametrize("name", [SPLIT, PERSIST, TALL])
@@ -206,8 +206,8 @@ def test_the_model_catches_a_wrong_parity_and_a_copy_too_late(rules: tuple[str |
 @pytest.mark.skipif(nvcc_path() is None, reason="LOUD SKIP: nvcc not installed")
 def test_it_compiles_for_sm_90a_without_serialised_wgmma_or_spills_at_d128_with_the_mask() -> None:
     spills = compiled_spills("qt", ((SPLIT, 128, False), (SPLIT, 128, True), (PERSIST, 128, False), (TALL, 64, True)))
-    # the split kernel spills 32 bytes without the mask without `_qt`, TALL 12 with it
-    assert spills["qt0"] <= 32 and spills["qt1"] == spills["qt2"] == 0 and spills["qt3"] <= 48, spills
+    # the split kernel spills 32 bytes without the mask without `_qt`
+    assert spills["qt0"] <= 32 and spills["qt1"] == spills["qt2"] == spills["qt3"] == 0, spills
 
 
 @pytest.mark.skipif(SASS.tool("cuobjdump") is None or SASS.tool("nvdisasm") is None or nvcc_path() is None,
