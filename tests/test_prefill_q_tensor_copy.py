@@ -220,3 +220,20 @@ def test_its_main_loop_is_shorter_than_the_split_kernels(tmp_path: Path) -> None
     with_qt, without = rows[SPLIT], rows[SPLIT.replace("_qt", "")]
     assert with_qt["hgmma"] == without["hgmma"] == 32 and with_qt["local"] == 0
     assert with_qt["main_loop"] < without["main_loop"], (with_qt, without)
+
+
+def test_q_is_copied_and_read_as_a_64_key_k_tile_is() -> None:
+    """Q's box, swizzle, descriptor and column offsets are those of a K tile of 64 keys, the layout the H200's checks
+    passed for K since the swizzled copies (KV_LAYOUT 2)."""
+    q_shape, k_shape = (2, 32, 2048, 128), (2, 8, 2048, 128)
+    assert WS.tma_geometry(q_shape, 64, 3)[2] == WS.tma_geometry(k_shape, 64, 3)[2] == (64, 64, 1)
+    text = WS.source_text(WS.parse_config(SPLIT))
+    assert "ks_desc(Qs + wg * 64 * D, 16, 1024) | kv_swizzle" in text
+    assert "KL[3] = {128, BN * 16, 16}, KS[3] = {(D / 8) * 128, 128, 1024}" in text  # K's lead 16, stride 1024
+    q_off = re.search(r"auto q_off = \[\]\(int kc\) \{ return (.*?); \};", text)
+    k_off = re.search(r"return KV_LAYOUT == 2 \? (.*?) :", text)
+    assert q_off and k_off
+    for kc in range(8):
+        assert eval(q_off[1], {"kc": kc}) == eval(k_off[1], {"kc": kc, "BN": 64})  # noqa: S307
+    # the box lands at a multiple of 1024 bytes (the swizzle's atom) for every warpgroup and 64 columns
+    assert "T* Qs = ones + 512;" in text and (64 * 128 * 2) % 1024 == 0 and (64 * 64 * 2) % 1024 == 0
