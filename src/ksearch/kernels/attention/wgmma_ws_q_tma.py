@@ -9,14 +9,13 @@ producer thread issues two copies a warpgroup (64 rows x 64 columns each); the c
 When: the producer copies an item's Q as it issues the item's last K / V tile of its first STAGES (tile 0 for the
 block's first item), after the consumers' arrival on `qempty`, which each consumer warp makes once its last product
 of the item before has completed (no wgmma reads Q any more). By then that item's last K tile is released, so the
-wait costs the producer at most the last P V; the copy then runs under that product and the epilogue, from L2: as it
-issues the item's first tile, STAGES - 1 tiles earlier, the producer asks L2 for the item's Q through the same map
-(a tensor prefetch a box; from HBM the copy would take longer than the epilogue; a bulk prefetch of the rows by
-address instead spilled 12-28 more bytes in the producer). One buffer:
-two would make Q's descriptors change from item to item, which cost the main loop 28 instructions a pair of tiles at
-D=128 (`_q2`, wgmma_ws_double_q.py). The phases: `qfull` completes once an item (the producer's expected bytes),
-`qempty` once an item (one arrival a consumer warp); each side waits on the other's phase of the item before, so
-neither runs two phases ahead.
+wait costs the producer at most the last P V; the copy then runs under that product and the epilogue. As it issues the
+item's first tile, STAGES - 1 tiles before the copy, the producer asks L2 for the item's Q through the same map (a
+tensor prefetch a box), so that the copy finds it there (not measured apart; a bulk prefetch of the rows by address
+instead spilled 12-28 more bytes in the producer). One buffer: two would make Q's descriptors change from item to
+item, which cost the main loop 28 instructions a pair of tiles at D=128 (`_q2`, wgmma_ws_double_q.py). The phases:
+`qfull` completes once an item (the producer's expected bytes), `qempty` once an item (one arrival a consumer warp);
+each side waits on the other's phase of the item before, so neither runs two phases ahead.
 
 Q's rows past L (a partial last block) are filled with zeros by the copy, computed on and never stored. The map over
 q is encoded on the host as K's is (`qmap`, an input), its address set in the kernel and published beside K's and V's
