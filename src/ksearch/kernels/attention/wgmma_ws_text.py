@@ -81,7 +81,7 @@ PRODUCER_COPIES = r"""      if (BULK) {  // k and v are tile images (tile_images
 # on, SM-count blocks later in launch order (a guess: blocks take SMs as they free up); persistent, the block's next
 # item. The consumers' Q load then reads L2 instead of HBM, the wait for Q at an item's start being 2.6 tiles' time
 # with one block an item and 1.2 persistent at D=128 (prefill_item_trace.py).
-def prefetch_q(bhq: str, m0: str) -> str:
+def _prefetch_q(bhq: str, m0: str) -> str:
     """The bulk prefetch into L2 of the Q rows (up to BM) of the item at query head `bhq`, first row `m0`."""
     return (f'{{ const int pm0 = {m0}; asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\\n" :: '
             f'"l"(q + ((size_t)({bhq}) * L + pm0) * D), "r"((unsigned)(min(BM, L - pm0) * D * (int)sizeof(T))) : '
@@ -134,7 +134,7 @@ PRODUCER_TMA = r"""      if (pl < 32) {
               asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
               const int nb = (int)(blockIdx.y * gridDim.x + blockIdx.x + nsm);
               if (nb < (int)(gridDim.x * gridDim.y))
-                """ + prefetch_q("nb / (int)gridDim.x", "((int)gridDim.x - 1 - nb % (int)gridDim.x) * BM") + r"""
+                """ + _prefetch_q("nb / (int)gridDim.x", "((int)gridDim.x - 1 - nb % (int)gridDim.x) * BM") + r"""
             }
             if (t >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
             copy(Ks + st * KB, gmap, t, kfull + st);
@@ -248,20 +248,23 @@ def swap_once(text: str, old: str, new: str, count: int = 1, what: str = "prefil
     return text.replace(old, new)
 
 
+_swap = swap_once  # this module's own replacements
+
+
 # Persistent (`_pst`, tensor copies only): one block a multiprocessor (blocks an SM x SMs in all) walks the work items
 # (BM query rows of one batch and query head) item = blockIdx.x, + gridDim.x, ..., every head's longest causal rows
 # first. Its producer runs on into the next item's K / V while the consumers store the last item's O and load their
 # next Q, so a block's start (maps published once, barriers, the first tiles in flight) and its end overlap the
 # neighbouring items instead of costing each block on its own (FlashAttention-3's persistent schedule without its
 # tile scheduler). Stages and phases follow a running count of the block's tiles, g0 + t.
-ITEM_COORDS = swap_once(BLOCK_COORDS,
+ITEM_COORDS = _swap(BLOCK_COORDS,
                     "const int mt = gridDim.x - 1 - blockIdx.x;  // longest causal tiles first\n"
                     "    const int bhq = blockIdx.y,",
                     "const int mt = MT - 1 - item / BH;  // every head's longest causal tiles first\n"
                     "    const int bhq = item % BH,")
 PERSIST_ITEMS = "\n    const int MT = (q_shape[2] + BM - 1) / BM, BH = q_shape[0] * q_shape[1], ITEMS = MT * BH;\n"
 _TMA_LOOP = PRODUCER_TMA[PRODUCER_TMA.index("          for (int t = 0; t < ntiles; ++t) {"):]
-PRODUCER_TMA_PERSIST = swap_once(swap_once(swap_once(swap_once(
+PRODUCER_TMA_PERSIST = _swap(_swap(_swap(_swap(
     PRODUCER_TMA, "((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 32;", "(size_t)blockIdx.x * 32;"),
     "          const int bh = b * Hkv + hk;\n", ""),
     "int t, unsigned long long* bar) {", "int t, int bh, unsigned long long* bar) {"),
@@ -272,7 +275,7 @@ PRODUCER_TMA_PERSIST = swap_once(swap_once(swap_once(swap_once(
             const int gt = g0 + t, st = gt % STAGES, ph = (gt / STAGES) & 1;
             if (QPF && t == max(0, ntiles - STAGES) && item + (int)gridDim.x < ITEMS) {  // this block's next item
               const int nx = item + (int)gridDim.x;
-              """ + prefetch_q("nx % BH", "(MT - 1 - nx / BH) * BM") + r"""
+              """ + _prefetch_q("nx % BH", "(MT - 1 - nx / BH) * BM") + r"""
             }
             if (gt >= STAGES) ks_mbar_wait(kempty + st, ph ^ 1);
             copy(Ks + st * KB, gmap, t, bh, kfull + st);
@@ -297,13 +300,13 @@ if (QNEXT && item + (int)gridDim.x < ITEMS) {
 _CONSUMER_START = '    if (PT == 128) asm volatile("setmaxnreg.inc'
 _FRAME_PERSIST = WS_SPLIT_FRAME[:WS_SPLIT_FRAME.index(_CONSUMER_START)].replace("{PRODUCER}", PRODUCER_TMA_PERSIST)
 _Q_LOAD = WS_SPLIT_FRAME[WS_SPLIT_FRAME.index(_CONSUMER_START):]
-_STEPS_RUNNING = swap_once(STEPS, "((t % STAGES) * KB", "(((g0 + t) % STAGES) * KB", 2)
+_STEPS_RUNNING = _swap(STEPS, "((t % STAGES) * KB", "(((g0 + t) % STAGES) * KB", 2)
 # Ping-pong (`_pp`) across items: the last warpgroup's turn that ends one item hands the first warpgroup the next
 # item's first turn, so the last warpgroup's opening arrival comes once a block, and the first warpgroup takes the
 # block's one remaining arrival after its last item. Opening and closing every item instead would let the last
 # warpgroup, done with an item, arrive twice on the first warpgroup's barrier before that one's closing wait: 256
 # arrivals from one side complete a barrier of 256 without the other.
-_HANDOVER_RUNNING = swap_once(swap_once(swap_once(WS_HANDOVER, "bar + t % STAGES, (t / STAGES) & 1",
+_HANDOVER_RUNNING = _swap(_swap(_swap(WS_HANDOVER, "bar + t % STAGES, (t / STAGES) & 1",
                                       "bar + (g0 + t) % STAGES, ((g0 + t) / STAGES) & 1"),
                                 "ks_mbar_arrive(bar + t % STAGES)", "ks_mbar_arrive(bar + (g0 + t) % STAGES)"),
                           "if (PP && wg == WG - 1) pp_arrive();",
@@ -316,7 +319,7 @@ SOURCE_TMA_PERSIST = (
     + _Q_LOAD[:_Q_LOAD.index("\n") + 1]  # the consumers' setmaxnreg, once
     + "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
     + "    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {" + ITEM_COORDS + ROWS_HERE
-    + swap_once(swap_once(_Q_LOAD[_Q_LOAD.index("\n") + 1:], "    ks_load_core<D, 128, 64>",
+    + _swap(_swap(_Q_LOAD[_Q_LOAD.index("\n") + 1:], "    ks_load_core<D, 128, 64>",
                   "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>"),
             "    ks_commit_w();\n", "    if (!QNEXT || item == blockIdx.x) ks_commit_w();\n")
     + REGISTERS + _STEPS_RUNNING + _HANDOVER_RUNNING
@@ -348,11 +351,11 @@ _RESCALE_VOTED = """      if (!__any_sync(0xffffffffu, corr[0] != 1.f || corr[1]
 def conditional_rescale(text: str) -> str:
     """The kernel `text` with `_cr`'s softmax: rows keep their maximum while it grows by at most 2^8, O multiplied
     only when a warp has a row that did not, at the top of each step instead of under S(t)."""
-    text = swap_once(text, "      #pragma unroll\n" + _RESCALE, _RESCALE_VOTED)
-    text = swap_once(text, _MAX_UPDATE, _MAX_KEPT)
-    text = swap_once(text, "issue_s(t);\n      rescale();\n", "issue_s(t);\n", 2)
+    text = _swap(text, "      #pragma unroll\n" + _RESCALE, _RESCALE_VOTED)
+    text = _swap(text, _MAX_UPDATE, _MAX_KEPT)
+    text = _swap(text, "issue_s(t);\n      rescale();\n", "issue_s(t);\n", 2)
     for first in ("const int t = t0;", "const int t = t0 + 1;"):
-        text = swap_once(text, first, first + "\n      rescale();  // O *= corr(t - 1) before P(t - 1) V(t - 1)")
+        text = _swap(text, first, first + "\n      rescale();  // O *= corr(t - 1) before P(t - 1) V(t - 1)")
     return text
 
 
@@ -390,14 +393,14 @@ def own_tiles(text: str) -> str:
     """A producer kernel's `text` with `_wt`: each consumer warpgroup's main loop runs to its own tile count
     (`ctiles`), and the tiles past it are waited for and released without a product (tests/test_prefill_own_tiles.py
     runs this hand-over on a model of the stages' mbarriers)."""
-    text = swap_once(text, "    wait_full(kfull, 0);", _OWN_COUNT)
+    text = _swap(text, "    wait_full(kfull, 0);", _OWN_COUNT)
     for old in ("t0 < ntiles;", "t0 + 1 < ntiles)", "if (ntiles % 2 == 0)", "wait_full(vfull, ntiles - 1);",
                 "issue_pv(ntiles - 1, pa[0]);"):
-        text = swap_once(text, old, old.replace("ntiles", "ctiles"))
+        text = _swap(text, old, old.replace("ntiles", "ctiles"))
     if "release(vempty, ntiles - 1);" in text:  # persistent: the last tile's stage handed back before the next item
-        return swap_once(swap_once(text, "release(vempty, ntiles - 1);", "release(vempty, ctiles - 1);"),
+        return _swap(_swap(text, "release(vempty, ntiles - 1);", "release(vempty, ctiles - 1);"),
                      EPILOGUE, EPILOGUE + _OWN_DRAIN)
-    return swap_once(text, EPILOGUE, EPILOGUE + _OWN_LAST_V + _OWN_DRAIN)
+    return _swap(text, EPILOGUE, EPILOGUE + _OWN_LAST_V + _OWN_DRAIN)
 
 
 # Snake order (`_sn`, persistent blocks): block b takes item b of the first round of gridDim.x items, item G - 1 - b of
@@ -431,19 +434,19 @@ _COUNT_UNSIGNED = _COUNT_SIGNED.replace("int g0", "unsigned g0")
 def uniform_index(text: str) -> str:
     """A producer kernel's `text` with `_uw`: the warpgroup index from lane 0, a persistent kernel's consumers'
     running tile count unsigned."""
-    text = swap_once(text, _WG_PLAIN, _WG_UNIFORM)
+    text = _swap(text, _WG_PLAIN, _WG_UNIFORM)
     if _COUNT_SIGNED in text:
-        text = swap_once(text, _COUNT_SIGNED, _COUNT_UNSIGNED)
+        text = _swap(text, _COUNT_SIGNED, _COUNT_UNSIGNED)
     return text
 
 
 def snake_order(text: str) -> str:
     """A persistent kernel's `text` with `_sn`: the block's items in snake order (the first stays `blockIdx.x`, so
     the first-item tests hold)."""
-    text = swap_once(text, PERSIST_ITEMS, PERSIST_ITEMS + _SNAKE_NEXT)
-    text = swap_once(text, "item < ITEMS; item += gridDim.x)", "item < ITEMS; item = next_item(item))", 2)
-    text = swap_once(text, "item + (int)gridDim.x", "next_item(item)", 3)
-    return swap_once(text, "item + gridDim.x", "next_item(item)")
+    text = _swap(text, PERSIST_ITEMS, PERSIST_ITEMS + _SNAKE_NEXT)
+    text = _swap(text, "item < ITEMS; item += gridDim.x)", "item < ITEMS; item = next_item(item))", 2)
+    text = _swap(text, "item + (int)gridDim.x", "next_item(item)", 3)
+    return _swap(text, "item + gridDim.x", "next_item(item)")
 
 
 # Head sections (`_hs`, persistent blocks): the items walk the heads a section at a time, a section the query heads of
@@ -466,5 +469,5 @@ _COORDS_SECTIONS = ("const int hsec = item / (SEC * MT), hsn = min(SEC, BH - hse
 def head_sections(text: str) -> str:
     """A persistent kernel's `text` with `_hs`: its items (producer's and consumers' alike) a section of heads at a
     time (tests/test_prefill_head_sections.py runs the kernel's own formula)."""
-    text = swap_once(text, PERSIST_ITEMS, PERSIST_ITEMS + _SECTIONS)
-    return swap_once(text, _COORDS_PLAIN, _COORDS_SECTIONS, 2)
+    text = _swap(text, PERSIST_ITEMS, PERSIST_ITEMS + _SECTIONS)
+    return _swap(text, _COORDS_PLAIN, _COORDS_SECTIONS, 2)
