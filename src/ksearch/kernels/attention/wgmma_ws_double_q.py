@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import re
 
-from ksearch.kernels.attention.wgmma_ws_text import swap_once
+from ksearch.kernels.attention.wgmma_ws_text import CONSUMER_COUNT, CONSUMER_ITEM_END, swap_once
 
-_COUNT = "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
+_COUNT = CONSUMER_COUNT
 _LOOP = re.compile(re.escape(_COUNT) + r"    for \(int (v?item) = blockIdx\.x; \1 < (V?ITEMS); (.*?)\) \{\n")
 _Q_BARRIER = '    ks_wait_w<0>();\n    ks_proxy_fence();\n    asm volatile("bar.sync %0, 128;\\n" :: "r"(1 + wg) : "memory");\n'
 _FIRST_LOAD = "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>(Qs + "
 _FIRST_COMMIT = "    if (!QNEXT || item == blockIdx.x) ks_commit_w();\n"
-_ITEM_END = "    g0 += ntiles;\n    }\n"
+_ITEM_END = CONSUMER_ITEM_END
 # Both buffers' descriptors made once, one picked an item. Made from the item's buffer address inside the item loop,
 # ptxas rebuilt Q's seven further descriptors in the main loop: 624-626 instructions a pair of tiles at D=128 without
 # the mask against one buffer's 582-588 (prefill_sass.py); picked, 616, and no spills

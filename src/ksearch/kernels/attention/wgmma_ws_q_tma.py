@@ -24,7 +24,7 @@ in the block's slot of the scratch output `maps` (three maps a block instead of 
 
 from __future__ import annotations
 
-from ksearch.kernels.attention.wgmma_ws_text import swap_once
+from ksearch.kernels.attention.wgmma_ws_text import CONSUMER_COUNT, CONSUMER_ITEM_END, swap_once
 
 _FRAME_BARS = ("    unsigned long long *kfull = bars, *kempty = bars + STAGES, *vfull = bars + 2 * STAGES, "
                "*vempty = bars + 3 * STAGES;\n")
@@ -64,7 +64,7 @@ _Q_COPY = """            if (qi > 0 && t == 0 && ntiles > 1) {  // `_qt`: this i
 _SMEM = "extern __shared__ __align__(128) unsigned char ks_smem[];"
 _Q_ALIGNED = ("T* Qs = ones + 512;  // `_qt`: swizzled, at byte 1024\n"
               "    if (threadIdx.x == 0 && (ks_saddr(Qs) & 1023)) __trap();")
-_COUNT = "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
+_COUNT = CONSUMER_COUNT
 _CONSUMER_LOAD = """    if (!QNEXT || item == blockIdx.x)
       ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg + (size_t)wg * 64 * D, max(0, min(64, rows_here - wg * 64)), wt);
     if (!QNEXT || item == blockIdx.x) ks_commit_w();
@@ -75,7 +75,7 @@ _CONSUMER_LOAD = """    if (!QNEXT || item == blockIdx.x)
 _CONSUMER_WAIT = "    ks_mbar_wait(qfull, qi & 1);  // `_qt`: this item's Q, copied by the producer\n"
 _LAST_PRODUCT = "  // the next item's tiles reuse the stage"
 _Q_READ = "\nif (lane == 0) ks_mbar_arrive(qempty);  // `_qt`: this warp's products are done with Q"
-_ITEM_END = "    g0 += ntiles;\n    }\n"
+_ITEM_END = CONSUMER_ITEM_END
 _Q_DESC = "ks_desc(Qs + wg * 64 * D, qk_lead, qk_stride);"
 _Q_DESC_SWIZZLED = "ks_desc(Qs + wg * 64 * D, 16, 1024) | kv_swizzle;  // `_qt`: Q as a 64-row swizzled tile"
 _ISSUE_S = "    auto issue_s = [&](int t) {"

@@ -311,13 +311,16 @@ _HANDOVER_RUNNING = _swap(_swap(_swap(WS_HANDOVER, "bar + t % STAGES, (t / STAGE
                                 "ks_mbar_arrive(bar + t % STAGES)", "ks_mbar_arrive(bar + (g0 + t) % STAGES)"),
                           "if (PP && wg == WG - 1) pp_arrive();",
                           "if (PP && wg == WG - 1 && item == (int)blockIdx.x) pp_arrive();")
+# The consumers' running tile count and the end of their item loop: anchors for the options that add to that loop
+CONSUMER_COUNT = "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
+CONSUMER_ITEM_END = "    g0 += ntiles;\n    }\n"
 PP_LAST_TURN = '    if (PP && wg == 0) asm volatile("bar.sync %0, 256;\\n" :: "r"(8) : "memory");\n'
 
 SOURCE_TMA_PERSIST = (
     "    constexpr int STAGES = NSTAGES, PT = 32 * PWARPS;\n    constexpr int KV_LAYOUT = TMA == 3 ? 2 : 1;"
     + SETUP_SMEM + SETUP_LAYOUT + PERSIST_ITEMS + _FRAME_PERSIST
     + _Q_LOAD[:_Q_LOAD.index("\n") + 1]  # the consumers' setmaxnreg, once
-    + "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
+    + CONSUMER_COUNT
     + "    for (int item = blockIdx.x; item < ITEMS; item += gridDim.x) {" + ITEM_COORDS + ROWS_HERE
     + _swap(_swap(_Q_LOAD[_Q_LOAD.index("\n") + 1:], "    ks_load_core<D, 128, 64>",
                   "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>"),
@@ -328,7 +331,7 @@ SOURCE_TMA_PERSIST = (
                after_pv="release(vempty, t - 1);", last="wait_full(vfull, ntiles - 1);\npp_sync();",
                issued="pp_arrive();",
                end="release(vempty, ntiles - 1);  // the next item's tiles reuse the stage" + Q_NEXT)
-    + EPILOGUE + "    g0 += ntiles;\n    }\n" + PP_LAST_TURN)
+    + EPILOGUE + CONSUMER_ITEM_END + PP_LAST_TURN)
 
 # Conditional rescale (`_cr`, FlashAttention-4's): a row keeps its old maximum while the tile's grew it by at most
 # 2^8 in exp2's units, so P <= 256 (fp16 and bf16 hold it; O and the row sums are fp32) and corr is exactly 1; O is
@@ -427,7 +430,7 @@ _SNAKE_NEXT = """
 # `WIDE`'s (python benchmarks/prefill_sass.py).
 _WG_PLAIN = "const int wg = threadIdx.x / 128,"
 _WG_UNIFORM = "const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0),"
-_COUNT_SIGNED = "    int g0 = 0;  // K / V tiles this block consumed before this item\n"
+_COUNT_SIGNED = CONSUMER_COUNT
 _COUNT_UNSIGNED = _COUNT_SIGNED.replace("int g0", "unsigned g0")
 
 
