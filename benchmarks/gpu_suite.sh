@@ -26,9 +26,9 @@
 #                                   each (the dispatch's own column both ways)
 #   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios
 #   prefill-candidates CONFIG...    configurations beside the dispatch: check-prefill (KS_CHECK_CONFIGS), `bench attention
-#                                   --full --configs` in two processes (CALLS=chained: the calls chained; LENGTHS=2048:
-#                                   the shapes at those lengths only), their items
-#                                   traced at L=2048
+#                                   --full --configs` in two processes (CALLS=chained: the calls chained; CALLS="independent
+#                                   chained": both; LENGTHS=2048: the shapes at those lengths only), their items
+#                                   traced at L=2048 (NO_TRACE=1: not)
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
 #   item-trace [ARGS]               where a prefill work item's time goes (prefill_item_trace.py; ARGS are its options;
 #                                   by default the library's three kernels at D=128, L=2048 and 8192)
@@ -220,11 +220,14 @@ prefill_candidates() {
   echo "check-prefill: $(grep -c ' ok$' "$OUT/attention-check-prefill-candidates.log") ok"
   grep -v " ok$" "$OUT/attention-check-prefill-candidates.log" | tail -4
   grep -q "prefill: 0 failures" "$OUT/attention-check-prefill-candidates.log" || die "a candidate failed its check"
-  local run
-  for run in candidates candidates-rerun; do
-    timeout -k 10 150 "${KS[@]}" bench attention --full --calls "${CALLS:-independent}" --lengths "${LENGTHS:-}" \
-      --configs "$list" --out "$OUT/$run" 2>&1 | tail -1 | cut -c1-600
+  local run calls
+  for calls in ${CALLS:-independent}; do  # CALLS="independent chained": both, after one check
+    for run in candidates candidates-rerun; do
+      timeout -k 10 150 "${KS[@]}" bench attention --full --calls "$calls" --lengths "${LENGTHS:-}" \
+        --configs "$list" --out "$OUT/$run" 2>&1 | tail -1 | cut -c1-600
+    done
   done
+  [ -n "${NO_TRACE:-}" ] && return 0
   timeout -k 10 100 "$PY" benchmarks/prefill_item_trace.py "$OUT/item-trace" --lengths 2048 \
     --configs "ws3_n64_s4_p4_tmas_cr,$list" 2>&1 | grep -v "^wrote" | cut -c1-400
 }
