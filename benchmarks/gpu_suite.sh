@@ -28,7 +28,7 @@
 #   prefill-candidates CONFIG...    configurations beside the dispatch: check-prefill (KS_CHECK_CONFIGS), `bench attention
 #                                   --full --configs` in two processes (CALLS=chained: the calls chained; CALLS="independent
 #                                   chained": both; LENGTHS=2048: the shapes at those lengths only), their items
-#                                   traced at L=2048 (NO_TRACE=1: not)
+#                                   traced at L=2048 (NO_TRACE=1: not; CHECK_S: the check's limit, 200 s)
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
 #   item-trace [ARGS]               where a prefill work item's time goes (prefill_item_trace.py; ARGS are its options;
 #                                   by default the library's three kernels at D=128, L=2048 and 8192)
@@ -215,7 +215,7 @@ prefill_candidates() {
   # shapes in two processes, and their work items traced at L=2048 (D=128; their own phases and cycles a tile).
   local list
   list=$(IFS=,; echo "$*")
-  KS_CHECK_CONFIGS=$list timeout -k 10 200 "$PY" benchmarks/attention_gpu.py check-prefill \
+  KS_CHECK_CONFIGS=$list timeout -k 10 "${CHECK_S:-200}" "$PY" benchmarks/attention_gpu.py check-prefill \
     > "$OUT/attention-check-prefill-candidates.log" 2>&1
   echo "check-prefill: $(grep -c ' ok$' "$OUT/attention-check-prefill-candidates.log") ok"
   grep -v " ok$" "$OUT/attention-check-prefill-candidates.log" | tail -4
