@@ -25,10 +25,11 @@
 #   prefill-calls                   `bench attention --full` with the calls chained and independent, two processes
 #                                   each (the dispatch's own column both ways)
 #   prefill-configs [CONFIG...]     wgmma configurations side by side (attention_wgmma_check.py) and their ratios
-#   prefill-candidates CONFIG...    configurations beside the dispatch: check-prefill (KS_CHECK_CONFIGS), `bench attention
-#                                   --full --configs` in two processes (CALLS=chained: the calls chained; CALLS="independent
-#                                   chained": both; LENGTHS=2048: the shapes at those lengths only), their items
-#                                   traced at L=2048 (NO_TRACE=1: not; CHECK_S: the check's limit, 200 s)
+#   prefill-candidates CONFIG...    configurations beside the dispatch: check-prefill (KS_CHECK_CONFIGS), `bench
+#                                   attention --full --configs` in two processes (CALLS=chained: the calls chained;
+#                                   CALLS="independent chained": both; LENGTHS=2048: the shapes at those lengths
+#                                   only), their items traced at L=2048 (NO_TRACE=1: not; CHECK_S: the check's
+#                                   limit, 200 s)
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
 #   item-trace [ARGS]               where a prefill work item's time goes (prefill_item_trace.py; ARGS are its options;
 #                                   by default the library's three kernels at D=128, L=2048 and 8192)
