@@ -1,0 +1,122 @@
+"""Float32 prefill: the 3xTF32 tensor-core kernel (kernels/attention/tf32x3.py) checked and timed.
+
+    python benchmarks/prefill_fp32.py check         # against a true fp32 reference (MLX's matmuls with TF32 off)
+    python benchmarks/prefill_fp32.py bench OUT_DIR  # beside MLX's own float32 attention, interleaved, one process
+
+`check` sets MLX_ENABLE_TF32=0 before MLX loads, so that the reference's matmuls are fp32 (MLX runs float32 matmuls
+on CUDA as TF32 by default); every case is held to the float32 tolerance of the tasks (1e-4 absolute + 1e-4
+relative), partial tiles, GQA and the mask among them. `bench` leaves MLX as a user has it (TF32 on): native is
+`mx.fast.scaled_dot_product_attention`, which for float32 runs two TF32 matmuls and a softmax; each shape's row also
+records how far native's output lies from ours (ours being within fp32's error, that is native's TF32 error), and
+writes `attention-prefill-fp32-<device>.json` (ksearch-bench/1).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from functools import partial
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else ""
+if MODE == "check":
+    os.environ["MLX_ENABLE_TF32"] = "0"
+
+import mlx.core as mx  # noqa: E402
+
+from ksearch.kernels.attention.tf32x3 import attention_tf32x3  # noqa: E402
+
+# (B, Hq, Hkv, L, S, D, causal): the attention task's fp32 holdout workload first, then the benchmark's shapes at
+# fp32 and partial blocks and tiles.
+BENCH = [(1, 32, 8, 2048, 2048, 128, False), (1, 32, 8, 2048, 2048, 128, True), (1, 32, 8, 4096, 4096, 128, False),
+         (1, 32, 8, 4096, 4096, 128, True), (4, 32, 8, 2048, 2048, 128, False), (2, 32, 32, 2048, 2048, 64, False),
+         (2, 32, 32, 2048, 2048, 64, True), (1, 32, 8, 8192, 8192, 64, False)]
+CHECK = [(1, 4, 2, 128, 128, 64, False), (1, 4, 2, 128, 128, 64, True), (2, 4, 1, 100, 77, 128, False),
+         (1, 8, 2, 77, 300, 128, True), (1, 6, 3, 333, 333, 64, True), (1, 4, 4, 1, 50, 128, False),
+         (1, 4, 4, 1, 50, 128, True), (1, 32, 8, 2048, 2048, 128, False), (1, 8, 8, 1024, 1024, 128, True),
+         (2, 8, 2, 512, 1024, 64, True)]
+
+
+def inputs(b: int, hq: int, hkv: int, length: int, s: int, d: int, seed: int = 0) -> tuple[mx.array, ...]:
+    key = mx.random.key(seed)
+    kq, kk, kv = mx.random.split(key, 3)
+    q = mx.random.normal((b, hq, length, d), key=kq)
+    k = mx.random.normal((b, hkv, s, d), key=kk)
+    v = mx.random.normal((b, hkv, s, d), key=kv)
+    mx.eval(q, k, v)
+    return q, k, v
+
+
+def reference(q: mx.array, k: mx.array, v: mx.array, causal: bool) -> mx.array:
+    """Query-blocked fp32 attention with MLX ops (exact fp32 when TF32 is off)."""
+    b, hq, length, d = q.shape
+    hkv, s = k.shape[1], k.shape[2]
+    kr, vr = mx.repeat(k, hq // hkv, axis=1), mx.repeat(v, hq // hkv, axis=1)
+    outs = []
+    for r0 in range(0, length, 512):
+        sc = (q[:, :, r0:r0 + 512] @ kr.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(d))
+        if causal:
+            rows = mx.arange(r0, min(r0 + 512, length))[:, None] + (s - length)
+            sc = mx.where(mx.arange(s)[None, :] <= rows, sc, -mx.inf)
+        p = mx.exp(sc - mx.max(sc, axis=-1, keepdims=True))
+        outs.append((p / mx.sum(p, axis=-1, keepdims=True)) @ vr)
+        mx.eval(outs[-1])
+    return mx.concatenate(outs, axis=2)
+
+
+def excess(out: mx.array, ref: mx.array) -> float:
+    """The largest |out - ref| / (1e-4 + 1e-4 |ref|): at most 1 within the tasks' float32 tolerance."""
+    return float(mx.max(mx.abs(out - ref) / (1e-4 + 1e-4 * mx.abs(ref))).item())
+
+
+def check() -> int:
+    bad = 0
+    for shape in CHECK:
+        b, hq, hkv, length, s, d, causal = shape
+        q, k, v = inputs(b, hq, hkv, length, s, d)
+        ref = reference(q, k, v, causal)
+        e = excess(attention_tf32x3(q, k, v, causal), ref)
+        bad += not e <= 1.0
+        print(f"fp32 {shape}: {e:.3f} of the tolerance {'ok' if e <= 1.0 else 'FAIL'}", flush=True)
+    print(f"fp32: {bad} failures", flush=True)
+    return 1 if bad else 0
+
+
+def bench(out_dir: str) -> int:
+    from ksearch.backends import get_backend
+    from ksearch.bench.results import make_result, write_result
+    from ksearch.bench.timing import geomean, latency_stats, ratio_stats, time_rounds
+    from ksearch.kernels.attention import native_attention
+
+    rows = []
+    for shape in BENCH:
+        b, hq, hkv, length, s, d, causal = shape
+        q, k, v = inputs(b, hq, hkv, length, s, d)
+        ours, native = attention_tf32x3(q, k, v, causal), native_attention(q, k, v, causal)
+        apart = excess(native, ours)
+        calls = {"ours": partial(attention_tf32x3, q, k, v, causal), "native": partial(native_attention, q, k, v, causal)}
+        times = time_rounds(calls, rounds=15, round_s=0.02)
+        flops = 4.0 * b * hq * length * s * d / (2 if causal else 1)
+        row = {"shape": list(shape), **latency_stats(times["ours"]),
+               "native_latency_s": latency_stats(times["native"])["latency_s"],
+               **ratio_stats(times["ours"], times["native"]),
+               "tflops": flops / latency_stats(times["ours"])["latency_s"] / 1e12,
+               "native_apart_of_tolerance": apart}
+        rows.append(row)
+        print(f"{shape}: {row['latency_s'] * 1e3:.3f} ms vs native {row['native_latency_s'] * 1e3:.3f} ms -> "
+              f"{row['speedup']:.2f}x, {row['tflops']:.1f} TFLOP/s; native {apart:.1f}x the fp32 tolerance from ours",
+              flush=True)
+    summary = {"geomean_speedup": geomean([r["speedup"] for r in rows])}
+    print(f"geomean {summary['geomean_speedup']:.3f}x", flush=True)
+    data = make_result("attention-prefill-fp32", get_backend(None), rows, [list(s) for s in BENCH], ["float32"],
+                       summary, "3xTF32 kernel (tf32x3.py) beside MLX's float32 attention with MLX's defaults")
+    print(f"wrote {write_result(data, out_dir)}")
+    return 0
+
+
+if __name__ == "__main__":
+    if MODE == "check":
+        sys.exit(check())
+    if MODE == "bench" and len(sys.argv) > 2:
+        sys.exit(bench(sys.argv[2]))
+    sys.exit(__doc__)
