@@ -90,8 +90,8 @@ __device__ __forceinline__ void ks3_mma3(float* c, const unsigned* ab, const uns
   ks3_mma(c, ab, bb[0], bb[1]);
 }
 // rows x D floats from global (row stride D) into a tile of rows SR floats long; rows at or past `valid` read as zeros.
-template <int D, int SR, int NT>
-__device__ __forceinline__ void ks3_load(float* sm, const float* g, int rows, int valid) {
+template <int D, int SR, int NT, typename G>
+__device__ __forceinline__ void ks3_load(float* sm, const G* g, int rows, int valid) {
   constexpr int CPR = D / 4;
   for (int i = threadIdx.x; i < rows * CPR; i += NT) {
     const int r = i / CPR, c = i % CPR;
@@ -106,7 +106,8 @@ __device__ __forceinline__ void ks3_load(float* sm, const float* g, int rows, in
 """
 
 # Template constants: D (64 | 128), BM (16 * warps), BN (keys a tile, a multiple of 8), CAUSAL, QREG (Q's split
-# fragments kept in registers for the whole block instead of split again every tile). T is float.
+# fragments kept in registers for the whole block instead of split again every tile). T is float; the text compiles
+# for any T (a checker may build it with a candidate's other dtype), and the callers launch it for float32 only.
 SOURCE = r"""
     constexpr int NW = BM / 16, NT = NW * 32, SQ = D + 16, SV = D + 4;
     extern __shared__ __align__(128) float ks_smem[];
@@ -232,7 +233,7 @@ SOURCE = r"""
     for (int half = 0; half < 2; ++half) {
       const int row = row_lo + half * 8;
       if (row < L) {
-        float* og = o + ((size_t)bhq * L + row) * D + 4 * tq;
+        T* og = o + ((size_t)bhq * L + row) * D + 4 * tq;
         #pragma unroll
         for (int j = 0; j < D / 16; ++j) {
           float4 x = ks3_out(oacc[2 * j], oacc[2 * j + 1], half);
