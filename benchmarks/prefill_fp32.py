@@ -3,6 +3,9 @@
     python benchmarks/prefill_fp32.py check         # against a true fp32 reference (MLX's matmuls with TF32 off)
     python benchmarks/prefill_fp32.py bench OUT_DIR  # beside MLX's own float32 attention, interleaved, one process
 
+Both take the kernel's two forms: the default and the fragment layouts (`Tf32Config(frag=True)`, "frag" below),
+each with Q's fragments in registers at D=64.
+
 `check` sets MLX_ENABLE_TF32=0 before MLX loads, so that the reference's matmuls are fp32 (MLX runs float32 matmuls
 on CUDA as TF32 by default); every case is held to the float32 tolerance of the tasks (1e-4 absolute + 1e-4
 relative), partial tiles, GQA and the mask among them. `bench` leaves MLX as a user has it (TF32 on): native is
@@ -24,7 +27,7 @@ if MODE == "check":
 
 import mlx.core as mx  # noqa: E402
 
-from ksearch.kernels.attention.tf32x3 import attention_tf32x3  # noqa: E402
+from ksearch.kernels.attention.tf32x3 import Tf32Config, attention_tf32x3, default_config  # noqa: E402
 
 # (B, Hq, Hkv, L, S, D, causal): the attention task's fp32 holdout workload first, then the benchmark's shapes at
 # fp32 and partial blocks and tiles.
@@ -64,6 +67,11 @@ def reference(q: mx.array, k: mx.array, v: mx.array, causal: bool) -> mx.array:
     return mx.concatenate(outs, axis=2)
 
 
+def forms(d: int) -> dict[str, Tf32Config]:
+    """The kernel's forms at head dim d: "ours" (the default) and "frag" (the fragment layouts)."""
+    return {"ours": default_config(d), "frag": Tf32Config(qreg=d == 64, frag=True)}
+
+
 def excess(out: mx.array, ref: mx.array) -> float:
     """The largest |out - ref| / (1e-4 + 1e-4 |ref|): at most 1 within the tasks' float32 tolerance."""
     return float(mx.max(mx.abs(out - ref) / (1e-4 + 1e-4 * mx.abs(ref))).item())
@@ -75,9 +83,10 @@ def check() -> int:
         b, hq, hkv, length, s, d, causal = shape
         q, k, v = inputs(b, hq, hkv, length, s, d)
         ref = reference(q, k, v, causal)
-        e = excess(attention_tf32x3(q, k, v, causal), ref)
-        bad += not e <= 1.0
-        print(f"fp32 {shape}: {e:.3f} of the tolerance {'ok' if e <= 1.0 else 'FAIL'}", flush=True)
+        for form, cfg in forms(d).items():
+            e = excess(attention_tf32x3(q, k, v, causal, cfg), ref)
+            bad += not e <= 1.0
+            print(f"fp32 {form} {shape}: {e:.3f} of the tolerance {'ok' if e <= 1.0 else 'FAIL'}", flush=True)
     print(f"fp32: {bad} failures", flush=True)
     return 1 if bad else 0
 
@@ -92,22 +101,26 @@ def bench(out_dir: str) -> int:
     for shape in BENCH:
         b, hq, hkv, length, s, d, causal = shape
         q, k, v = inputs(b, hq, hkv, length, s, d)
-        ours, native = attention_tf32x3(q, k, v, causal), native_attention(q, k, v, causal)
+        cfgs = forms(d)
+        ours, native = attention_tf32x3(q, k, v, causal, cfgs["ours"]), native_attention(q, k, v, causal)
         apart = excess(native, ours)
-        calls = {"ours": partial(attention_tf32x3, q, k, v, causal), "native": partial(native_attention, q, k, v, causal)}
-        times = time_rounds(calls, rounds=15, round_s=0.02)
+        calls = {f: partial(attention_tf32x3, q, k, v, causal, c) for f, c in cfgs.items()}
+        times = time_rounds({**calls, "native": partial(native_attention, q, k, v, causal)}, rounds=15, round_s=0.02)
         flops = 4.0 * b * hq * length * s * d / (2 if causal else 1)
         row = {"shape": list(shape), **latency_stats(times["ours"]),
                "native_latency_s": latency_stats(times["native"])["latency_s"],
                **ratio_stats(times["ours"], times["native"]),
                "tflops": flops / latency_stats(times["ours"])["latency_s"] / 1e12,
-               "native_apart_of_tolerance": apart}
+               "native_apart_of_tolerance": apart,
+               "frag": {**ratio_stats(times["frag"], times["native"]),
+                        "tflops": flops / latency_stats(times["frag"])["latency_s"] / 1e12}}
         rows.append(row)
         print(f"{shape}: {row['latency_s'] * 1e3:.3f} ms vs native {row['native_latency_s'] * 1e3:.3f} ms -> "
-              f"{row['speedup']:.2f}x, {row['tflops']:.1f} TFLOP/s; native {apart:.1f}x the fp32 tolerance from ours",
-              flush=True)
-    summary = {"geomean_speedup": geomean([r["speedup"] for r in rows])}
-    print(f"geomean {summary['geomean_speedup']:.3f}x", flush=True)
+              f"{row['speedup']:.2f}x, {row['tflops']:.1f} TFLOP/s; frag {row['frag']['speedup']:.2f}x, "
+              f"{row['frag']['tflops']:.1f} TFLOP/s; native {apart:.1f}x the fp32 tolerance from ours", flush=True)
+    summary = {"geomean_speedup": geomean([r["speedup"] for r in rows]),
+               "frag_geomean_speedup": geomean([r["frag"]["speedup"] for r in rows])}
+    print(f"geomean {summary['geomean_speedup']:.3f}x, frag {summary['frag_geomean_speedup']:.3f}x", flush=True)
     data = make_result("attention-prefill-fp32", get_backend(None), rows, [list(s) for s in BENCH], ["float32"],
                        summary, "3xTF32 kernel (tf32x3.py) beside MLX's float32 attention with MLX's defaults")
     print(f"wrote {write_result(data, out_dir)}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -64,10 +65,17 @@ int main() {
   std::uniform_real_distribution<float> ud(0.f, 1.f);
   std::vector<float> Qs(BM * (D + 16), NAN), Ks(BN * (D + 16), NAN), Vs(BN * (D + 4), NAN);
   std::vector<double> q(BM * D), k(BN * D), v(BN * D);
-  for (int r = 0; r < BM; ++r) for (int c = 0; c < D; ++c) Qs[ks3_qk<D>(r, c)] = q[r * D + c] = nd(rng);
+  std::vector<float> Qi(BM / 2 * (2 * D + 16), NAN), Vt(D * BN, NAN);
+  for (int r = 0; r < BM; ++r) for (int c = 0; c < D; ++c) {
+    Qs[ks3_qk<D>(r, c)] = q[r * D + c] = nd(rng);
+    if (!std::isnan(Qi[ks3_qi_at<D>(r, c)])) { std::printf("Q slot taken twice\n"); return 1; }
+    Qi[ks3_qi_at<D>(r, c)] = (float)q[r * D + c];
+  }
   for (int r = 0; r < BN; ++r) for (int c = 0; c < D; ++c) {
     Ks[ks3_qk<D>(r, c)] = k[r * D + c] = nd(rng);
     Vs[ks3_v<D>(r, c)] = v[r * D + c] = nd(rng);
+    if (!std::isnan(Vt[ks3_vt<BN>(c, r)])) { std::printf("V^T slot taken twice\n"); return 1; }
+    Vt[ks3_vt<BN>(c, r)] = (float)v[r * D + c];
   }
   auto f4 = [](const std::vector<float>& s, int at) { return float4{s[at], s[at + 1], s[at + 2], s[at + 3]}; };
   auto f2 = [](const std::vector<float>& s, int at) { return float2{s[at], s[at + 1]}; };
@@ -78,14 +86,19 @@ int main() {
       float ab[32][4], as[32][4];
       for (int l = 0; l < 32; ++l) {
         float a[4];
-        ks3_pick(f4(Qs, ks3_qa<D>(W, l, kp, 0)), f4(Qs, ks3_qa<D>(W, l, kp, 1)), sk, a);
+        if (FRAG) {
+          float4 x = f4(Qi, ks3_qquad<D>(W, l, 2 * kp + sk));
+          a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
+        } else {
+          ks3_pick(f4(Qs, ks3_qa<D>(W, l, kp, 0)), f4(Qs, ks3_qa<D>(W, l, kp, 1)), sk, a);
+        }
         for (int i = 0; i < 4; ++i) split(a[i], ab[l][i], as[l][i]);
       }
       for (int n = 0; n < BN / 8; ++n) {
         float bb[32][2], bs[32][2];
         for (int l = 0; l < 32; ++l) {
           float b[2];
-          ks3_pick_b(f4(Ks, ks3_kb<D>(l, n, kp)), sk, b);
+          ks3_pick_b(f4(Ks, FRAG ? ks3_kbf<D>(l, n, kp) : ks3_kb<D>(l, n, kp)), sk, b);
           for (int i = 0; i < 2; ++i) split(b[i], bb[l][i], bs[l][i]);
         }
         mma3(sacc[n], ab, as, bb, bs);
@@ -96,14 +109,29 @@ int main() {
   for (int l = 0; l < 32; ++l)
     for (int n = 0; n < BN / 8; ++n)
       for (int i = 0; i < 4; ++i) {
-        int row = (l >> 2) + 8 * (i >> 1), key = n * 8 + 2 * (l & 3) + (i & 1);
+        int row = (l >> 2) + 8 * (i >> 1);
+        int key = FRAG ? ks3_key(n, 2 * (l & 3) + (i & 1)) : n * 8 + 2 * (l & 3) + (i & 1);
         double ref = 0;
         for (int c = 0; c < D; ++c) ref += q[(W * 16 + row) * D + c] * k[key * D + c];
         s_err = std::fmax(s_err, std::fabs(sacc[n][l][i] - ref)); s_max = std::fmax(s_max, std::fabs(ref));
         if (p[row * BN + key] != -1.0) { std::printf("key %d of row %d held twice\n", key, row); return 1; }
         sacc[n][l][i] = (float)(p[row * BN + key] = ud(rng));
       }
-  for (int kk = 0; kk < BN / 8; ++kk) {
+  for (int kk = 0; kk < BN / 8 && FRAG; ++kk) {  // V^T: key tiles 2j (x, y) and 2j + 1 (z, w) from one load
+    float pb[32][4], ps[32][4];
+    for (int l = 0; l < 32; ++l)
+      for (int i = 0; i < 4; ++i) split(sacc[kk][l][ks3_pa(i)], pb[l][i], ps[l][i]);
+    for (int dn = 0; dn < D / 8; ++dn) {
+      float bb[32][2], bs[32][2];
+      for (int l = 0; l < 32; ++l) {
+        float4 x = f4(Vt, ks3_vtb<BN>(l, kk >> 1, dn));
+        float b[2] = {kk & 1 ? x.z : x.x, kk & 1 ? x.w : x.y};
+        for (int i = 0; i < 2; ++i) split(b[i], bb[l][i], bs[l][i]);
+      }
+      mma3(oacc[dn], pb, ps, bb, bs);
+    }
+  }
+  for (int kk = 0; kk < BN / 8 && !FRAG; ++kk) {
     float pb[32][4], ps[32][4];
     for (int l = 0; l < 32; ++l)
       for (int i = 0; i < 4; ++i) split(sacc[kk][l][ks3_pa(i)], pb[l][i], ps[l][i]);
@@ -123,11 +151,15 @@ int main() {
   for (int l = 0; l < 32; ++l)
     for (int j = 0; j < D / 16; ++j)
       for (int half = 0; half < 2; ++half) {
-        float4 x = ks3_out(oacc[2 * j][l], oacc[2 * j + 1][l], half);
+        float4 x = ks3_out(oacc[2 * j][l], oacc[2 * j + 1][l], half);  // FRAG: O's plain accumulator layout
         float got[4] = {x.x, x.y, x.z, x.w};
+        if (FRAG) {
+          got[0] = oacc[2 * j][l][2 * half]; got[1] = oacc[2 * j][l][2 * half + 1];
+          got[2] = oacc[2 * j + 1][l][2 * half]; got[3] = oacc[2 * j + 1][l][2 * half + 1];
+        }
         int row = (l >> 2) + 8 * half;
         for (int e = 0; e < 4; ++e) {
-          int dim = j * 16 + 4 * (l & 3) + e;
+          int dim = FRAG ? (2 * j + (e >> 1)) * 8 + 2 * (l & 3) + (e & 1) : j * 16 + 4 * (l & 3) + e;
           seen[row * D + dim] += 1;
           double ref = 0;
           for (int key = 0; key < BN; ++key) ref += p[row * BN + key] * v[key * D + dim];
@@ -141,10 +173,11 @@ int main() {
 """
 
 
-def _run(tmp_path: Path, d: int, bn: int, three: bool) -> tuple[float, float, float, float]:
-    src, exe = tmp_path / f"tf32x3_{d}_{bn}_{int(three)}.cpp", tmp_path / f"tf32x3_{d}_{bn}_{int(three)}"
+def _run(tmp_path: Path, d: int, bn: int, three: bool, frag: bool = False) -> tuple[float, float, float, float]:
+    stem = f"tf32x3_{d}_{bn}_{int(three)}_{int(frag)}"
+    src, exe = tmp_path / f"{stem}.cpp", tmp_path / stem
     src.write_text(HOST.replace("HEADER", K.TF32X3_HEADER))
-    flags = [f"-DHD={d}", f"-DHBN={bn}", f"-DTHREE={int(three)}"]
+    flags = [f"-DHD={d}", f"-DHBN={bn}", f"-DTHREE={int(three)}", f"-DFRAG={int(frag)}"]
     built = subprocess.run(["g++", "-std=c++17", "-O1", "-ffp-contract=off", *flags, "-o", str(exe), str(src)],
                            capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr[-3000:]
@@ -158,13 +191,15 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="LOUD SKIP: n
 
 
 @needs_gxx
+@pytest.mark.parametrize("frag", [False, True], ids=["plain", "fragment-layouts"])
 @pytest.mark.parametrize("d,bn", [(64, 32), (128, 32), (128, 64)])
-def test_a_warps_products_land_where_the_kernel_reads_and_stores_them_within_fp32(tmp_path: Path, d: int,
-                                                                                 bn: int) -> None:
+def test_a_warps_products_land_where_the_kernel_reads_and_stores_them_within_fp32(tmp_path: Path, d: int, bn: int,
+                                                                                 frag: bool) -> None:
     """Every lane's S element is Q K^T at the row and key the softmax and the mask take it to be, every O element is
     P V at the dim it is stored to, each once; three TF32 products are within 1e-6 of fp64 relative to the largest
-    value (scores of D standard normal terms, O of BN keys)."""
-    s_err, s_max, o_err, o_max = _run(tmp_path, d, bn, three=True)
+    value (scores of D standard normal terms, O of BN keys). With the fragment layouts (SOURCE_FRAG) as well: Q's
+    interleaving and V^T's swizzle put every element in a slot of its own."""
+    s_err, s_max, o_err, o_max = _run(tmp_path, d, bn, three=True, frag=frag)
     assert s_err < 1e-6 * s_max and o_err < 1e-6 * o_max, (s_err, s_max, o_err, o_max)
 
 
@@ -204,21 +239,35 @@ def test_the_default_keeps_q_in_registers_at_d64_only() -> None:
     assert K.default_config(128).name() == "mma_tf32x3_m64_n32"
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_the_kernels_compile_without_spills(arch: str) -> None:
-    """The default configuration at both head dims, with and without the mask, as MLX wraps it."""
+def _spills(arch: str, frag: bool) -> dict[str, int]:
+    """Spill-store bytes of the configuration at both head dims, with and without the mask, compiled as MLX wraps it."""
     units, names = [], []
     for d in (64, 128):
-        cfg = K.default_config(d)
+        cfg = replace(K.default_config(d), frag=frag)
         for causal in (False, True):
             names.append(f"tf{d}x{int(causal)}")
-            units.append(wrap(f"{names[-1]}_0", K.SOURCE, "", [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")],
+            units.append(wrap(f"{names[-1]}_0", cfg.source(), "", [("q", "T"), ("k", "T"), ("v", "T"),
+                                                                     ("scale", "float32")],
                               [("o", "T")], [("T", "float32"), ("D", d), *K.template_args(cfg, causal)],
                               scope=f"s_{names[-1]}"))
     ok, log = compile_check([K.TF32X3_HEADER, *units], arch=arch)
     assert ok, log[-3000:]
-    found = {r.kernel: r for r in parse_ptxas(log)}
+    found = {r.kernel: r.spill_store_bytes for r in parse_ptxas(log)}
     assert sorted(found) == sorted(names), log[-2000:]
-    assert all(r.spill_store_bytes == 0 for r in found.values()), {n: r.spill_store_bytes for n, r in found.items()}
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_kernels_compile_without_spills(arch: str) -> None:
+    assert all(b == 0 for b in _spills(arch, frag=False).values())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_the_fragment_layouts_compile_with_at_most_a_word_spilled() -> None:
+    """sm_90a: none at D=64 (Q in registers) or at D=128 without the mask; 4 bytes at D=128 with it (242 registers
+    without the mask: V's next tile waits in 32 of them)."""
+    spills = _spills("sm_90a", frag=True)
+    assert spills["tf64x0"] == spills["tf64x1"] == spills["tf128x0"] == 0 and spills["tf128x1"] <= 4, spills

@@ -67,6 +67,34 @@ template <int D> __host__ __device__ __forceinline__ int ks3_vb(int lane, int kk
 __host__ __device__ __forceinline__ float4 ks3_out(const float* e, const float* f, int half) {
   return float4{e[2 * half], f[2 * half], e[2 * half + 1], f[2 * half + 1]};
 }
+// Fragment layouts (FRAG): Q interleaved so that one 16-byte load is a lane's A fragment of a k-step, S's key tiles
+// paired so that a lane's four keys of tiles 2j and 2j + 1 are 16 j + 4t .. + 3, and V transposed so that one
+// 16-byte load is a lane's two B fragments of those tiles. Q[r][x] of the block sits in pair-row (r / 16) * 8 + r % 8
+// (rows r and r + 8 of a warp side by side), each k-step's quads (a0, a1, a2, a3) in lane order, its dims those K's
+// 16-byte loads give the k-step (ks3_pick_b): k-step 2 kp + s takes dims 16 kp + 4t + 2s (K index t) and + 1 (t + 4).
+template <int D> __host__ __device__ __forceinline__ int ks3_qi(int prow, int slot) { return prow * (2 * D + 16) + slot; }
+template <int D> __host__ __device__ __forceinline__ int ks3_qi_at(int r, int x) {
+  const int kk = 2 * (x >> 4) + ((x >> 1) & 1), t = (x >> 2) & 3;
+  return ks3_qi<D>((r >> 4) * 8 + (r & 7), (kk * 4 + t) * 4 + (x & 1) * 2 + ((r >> 3) & 1));
+}
+template <int D> __host__ __device__ __forceinline__ int ks3_qquad(int w, int lane, int kk) {
+  return ks3_qi<D>(w * 8 + (lane >> 2), (kk * 4 + (lane & 3)) * 4);
+}
+// The key that column c of S's key tile n stands for, and the K row lane g of tile n loads as B's column g.
+__host__ __device__ __forceinline__ int ks3_key(int n, int c) {
+  return 16 * (n >> 1) + 4 * (c >> 1) + 2 * (n & 1) + (c & 1);
+}
+template <int D> __host__ __device__ __forceinline__ int ks3_kbf(int lane, int n, int kp) {
+  return ks3_qk<D>(ks3_key(n, lane >> 2), kp * 16 + 4 * (lane & 3));
+}
+// V^T: dim d's row of BN keys, its 16-byte granules XOR-swizzled by d's parity (a quarter-warp's loads and a warp's
+// stores on different banks, no padding); a lane's B pairs of key tiles 2j (x, y) and 2j + 1 (z, w), D tile dn.
+template <int BN> __host__ __device__ __forceinline__ int ks3_vt(int d, int key) {
+  return d * BN + (((key >> 2) ^ ((d & 1) << 2)) << 2) + (key & 3);
+}
+template <int BN> __host__ __device__ __forceinline__ int ks3_vtb(int lane, int j, int dn) {
+  return ks3_vt<BN>(dn * 8 + (lane >> 2), 16 * j + 4 * (lane & 3));
+}
 #ifdef __CUDACC__
 // x as big + small: big x's upper 19 bits (a TF32 value), small = x - big (exact in fp32), of which a TF32 product
 // reads the upper 19 bits too, losing at most 2^-10 of small (about 2^-20 of x). Two instructions a value: a
@@ -104,6 +132,51 @@ __device__ __forceinline__ void ks3_load(float* sm, const G* g, int rows, int va
 #endif
 #endif
 """
+
+# The scale, the mask, the online softmax's running maxima and sums, O rescaled and S made P, between the two
+# products of a tile; `key_in_tile`: the key, counted from the tile's first, that s[n][e] stands for.
+_SOFTMAX = r"""      const int n0 = t * BN;
+      // The mask: keys past S (zeros in the tile) and, causal, keys past a row's diagonal.
+      const bool need_mask = n0 + BN > S || (CAUSAL && n0 + BN - 1 > m0 + warp * 16 + shift);
+      float mx[2] = {mrow[0], mrow[1]};
+      #pragma unroll
+      for (int n = 0; n < BN / 8; ++n) {
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[n][e] * sl2;
+          if (need_mask) {
+            const int key = n0 + KEY_IN_TILE;
+            const int row = row_lo + ((e >> 1) << 3);
+            if (key >= S || (CAUSAL && key > row + shift)) x = -INFINITY;
+          }
+          s[n][e] = x;
+          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+      }
+      #pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      }
+      const float corr[2] = {exp2f(mrow[0] - mx[0]), exp2f(mrow[1] - mx[1])};
+      mrow[0] = mx[0]; mrow[1] = mx[1];
+      lrow[0] *= corr[0]; lrow[1] *= corr[1];
+      #pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        oacc[n][0] *= corr[0]; oacc[n][1] *= corr[0]; oacc[n][2] *= corr[1]; oacc[n][3] *= corr[1];
+      }
+      #pragma unroll
+      for (int n = 0; n < BN / 8; ++n) {
+        s[n][0] = exp2f(s[n][0] - mx[0]); s[n][1] = exp2f(s[n][1] - mx[0]);
+        s[n][2] = exp2f(s[n][2] - mx[1]); s[n][3] = exp2f(s[n][3] - mx[1]);
+        lrow[0] += s[n][0] + s[n][1]; lrow[1] += s[n][2] + s[n][3];
+      }
+"""
+
+
+def _softmax(key_in_tile: str) -> str:
+    return _SOFTMAX.replace("KEY_IN_TILE", key_in_tile)
+
 
 # Template constants: D (64 | 128), BM (16 * warps), BN (keys a tile, a multiple of 8), CAUSAL, QREG (Q's split
 # fragments kept in registers for the whole block instead of split again every tile). T is float; the text compiles
@@ -171,43 +244,7 @@ SOURCE = r"""
           }
         }
       }
-      const int n0 = t * BN;
-      // The mask: keys past S (zeros in the tile) and, causal, keys past a row's diagonal.
-      const bool need_mask = n0 + BN > S || (CAUSAL && n0 + BN - 1 > m0 + warp * 16 + shift);
-      float mx[2] = {mrow[0], mrow[1]};
-      #pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = s[n][e] * sl2;
-          if (need_mask) {
-            const int key = n0 + n * 8 + 2 * tq + (e & 1);
-            const int row = row_lo + ((e >> 1) << 3);
-            if (key >= S || (CAUSAL && key > row + shift)) x = -INFINITY;
-          }
-          s[n][e] = x;
-          mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
-      }
-      #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      }
-      const float corr[2] = {exp2f(mrow[0] - mx[0]), exp2f(mrow[1] - mx[1])};
-      mrow[0] = mx[0]; mrow[1] = mx[1];
-      lrow[0] *= corr[0]; lrow[1] *= corr[1];
-      #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        oacc[n][0] *= corr[0]; oacc[n][1] *= corr[0]; oacc[n][2] *= corr[1]; oacc[n][3] *= corr[1];
-      }
-      #pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {
-        s[n][0] = exp2f(s[n][0] - mx[0]); s[n][1] = exp2f(s[n][1] - mx[0]);
-        s[n][2] = exp2f(s[n][2] - mx[1]); s[n][3] = exp2f(s[n][3] - mx[1]);
-        lrow[0] += s[n][0] + s[n][1]; lrow[1] += s[n][2] + s[n][3];
-      }
-      #pragma unroll
+""" + _softmax("n * 8 + 2 * tq + (e & 1)") + r"""      #pragma unroll
       for (int kk = 0; kk < BN / 8; ++kk) {
         unsigned pb[4], ps[4];
         #pragma unroll
@@ -245,17 +282,153 @@ SOURCE = r"""
 """
 
 
+# The same with the fragment layouts (FRAG): Q interleaved once a block through registers, K by `cp.async` as above
+# with S's key tiles paired (ks3_key), V through registers into V^T a tile ahead (its global loads issued before the
+# tile's products, its stores after them); one 16-byte load a fragment of Q and two of V, none moved between registers.
+SOURCE_FRAG = r"""
+    constexpr int NW = BM / 16, NT = NW * 32, SQ = D + 16, VCH = BN * D / 4 / NT;
+    extern __shared__ __align__(128) float ks_smem[];
+    float* Qi = ks_smem;
+    float* Ks = Qi + (BM / 2) * (2 * D + 16);
+    float* Vt2 = Ks + 2 * BN * SQ;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane >> 2, tq = lane & 3;
+""" + BLOCK_COORDS + r"""
+    ks3_load<D, SQ, NT>(Ks, kg, BN, S);
+    asm volatile("cp.async.commit_group;\n" ::);
+    for (int i = threadIdx.x; i < BM * (D / 4); i += NT) {  // Q, interleaved
+      const int r = i / (D / 4), x = (i % (D / 4)) * 4;
+      const float4 v4 = r < L - m0 ? *reinterpret_cast<const float4*>(qg + (size_t)r * D + x) : make_float4(0, 0, 0, 0);
+      Qi[ks3_qi_at<D>(r, x)] = v4.x; Qi[ks3_qi_at<D>(r, x + 1)] = v4.y;
+      Qi[ks3_qi_at<D>(r, x + 2)] = v4.z; Qi[ks3_qi_at<D>(r, x + 3)] = v4.w;
+    }
+    float4 vpre[VCH];  // this thread's chunks of the next V tile: key i % BN, dims 4 (i / BN) .. + 3 of chunk i
+    #pragma unroll
+    for (int c = 0; c < VCH; ++c) {
+      const int i = threadIdx.x + c * NT, key = i % BN, x = (i / BN) * 4;
+      vpre[c] = key < S ? *reinterpret_cast<const float4*>(vg + (size_t)key * D + x) : make_float4(0, 0, 0, 0);
+    }
+    #pragma unroll
+    for (int c = 0; c < VCH; ++c) {
+      const int i = threadIdx.x + c * NT, key = i % BN, x = (i / BN) * 4;
+      Vt2[ks3_vt<BN>(x, key)] = vpre[c].x; Vt2[ks3_vt<BN>(x + 1, key)] = vpre[c].y;
+      Vt2[ks3_vt<BN>(x + 2, key)] = vpre[c].z; Vt2[ks3_vt<BN>(x + 3, key)] = vpre[c].w;
+    }
+
+    constexpr int QF = QREG ? D / 8 : 1;
+    unsigned qb[QF][4], qsm[QF][4];
+    float oacc[D / 8][4];
+    #pragma unroll
+    for (int n = 0; n < D / 8; ++n) { oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f; }
+    float mrow[2] = {-1e30f, -1e30f}, lrow[2] = {0.f, 0.f};
+    const int row_lo = m0 + warp * 16 + g;
+
+    for (int t = 0; t < ntiles; ++t) {
+      const int st = t & 1;
+      if (t + 1 < ntiles) {
+        const int n1 = (t + 1) * BN;
+        ks3_load<D, SQ, NT>(Ks + (st ^ 1) * BN * SQ, kg + (size_t)n1 * D, BN, S - n1);
+        asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+        #pragma unroll
+        for (int c = 0; c < VCH; ++c) {
+          const int i = threadIdx.x + c * NT, key = i % BN, x = (i / BN) * 4;
+          vpre[c] = n1 + key < S ? *reinterpret_cast<const float4*>(vg + (size_t)(n1 + key) * D + x)
+                                 : make_float4(0, 0, 0, 0);
+        }
+      } else {
+        asm volatile("cp.async.wait_group 0;\n" ::);
+      }
+      __syncthreads();
+      const float* Kt = Ks + st * BN * SQ;
+      const float* Vt = Vt2 + st * D * BN;
+      float s[BN / 8][4];
+      #pragma unroll
+      for (int n = 0; n < BN / 8; ++n) { s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f; }
+      #pragma unroll
+      for (int kp = 0; kp < D / 16; ++kp) {
+        #pragma unroll
+        for (int sk = 0; sk < 2; ++sk) {
+          const int f = QREG ? 2 * kp + sk : 0;
+          if (!QREG || t == 0) {
+            const float4 a = *reinterpret_cast<const float4*>(Qi + ks3_qquad<D>(warp, lane, 2 * kp + sk));
+            ks3_split(a.x, qb[f][0], qsm[f][0]); ks3_split(a.y, qb[f][1], qsm[f][1]);
+            ks3_split(a.z, qb[f][2], qsm[f][2]); ks3_split(a.w, qb[f][3], qsm[f][3]);
+          }
+          #pragma unroll
+          for (int n = 0; n < BN / 8; ++n) {
+            float b[2];
+            ks3_pick_b(*reinterpret_cast<const float4*>(Kt + ks3_kbf<D>(lane, n, kp)), sk, b);
+            ks3_mma3(s[n], qb[f], qsm[f], b);
+          }
+        }
+      }
+""" + _softmax("16 * (n >> 1) + 4 * tq + 2 * (n & 1) + (e & 1)") + r"""
+      #pragma unroll
+      for (int j = 0; j < BN / 16; ++j) {
+        unsigned pb[2][4], ps[2][4];
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          ks3_split(s[2 * j][ks3_pa(i)], pb[0][i], ps[0][i]);
+          ks3_split(s[2 * j + 1][ks3_pa(i)], pb[1][i], ps[1][i]);
+        }
+        #pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) {
+          const float4 v = *reinterpret_cast<const float4*>(Vt + ks3_vtb<BN>(lane, j, dn));
+          const float b0[2] = {v.x, v.y}, b1[2] = {v.z, v.w};
+          ks3_mma3(oacc[dn], pb[0], ps[0], b0);
+          ks3_mma3(oacc[dn], pb[1], ps[1], b1);
+        }
+      }
+      if (t + 1 < ntiles) {  // the next V tile into the other stage, which no warp reads since this tile's barrier
+        float* Vn = Vt2 + (st ^ 1) * D * BN;
+        #pragma unroll
+        for (int c = 0; c < VCH; ++c) {
+          const int i = threadIdx.x + c * NT, key = i % BN, x = (i / BN) * 4;
+          Vn[ks3_vt<BN>(x, key)] = vpre[c].x; Vn[ks3_vt<BN>(x + 1, key)] = vpre[c].y;
+          Vn[ks3_vt<BN>(x + 2, key)] = vpre[c].z; Vn[ks3_vt<BN>(x + 3, key)] = vpre[c].w;
+        }
+      }
+      __syncthreads();  // the next tile's K copy goes into the stage just read
+    }
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
+      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
+      lrow[i] = 1.f / lrow[i];
+    }
+    #pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row_lo + half * 8;
+      if (row < L) {
+        T* og = o + ((size_t)bhq * L + row) * D + 2 * tq;
+        #pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) {
+          *reinterpret_cast<float2*>(og + dn * 8) =
+              make_float2(oacc[dn][2 * half] * lrow[half], oacc[dn][2 * half + 1] * lrow[half]);
+        }
+      }
+    }
+"""
+
+
 @dataclass(frozen=True)
 class Tf32Config:
     bm: int = 64        # query rows a block (16 a warp)
     bn: int = 32        # keys a shared-memory tile (a multiple of 8)
     qreg: bool = False  # Q's split fragments in registers for the whole block (D / 2 more registers a thread)
+    frag: bool = False  # the fragment layouts (SOURCE_FRAG)
 
-    def smem_bytes(self, d: int) -> int:  # Q, two stages of K (rows D + 16 floats long), two of V (D + 4)
-        return ((self.bm + 2 * self.bn) * (d + 16) + 2 * self.bn * (d + 4)) * 4
+    def smem_bytes(self, d: int) -> int:
+        if self.frag:  # Q interleaved (pair-rows 2D + 16 long), two stages of K, two of V^T
+            return (self.bm // 2 * (2 * d + 16) + 2 * self.bn * (d + 16) + 2 * d * self.bn) * 4
+        return ((self.bm + 2 * self.bn) * (d + 16) + 2 * self.bn * (d + 4)) * 4  # Q, two stages of K and of V
 
     def name(self) -> str:
-        return f"mma_tf32x3_m{self.bm}_n{self.bn}{'_qr' if self.qreg else ''}"
+        return f"mma_tf32x3_m{self.bm}_n{self.bn}{'_qr' if self.qreg else ''}{'_fl' if self.frag else ''}"
+
+    def source(self) -> str:
+        return SOURCE_FRAG if self.frag else SOURCE
 
 
 MAX_SMEM = 227 * 1024  # a block's limit on sm_90 (sm_80: 163 KB; the default takes 99 KB at D=128)
@@ -283,7 +456,7 @@ def supports_shapes(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape:
     hkv, s = k_shape[1], k_shape[2]
     return (d in (64, 128) and v_shape == k_shape and k_shape[0] == b and k_shape[3] == d and hkv > 0
             and hq % hkv == 0 and length > 0 and s > 0 and (not causal or length <= s)
-            and cfg.smem_bytes(d) <= MAX_SMEM)
+            and cfg.smem_bytes(d) <= MAX_SMEM and (not cfg.frag or cfg.bn % 16 == 0))
 
 
 def supports(q: Any, k: Any, v: Any, causal: bool, cfg: Tf32Config | None = None) -> bool:
@@ -306,5 +479,5 @@ def _launch(q_shape: tuple[int, ...], causal: bool, cfg: Tf32Config) -> tuple[An
     """The kernel, its template arguments as constants, and its launch, once per shape (cuda_prefill.shape_launch)."""
     import mlx.core as mx
 
-    return shape_launch(f"ks_{cfg.name()}", SOURCE, TF32X3_HEADER, cfg.smem_bytes(q_shape[-1]), q_shape, mx.float32,
+    return shape_launch(f"ks_{cfg.name()}", cfg.source(), TF32X3_HEADER, cfg.smem_bytes(q_shape[-1]), q_shape, mx.float32,
                         cfg.bm, cfg.bm // 16 * 32, template_args(cfg, causal))
