@@ -3,8 +3,8 @@
     python benchmarks/prefill_fp32.py check         # against a true fp32 reference (MLX's matmuls with TF32 off)
     python benchmarks/prefill_fp32.py bench OUT_DIR  # beside MLX's own float32 attention, interleaved, one process
 
-Both take the kernel's two forms: the default and the fragment layouts (`Tf32Config(frag=True)`, "frag" below),
-each with Q's fragments in registers at D=64.
+Both take the kernel's forms: the default, the fragment layouts (`Tf32Config(frag=True)`, "frag") and the same with
+128 rows a block ("frag128"), each with Q's fragments in registers at D=64.
 
 `check` sets MLX_ENABLE_TF32=0 before MLX loads, so that the reference's matmuls are fp32 (MLX runs float32 matmuls
 on CUDA as TF32 by default); every case is held to the float32 tolerance of the tasks (1e-4 absolute + 1e-4
@@ -68,8 +68,10 @@ def reference(q: mx.array, k: mx.array, v: mx.array, causal: bool) -> mx.array:
 
 
 def forms(d: int) -> dict[str, Tf32Config]:
-    """The kernel's forms at head dim d: "ours" (the default) and "frag" (the fragment layouts)."""
-    return {"ours": default_config(d), "frag": Tf32Config(qreg=d == 64, frag=True)}
+    """The kernel's forms at head dim d: "ours" (the default), "frag" (the fragment layouts) and "frag128" (the same
+    with 128 rows a block, 8 warps sharing each K / V tile)."""
+    return {"ours": default_config(d), "frag": Tf32Config(qreg=d == 64, frag=True),
+            "frag128": Tf32Config(bm=128, qreg=d == 64, frag=True)}
 
 
 def excess(out: mx.array, ref: mx.array) -> float:
@@ -112,15 +114,18 @@ def bench(out_dir: str) -> int:
                **ratio_stats(times["ours"], times["native"]),
                "tflops": flops / latency_stats(times["ours"])["latency_s"] / 1e12,
                "native_apart_of_tolerance": apart,
-               "frag": {**ratio_stats(times["frag"], times["native"]),
-                        "tflops": flops / latency_stats(times["frag"])["latency_s"] / 1e12}}
+               **{f: {**ratio_stats(times[f], times["native"]),
+                      "tflops": flops / latency_stats(times[f])["latency_s"] / 1e12} for f in cfgs if f != "ours"}}
         rows.append(row)
+        others = "".join(f"; {f} {row[f]['speedup']:.2f}x, {row[f]['tflops']:.1f} TFLOP/s" for f in cfgs if f != "ours")
         print(f"{shape}: {row['latency_s'] * 1e3:.3f} ms vs native {row['native_latency_s'] * 1e3:.3f} ms -> "
-              f"{row['speedup']:.2f}x, {row['tflops']:.1f} TFLOP/s; frag {row['frag']['speedup']:.2f}x, "
-              f"{row['frag']['tflops']:.1f} TFLOP/s; native {apart:.1f}x the fp32 tolerance from ours", flush=True)
+              f"{row['speedup']:.2f}x, {row['tflops']:.1f} TFLOP/s{others}; native {apart:.1f}x the fp32 tolerance "
+              "from ours", flush=True)
+    forms_seen = [f for f in forms(64) if f != "ours"]
     summary = {"geomean_speedup": geomean([r["speedup"] for r in rows]),
-               "frag_geomean_speedup": geomean([r["frag"]["speedup"] for r in rows])}
-    print(f"geomean {summary['geomean_speedup']:.3f}x, frag {summary['frag_geomean_speedup']:.3f}x", flush=True)
+               **{f"{f}_geomean_speedup": geomean([r[f]["speedup"] for r in rows]) for f in forms_seen}}
+    print("geomean " + ", ".join(f"{k.removesuffix('_geomean_speedup')} {v:.3f}x" for k, v in summary.items()),
+          flush=True)
     data = make_result("attention-prefill-fp32", get_backend(None), rows, [list(s) for s in BENCH], ["float32"],
                        summary, "3xTF32 kernel (tf32x3.py) beside MLX's float32 attention with MLX's defaults")
     print(f"wrote {write_result(data, out_dir)}")
