@@ -2,19 +2,20 @@
 
 A TF32 operand keeps 10 of fp32's 23 mantissa bits, so one TF32 product is off by about 5e-4 relative, five times
 the 1e-4 a float32 reference allows (MLX's own float32 matmuls on CUDA run so). Here each operand x is split into
-big = tf32(x) and small = tf32(x - big) (x - big is exact in fp32), and a product a b is accumulated as
-a_small b_big + a_big b_small + a_big b_big: only a_small b_small (about 2^-22 of a b) and the rounding of the small
-parts are lost, an error of the order of fp32's own accumulation. Three `mma.sync` m16n8k8 TF32 products a pair of
+big (x's upper 19 bits, a TF32 value) and small = x - big (exact in fp32, of which the tensor core reads the upper 19
+bits too), and a product a b is accumulated as a_small b_big + a_big b_small + a_big b_big: only a_small b_small and
+the truncation of the small parts are lost, about 2^-20 of a b. Three `mma.sync` m16n8k8 TF32 products a pair of
 fragments, in fp32 accumulators, FlashAttention-2 style: one block per BM query rows of one (batch, query head), 16
 rows a warp; K / V tiles of BN keys stream through shared memory by 16-byte `cp.async`, double-buffered; the online
 softmax in fp32 with the exp2 trick; causal tiles past the block's diagonal are never loaded.
 
-Layout (PTX's m16n8k8 TF32 fragments; g = lane / 4, t = lane % 4): every shared-memory row is D + 4 floats long, so
-that the eight lanes of a column (g) read eight different banks. P goes from S's accumulators to the A operand of
-P V without shuffles: S's lane holds keys 2t and 2t + 1 of a tile of 8, which the product's K index t and t + 4 are
-taken to be (a sum over keys does not care about their order), and V's fragment reads rows 2t and 2t + 1 to match.
-The index arithmetic lives in `__host__ __device__` helpers (TF32X3_HEADER), which tests run on the host against
-PTX's fragment layout (tests/test_prefill_tf32x3.py).
+Layout (PTX's m16n8k8 TF32 fragments; g = lane / 4, t = lane % 4): shared-memory rows padded so that the lanes of a
+load hit different banks (TF32X3_HEADER). P goes from S's accumulators to the A operand of P V without shuffles: S's
+lane holds keys 2t and 2t + 1 of a tile of 8, which the product's K index t and t + 4 are taken to be (a sum over
+keys does not care about their order), and V's fragment reads those keys to match. SOURCE_FRAG, the second form, lays
+Q, S's keys and V out so that each fragment is one 16-byte load into the registers the product reads. The index
+arithmetic lives in `__host__ __device__` helpers, which tests run on the host against PTX's fragment layout
+(tests/test_prefill_tf32x3.py).
 """
 
 from __future__ import annotations
@@ -178,6 +179,25 @@ def _softmax(key_in_tile: str) -> str:
     return _SOFTMAX.replace("KEY_IN_TILE", key_in_tile)
 
 
+# A lane's running state: Q's split A fragments (kept with QREG, else split again every tile), O's accumulators, the
+# rows' maxima and sums; and at the end the sums over the lane's quad, inverted.
+_STATE = r"""    constexpr int QF = QREG ? D / 8 : 1;  // Q's split A fragments kept (QREG), else split again every tile
+    unsigned qb[QF][4], qsm[QF][4];
+    float oacc[D / 8][4];
+    #pragma unroll
+    for (int n = 0; n < D / 8; ++n) { oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f; }
+    float mrow[2] = {-1e30f, -1e30f}, lrow[2] = {0.f, 0.f};
+    const int row_lo = m0 + warp * 16 + g;  // this lane's rows: row_lo and row_lo + 8
+"""
+_ROW_SUMS = r"""    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
+      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
+      lrow[i] = 1.f / lrow[i];
+    }
+"""
+
+
 # Template constants: D (64 | 128), BM (16 * warps), BN (keys a tile, a multiple of 8), CAUSAL, QREG (Q's split
 # fragments kept in registers for the whole block instead of split again every tile). T is float; the text compiles
 # for any T (a checker may build it with a candidate's other dtype), and the callers launch it for float32 only.
@@ -195,14 +215,7 @@ SOURCE = r"""
     ks3_load<D, SV, NT>(Vs, vg, BN, S);
     asm volatile("cp.async.commit_group;\n" ::);
 
-    constexpr int QF = QREG ? D / 8 : 1;  // Q's split A fragments kept (QREG), else split again every tile
-    unsigned qb[QF][4], qsm[QF][4];
-    float oacc[D / 8][4];
-    #pragma unroll
-    for (int n = 0; n < D / 8; ++n) { oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f; }
-    float mrow[2] = {-1e30f, -1e30f}, lrow[2] = {0.f, 0.f};
-    const int row_lo = m0 + warp * 16 + g;  // this lane's rows: row_lo and row_lo + 8
-
+""" + _STATE + r"""
     for (int t = 0; t < ntiles; ++t) {
       const int st = t & 1;
       if (t + 1 < ntiles) {
@@ -260,13 +273,7 @@ SOURCE = r"""
       }
       __syncthreads();  // the next tile's copy goes into the stage just read
     }
-    #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
-      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
-      lrow[i] = 1.f / lrow[i];
-    }
-    #pragma unroll
+""" + _ROW_SUMS + r"""    #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row_lo + half * 8;
       if (row < L) {
@@ -315,14 +322,7 @@ SOURCE_FRAG = r"""
       Vt2[ks3_vt<BN>(x + 2, key)] = vpre[c].z; Vt2[ks3_vt<BN>(x + 3, key)] = vpre[c].w;
     }
 
-    constexpr int QF = QREG ? D / 8 : 1;
-    unsigned qb[QF][4], qsm[QF][4];
-    float oacc[D / 8][4];
-    #pragma unroll
-    for (int n = 0; n < D / 8; ++n) { oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f; }
-    float mrow[2] = {-1e30f, -1e30f}, lrow[2] = {0.f, 0.f};
-    const int row_lo = m0 + warp * 16 + g;
-
+""" + _STATE + r"""
     for (int t = 0; t < ntiles; ++t) {
       const int st = t & 1;
       if (t + 1 < ntiles) {
@@ -391,13 +391,7 @@ SOURCE_FRAG = r"""
       }
       __syncthreads();  // the next tile's K copy goes into the stage just read
     }
-    #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
-      lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
-      lrow[i] = 1.f / lrow[i];
-    }
-    #pragma unroll
+""" + _ROW_SUMS + r"""    #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row_lo + half * 8;
       if (row < L) {
