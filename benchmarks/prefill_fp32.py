@@ -1,7 +1,9 @@
 """Float32 prefill: the 3xTF32 tensor-core kernel (kernels/attention/tf32x3.py) checked and timed.
 
-    python benchmarks/prefill_fp32.py check         # against a true fp32 reference (MLX's matmuls with TF32 off)
-    python benchmarks/prefill_fp32.py bench OUT_DIR  # beside MLX's own float32 attention, interleaved, one process
+    python benchmarks/prefill_fp32.py check [--first N]         # against a true fp32 reference (TF32 off)
+    python benchmarks/prefill_fp32.py bench OUT_DIR [--first N]  # beside MLX's float32 attention, one process
+
+--first N: the first N shapes of the list only (the holdout shape comes first in `bench`'s).
 
 Both take the kernel's forms: the default, the fragment layouts (`Tf32Config(frag=True)`, "frag") and the same with
 128 rows a block ("frag128"), each with Q's fragments in registers at D=64.
@@ -79,9 +81,19 @@ def excess(out: mx.array, ref: mx.array) -> float:
     return float(mx.max(mx.abs(out - ref) / (1e-4 + 1e-4 * mx.abs(ref))).item())
 
 
+def first(shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The shapes `--first N` keeps (all without it); exits in one line for a bad N."""
+    if "--first" not in sys.argv:
+        return shapes
+    at = sys.argv.index("--first") + 1
+    if at >= len(sys.argv) or not sys.argv[at].isdigit() or int(sys.argv[at]) < 1:
+        sys.exit("--first takes a positive number of shapes, e.g. --first 2")
+    return shapes[: int(sys.argv[at])]
+
+
 def check() -> int:
     bad = 0
-    for shape in CHECK:
+    for shape in first(CHECK):
         b, hq, hkv, length, s, d, causal = shape
         q, k, v = inputs(b, hq, hkv, length, s, d)
         ref = reference(q, k, v, causal)
@@ -99,8 +111,8 @@ def bench(out_dir: str) -> int:
     from ksearch.bench.timing import geomean, latency_stats, ratio_stats, time_rounds
     from ksearch.kernels.attention import native_attention
 
-    rows = []
-    for shape in BENCH:
+    rows, shapes = [], first(BENCH)
+    for shape in shapes:
         b, hq, hkv, length, s, d, causal = shape
         q, k, v = inputs(b, hq, hkv, length, s, d)
         cfgs = forms(d)
@@ -126,7 +138,7 @@ def bench(out_dir: str) -> int:
                **{f"{f}_geomean_speedup": geomean([r[f]["speedup"] for r in rows]) for f in forms_seen}}
     print("geomean " + ", ".join(f"{k.removesuffix('_geomean_speedup')} {v:.3f}x" for k, v in summary.items()),
           flush=True)
-    data = make_result("attention-prefill-fp32", get_backend(None), rows, [list(s) for s in BENCH], ["float32"],
+    data = make_result("attention-prefill-fp32", get_backend(None), rows, [list(s) for s in shapes], ["float32"],
                        summary, "3xTF32 kernel (tf32x3.py) beside MLX's float32 attention with MLX's defaults")
     print(f"wrote {write_result(data, out_dir)}")
     return 0
@@ -135,6 +147,6 @@ def bench(out_dir: str) -> int:
 if __name__ == "__main__":
     if MODE == "check":
         sys.exit(check())
-    if MODE == "bench" and len(sys.argv) > 2:
+    if MODE == "bench" and len(sys.argv) > 2 and not sys.argv[2].startswith("--"):
         sys.exit(bench(sys.argv[2]))
     sys.exit(__doc__)
