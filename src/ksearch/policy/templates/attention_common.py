@@ -1,5 +1,6 @@
 """Text shared by the attention template families: the row kernel (one thread per query row) and the two fallbacks a
-tensor-core candidate carries (fp32 MLX ops for shapes no kernel takes; the fp32 row kernel for float32 inputs)."""
+tensor-core candidate carries (fp32 MLX ops for shapes no kernel takes; for float32 inputs the 3xTF32 kernel of
+kernels/attention/tf32x3.py, or the fp32 row kernel where it does not apply)."""
 
 from __future__ import annotations
 
@@ -145,7 +146,7 @@ def fallbacks(f32: str = "rows") -> str:
             + "".join(f"TF32X3_SMEM_{d} = {c.smem_bytes(d)}\n" for d, c in configs.items()) + F32_TC_PATH + "\n")
 
 
-# The head of such a candidate's run(): float32 to the row kernel, then what no tensor-core kernel takes to `_ops`.
+# The head of such a candidate's run(): float32 to `_f32`, then what no tensor-core kernel takes to `_ops`.
 RUN_HEAD = """
 def run(q, k, v, causal):
     b, hq, length, d = q.shape
