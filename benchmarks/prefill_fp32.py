@@ -18,7 +18,6 @@ writes `attention-prefill-fp32-<device>.json` (ksearch-bench/1).
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from functools import partial
@@ -29,7 +28,10 @@ if MODE == "check":
 
 import mlx.core as mx  # noqa: E402
 
+from ksearch.bench.attention import prefill_inputs  # noqa: E402
 from ksearch.kernels.attention.tf32x3 import Tf32Config, attention_tf32x3, default_config  # noqa: E402
+from ksearch.tasks.attention import TASK  # noqa: E402
+from ksearch.tasks.attention import reference as task_reference  # noqa: E402
 
 # (B, Hq, Hkv, L, S, D, causal): the attention task's fp32 holdout workload first, then the benchmark's shapes at
 # fp32 and partial blocks and tiles.
@@ -42,33 +44,6 @@ CHECK = [(1, 4, 2, 128, 128, 64, False), (1, 4, 2, 128, 128, 64, True), (2, 4, 1
          (2, 8, 2, 512, 1024, 64, True)]
 
 
-def inputs(b: int, hq: int, hkv: int, length: int, s: int, d: int, seed: int = 0) -> tuple[mx.array, ...]:
-    key = mx.random.key(seed)
-    kq, kk, kv = mx.random.split(key, 3)
-    q = mx.random.normal((b, hq, length, d), key=kq)
-    k = mx.random.normal((b, hkv, s, d), key=kk)
-    v = mx.random.normal((b, hkv, s, d), key=kv)
-    mx.eval(q, k, v)
-    return q, k, v
-
-
-def reference(q: mx.array, k: mx.array, v: mx.array, causal: bool) -> mx.array:
-    """Query-blocked fp32 attention with MLX ops (exact fp32 when TF32 is off)."""
-    b, hq, length, d = q.shape
-    hkv, s = k.shape[1], k.shape[2]
-    kr, vr = mx.repeat(k, hq // hkv, axis=1), mx.repeat(v, hq // hkv, axis=1)
-    outs = []
-    for r0 in range(0, length, 512):
-        sc = (q[:, :, r0:r0 + 512] @ kr.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(d))
-        if causal:
-            rows = mx.arange(r0, min(r0 + 512, length))[:, None] + (s - length)
-            sc = mx.where(mx.arange(s)[None, :] <= rows, sc, -mx.inf)
-        p = mx.exp(sc - mx.max(sc, axis=-1, keepdims=True))
-        outs.append((p / mx.sum(p, axis=-1, keepdims=True)) @ vr)
-        mx.eval(outs[-1])
-    return mx.concatenate(outs, axis=2)
-
-
 def forms(d: int) -> dict[str, Tf32Config]:
     """The kernel's forms at head dim d: "ours" (the default), "frag" (the fragment layouts) and "frag128" (the same
     with 128 rows a block, 8 warps sharing each K / V tile)."""
@@ -77,8 +52,14 @@ def forms(d: int) -> dict[str, Tf32Config]:
 
 
 def excess(out: mx.array, ref: mx.array) -> float:
-    """The largest |out - ref| / (1e-4 + 1e-4 |ref|): at most 1 within the tasks' float32 tolerance."""
-    return float(mx.max(mx.abs(out - ref) / (1e-4 + 1e-4 * mx.abs(ref))).item())
+    """The largest |out - ref| / (atol + rtol |ref|) with the attention task's float32 tolerance (1e-4, 1e-4): at
+    most 1 within it."""
+    atol, rtol = TASK.tolerance("float32")
+    return float(mx.max(mx.abs(out - ref) / (atol + rtol * mx.abs(ref))).item())
+
+
+def inputs(b: int, hq: int, hkv: int, length: int, s: int, d: int) -> tuple[mx.array, mx.array, mx.array]:
+    return prefill_inputs((b, hq, length, d), (b, hkv, s, d), mx.float32)
 
 
 def first(shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
@@ -96,7 +77,7 @@ def check() -> int:
     for shape in first(CHECK):
         b, hq, hkv, length, s, d, causal = shape
         q, k, v = inputs(b, hq, hkv, length, s, d)
-        ref = reference(q, k, v, causal)
+        ref = task_reference({"q": q, "k": k, "v": v}, causal)[0]
         for form, cfg in forms(d).items():
             e = excess(attention_tf32x3(q, k, v, causal, cfg), ref)
             bad += not e <= 1.0
