@@ -34,7 +34,7 @@ def _candidate() -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
     mx = SimpleNamespace(float32="float32", float16="float16", bfloat16="bfloat16",
                          array=lambda x, dtype=None: x, fast=SimpleNamespace(cuda_kernel=kernel))
     scope: dict[str, Any] = {"mx": mx, "math": math}
-    exec(fallbacks("tf32x3") + RUN_HEAD + "    return 'tensor cores'\n", scope)  # noqa: S102
+    exec(fallbacks() + RUN_HEAD + "    return 'tensor cores'\n", scope)  # noqa: S102
     scope["made"] = made
     return scope, calls
 

@@ -64,7 +64,7 @@ import mlx.core as mx
 HEADER = {MMA_SYNC_HEADER!r}
 SOURCE = {mma_sync.SOURCE!r}
 {kernels}
-{fallbacks("tf32x3")}{RUN_HEAD}    if (q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or length % {cfg.bm} or s % {cfg.bn}
+{fallbacks()}{RUN_HEAD}    if (q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or length % {cfg.bm} or s % {cfg.bn}
             or (causal and length > s)):
         return _ops(q, k, v, causal)
     scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)

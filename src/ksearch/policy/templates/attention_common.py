@@ -132,13 +132,12 @@ def _f32(q, k, v, causal):
 '''
 
 
-def fallbacks(f32: str = "rows") -> str:
-    """What a tensor-core candidate carries for the inputs its kernel does not take: `_ops` and `_f32` (f32: "rows",
-    the row kernel in fp32 FMAs; "tf32x3", three TF32 products on tensor cores where they apply)."""
-    text = OPS_FALLBACK + f"\nROW_SOURCE = {ROW_TILED_SOURCE!r}\n"
-    if f32 == "rows":
-        return text + F32_PATH + "\n"
+def fallbacks() -> str:
+    """What a tensor-core candidate carries for the inputs its kernel does not take: `_ops` and `_f32` (three TF32
+    products on tensor cores where they apply, the row kernel in fp32 FMAs elsewhere)."""
     from ksearch.kernels.attention import tf32x3
+
+    text = OPS_FALLBACK + f"\nROW_SOURCE = {ROW_TILED_SOURCE!r}\n"
 
     configs = {d: tf32x3.default_config(d) for d in (64, 128)}  # the text below writes out their BM, BN and QREG
     assert all((c.bm, c.bn, c.qreg) == (64, 32, d == 64) for d, c in configs.items())

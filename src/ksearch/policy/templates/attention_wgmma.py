@@ -180,7 +180,7 @@ MMA_HEADER = {MMA_SYNC_HEADER!r}
 MMA_SOURCE = {mma_sync.SOURCE!r}
 {kernels}
 
-{HOPPER_CHECK}{fallbacks("tf32x3")}{RUN_HEAD}    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or (causal and length > s):
+{HOPPER_CHECK}{fallbacks()}{RUN_HEAD}    if q.dtype not in (mx.float16, mx.bfloat16) or d not in (64, 128) or (causal and length > s):
         return _ops(q, k, v, causal)
     scale = {"_scale(d)" if constants else "mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)"}
     if _HOPPER and length % 64 == 0 and s % {cfg.bn} == 0:
