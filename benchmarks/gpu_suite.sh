@@ -30,8 +30,8 @@
 #                                   CALLS="independent chained": both; LENGTHS=2048: the shapes at those lengths
 #                                   only), their items traced at L=2048 (NO_TRACE=1: not; CHECK_S: the check's
 #                                   limit, 200 s)
-#   prefill-fp32                    the float32 3xTF32 prefill, both forms, against true fp32, then beside MLX's
-#                                   float32 attention (prefill_fp32.py)
+#   prefill-fp32                    the float32 3xTF32 prefill, its forms, against true fp32, then beside MLX's
+#                                   float32 attention with TF32 on (MLX's default) and off (prefill_fp32.py)
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
 #   item-trace [ARGS]               where a prefill work item's time goes (prefill_item_trace.py; ARGS are its options;
 #                                   by default the library's three kernels at D=128, L=2048 and 8192)
@@ -455,7 +455,8 @@ CHECK
     setup && prefill_candidates "$@" ;;
   prefill-small) setup && prefill_small ;;
   prefill-fp32) setup && { timeout -k 10 200 "$PY" benchmarks/prefill_fp32.py check 2>&1 | tee "$OUT/prefill-fp32-check.log" \
-          | tail -3; timeout -k 10 200 "$PY" benchmarks/prefill_fp32.py bench "$OUT" 2>&1 | tail -10; } ;;
+          | tail -3; timeout -k 10 200 "$PY" benchmarks/prefill_fp32.py bench "$OUT" 2>&1 | tail -10
+          timeout -k 10 150 "$PY" benchmarks/prefill_fp32.py bench "$OUT" --tf32-off 2>&1 | tail -10; } ;;
   prefill-power) log=prefill-power; case " $* " in *" --causal "*) log=prefill-power-causal ;; esac
     setup && timeout -k 10 500 "$PY" benchmarks/prefill_power.py "$OUT" "$@" 2>&1 | tee "$OUT/$log.log" ;;
   item-trace) setup && timeout -k 10 500 "$PY" benchmarks/prefill_item_trace.py "$OUT" "$@" 2>&1 \

@@ -1,7 +1,7 @@
 """Float32 prefill: the 3xTF32 tensor-core kernel (kernels/attention/tf32x3.py) checked and timed.
 
     python benchmarks/prefill_fp32.py check [--first N]         # against a true fp32 reference (TF32 off)
-    python benchmarks/prefill_fp32.py bench OUT_DIR [--first N]  # beside MLX's float32 attention, one process
+    python benchmarks/prefill_fp32.py bench OUT_DIR [--first N] [--tf32-off]  # beside MLX's float32 attention
 
 --first N: the first N shapes of the list only (the holdout shape comes first in `bench`'s).
 
@@ -13,7 +13,9 @@ on CUDA as TF32 by default); every case is held to the float32 tolerance of the 
 relative), partial tiles, GQA and the mask among them. `bench` leaves MLX as a user has it (TF32 on): native is
 `mx.fast.scaled_dot_product_attention`, which for float32 runs two TF32 matmuls and a softmax; each shape's row also
 records how far native's output lies from ours (ours being within fp32's error, that is native's TF32 error), and
-writes `attention-prefill-fp32-<device>.json` (ksearch-bench/1).
+writes `attention-prefill-fp32-<device>.json` (ksearch-bench/1). `bench --tf32-off` sets MLX_ENABLE_TF32=0 as
+`check` does, so that native is MLX's float32 attention at fp32's accuracy, as a user who turns TF32 off has it
+(`attention-prefill-fp32-tf32-off-<device>.json`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import sys
 from functools import partial
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else ""
-if MODE == "check":
+TF32_OFF = MODE == "check" or "--tf32-off" in sys.argv
+if TF32_OFF:
     os.environ["MLX_ENABLE_TF32"] = "0"
 
 import mlx.core as mx  # noqa: E402
@@ -119,8 +122,10 @@ def bench(out_dir: str) -> int:
                **{f"{f}_geomean_speedup": geomean([r[f]["speedup"] for r in rows]) for f in forms_seen}}
     print("geomean " + ", ".join(f"{k.removesuffix('_geomean_speedup')} {v:.3f}x" for k, v in summary.items()),
           flush=True)
-    data = make_result("attention-prefill-fp32", get_backend(None), rows, [list(s) for s in shapes], ["float32"],
-                       summary, "3xTF32 kernel (tf32x3.py) beside MLX's float32 attention with MLX's defaults")
+    name, native_is = (("attention-prefill-fp32-tf32-off", "MLX_ENABLE_TF32=0 (fp32 matmuls)") if TF32_OFF
+                       else ("attention-prefill-fp32", "MLX's defaults (TF32 matmuls)"))
+    data = make_result(name, get_backend(None), rows, [list(s) for s in shapes], ["float32"], summary,
+                       f"3xTF32 kernel (tf32x3.py) beside MLX's float32 attention with {native_is}")
     print(f"wrote {write_result(data, out_dir)}")
     return 0
 
