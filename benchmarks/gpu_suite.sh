@@ -18,8 +18,8 @@
 #                                   harness; options = the families' options (tensor cores, block floor, constants,
 #                                   holdout workloads), prefill options named outright (_wt, _uw, _m1; _hs and
 #                                   _kt, the dispatch's by shape; _q2 and _qt, opt-in) against fp32, tile images,
-#                                   the cluster decode;
-#                                   all (the default) = the four
+#                                   the cluster decode, the float32 prefill and its dispatch; all (the
+#                                   default) = the four
 #                                   side by side, a log each ($OUT/gpu-tests-GROUP.log)
 #   prefill                         check-prefill against fp32, then `ksearch bench attention --full`
 #   prefill-calls                   `bench attention --full` with the calls chained and independent, two processes

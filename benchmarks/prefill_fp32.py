@@ -10,7 +10,9 @@ Both take the kernel's forms: the default, the fragment layouts (`Tf32Config(fra
 
 `check` sets MLX_ENABLE_TF32=0 before MLX loads, so that the reference's matmuls are fp32 (MLX runs float32 matmuls
 on CUDA as TF32 by default); every case is held to the float32 tolerance of the tasks (1e-4 absolute + 1e-4
-relative), partial tiles, GQA and the mask among them. `bench` leaves MLX as a user has it (TF32 on): native is
+relative), partial tiles, GQA and the mask among them, and so is the library's `attention` as its dispatch takes it
+for these inputs (the 3xTF32 kernel where `tf32x3_preferred` takes it, which the last two cases reach; else MLX's,
+at fp32's accuracy with TF32 off). `bench` leaves MLX as a user has it (TF32 on): native is
 `mx.fast.scaled_dot_product_attention`, which for float32 runs two TF32 matmuls and a softmax; each shape's row also
 records how far native's output lies from ours (ours being within fp32's error, that is native's TF32 error), and
 writes `attention-prefill-fp32-<device>.json` (ksearch-bench/1). `bench --tf32-off` sets MLX_ENABLE_TF32=0 as
@@ -32,19 +34,21 @@ if TF32_OFF:
 import mlx.core as mx  # noqa: E402
 
 from ksearch.bench.attention import prefill_inputs  # noqa: E402
+from ksearch.kernels.attention import prefill_plan  # noqa: E402
 from ksearch.kernels.attention.tf32x3 import Tf32Config, attention_tf32x3, default_config  # noqa: E402
 from ksearch.tasks.attention import TASK  # noqa: E402
 from ksearch.tasks.attention import reference as task_reference  # noqa: E402
 
 # (B, Hq, Hkv, L, S, D, causal): the attention task's fp32 holdout workload first, then the benchmark's shapes at
-# fp32 and partial blocks and tiles.
+# fp32, short calls (L 128-512) and partial blocks and tiles.
 BENCH = [(1, 32, 8, 2048, 2048, 128, False), (1, 32, 8, 2048, 2048, 128, True), (1, 32, 8, 4096, 4096, 128, False),
          (1, 32, 8, 4096, 4096, 128, True), (4, 32, 8, 2048, 2048, 128, False), (2, 32, 32, 2048, 2048, 64, False),
-         (2, 32, 32, 2048, 2048, 64, True), (1, 32, 8, 8192, 8192, 64, False)]
+         (2, 32, 32, 2048, 2048, 64, True), (1, 32, 8, 8192, 8192, 64, False), (1, 32, 8, 512, 512, 128, False),
+         (1, 32, 8, 512, 512, 128, True), (4, 8, 8, 128, 128, 64, True), (1, 32, 8, 256, 256, 64, False)]
 CHECK = [(1, 4, 2, 128, 128, 64, False), (1, 4, 2, 128, 128, 64, True), (2, 4, 1, 100, 77, 128, False),
          (1, 8, 2, 77, 300, 128, True), (1, 6, 3, 333, 333, 64, True), (1, 4, 4, 1, 50, 128, False),
          (1, 4, 4, 1, 50, 128, True), (1, 32, 8, 2048, 2048, 128, False), (1, 8, 8, 1024, 1024, 128, True),
-         (2, 8, 2, 512, 1024, 64, True)]
+         (2, 8, 2, 512, 1024, 64, True), (1, 8, 2, 2048, 2048, 64, False), (1, 4, 4, 2048, 2560, 128, True)]
 
 
 def forms(d: int) -> dict[str, Tf32Config]:
@@ -81,8 +85,11 @@ def check() -> int:
         b, hq, hkv, length, s, d, causal = shape
         q, k, v = inputs(b, hq, hkv, length, s, d)
         ref = task_reference({"q": q, "k": k, "v": v}, causal)[0]
-        for form, cfg in forms(d).items():
-            e = excess(attention_tf32x3(q, k, v, causal, cfg), ref)
+        calls = {form: partial(attention_tf32x3, q, k, v, causal, cfg) for form, cfg in forms(d).items()}
+        name, library = prefill_plan(q, k, v, causal)
+        calls[f"library ({name})"] = library
+        for form, call in calls.items():
+            e = excess(call(), ref)
             bad += not e <= 1.0
             print(f"fp32 {form} {shape}: {e:.3f} of the tolerance {'ok' if e <= 1.0 else 'FAIL'}", flush=True)
     print(f"fp32: {bad} failures", flush=True)

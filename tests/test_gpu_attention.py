@@ -129,7 +129,7 @@ def test_the_decode_familys_constants_pass_the_harness_with_the_tensor_core_kern
 @pytest.mark.parametrize("family", ["attention.cuda.flash_mma", "attention.cuda.flash_wgmma"])
 def test_tensor_core_families_pass_the_holdout_workloads(cuda_backend, family):
     # The H200 search's best (flash_mma) failed its holdout: float32 went to MLX ops, whose matmuls are TF32 on CUDA,
-    # against a true fp32 reference. float32 now takes the fp32 row kernel.
+    # against a true fp32 reference. float32 now takes the 3xTF32 kernel (the row kernel where it does not apply).
     task = get_task("attention")
     fam = next(f for f in attn_t.FAMILIES if f.id == family)
     names = [w.name for w in task.holdout_workloads("gpu")]
@@ -167,3 +167,12 @@ def test_tile_images_kernel_equals_the_mlx_reference(cuda_backend):
         ki, vi = tile_images(k, v)
         assert mx.array_equal(ki, tile_image(k)).item() and mx.array_equal(vi, tile_image(v)).item()
         assert not mx.array_equal(ki, k).item()
+
+
+def test_the_float32_prefill_and_the_librarys_float32_dispatch_match_fp32(cuda_backend):
+    # Every form of the 3xTF32 kernel and the library's `attention` on float32 inputs, with TF32 off for the
+    # reference, held to the tasks' fp32 tolerance (benchmarks/prefill_fp32.py check).
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prefill_fp32.py"), "check"],
+                          capture_output=True, text=True, env=env, timeout=400)
+    assert proc.returncode == 0 and "fp32: 0 failures" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]

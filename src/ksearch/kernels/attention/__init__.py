@@ -1,13 +1,15 @@
 """Prefill attention as a plain function, `attention`: the dispatch over the kernel families of this package.
 
 It picks the best kernel configuration for the backend and shape and falls back to MLX's own
-`mx.fast.scaled_dot_product_attention` wherever no kernel of ours fits (CPU, fp32, odd head dims or lengths).
+`mx.fast.scaled_dot_product_attention` wherever no kernel of ours fits (CPU, odd head dims or lengths) or, for
+float32, where MLX's was measured faster (`tf32x3_preferred`).
 Metal kernels are opt-in (`KSEARCH_METAL_KERNELS=1` or `use_metal=True`) until they are measured on Apple hardware.
 
 The families: mma_sync.py (tensor cores through `mma.sync`, any CUDA GPU), wgmma.py and wgmma_ws.py (Hopper's
 `wgmma`; the warp-specialised one is the default there), metal_rows.py (one query row a thread),
 metal_simdgroup.py (`simdgroup_matrix`) and metal_fragments.py (the same with the softmax in registers, named
-outright through MetalConfig); cuda_prefill.py holds what the CUDA ones share.
+outright through MetalConfig), tf32x3.py (float32 as three TF32 products on `mma.sync`); cuda_prefill.py holds what
+the CUDA ones share.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ksearch.kernels import device
-from ksearch.kernels.attention import mma_sync, wgmma, wgmma_ws, wgmma_ws_grid
+from ksearch.kernels.attention import mma_sync, tf32x3, wgmma, wgmma_ws, wgmma_ws_grid
 from ksearch.kernels.attention.mma_sync import PrefillConfig
 from ksearch.kernels.attention.wgmma import WgmmaConfig
 from ksearch.kernels.attention.wgmma_ws import WsConfig
@@ -128,6 +130,22 @@ def prefill_config(q: Any, k: Any, causal: bool) -> PrefillConfig:
     return PrefillConfig(bm=128, bn=64, db=True)
 
 
+def tf32x3_preferred(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple[int, ...],
+                     dtypes: tuple[Any, ...], causal: bool) -> bool:
+    """float32 on CUDA: the 3xTF32 kernel (tf32x3.py, fp32's accuracy on tensor cores) where it fits and was measured
+    ahead of MLX's float32 attention with TF32 on (`prefill_fp32.py bench`, docs/kernels-attention.md): with the
+    causal mask or at D=64, at L and S of F32_KERNEL_FROM or more (shorter calls not measured). At D=128 without the
+    mask MLX's TF32 attention was ahead (the kernel 0.58x-0.64x of it). MLX's at fp32's accuracy (TF32 off) runs its
+    matmuls without TF32's tensor-core speed, so where the kernel is ahead of it with TF32 on it is ahead with TF32
+    off."""
+    cfg = tf32x3.default_config(q_shape[-1])
+    return (tf32x3.supports_shapes(q_shape, k_shape, v_shape, dtypes, causal, cfg)
+            and min(q_shape[2], k_shape[2]) >= F32_KERNEL_FROM and (causal or q_shape[-1] == 64))
+
+
+F32_KERNEL_FROM = 2048
+
+
 def native_attention(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
     import mlx.core as mx
 
@@ -180,8 +198,8 @@ def prefill_plan(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: boo
                  config: Config | None = None) -> tuple[str, Callable[[], Any]]:
     """(name of the kernel `attention` runs for these inputs, a call that runs it): the dispatch, inspectable without
     running anything (`ksearch bench attention` records the name per shape). Names: a wgmma configuration as
-    KSEARCH_WGMMA_CONFIG spells it (e.g. ws3_n64_s4_p4_bulk), mma_sync_mBM_nBN[_db], metal_simdgroup,
-    metal_fragments, metal_rows, native."""
+    KSEARCH_WGMMA_CONFIG spells it (e.g. ws3_n64_s4_p4_bulk), mma_sync_mBM_nBN[_db], mma_tf32x3_m64_n32[_qr]
+    (float32), metal_simdgroup, metal_fragments, metal_rows, native."""
     name, run = _plan(q, k, v, causal, use_metal, config)
     return name, lambda: run(q, k, v)
 
@@ -235,6 +253,9 @@ def _cuda_plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tupl
                config_setting: str) -> tuple[str, Runner]:
     """The CUDA dispatch for one shape (the settings are the key's, `wgmma_enabled` and `wgmma_config` read them).
     The runners look their kernel function up when called, so what they run is always the module's."""
+    if config is None and tf32x3_preferred(q_shape, k_shape, v_shape, dtypes, causal):
+        cfg32 = tf32x3.default_config(q_shape[-1])
+        return cfg32.name(), lambda q, k, v: tf32x3.attention_tf32x3(q, k, v, causal, cfg32)
     q, k, v = ArraySpec(q_shape, dtypes[0]), ArraySpec(k_shape, dtypes[1]), ArraySpec(v_shape, dtypes[2])
     chosen = wgmma_config(q, k, causal) if config is None and wgmma_enabled() else config
     if isinstance(chosen, WsConfig) and wgmma_ws.supports(q, k, v, causal, chosen):
