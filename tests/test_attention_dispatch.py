@@ -285,20 +285,26 @@ def test_a_configuration_reads_as_split_k_fields_or_the_tensor_core_kernel():
 def test_float32_on_cuda_takes_the_3xtf32_kernel_where_it_was_measured_ahead(monkeypatch):
     monkeypatch.setattr(device, "backend", lambda: "cuda")
     monkeypatch.setattr(ka, "wgmma_enabled", lambda: False)
+    monkeypatch.delenv("MLX_ENABLE_TF32", raising=False)
     n = ka.F32_KERNEL_FROM
 
     def plan(length, s, d, causal, dtype=mx.float32, **kw):
         q, k = mx.zeros((1, 8, length, d), dtype=dtype), mx.zeros((1, 2, s, d), dtype=dtype)
         return ka.prefill_plan(q, k, k, causal, **kw)[0]
 
-    # MLX's float32 attention (TF32 matmuls by default) was ahead at D=128 without the mask
+    # TF32 on (MLX's default): MLX's float32 attention, TF32-accurate, was ahead at D=128 without the mask
     assert plan(n, n, 128, False) == "native"
-    assert plan(n, n, 128, True) == "mma_tf32x3_m64_n32"
-    assert plan(n, n, 64, False) == "mma_tf32x3_m64_n32_qr"
-    assert plan(n, 2 * n, 64, True) == "mma_tf32x3_m64_n32_qr"
+    assert plan(n, n, 128, True) == "mma_tf32x3_m128_n32_fl"
+    assert plan(n, n, 64, False) == "mma_tf32x3_m64_n32_qr_fl"
+    assert plan(n, 2 * n, 64, True) == "mma_tf32x3_m64_n32_qr_fl"
+    # TF32 off: MLX's at fp32's accuracy was behind at every shape measured
+    monkeypatch.setenv("MLX_ENABLE_TF32", "0")
+    assert plan(n, n, 128, False) == "mma_tf32x3_m128_n32_fl"
     # not measured below F32_KERNEL_FROM; does not fit: the mask with L > S, D 96
     for other in ((n - 1, n, 64, False), (n, n - 1, 64, False), (n + 1, n, 128, True), (n, n, 96, True)):
         assert plan(*other) == "native"
     # a kernel named outright is that kernel or MLX's; float16 keeps its kernels
     assert plan(n, n, 128, True, config=mma_sync.PrefillConfig(bm=128, bn=64, db=True)) == "native"
     assert plan(n, n, 128, True, dtype=mx.float16) == "mma_sync_m128_n64_db"
+    monkeypatch.setenv("MLX_ENABLE_TF32", " 1")
+    assert plan(n, n, 128, False) == "native"

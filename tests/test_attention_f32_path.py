@@ -48,19 +48,22 @@ def test_the_candidate_carries_the_librarys_kernel_with_its_shared_memory() -> N
     made = {m["name"]: m for m in scope["made"]}
     for d in (64, 128):
         m = made[f"attention_tf32x3_d{d}"]
-        assert m["source"] == tf32x3.SOURCE and m["header"] == tf32x3.TF32X3_HEADER
+        assert m["source"] == tf32x3.default_config(d).source() and m["header"] == tf32x3.TF32X3_HEADER
         assert m["shared_memory"] == tf32x3.default_config(d).smem_bytes(d)
 
 
-@pytest.mark.parametrize("d,qreg", [(64, True), (128, False)])
-def test_float32_goes_to_three_tf32_products_launched_as_the_library_launches_them(d: int, qreg: bool) -> None:
+@pytest.mark.parametrize("d,blocks,threads", [(64, 2, 128), (128, 1, 256)])
+def test_float32_goes_to_three_tf32_products_launched_as_the_library_launches_them(d: int, blocks: int,
+                                                                                  threads: int) -> None:
     scope, calls = _candidate()
     q, k = _arr(2, 8, 100, d), _arr(2, 2, 300, d)
     assert scope["run"](q, k, k, True) == f"attention_tf32x3_d{d}"
     _, kw = calls[-1]
     cfg = tf32x3.default_config(d)
-    assert kw["template"] == [("T", "float32"), ("D", d), *tf32x3.template_args(cfg, True)] and cfg.qreg == qreg
-    assert kw["grid"] == (2 * 128, 2 * 8, 1) and kw["threadgroup"] == (128, 1, 1)  # ceil(100 / 64) blocks of 128
+    assert kw["template"] == [("T", "float32"), ("D", d), *tf32x3.template_args(cfg, True)]
+    # ceil(100 / BM) blocks of BM / 16 warps; the library's launch (cuda_prefill.shape_launch) takes the same
+    assert cfg.bm // 16 * 32 == threads and -(-100 // cfg.bm) == blocks
+    assert kw["grid"] == (blocks * threads, 2 * 8, 1) and kw["threadgroup"] == (threads, 1, 1)
 
 
 @pytest.mark.parametrize("q_shape,k_shape,causal", [((1, 4, 64, 96), (1, 4, 64, 96), False),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -233,17 +232,19 @@ def test_inputs_it_cannot_take_are_refused_in_one_line() -> None:
     assert "\n" not in str(err.value)
 
 
-def test_the_default_keeps_q_in_registers_at_d64_only() -> None:
-    assert K.default_config(64).qreg and not K.default_config(128).qreg
-    assert K.default_config(128).smem_bytes(128) <= K.MAX_SMEM
-    assert K.default_config(128).name() == "mma_tf32x3_m64_n32"
+def test_the_default_takes_the_fragment_layouts_and_keeps_q_in_registers_at_d64_only() -> None:
+    assert K.default_config(64) == K.Tf32Config(bm=64, qreg=True, frag=True)
+    assert K.default_config(128) == K.Tf32Config(bm=128, qreg=False, frag=True)
+    assert K.default_config(128).smem_bytes(128) <= 163 * 1024  # sm_80's limit too
+    assert K.default_config(128).name() == "mma_tf32x3_m128_n32_fl"
 
 
 def _spills(arch: str, frag: bool) -> dict[str, int]:
-    """Spill-store bytes of the configuration at both head dims, with and without the mask, compiled as MLX wraps it."""
+    """Spill-store bytes of the default (frag) or the first form at both head dims, with and without the mask, compiled
+    as MLX wraps it."""
     units, names = [], []
     for d in (64, 128):
-        cfg = replace(K.default_config(d), frag=frag)
+        cfg = K.default_config(d) if frag else K.Tf32Config(qreg=d == 64)
         for causal in (False, True):
             names.append(f"tf{d}x{int(causal)}")
             units.append(wrap(f"{names[-1]}_0", cfg.source(), "", [("q", "T"), ("k", "T"), ("v", "T"),
@@ -267,7 +268,7 @@ def test_the_kernels_compile_without_spills(arch: str) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 def test_the_fragment_layouts_compile_with_at_most_a_word_spilled() -> None:
-    """sm_90a: none at D=64 (Q in registers) or at D=128 without the mask; 4 bytes at D=128 with it (242 registers
-    without the mask: V's next tile waits in 32 of them)."""
+    """The default, sm_90a: none at D=64 (Q in registers) or at D=128 without the mask; at most 4 bytes at D=128 with
+    it (V's next tile waits in 32 registers)."""
     spills = _spills("sm_90a", frag=True)
     assert spills["tf64x0"] == spills["tf64x1"] == spills["tf128x0"] == 0 and spills["tf128x1"] <= 4, spills

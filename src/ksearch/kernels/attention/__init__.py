@@ -130,20 +130,26 @@ def prefill_config(q: Any, k: Any, causal: bool) -> PrefillConfig:
     return PrefillConfig(bm=128, bn=64, db=True)
 
 
+def tf32_enabled() -> bool:
+    """MLX_ENABLE_TF32 as MLX reads it: unset or nonzero -> MLX runs float32 matmuls (its attention's among them) as
+    TF32 on CUDA; 0 -> at fp32's accuracy."""
+    return os.environ.get("MLX_ENABLE_TF32", "1").strip() != "0"
+
+
 def tf32x3_preferred(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple[int, ...],
-                     dtypes: tuple[Any, ...], causal: bool) -> bool:
-    """float32 on CUDA: the 3xTF32 kernel (tf32x3.py, fp32's accuracy on tensor cores) where it fits and was measured
-    ahead of MLX's float32 attention with TF32 on (`prefill_fp32.py bench`, docs/kernels-attention.md): with the
-    causal mask or at D=64, at L and S of F32_KERNEL_FROM or more (shorter calls not measured). At D=128 without the
-    mask MLX's TF32 attention was ahead (the kernel 0.58x-0.64x of it). MLX's at fp32's accuracy (TF32 off) runs its
-    matmuls without TF32's tensor-core speed, so where the kernel is ahead of it with TF32 on it is ahead with TF32
-    off."""
+                     dtypes: tuple[Any, ...], causal: bool, tf32: bool) -> bool:
+    """float32 on CUDA: the 3xTF32 kernel (tf32x3.py, fp32's accuracy on tensor cores) where it fits, from L and S of
+    F32_KERNEL_FROM (shorter calls not measured), and was measured ahead of MLX's float32 attention on an H100
+    (`prefill_fp32.py bench`, docs/kernels-attention.md): with TF32 off (MLX_ENABLE_TF32=0, `tf32` False) at every
+    shape, 1.58x-4.8x; with TF32 on (MLX's default, its attention then at TF32's accuracy) with the causal mask or at
+    D=64, 1.20x-3.9x. At D=128 without the mask MLX's TF32 attention stays: the kernel was 0.75x-0.78x of it from
+    L=2048 (1.11x at L=512)."""
     cfg = tf32x3.default_config(q_shape[-1])
     return (tf32x3.supports_shapes(q_shape, k_shape, v_shape, dtypes, causal, cfg)
-            and min(q_shape[2], k_shape[2]) >= F32_KERNEL_FROM and (causal or q_shape[-1] == 64))
+            and min(q_shape[2], k_shape[2]) >= F32_KERNEL_FROM and (not tf32 or causal or q_shape[-1] == 64))
 
 
-F32_KERNEL_FROM = 2048
+F32_KERNEL_FROM = 128
 
 
 def native_attention(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
@@ -198,8 +204,8 @@ def prefill_plan(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: boo
                  config: Config | None = None) -> tuple[str, Callable[[], Any]]:
     """(name of the kernel `attention` runs for these inputs, a call that runs it): the dispatch, inspectable without
     running anything (`ksearch bench attention` records the name per shape). Names: a wgmma configuration as
-    KSEARCH_WGMMA_CONFIG spells it (e.g. ws3_n64_s4_p4_bulk), mma_sync_mBM_nBN[_db], mma_tf32x3_m64_n32[_qr]
-    (float32), metal_simdgroup, metal_fragments, metal_rows, native."""
+    KSEARCH_WGMMA_CONFIG spells it (e.g. ws3_n64_s4_p4_bulk), mma_sync_mBM_nBN[_db], mma_tf32x3_m64_n32_qr_fl
+    / mma_tf32x3_m128_n32_fl (float32), metal_simdgroup, metal_fragments, metal_rows, native."""
     name, run = _plan(q, k, v, causal, use_metal, config)
     return name, lambda: run(q, k, v)
 
@@ -217,11 +223,12 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool |
 def _plan(q: Any, k: Any, v: Any, causal: bool, use_metal: bool | None, config: Config | None) -> tuple[str, Runner]:
     where = device.backend()
     if where == "cuda" and not isinstance(config, MetalConfig):
-        # Everything the CUDA choice depends on is in the key (the two settings read here, each call), so the choice,
+        # Everything the CUDA choice depends on is in the key (the settings read here, each call), so the choice,
         # its shape checks and its name are made once per shape: made every call they were 4-7 us of a call's host
         # time, which a short prefill pays in full when calls queue faster than the host makes them.
         return _cuda_plan(tuple(q.shape), tuple(k.shape), tuple(v.shape), (q.dtype, k.dtype, v.dtype), bool(causal),
-                          config, os.environ.get("KSEARCH_WGMMA", ""), os.environ.get("KSEARCH_WGMMA_CONFIG", ""))
+                          config, os.environ.get("KSEARCH_WGMMA", ""), os.environ.get("KSEARCH_WGMMA_CONFIG", ""),
+                          tf32_enabled())
     if where == "metal" and device.metal_enabled(use_metal) and (config is None or isinstance(config, MetalConfig)):
         return _metal_plan(q, k, v, causal, config.kernel if config else metal_prefill_setting())
     return "native", lambda q, k, v: native_attention(q, k, v, causal)
@@ -250,10 +257,11 @@ def clear_plans() -> None:
 @lru_cache(maxsize=1024)
 def _cuda_plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple[int, ...], dtypes: tuple[Any, ...],
                causal: bool, config: PrefillConfig | WgmmaConfig | WsConfig | None, wgmma_setting: str,
-               config_setting: str) -> tuple[str, Runner]:
-    """The CUDA dispatch for one shape (the settings are the key's, `wgmma_enabled` and `wgmma_config` read them).
+               config_setting: str, tf32: bool) -> tuple[str, Runner]:
+    """The CUDA dispatch for one shape (the settings are the key's: `wgmma_enabled` and `wgmma_config` read two of
+    them, `tf32` is `tf32_enabled()`).
     The runners look their kernel function up when called, so what they run is always the module's."""
-    if config is None and tf32x3_preferred(q_shape, k_shape, v_shape, dtypes, causal):
+    if config is None and tf32x3_preferred(q_shape, k_shape, v_shape, dtypes, causal, tf32):
         cfg32 = tf32x3.default_config(q_shape[-1])
         return cfg32.name(), lambda q, k, v: tf32x3.attention_tf32x3(q, k, v, causal, cfg32)
     q, k, v = ArraySpec(q_shape, dtypes[0]), ArraySpec(k_shape, dtypes[1]), ArraySpec(v_shape, dtypes[2])

@@ -13,7 +13,8 @@ Layout (PTX's m16n8k8 TF32 fragments; g = lane / 4, t = lane % 4): shared-memory
 load hit different banks (TF32X3_HEADER). P goes from S's accumulators to the A operand of P V without shuffles: S's
 lane holds keys 2t and 2t + 1 of a tile of 8, which the product's K index t and t + 4 are taken to be (a sum over
 keys does not care about their order), and V's fragment reads those keys to match. SOURCE_FRAG, the second form, lays
-Q, S's keys and V out so that each fragment is one 16-byte load into the registers the product reads. The index
+Q, S's keys and V out so that each fragment is one 16-byte load into the registers the product reads; it is the
+default (`default_config`), the first form a named option (`Tf32Config(frag=False)`). The index
 arithmetic lives in `__host__ __device__` helpers, which tests run on the host against PTX's fragment layout
 (tests/test_prefill_tf32x3.py).
 """
@@ -425,13 +426,15 @@ class Tf32Config:
         return SOURCE_FRAG if self.frag else SOURCE
 
 
-MAX_SMEM = 227 * 1024  # a block's limit on sm_90 (sm_80: 163 KB; the default takes 99 KB at D=128)
+MAX_SMEM = 227 * 1024  # a block's limit on sm_90 (sm_80: 163 KB; the default takes 136 KB at D=128)
 
 
 def default_config(d: int) -> Tf32Config:
-    """Q's fragments kept at D=64 (no spills there); at D=128 they would spill (255 registers), so they are split
-    again every tile."""
-    return Tf32Config(qreg=d == 64)
+    """The fragment layouts (SOURCE_FRAG): on an H100 ahead of the first form (SOURCE) at 11 of 12 shapes, 49-58
+    against 43-45 TFLOP/s at D=128 from L=2048 (`prefill_fp32.py bench`). At D=64 64 rows a block with Q's fragments
+    kept; at D=128 128 rows (8 warps share each K / V tile: 55.8 against 52.2 TFLOP/s with 64 at the fp32 holdout
+    shape), Q's fragments split again every tile (kept, they would spill)."""
+    return Tf32Config(bm=64 if d == 64 else 128, qreg=d == 64, frag=True)
 
 
 def template_args(cfg: Tf32Config, causal: bool) -> list[tuple[str, Any]]:

@@ -103,9 +103,10 @@ def _f32(q, k, v, causal):
 
 
 # float32 on tensor cores: each product as three TF32 products (kernels/attention/tf32x3.py: within fp32's error, which
-# one TF32 product is not), for D 64 / 128 (and the mask only with L <= S); the row kernel for the rest. Needs `math`,
-# `mx`, ROW_SOURCE, TF32X3_SOURCE and TF32X3_HEADER.
-F32_TC_PATH = F32_PATH.replace("def _f32(", "def _f32_rows(") + '''
+# one TF32 product is not), for D 64 / 128 (and the mask only with L <= S), launched as the library launches its
+# default configurations; the row kernel for the rest. Needs `math`, `mx`, ROW_SOURCE, TF32X3_SOURCE and
+# TF32X3_HEADER.
+F32_TC_HEAD = F32_PATH.replace("def _f32(", "def _f32_rows(") + '''
 _tf32x3_d64 = mx.fast.cuda_kernel(name="attention_tf32x3_d64", input_names=["q", "k", "v", "scale"],
                                   output_names=["o"], source=TF32X3_SOURCE, header=TF32X3_HEADER,
                                   shared_memory=TF32X3_SMEM_64)
@@ -119,17 +120,19 @@ def _f32(q, k, v, causal):
     if d not in (64, 128) or (causal and length > k.shape[2]):
         return _f32_rows(q, k, v, causal)
     scale = mx.array([1.0 / math.sqrt(d)], dtype=mx.float32)
-    grid = ((length + 63) // 64 * 128, b * hq, 1)
-    if d == 64:  # Q's fragments kept in registers
-        return _tf32x3_d64(inputs=[q, k, v, scale],
-                           template=[("T", q.dtype), ("D", 64), ("BM", 64), ("BN", 32), ("CAUSAL", bool(causal)),
-                                     ("QREG", True)],
-                           grid=grid, threadgroup=(128, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
-    return _tf32x3_d128(inputs=[q, k, v, scale],
-                        template=[("T", q.dtype), ("D", 128), ("BM", 64), ("BN", 32), ("CAUSAL", bool(causal)),
-                                  ("QREG", False)],
-                        grid=grid, threadgroup=(128, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
 '''
+
+
+def _tf32x3_launch(d: int, bm: int, bn: int, qreg: bool) -> str:
+    """`_f32`'s launch of the 3xTF32 kernel at head dim d: BM rows a block, 16 a warp."""
+    threads = bm // 16 * 32
+    call = f"_tf32x3_d{d}(inputs=[q, k, v, scale],"
+    pad = " " * (len("        return ") + len(f"_tf32x3_d{d}("))
+    return (f"    if d == {d}:\n        return {call}\n"
+            f"{pad}template=[(\"T\", q.dtype), (\"D\", {d}), (\"BM\", {bm}), (\"BN\", {bn}), "
+            f"(\"CAUSAL\", bool(causal)),\n{pad}          (\"QREG\", {qreg})],\n"
+            f"{pad}grid=((length + {bm - 1}) // {bm} * {threads}, b * hq, 1), threadgroup=({threads}, 1, 1),\n"
+            f"{pad}output_shapes=[q.shape], output_dtypes=[q.dtype])[0]\n")
 
 
 def fallbacks() -> str:
@@ -138,11 +141,12 @@ def fallbacks() -> str:
     from ksearch.kernels.attention import tf32x3
 
     text = OPS_FALLBACK + f"\nROW_SOURCE = {ROW_TILED_SOURCE!r}\n"
-
-    configs = {d: tf32x3.default_config(d) for d in (64, 128)}  # the text below writes out their BM, BN and QREG
-    assert all((c.bm, c.bn, c.qreg) == (64, 32, d == 64) for d, c in configs.items())
-    return (text + f"TF32X3_SOURCE = {tf32x3.SOURCE!r}\nTF32X3_HEADER = {tf32x3.TF32X3_HEADER!r}\n"
-            + "".join(f"TF32X3_SMEM_{d} = {c.smem_bytes(d)}\n" for d, c in configs.items()) + F32_TC_PATH + "\n")
+    configs = {d: tf32x3.default_config(d) for d in (64, 128)}
+    sources = {c.source() for c in configs.values()}
+    assert len(sources) == 1  # one kernel text for both head dims
+    return (text + f"TF32X3_SOURCE = {sources.pop()!r}\nTF32X3_HEADER = {tf32x3.TF32X3_HEADER!r}\n"
+            + "".join(f"TF32X3_SMEM_{d} = {c.smem_bytes(d)}\n" for d, c in configs.items()) + F32_TC_HEAD
+            + "".join(_tf32x3_launch(d, c.bm, c.bn, c.qreg) for d, c in configs.items()) + "\n")
 
 
 # The head of such a candidate's run(): float32 to `_f32`, then what no tensor-core kernel takes to `_ops`.
