@@ -31,7 +31,8 @@
 #                                   only), their items traced at L=2048 (NO_TRACE=1: not; CHECK_S: the check's
 #                                   limit, 200 s)
 #   prefill-fp32                    the float32 3xTF32 prefill, its forms, against true fp32, then beside MLX's
-#                                   float32 attention with TF32 on (MLX's default) and off (prefill_fp32.py)
+#                                   float32 attention with TF32 on (MLX's default) and off (prefill_fp32.py); the
+#                                   attention family's float32 path through the harness at the fp32 holdout workload
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
 #   item-trace [ARGS]               where a prefill work item's time goes (prefill_item_trace.py; ARGS are its options;
 #                                   by default the library's three kernels at D=128, L=2048 and 8192)
@@ -144,6 +145,19 @@ INSTALL
   done
   du -sh .device/a .device/b .device/c
   echo "staged: copy .device/a, then .device/b (and .device/c for the LLM path), to the GPU machine; there run: bash benchmarks/gpu_suite.sh PART"
+}
+
+# The float32 3xTF32 prefill: checked, timed with TF32 on and off, and the attention family's float32 path through the
+# harness at the task's fp32 holdout workload (its verdict as JSON).
+prefill_fp32() {
+  timeout -k 10 200 "$PY" benchmarks/prefill_fp32.py check 2>&1 | tee "$OUT/prefill-fp32-check.log" | tail -3
+  timeout -k 10 150 "$PY" benchmarks/prefill_fp32.py bench "$OUT" 2>&1 | tail -13
+  timeout -k 10 150 "$PY" benchmarks/prefill_fp32.py bench "$OUT" --tf32-off 2>&1 | tail -13
+  "$PY" benchmarks/render_template.py attention.cuda.flash_wgmma > "$OUT/flash-wgmma.py"
+  timeout -k 10 120 "${KS[@]}" eval attention "$OUT/flash-wgmma.py" --backend mlx-cuda \
+    --workloads gpu_b1_h32_kv8_l2048_d128_f32 --json > "$OUT/eval-flash-wgmma-f32.json"
+  "$PY" -c 'import json, sys; w = json.load(open(sys.argv[1]))["workloads"][0]
+print(w["name"], w["status"], w["speedup"], w["message"][:300])' "$OUT/eval-flash-wgmma-f32.json"
 }
 
 setup() {
@@ -454,9 +468,7 @@ CHECK
     [ -z "$bad" ] || die "prefill-candidates: $bad"
     setup && prefill_candidates "$@" ;;
   prefill-small) setup && prefill_small ;;
-  prefill-fp32) setup && { timeout -k 10 200 "$PY" benchmarks/prefill_fp32.py check 2>&1 | tee "$OUT/prefill-fp32-check.log" \
-          | tail -3; timeout -k 10 200 "$PY" benchmarks/prefill_fp32.py bench "$OUT" 2>&1 | tail -10
-          timeout -k 10 150 "$PY" benchmarks/prefill_fp32.py bench "$OUT" --tf32-off 2>&1 | tail -10; } ;;
+  prefill-fp32) setup && prefill_fp32 ;;
   prefill-power) log=prefill-power; case " $* " in *" --causal "*) log=prefill-power-causal ;; esac
     setup && timeout -k 10 500 "$PY" benchmarks/prefill_power.py "$OUT" "$@" 2>&1 | tee "$OUT/$log.log" ;;
   item-trace) setup && timeout -k 10 500 "$PY" benchmarks/prefill_item_trace.py "$OUT" "$@" 2>&1 \
