@@ -55,10 +55,10 @@ CHECK = [(1, 4, 2, 128, 128, 64, False), (1, 4, 2, 128, 128, 64, True), (2, 4, 1
 def forms(d: int) -> dict[str, Tf32Config]:
     """The kernel's forms at head dim d: "plain" (the first form), "frag" (the fragment layouts) and "frag128" (the
     same with 128 rows a block, 8 warps sharing each K / V tile); the default (`default_config`) is one of them."""
-    forms = {"plain": Tf32Config(qreg=d == 64), "frag": Tf32Config(qreg=d == 64, frag=True),
+    named = {"plain": Tf32Config(qreg=d == 64), "frag": Tf32Config(qreg=d == 64, frag=True),
              "frag128": Tf32Config(bm=128, qreg=d == 64, frag=True)}
-    assert default_config(d) in forms.values()
-    return forms
+    assert default_config(d) in named.values()
+    return named
 
 
 def default_form(d: int) -> str:
