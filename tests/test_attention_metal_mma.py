@@ -23,16 +23,20 @@ def _use(name: str, source: str, inputs: list[str], outputs: list[str], template
                      input_dtypes=in_dtypes or {})
 
 
-def _mma(d: int, causal: bool, crescale: bool = True) -> KernelUse:
-    return _use(f"mma_d{d}_{int(causal)}{int(crescale)}", metal_simdgroup.SOURCE, ["q", "k", "v"], ["o"],
-                [TemplateArg("T", "dtype", "float16"), TemplateArg("D", "int", d),
-                 TemplateArg("BK", "int", metal_simdgroup.block_keys(d)), TemplateArg("CAUSAL", "bool", causal),
-                 TemplateArg("CRESCALE", "bool", crescale)])
+SIZES = {"float16": 2, "float32": 4}
+
+
+def _mma(d: int, causal: bool, crescale: bool = True, dtype: str = "float16") -> KernelUse:
+    return _use(f"mma_{dtype}_d{d}_{int(causal)}{int(crescale)}", metal_simdgroup.SOURCE, ["q", "k", "v"], ["o"],
+                [TemplateArg("T", "dtype", dtype), TemplateArg("D", "int", d),
+                 TemplateArg("BK", "int", metal_simdgroup.block_keys(d, SIZES[dtype])),
+                 TemplateArg("CAUSAL", "bool", causal), TemplateArg("CRESCALE", "bool", crescale)],
+                [dtype], dict.fromkeys("qkv", dtype))
 
 
 @needs_clang
 def test_simdgroup_mma_prefill_passes_clang_at_every_configuration() -> None:
-    kernels = [_mma(d, c, r) for d in (64, 128) for c in (False, True) for r in (True, False)]
+    kernels = [_mma(d, c, r, t) for d in (64, 128) for c in (False, True) for r in (True, False) for t in SIZES]
     errors = check_kernels(kernels)
     assert errors == [], [str(e) for e in errors or []]
 
@@ -46,20 +50,34 @@ def test_a_broken_simdgroup_call_is_caught() -> None:
     assert check_kernels([k])
 
 
-def _fragments(d: int, causal: bool, crescale: bool, bk: int) -> KernelUse:
-    return _use(f"fragments_d{d}_{int(causal)}{int(crescale)}_{bk}", metal_fragments.SOURCE, ["q", "k", "v"], ["o"],
-                [TemplateArg("T", "dtype", "float16"), TemplateArg("D", "int", d), TemplateArg("BK", "int", bk),
-                 TemplateArg("CAUSAL", "bool", causal), TemplateArg("CRESCALE", "bool", crescale)])
+def _fragments(d: int, causal: bool, crescale: bool, bk: int, dtype: str = "float16") -> KernelUse:
+    return _use(f"fragments_{dtype}_d{d}_{int(causal)}{int(crescale)}_{bk}", metal_fragments.SOURCE, ["q", "k", "v"],
+                ["o"],
+                [TemplateArg("T", "dtype", dtype), TemplateArg("D", "int", d), TemplateArg("BK", "int", bk),
+                 TemplateArg("CAUSAL", "bool", causal), TemplateArg("CRESCALE", "bool", crescale)],
+                [dtype], dict.fromkeys("qkv", dtype))
 
 
 @needs_clang
 def test_the_fragment_prefill_passes_clang_at_every_configuration() -> None:
-    kernels = [_fragments(d, c, r, bk) for d in (64, 128) for c in (False, True) for r in (True, False)
-               for bk in {metal_fragments.block_keys(d), 16}]
+    kernels = [_fragments(d, c, r, bk, t) for d in (64, 128) for c in (False, True) for r in (True, False)
+               for t in SIZES for bk in {metal_fragments.block_keys(d, SIZES[t]), 16}]
     errors = check_kernels(kernels)
     assert errors == [], [str(e) for e in errors or []]
-    # within Apple's 32 KB of threadgroup memory at its block sizes
+    # within Apple's 32 KB of threadgroup memory at its block sizes, float16 with room to spare
     assert all(metal_fragments.tg_bytes(d, metal_fragments.block_keys(d)) <= 24 * 1024 for d in (64, 128))
+    assert [metal_fragments.block_keys(d, 4) for d in (64, 128)] == [32, 16]
+    assert all(metal_fragments.tg_bytes(d, metal_fragments.block_keys(d, 4), 4) <= 32 * 1024 for d in (64, 128))
+
+
+def test_block_keys_are_the_longest_blocks_that_fit_each_dtype() -> None:
+    # float16 keeps the blocks its kernels were written with; float32's elements are twice as large
+    assert [metal_simdgroup.block_keys(d, n) for n in (2, 4) for d in (64, 128)] == [32, 16, 16, 8]
+    for d in (64, 128):
+        for n in (2, 4):
+            bk = metal_simdgroup.block_keys(d, n)
+            assert metal_simdgroup.tg_bytes(d, bk, n) <= metal_simdgroup.TG_BYTES
+            assert metal_simdgroup.tg_bytes(d, 2 * bk, n) > metal_simdgroup.TG_BYTES
 
 
 @needs_clang
@@ -106,11 +124,14 @@ def test_metal_dispatch_is_opt_in_and_picks_by_dtype(monkeypatch: pytest.MonkeyP
     q16 = mx.zeros((1, 4, 8, 64), dtype=mx.float16)
     k16 = mx.zeros((1, 2, 8, 64), dtype=mx.float16)
     q32, k32 = q16.astype(mx.float32), k16.astype(mx.float32)
+    qb, kb = q16.astype(mx.bfloat16), k16.astype(mx.bfloat16)
     monkeypatch.delenv("KSEARCH_METAL_KERNELS", raising=False)
     assert not isinstance(A.attention(q16, k16, k16), str)  # not opted in: MLX's own attention
     monkeypatch.setenv("KSEARCH_METAL_KERNELS", "1")
     assert A.attention(q16, k16, k16, causal=True) == "mma"
-    assert A.attention(q32, k32, k32) == "rows"
+    assert A.attention(q32, k32, k32) == "mma"  # float32 on the matrix units at full precision
+    assert A.attention(qb, kb, kb) == "rows"  # bfloat matrices need Metal 3.1: the row kernel
+    assert A.attention(q32, k16.astype(mx.float32), k16) == "rows"  # mixed dtypes
     assert not isinstance(A.attention(q16[..., :48], k16[..., :48], k16[..., :48]), str)  # D=48: no kernel fits
 
 
@@ -122,10 +143,17 @@ def test_flash_simdgroup_family_sizes_match_the_threadgroup_limit() -> None:
     assert F.tg_bytes(128, 32) > F.METAL_TG_BYTES and F.tg_bytes(64, 64) > F.METAL_TG_BYTES
     assert F.tg_bytes(128, 32, "registers") <= F.METAL_TG_BYTES and F.tg_bytes(64, 64, "registers") <= F.METAL_TG_BYTES
     params = F.FLASH_SIMDGROUP.all_params()
-    assert params[0] == {"bk128": 16, "bk64": 32, "crescale": True, "constants": False, "softmax": "threadgroup"}
+    assert params[0] == {"bk128": 16, "bk64": 32, "crescale": True, "constants": False, "softmax": "threadgroup",
+                         "float32": "mma"}
     by_softmax = {kind: [p for p in params if p["softmax"] == kind] for kind in ("threadgroup", "registers")}
-    assert len(by_softmax["threadgroup"]) == 24 and len(by_softmax["registers"]) == 48
+    assert len(by_softmax["threadgroup"]) == 48 and len(by_softmax["registers"]) == 96
     assert not any(p["bk128"] == 32 or p["bk64"] == 64 for p in by_softmax["threadgroup"])
+    # float32's blocks: the float16 choice, at most the library's at four bytes, and always within 32 KB
+    assert [F.float32_keys(128, bk) for bk in (16, 8)] == [8, 8] and F.float32_keys(64, 32) == 16
+    assert F.float32_keys(128, 32, "registers") == 16 and F.float32_keys(64, 64, "registers") == 32
+    for p in params:
+        for d in (64, 128):
+            assert F.tg_bytes(d, F.float32_keys(d, p[f"bk{d}"], p["softmax"]), p["softmax"], 4) <= F.METAL_TG_BYTES
 
 
 @needs_clang
@@ -137,12 +165,19 @@ def test_flash_simdgroup_renderings_pass_clang_and_a_broken_one_does_not(monkeyp
     task = get_task("attention")
     for p in F.FLASH_SIMDGROUP.all_params():
         src = F.FLASH_SIMDGROUP.source(p)
+        f32 = {d: F.float32_keys(d, p[f"bk{d}"], p["softmax"]) for d in (64, 128)}
+        on_mma = p["float32"] == "mma"
+        assert ("if q.dtype == f32" in src) == on_mma
         if p["constants"]:  # the kernels made at run time (tests/test_metal_family_constants.py runs them)
-            assert f'("BK", {p["bk64"]} if d == 64 else {p["bk128"]})' in src
+            for d in (64, 128):
+                assert f'_kernel("mma", f16, {d}, bool(causal), {p[f"bk{d}"]})' in src
+                assert (f'_kernel("mma", f32, {d}, bool(causal), {f32[d]})' in src) == on_mma
             assert src.count(f'("CRESCALE", {p["crescale"]})') == 1
         else:
-            assert f'("BK", {p["bk64"]})' in src and f'("BK", {p["bk128"]})' in src
-            assert src.count(f'("CRESCALE", {p["crescale"]})') == 2
+            for d in (64, 128):
+                assert f'("T", f16), ("D", {d}), ("BK", {p[f"bk{d}"]})' in src
+                assert (f'("T", f32), ("D", {d}), ("BK", {f32[d]})' in src) == on_mma
+            assert src.count(f'("CRESCALE", {p["crescale"]})') == (4 if on_mma else 2)
         kernel = metal_fragments.SOURCE if p["softmax"] == "registers" else metal_simdgroup.SOURCE
         assert repr(kernel) in src
         assert [str(d) for d in check_metal_candidate(src, task) if d.severity == "error"] == []

@@ -78,15 +78,24 @@ def test_the_prefill_familys_kernels_carry_the_librarys_constants(monkeypatch: p
     q, k = mx.zeros((1, 4, 64, 128), dtype=mx.float16), mx.zeros((1, 2, 64, 128), dtype=mx.float16)
     for _ in range(2):
         ns["run"](q, k, k, True)
-        ns["run"](q.astype(mx.float32), k.astype(mx.float32), k.astype(mx.float32), False)
-    assert len(made) == 2 and len(calls) == 4 and all("template" not in kw for _, kw in calls)
-    by_source = {compact(m["source"]): m["header"] for m in made}
-    assert by_source[compact(metal_simdgroup.SOURCE)] == metal_constant_lines(
-        [("T", mx.float16), ("D", 128), ("BK", metal_simdgroup.block_keys(128)), ("CAUSAL", True),
-         ("CRESCALE", metal_simdgroup.CRESCALE)])
-    assert by_source[compact(metal_rows.PREFILL_SOURCE)] == metal_constant_lines(
-        [("T", mx.float32), ("D", 128), ("NT", metal_rows.PREFILL_NT), ("BN", metal_rows.PREFILL_BN),
-         ("CAUSAL", False)])
+        ns["run"](q.astype(mx.float32), k.astype(mx.float32), k.astype(mx.float32), True)
+        ns["run"](q.astype(mx.bfloat16), k.astype(mx.bfloat16), k.astype(mx.bfloat16), False)
+    assert len(made) == 3 and len(calls) == 6 and all("template" not in kw for _, kw in calls)
+    headers = {(compact(m["source"]), m["header"]) for m in made}
+    for dtype in (mx.float16, mx.float32):  # float32 on the matrix units too, at the library's float32 block
+        assert (compact(metal_simdgroup.SOURCE), metal_constant_lines(
+            [("T", dtype), ("D", 128), ("BK", metal_simdgroup.block_keys(128, dtype.size)), ("CAUSAL", True),
+             ("CRESCALE", metal_simdgroup.CRESCALE)])) in headers
+    assert (compact(metal_rows.PREFILL_SOURCE), metal_constant_lines(
+        [("T", mx.bfloat16), ("D", 128), ("NT", metal_rows.PREFILL_NT), ("BN", metal_rows.PREFILL_BN),
+         ("CAUSAL", False)])) in headers
+
+
+def test_the_prefill_familys_float32_rows_knob_keeps_float32_on_the_row_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    ns, made, _ = _recorded(FLASH, {**FLASH.default(), "constants": True, "float32": "rows"}, monkeypatch)
+    q, k = mx.zeros((1, 4, 64, 64), dtype=mx.float32), mx.zeros((1, 2, 64, 64), dtype=mx.float32)
+    ns["run"](q, k, k, False)
+    assert [compact(m["source"]) for m in made] == [compact(metal_rows.PREFILL_SOURCE)]
 
 
 @pytest.fixture
@@ -114,7 +123,7 @@ def test_the_decode_familys_constants_rendering_matches_mlx_on_the_emulation(emu
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["float16", "float32"], ids=["simdgroup", "rows"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "bfloat16"], ids=["simdgroup", "simdgroup-f32", "rows"])
 def test_the_prefill_familys_constants_rendering_matches_mlx_on_the_emulation(emulated: Any, dtype: str) -> None:
     ns = _module(FLASH, {**FLASH.default(), "constants": True})
     dt = getattr(mx, dtype)

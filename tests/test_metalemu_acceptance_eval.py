@@ -69,7 +69,7 @@ SECOND = {
     "softmax.metal.rowreduce": {"layout": "multi_row_per_block", "threads": 128, "online": True, "exp2": True},
     "rmsnorm.metal.rowreduce": {"layout": "multi_row_per_block", "threads": 64},
     "selective_scan.metal.chunked": {"channels": 16, "chunks": 16, "exp2": False},
-    "attention.metal.flash_simdgroup": {"bk128": 8, "bk64": 16, "constants": True},
+    "attention.metal.flash_simdgroup": {"bk128": 8, "bk64": 16, "constants": True, "float32": "rows"},
     "attention.metal.row_tiled": {"threads": 32, "bn": 8},
     "gqa_decode.metal.split_k": {"target_blocks": 1, "warps": 8, "min_chunk": 512, "unroll": 4, "constants": True},
 }

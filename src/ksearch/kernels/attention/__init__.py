@@ -171,7 +171,7 @@ Runner = Callable[[Any, Any, Any], Any]
 
 class MetalConfig(NamedTuple):
     """A Metal prefill kernel named outright (`attention(..., config=)`, `ksearch bench attention --configs`), one of
-    METAL_KERNELS: metal_simdgroup (the dispatch's for float16), metal_fragments (the same loop with the softmax in
+    METAL_KERNELS: metal_simdgroup (the dispatch's for float16 and float32), metal_fragments (the same loop with the softmax in
     registers, metal_fragments.py) or metal_rows (any dtype). Where it does not fit the inputs, MLX's attention runs."""
 
     kernel: str
@@ -235,8 +235,8 @@ def _plan(q: Any, k: Any, v: Any, causal: bool, use_metal: bool | None, config: 
 
 
 def _metal_plan(q: Any, k: Any, v: Any, causal: bool, want: str | None) -> tuple[str, Runner]:
-    """float16: the simdgroup_matrix kernel (or the one with the softmax in registers, named outright); other dtypes:
-    the row kernel. None has run on Apple hardware."""
+    """float16 and float32: the simdgroup_matrix kernel (or the one with the softmax in registers, named outright);
+    bfloat16: the row kernel. None has run on Apple hardware."""
     from ksearch.kernels.attention import metal_fragments, metal_rows, metal_simdgroup
 
     if want in (None, "metal_simdgroup", "metal_fragments") and metal_simdgroup.supports(q, k, v, causal):

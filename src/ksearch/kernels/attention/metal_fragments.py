@@ -2,14 +2,14 @@
 
 The Hopper kernels take P for O += P V straight from the accumulator registers of S = Q K^T (no trip through shared
 memory); this is that idea on Metal. The simdgroup kernel (metal_simdgroup.py) stores S to threadgroup memory, runs
-the softmax there with 4 lanes a row, writes P back as half and loads it again as a matrix, and rescales O by a
-diagonal 8x8 product, because it relies on no fragment layout. Here each lane works on the two elements of every 8x8
+the softmax there with 4 lanes a row, writes P back in the inputs' dtype and loads it again as a matrix, and
+rescales O by a diagonal 8x8 product, because it relies on no fragment layout. Here each lane works on the two elements of every 8x8
 fragment that `thread_elements()` gives it, in the layout MLX's own steel kernels rely on (lane l holds row
 (l / 4 & 4) + (l / 2) % 4, columns (l / 4 & 2) * 2 + (l % 2) * 2 and the next; the Metal emulation implements the
 same): the row's maximum and sum take two `simd_shuffle_xor` steps (lanes 1 and 8 apart share a row), P becomes a
-half fragment in registers, O's rescale is two multiplies a fragment, and O is stored from registers. Q is held as
+fragment in registers, O's rescale is two multiplies a fragment, and O is stored from registers. Q is held as
 fragments for the whole block. With S and P out of threadgroup memory a block of K / V can be twice as long within
-the 32 KB (32 keys at D=128, 64 at D=64): half the barriers a key.
+the 32 KB (32 keys at D=128, 64 at D=64 in float16; 16 and 32 in float32): half the barriers a key.
 
 Its block set-up and loads are the simdgroup kernel's (metal_simdgroup.BLOCK_PLACE, LOAD_Q, LOAD_KV; the static
 reader the linter and the emulation's tests share, knowledge.extract.find_kernels, follows the import).
@@ -27,11 +27,11 @@ import math
 from functools import cache
 from typing import Any
 
-from ksearch.kernels.attention.metal_simdgroup import BLOCK_PLACE, BQ, CRESCALE, LOAD_KV, LOAD_Q, NT
+from ksearch.kernels.attention.metal_simdgroup import BLOCK_PLACE, BQ, CRESCALE, LOAD_KV, LOAD_Q, NT, TG_BYTES
 from ksearch.kernels.kernel_text import metal_kernel
 
-# Template: T (half), D (64 or 128), BK (key rows a block), CAUSAL, CRESCALE (rows keep their maximum while a block
-# grows it by at most 2^8, and O's rescale is skipped where a simdgroup's rows all kept).
+# Template: T (half or float), D (64 or 128), BK (key rows a block), CAUSAL, CRESCALE (rows keep their maximum while a
+# block grows it by at most 2^8, and O's rescale is skipped where a simdgroup's rows all kept).
 SOURCE = r"""
     constexpr int NSG = 4;
     constexpr int BQ = 32;
@@ -130,15 +130,16 @@ SOURCE = r"""
 """
 
 
-def block_keys(d: int) -> int:
-    """Key rows a block: Q, K and V in threadgroup memory stay within 24 KB of the 32 KB (twice the simdgroup
-    kernel's, whose S and P take threadgroup memory too)."""
-    return 32 if d == 128 else 64
+def block_keys(d: int, itemsize: int = 2) -> int:
+    """Key rows a block: the longest of 64, 32, 16 and 8 whose Q, K and V fit TG_BYTES (float16: 32 at D=128, 64 at
+    D=64, twice the simdgroup kernel's, whose S and P take threadgroup memory too; float32: 16 and 32)."""
+    return next(bk for bk in (64, 32, 16, 8) if tg_bytes(d, bk, itemsize) <= TG_BYTES)
 
 
-def tg_bytes(d: int, bk: int) -> int:
-    """Threadgroup memory of SOURCE's arrays at half precision: Q (BQ x D), K and V (BK x D each)."""
-    return 2 * (BQ * d + 2 * bk * d)
+def tg_bytes(d: int, bk: int, itemsize: int = 2) -> int:
+    """Threadgroup memory of SOURCE's arrays in the inputs' dtype (`itemsize` bytes): Q (BQ x D), K and V (BK x D
+    each)."""
+    return itemsize * (BQ * d + 2 * bk * d)
 
 
 @cache
@@ -152,13 +153,15 @@ def _kernel(dtype: Any, d: int, causal: bool, crescale: bool, bk: int) -> Any:
 
 def attention_metal_fragments(q: Any, k: Any, v: Any, causal: bool = False, crescale: bool = CRESCALE,
                               bk: int | None = None) -> Any:
-    """Prefill attention through this kernel (float16, D 64 or 128, Hq a multiple of Hkv, L <= S with the mask:
-    metal_simdgroup.supports). `bk`: key rows a block, a multiple of 8 within 32 KB (default `block_keys(D)`)."""
+    """Prefill attention through this kernel (float16 or float32, D 64 or 128, Hq a multiple of Hkv, L <= S with the
+    mask: metal_simdgroup.supports). `bk`: key rows a block, a multiple of 8 within 32 KB (default
+    `block_keys(D, itemsize)`)."""
     b, hq, length, d = q.shape
-    keys = block_keys(d) if bk is None else bk
-    if keys <= 0 or keys % 8 or tg_bytes(d, keys) > 32 * 1024:
+    size = q.dtype.size
+    keys = block_keys(d, size) if bk is None else bk
+    if keys <= 0 or keys % 8 or tg_bytes(d, keys, size) > TG_BYTES:
         raise ValueError(f"bk={keys}: key rows a block must be a positive multiple of 8 whose Q, K and V fit 32 KB of "
-                         f"threadgroup memory at D={d}, e.g. {block_keys(d)}")
+                         f"threadgroup memory at D={d} in {q.dtype}, e.g. {block_keys(d, size)}")
     return _kernel(q.dtype, d, bool(causal), bool(crescale), keys)(
         inputs=[q, k, v], grid=(math.ceil(length / BQ) * NT, b * hq, 1), threadgroup=(NT, 1, 1),
         output_shapes=[q.shape], output_dtypes=[q.dtype])[0]

@@ -1,19 +1,26 @@
 """FlashAttention-2 style prefill on Apple's `simdgroup_matrix` (8x8 matrix units) for mx.fast.metal_kernel.
 
 OPT-IN until measured on Apple hardware: it passes clang with the project's MSL shim (tests/test_attention_metal_mma.py)
-and runs correctly on the Metal emulation against MLX's attention (tests/test_metalemu_acceptance_kernels.py). Enable with KSEARCH_METAL_KERNELS=1; `ksearch.kernels.attention`
-then takes this kernel for float16 inputs with D 64 or 128 (the row kernel of metal_rows.py otherwise).
+and runs correctly on the Metal emulation against MLX's attention (tests/test_metalemu_acceptance_kernels.py). Enable
+with KSEARCH_METAL_KERNELS=1; `ksearch.kernels.attention` then takes this kernel for float16 and float32 inputs with D
+64 or 128 (the row kernel of metal_rows.py otherwise).
 
 Layout: a threadgroup of 4 simdgroups owns BQ = 32 query rows of one (batch, head); simdgroup s owns rows 8s..8s+7.
-Per key block of BK rows (16 at D=128, 32 at D=64, so that Q, K, V, S and P fit in 22 KB of the 32 KB of threadgroup
-memory): K and V are staged in threadgroup memory (8 bytes a lane, as Q); S = Q K^T is built from 8x8 products (K
-loaded transposed by `simdgroup_load`), stored to threadgroup memory, where 4 lanes per row run the online softmax
-in exp2 (scale and log2(e) folded into Q) and write P as half; the accumulator rows are rescaled by a diagonal 8x8
-matrix (matrix units have no per-row access; skipped by a simdgroup none of whose rows' maxima grew past 2^8,
-CRESCALE), and O += P V. Tiles are addressed by pointer (origin 0), so the only layout convention relied on is
-`simdgroup_load`'s transpose flag for K^T. Causal: keys aligned lower right (key j visible to query i when j <= i +
-S - L), blocks past the last visible key skipped, each head's query blocks handed out longest first (in reverse
-order, as the CUDA kernels do; not measured on Apple hardware). GQA: head h reads kv head h / (Hq / Hkv).
+Per key block of BK rows (`block_keys`: the longest that fits Q, K, V, S and P in the 32 KB of threadgroup memory,
+16 at D=128 and 32 at D=64 in float16, 8 and 16 in float32): K and V are staged in threadgroup memory (four elements
+a lane, as Q); S = Q K^T is built from 8x8 products (K loaded transposed by `simdgroup_load`), stored to threadgroup
+memory, where 4 lanes per row run the online softmax in exp2 (scale and log2(e) folded into Q) and write P in the
+inputs' dtype; the accumulator rows are rescaled by a diagonal 8x8 matrix (matrix units have no per-row access;
+skipped by a simdgroup none of whose rows' maxima grew past 2^8, CRESCALE), and O += P V. Tiles are addressed by
+pointer (origin 0), so the only layout convention relied on is `simdgroup_load`'s transpose flag for K^T. Causal:
+keys aligned lower right (key j visible to query i when j <= i + S - L), blocks past the last visible key skipped,
+each head's query blocks handed out longest first (in reverse order, as the CUDA kernels do; not measured on Apple
+hardware). GQA: head h reads kv head h / (Hq / Hkv).
+
+Float32 runs on the matrix units at full precision (`simdgroup_float8x8` multiplies float32 operands): the Hopper
+kernels split each float32 operand into three TF32 products to keep fp32's accuracy (tf32x3.py); Apple's matrix units
+need no split. Bfloat16 stays with the row kernel: bfloat matrices need Metal 3.1's native `bfloat`, which MLX's
+`bfloat16_t` is only from macOS 14 on, and nothing here can check a Mac's compiler.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from ksearch.kernels.kernel_text import metal_kernel
 
 BQ = 32  # query rows per threadgroup (4 simdgroups x 8)
 NT = 128
+TG_BYTES = 32 * 1024  # threadgroup memory a Metal threadgroup may take (Apple GPUs)
+DTYPE_BYTES = {"float16": 2, "float32": 4}  # the dtypes this kernel takes, by MLX's name, and their sizes
 # The conditional rescale on by default: checked on the Metal emulation, not measured on Apple hardware. On the H200
 # it took 6% off a tile where O's rescale sat on the path between products (docs/kernels-attention.md); here the
 # rescale is a third of the matrix work after S at D=128 (16 diagonal products against P V's 32).
@@ -76,9 +85,9 @@ LOAD_KV = r"""
         }
 """
 
-# Template: T (half), D (64 or 128), BK (key rows per block), CAUSAL, CRESCALE (rows keep their maximum while it grows
-# by at most 2^8, and a simdgroup whose rows all kept skips its diagonal product: at D=128 16 of the 48 8x8 products
-# that follow S a block).
+# Template: T (half or float), D (64 or 128), BK (key rows per block), CAUSAL, CRESCALE (rows keep their maximum
+# while it grows by at most 2^8, and a simdgroup whose rows all kept skips its diagonal product: at D=128 16 of the
+# 48 8x8 products that follow S a block).
 SOURCE = r"""
     constexpr int NSG = 4;
     constexpr int BQ = 32;
@@ -212,16 +221,26 @@ SOURCE = r"""
 """
 
 
-def block_keys(d: int) -> int:
-    """Key rows per block: Q + K + V + S + P stay near 22 KB of the 32 KB of threadgroup memory."""
-    return 16 if d == 128 else 32
+def tg_bytes(d: int, bk: int, itemsize: int = 2) -> int:
+    """Threadgroup memory of SOURCE's arrays: Q, K, V and P in the inputs' dtype (`itemsize` bytes), S and the two
+    8x8 scratch tiles a simdgroup as float, two float rows of softmax state."""
+    return itemsize * (BQ * d + 2 * bk * d + BQ * bk) + 4 * (BQ * bk + 2 * 4 * 64 + 2 * BQ)
+
+
+def block_keys(d: int, itemsize: int = 2) -> int:
+    """Key rows per block: the longest of 64, 32, 16 and 8 whose arrays fit TG_BYTES (float16: 16 at D=128, 32 at
+    D=64; float32: 8 and 16)."""
+    return next(bk for bk in (64, 32, 16, 8) if tg_bytes(d, bk, itemsize) <= TG_BYTES)
+
+
+def dtype_bytes(dtype: Any) -> int | None:
+    """The element size of a dtype this kernel takes (float16, float32), None for any other."""
+    return DTYPE_BYTES.get(str(dtype).rsplit(".", 1)[-1])
 
 
 def supports(q: Any, k: Any, v: Any, causal: bool) -> bool:
-    import mlx.core as mx
-
     d = q.shape[-1]
-    return (q.dtype == mx.float16 and k.dtype == q.dtype and v.dtype == q.dtype and d in (64, 128)
+    return (dtype_bytes(q.dtype) is not None and k.dtype == q.dtype and v.dtype == q.dtype and d in (64, 128)
             and q.shape[1] % k.shape[1] == 0 and (not causal or q.shape[2] <= k.shape[2]))
 
 
@@ -230,7 +249,7 @@ def _kernel(dtype: Any, d: int, causal: bool, crescale: bool) -> Any:
     """The kernel of one (dtype, D, mask, rescale), its template arguments as constants in its header
     (kernel_text.metal_constant_lines), made once."""
     return metal_kernel(name="ks_attention_simdgroup_mma", input_names=["q", "k", "v"], output_names=["o"],
-                        source=SOURCE, constants=(("T", dtype), ("D", d), ("BK", block_keys(d)),
+                        source=SOURCE, constants=(("T", dtype), ("D", d), ("BK", block_keys(d, dtype.size)),
                                                   ("CAUSAL", bool(causal)), ("CRESCALE", bool(crescale))))
 
 

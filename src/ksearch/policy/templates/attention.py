@@ -167,7 +167,7 @@ FAMILIES = [
                 "bn": (32, 16)},
         render=render_row_tiled,
         description="one thread per query row; optional shared-memory K/V tiles for the block's rows"),
-    FLASH_SIMDGROUP,  # float16 on simdgroup_matrix, the row kernel otherwise: never weaker than row_tiled
+    FLASH_SIMDGROUP,  # float16 and float32 on simdgroup_matrix, the row kernel otherwise: never weaker than row_tiled
     TemplateFamily(
         id="attention.metal.row_tiled", tasks=("attention",), backends=("mlx-metal",),
         patterns=("threadgroup_tiling", "online_softmax", "exp2_trick", "causal_block_skipping"),
