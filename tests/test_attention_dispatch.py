@@ -56,7 +56,8 @@ def test_plans_name_the_kernel_each_backend_runs(monkeypatch):
     assert kd.decode_plan(q16, kc, kc, 300)[0] == "metal_split_k"
     q = mx.zeros((1, 4, 64, 64), dtype=mx.float16)
     assert ka.prefill_plan(q, kc, kc)[0] == "metal_simdgroup"
-    assert ka.prefill_plan(q.astype(mx.float32), kc.astype(mx.float32), kc.astype(mx.float32))[0] == "metal_rows"
+    assert ka.prefill_plan(q.astype(mx.float32), kc.astype(mx.float32), kc.astype(mx.float32))[0] == "metal_simdgroup"
+    assert ka.prefill_plan(q.astype(mx.bfloat16), kc.astype(mx.bfloat16), kc.astype(mx.bfloat16))[0] == "metal_rows"
     monkeypatch.setenv("KSEARCH_METAL_KERNELS", "0")
     assert ka.prefill_plan(q, kc, kc)[0] == "native"
 

@@ -114,6 +114,41 @@ def test_cuda_isms_in_metal_are_errors_at_their_lines() -> None:
     assert "msl-api" in _codes(diags)  # uint i = thread_position_in_grid (a uint3)
 
 
+TWO_LAUNCHES = '''import mlx.core as mx
+
+_SRC = """
+    threadgroup T tile[N];
+    const uint i = thread_position_in_grid.x;
+    tile[thread_position_in_threadgroup.x] = x[i];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[i] = tile[thread_position_in_threadgroup.x];
+"""
+
+_k = mx.fast.metal_kernel(name="two", input_names=["x"], output_names=["out"], source=_SRC)
+
+
+def run(x):
+    f16 = mx.float16
+    f32 = mx.float32
+    if x.dtype == f16:
+        return _k(inputs=[x], template=[("T", f16), ("N", 8192)], grid=(x.size, 1, 1), threadgroup=(256, 1, 1),
+                  output_shapes=[x.shape], output_dtypes=[x.dtype])[0]
+    if x.dtype == f32:
+        return _k(inputs=[x], template=[("T", f32), ("N", N32)], grid=(x.size, 1, 1), threadgroup=(256, 1, 1),
+                  output_shapes=[x.shape], output_dtypes=[x.dtype])[0]
+    return x
+'''
+
+
+@pytest.mark.parametrize("n32,over", [(4096, False), (16384, True)], ids=["fits", "past-32KB"])
+def test_each_launch_configuration_of_a_kernel_is_checked(n32: int, over: bool) -> None:
+    """One kernel launched at two template configurations (a dtype branch each): the second's threadgroup memory is
+    checked too, not only the first launch's (8192 halves and 4096 floats fit 32 KB; 16384 floats do not)."""
+    diags = lint_source(TWO_LAUNCHES.replace("N32", str(n32)), "mlx-metal")
+    sizes = [d.message.split(":")[1].strip().split(" ")[0] for d in diags if d.code == "threadgroup-memory"]
+    assert sizes == (["65536"] if over else [])
+
+
 def test_metal_isms_in_cuda_are_errors() -> None:
     diags = lint_source(BAD_CUDA, "mlx-cuda")
     assert {"metal-in-cuda", "shared-memory", "threadgroup-size"} <= _codes(diags)

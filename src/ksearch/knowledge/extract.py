@@ -11,7 +11,7 @@ of Python that candidates use to assemble sources: string constants, names bound
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,8 @@ class TemplateArg:
 
 @dataclass
 class KernelUse:
-    """One `cuda_kernel`/`metal_kernel` construction plus what its first call site tells."""
+    """One `cuda_kernel`/`metal_kernel` construction plus what a call site tells (its first; find_kernels adds one more
+    for each later launch with other template arguments or dtypes)."""
 
     dialect: str  # "cuda" | "metal"
     line: int
@@ -282,17 +283,25 @@ def find_kernels(source: str, tensor_dtypes: dict[str, str] | None = None) -> li
     params_dtypes = tensor_dtypes or {}
     read: set[int] = set()  # kernels whose launch was read (the first launch of each)
     unbound_launches: list[tuple[ast.Call, dict[str, str], dict[str, ast.expr]]] = []
+    # A kernel launched with other template arguments or dtypes elsewhere (one branch a dtype or head dim) is
+    # checked at each of them: one more KernelUse a configuration, after the kernels themselves.
+    configurations: list[KernelUse] = []
     for func in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
         local = _local_bindings(func)
         # Without a task every array argument is taken to have the workload dtype ("T").
         params = {a.arg: params_dtypes.get(a.arg, "T") for a in func.args.args
                   if a.arg in params_dtypes or not params_dtypes}
-        for call in [n for n in ast.walk(func) if isinstance(n, ast.Call)]:
+        for call in sorted((n for n in ast.walk(func) if isinstance(n, ast.Call)), key=lambda n: n.lineno):
             if isinstance(call.func, ast.Name) and call.func.id in by_var:
                 use = by_var[call.func.id]
                 if id(use) not in read:
                     _read_call(use, call, env, params, local)
                     read.add(id(use))
+                else:
+                    other = _another_launch(use, call, env, params, local)
+                    if other is not None and all(_launch_key(other) != _launch_key(k) for k in
+                                                 [use, *configurations] if k.line == use.line):
+                        configurations.append(other)
             elif _arg(call, "inputs", 99) is not None and _arg(call, "output_shapes", 99) is not None:
                 unbound_launches.append((call, params, local))
     # Kernels built lazily (`_get_kernel()(inputs=...)`, a dict of kernels, ...): pair the remaining kernels with the
@@ -302,7 +311,23 @@ def find_kernels(source: str, tensor_dtypes: dict[str, str] | None = None) -> li
     if len(pending) == len(unbound_launches) or len(pending) == 1:
         for use, (call, params, local) in zip(pending, unbound_launches, strict=False):
             _read_call(use, call, env, params, local)
-    return kernels
+    return kernels + configurations
+
+
+def _another_launch(use: KernelUse, call: ast.Call, env: _Env, params: dict[str, str],
+                    local: dict[str, ast.expr]) -> KernelUse | None:
+    """The kernel as a later launch configures it, or None where that launch reads no template arguments (it then
+    tells nothing the first did not)."""
+    if _arg(call, "template", 99) is None:
+        return None
+    other = replace(use, input_dtypes=dict(use.input_dtypes), output_dtypes=list(use.output_dtypes), template=[])
+    _read_call(other, call, env, params, local)
+    return other
+
+
+def _launch_key(k: KernelUse) -> tuple[Any, ...]:
+    return (tuple((t.name, t.kind, t.value) for t in k.template), tuple(sorted(k.input_dtypes.items())),
+            tuple(k.output_dtypes), k.threadgroup)
 
 
 def _read_call(use: KernelUse, call: ast.Call, env: _Env, params: dict[str, str], local: dict[str, ast.expr]) -> None:

@@ -43,9 +43,10 @@ def float32_keys(d: int, bk: int, softmax: str = "threadgroup") -> int:
 
 
 def render_flash_simdgroup(p: dict[str, Any]) -> str:
-    # Each branch names its dtype (T = f16 or f32, inputs cast to it: no-ops there) rather than q.dtype: the linter
-    # sizes threadgroup memory from the template's dtype and takes an unknown one as float32, which put D=64, BK=32 at
-    # 35 KB and failed the default rendering on every evaluation; the deep check compiles the inputs at that dtype too.
+    # Each branch names its dtype (T = f16 or f32, inputs cast to it and o made in it: no-ops there) rather than
+    # q.dtype: the linter sizes threadgroup memory from the template's dtype and takes an unknown one as float32, which
+    # put D=64, BK=32 at 35 KB and failed the default rendering on every evaluation; the deep check compiles the
+    # inputs and the output at those dtypes too, each launch at its own.
     bq, nt = metal_simdgroup.BQ, metal_simdgroup.NT
     rnt, rbn = metal_rows.PREFILL_NT, metal_rows.PREFILL_BN
     constants = bool(p.get("constants"))
@@ -69,7 +70,7 @@ def render_flash_simdgroup(p: dict[str, Any]) -> str:
         return f'''        if d == {d}:
             return {fn}(inputs=[q.astype({t}), k.astype({t}), v.astype({t})],{template}
                         grid=((length + {bq - 1}) // {bq} * {nt}, b * hq, 1), threadgroup=({nt}, 1, 1),
-                        output_shapes=[q.shape], output_dtypes=[q.dtype])[0]'''
+                        output_shapes=[q.shape], output_dtypes=[{t}])[0]'''
 
     fits = "hq % k.shape[1] == 0 and (not causal or length <= k.shape[2])"
     calls = "\n".join(f"    if q.dtype == {t} and {fits}:\n" + "\n".join(call(t, d) for d in (64, 128))
