@@ -141,9 +141,9 @@ def tf32x3_preferred(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape
     """float32 on CUDA: the 3xTF32 kernel (tf32x3.py, fp32's accuracy on tensor cores) where it fits, from L and S of
     F32_KERNEL_FROM (shorter calls not measured), and was measured ahead of MLX's float32 attention on an H100
     (`prefill_fp32.py bench`, docs/kernels-attention.md): with TF32 off (MLX_ENABLE_TF32=0, `tf32` False) at every
-    shape, 1.58x-4.8x; with TF32 on (MLX's default, its attention then at TF32's accuracy) with the causal mask or at
-    D=64, 1.20x-3.9x. At D=128 without the mask MLX's TF32 attention stays: the kernel was 0.75x-0.78x of it from
-    L=2048 (1.11x at L=512)."""
+    shape, 1.60x-4.7x; with TF32 on (MLX's default, its attention then at TF32's accuracy) with the causal mask or at
+    D=64, 1.22x-3.7x. At D=128 without the mask MLX's TF32 attention stays: the kernel was 0.75x-0.78x of it from
+    L=2048 (1.00x-1.11x at L=512)."""
     cfg = tf32x3.default_config(q_shape[-1])
     return (tf32x3.supports_shapes(q_shape, k_shape, v_shape, dtypes, causal, cfg)
             and min(q_shape[2], k_shape[2]) >= F32_KERNEL_FROM and (not tf32 or causal or q_shape[-1] == 64))

@@ -133,10 +133,10 @@ class WsConfig:
     # head (at 192 rows an item and L=4096, 86 items a K / V head of four query heads instead of 88)
     grouped: bool = False
     # Persistent blocks only: two Q buffers, the next item's Q loaded under this whole item (`_q2`,
-    # wgmma_ws_double_q); built, not yet run on a GPU
+    # wgmma_ws_double_q); on an H100 1-5% behind the dispatch at D=128, L=4096 (docs/kernels-attention.md)
     q2: bool = False
     # Persistent blocks with the 128-byte swizzle only: Q copied by the producer with tensor copies, the consumers
-    # waiting on an mbarrier (`_qt`, wgmma_ws_q_tma); built, not yet run on a GPU
+    # waiting on an mbarrier (`_qt`, wgmma_ws_q_tma); on H100s within 2% of the dispatch either way (opt-in)
     qtma: bool = False
 
     def threads(self) -> int:

@@ -6,7 +6,7 @@ Why: at B 1, L=4096, D=128 without the mask (the dispatch's `WIDE_SPLIT_TAIL`, 0
 item's cost beyond its 64 tiles is 4.6% on the H100 trace, the wait for Q about two tiles of it. A first form of this
 option (before `_uw`, `_hs` and `_kt`) was timed at D=64 and at D=128 with the mask, level with the kernels it would
 replace (benchmarks/findings.md); this one composes with the item orders (`_sn`, `_hs`) and the split last round
-(`_kt`) and has not yet run on a GPU. Its costs, seen without one: Q's descriptors change from item to item, and ptxas
+(`_kt`); on an H100 it matched fp32 and ran 1-5% behind the dispatch at D=128, L=4096. Its costs, seen before that: Q's descriptors change from item to item, and ptxas
 rebuilds some in the main loop (616 instructions a pair of tiles against 588 at D=128, `prefill_sass.py`); the copy
 is issued right after the item's barrier, in front of its first S product, which the first form's trace saw take
 1.15 tiles' time against 0.4. Q by the producer's tensor copies (`_qt`, wgmma_ws_q_tma.py) has neither.
