@@ -17,7 +17,7 @@
 #                                   against fp32; families = every CUDA template family's renderings through the
 #                                   harness; options = the families' options (tensor cores, block floor, constants,
 #                                   holdout workloads), prefill options named outright (_wt, _uw, _m1; _hs and
-#                                   _kt, the dispatch's by shape; _q2 and _qt, opt-in) against fp32, tile images,
+#                                   _kt, the dispatch's by shape; _qt, opt-in) against fp32, tile images,
 #                                   the cluster decode, the float32 prefill and its dispatch; all (the
 #                                   default) = the four
 #                                   side by side, a log each ($OUT/gpu-tests-GROUP.log)

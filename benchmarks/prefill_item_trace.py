@@ -59,7 +59,6 @@ _ITEM_LOOP_PARTS = "\n    for (int vitem = blockIdx.x; vitem < VITEMS; vitem = n
 _MAPS_READY = "          ks_tmap_acquire(gmap + 16);\n"  # the producer's thread, once a block
 _Q_ISSUE = "    ks_load_core<D, 128, 64>(Qs + wg * 64 * D, qg"
 _Q_ISSUE_PERSIST = "    if (!QNEXT || item == blockIdx.x)\n      ks_load_core<D, 128, 64>"
-_Q_ISSUE_TWO = "    if (qk == 0)\n      ks_load_core<D, 128, 64>"  # `_q2`: the block's first item's own load
 # `_qt`: the consumers issue nothing for Q; its stamps are the wait's start (9) and end (1)
 _Q_WAIT = "    ks_mbar_wait(qfull, qi & 1);"
 
@@ -98,7 +97,7 @@ def stamped_source(cfg: Any, strip: tuple[str, ...] = ()) -> str:
         text = _insert(text, _ITEM_LOOP_PARTS if cfg.ktail else _ITEM_LOOP_SNAKE if cfg.snake else _ITEM_LOOP,
                        f"\n    const size_t ks_tr = ((size_t)blockIdx.x * MAXI + {walked} / (int)gridDim.x) * {SLOTS};"
                        "\n    KS_STAMP(0); KS_WALL(6);")
-        issue = _Q_WAIT if cfg.qtma else _Q_ISSUE_TWO if cfg.q2 else _Q_ISSUE_PERSIST
+        issue = _Q_WAIT if cfg.qtma else _Q_ISSUE_PERSIST
         text = _insert(text, issue, "    KS_STAMP(9);\n", before=True)
         first_record = f"(size_t)blockIdx.x * MAXI * {SLOTS}"
     else:

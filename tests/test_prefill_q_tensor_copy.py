@@ -40,7 +40,7 @@ def test_names_round_trip(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["ws3_n64_s4_p4_tmas_cr_qt", "ws3_n64_s4_p4_tma_pst_qt", "ws3_n64_s4_p4_tmas_pst_qn_qt",
-                                  "ws3_n64_s4_p4_tmas_pst_ob_qt", "ws3_n64_s4_p4_tmas_pst_q2_qt"])
+                                  "ws3_n64_s4_p4_tmas_pst_ob_qt"])
 def test_where_it_cannot_apply_it_is_refused_in_one_line(name: str) -> None:
     with pytest.raises(ValueError, match="_qt .* persistent blocks") as err:
         WS.parse_config(name)

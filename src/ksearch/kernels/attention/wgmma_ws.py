@@ -50,7 +50,6 @@ from ksearch.kernels.attention.wgmma import (
     cp_cache,
     launch_bounds,
 )
-from ksearch.kernels.attention.wgmma_ws_double_q import double_q
 from ksearch.kernels.attention.wgmma_ws_grid import extra_io, persistent_blocks
 from ksearch.kernels.attention.wgmma_ws_images import tile_images
 from ksearch.kernels.attention.wgmma_ws_q_tma import q_by_tensor_copy
@@ -132,9 +131,6 @@ class WsConfig:
     # kernel then cuts each K / V head's rows into fewer items: one partial item a K / V head instead of one a query
     # head (at 192 rows an item and L=4096, 86 items a K / V head of four query heads instead of 88)
     grouped: bool = False
-    # Persistent blocks only: two Q buffers, the next item's Q loaded under this whole item (`_q2`,
-    # wgmma_ws_double_q); on an H100 1-5% behind the dispatch at D=128, L=4096 (docs/kernels-attention.md)
-    q2: bool = False
     # Persistent blocks with the 128-byte swizzle only: Q copied by the producer with tensor copies, the consumers
     # waiting on an mbarrier (`_qt`, wgmma_ws_q_tma); on H100s within 2% of the dispatch either way (opt-in)
     qtma: bool = False
@@ -145,9 +141,8 @@ class WsConfig:
     def smem_bytes(self, d: int) -> int:
         maps = 128 + 128 * (3 if self.qtma else 2) if self.tma else 0  # two tensor maps (three: Q's), 128-aligned
         align = 1024 if self.tma == 3 else 0  # the swizzled stages start at a multiple of 1024 bytes
-        q_rows = 64 * self.wg * (2 if self.q2 else 1)
         q_tma = 768 + 16 if self.qtma else 0  # Q at byte 1024 instead of 256; its two mbarriers
-        return 256 + (q_rows + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps + align + q_tma
+        return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps + align + q_tma
 
 
 def config_problem(cfg: WsConfig) -> str | None:
@@ -175,11 +170,9 @@ def config_problem(cfg: WsConfig) -> str | None:
         return "_hs (heads in sections) is for persistent blocks (_pst) without _qn or _qp"
     if cfg.ktail and (not cfg.persist or cfg.qnext or cfg.qpf or cfg.obulk or store_bytes(cfg) != 16):
         return "_kt (the last round split along the keys) is for persistent blocks (_pst) without _qn, _qp, _ob or _st4"
-    if cfg.q2 and (not cfg.persist or cfg.qnext or cfg.obulk):
-        return "_q2 (two Q buffers, the next item's Q under this one) is for persistent blocks (_pst) without _qn or _ob"
-    if cfg.qtma and (not cfg.persist or cfg.tma != 3 or cfg.qnext or cfg.q2 or cfg.obulk):
+    if cfg.qtma and (not cfg.persist or cfg.tma != 3 or cfg.qnext or cfg.obulk):
         return ("_qt (Q by the producer's tensor copies) is for persistent blocks with the swizzled copies (_tmas, "
-                "_pst), without _qn, _q2 or _ob")
+                "_pst), without _qn or _ob")
     if cfg.qnext and not cfg.persist:
         return "_qn (the next item's Q under this one's epilogue) is for persistent blocks (_pst)"
     if cfg.preg != 24 and (cfg.pwarps != 4 or cfg.preg % 8 or not 24 <= cfg.preg <= 64):
@@ -276,8 +269,6 @@ def source_text(cfg: WsConfig) -> str:
         text = head_sections(text)
     if cfg.ktail:
         text = key_split_tail(text, PERSIST_ITEMS)
-    if cfg.q2:
-        text = double_q(text)
     if cfg.qtma:
         text = q_by_tensor_copy(text)
     if cfg.uniform:
@@ -406,7 +397,7 @@ def with_bulk_copies(cfg: WsConfig) -> WsConfig:
     order goes with the persistent blocks, and each warpgroup's own tiles (`_wt`, checked with tensor copies only)
     with them, as does the uniform index arithmetic (`_uw`, checked and timed with tensor copies only)."""
     return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24, qpf=False, maps1=False,
-                   own_tiles=False, snake=False, uniform=False, sections=False, ktail=False, q2=False, qtma=False)
+                   own_tiles=False, snake=False, uniform=False, sections=False, ktail=False, qtma=False)
 
 
 def kernel_name(cfg: WsConfig) -> str:
@@ -418,7 +409,7 @@ def kernel_name(cfg: WsConfig) -> str:
             + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "")
             + store_tag(cfg) + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
             + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
-            + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "") + ("_q2" if cfg.q2 else "")
+            + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "")
             + ("_qt" if cfg.qtma else ""))
 
 
@@ -445,13 +436,13 @@ def config_name(cfg: Any) -> str:
             + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "") + store_tag(cfg)
             + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
             + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
-            + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "") + ("_q2" if cfg.q2 else "")
+            + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "")
             + ("_qt" if cfg.qtma else "") + ("_gp" if cfg.grouped else "") + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_q2][_qt][_gp][_ca]" -> WsConfig(W, N, S, P)
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_qt][_gp][_ca]" -> WsConfig(W, N, S, P)
     (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
@@ -459,11 +450,11 @@ def parse_config(name: str) -> Any:
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_hs)?(_kt)?(_uw)?(_q2)?(_qt)?(_gp)?)(_ca)?",
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_hs)?(_kt)?(_uw)?(_qt)?(_gp)?)(_ca)?",
                      name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_q2][_qt][_gp][_ca] (e.g. "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_qt][_gp][_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
@@ -474,11 +465,10 @@ def parse_config(name: str) -> Any:
                          "_hs: persistent items a section of heads at a time; "
                          "_kt: without the mask, the last round's items split along the keys; "
                          "_uw: the consumers' index arithmetic on the uniform datapath; "
-                         "_q2: persistent, two Q buffers, the next item's loaded under this one; "
                          "_qt: persistent, Q by the producer's tensor copies; "
                          "_gp: without the mask, the query heads of a K / V head as one run of rows; "
                          "_ca: cp.async through L1)")
-    cp = "ca" if m[28] else "cg"
+    cp = "ca" if m[27] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
@@ -486,7 +476,7 @@ def parse_config(name: str) -> Any:
                    persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0),
                    crescale=bool(m[17]), qpf=bool(m[18]), maps1=bool(m[19]), own_tiles=bool(m[20]),
                    snake=bool(m[21]), sections=bool(m[22]), ktail=bool(m[23]), uniform=bool(m[24]),
-                   q2=bool(m[25]), qtma=bool(m[26]), grouped=bool(m[27]))
+                   qtma=bool(m[25]), grouped=bool(m[26]))
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)

@@ -13,8 +13,8 @@ wait costs the producer at most the last P V; the copy then runs under that prod
 item's first tile, STAGES - 1 tiles before the copy, the producer asks L2 for the item's Q through the same map (a
 tensor prefetch a box), so that the copy finds it there (not measured apart; a bulk prefetch of the rows by address
 instead spilled 12-28 more bytes in the producer). One buffer: two would make Q's descriptors change from item to
-item, which cost the main loop 28 instructions a pair of tiles at D=128 (`_q2`, wgmma_ws_double_q.py). The phases:
-`qfull` completes once an item (the producer's expected bytes), `qempty` once an item (one arrival a consumer warp);
+item, which cost the main loop 28 instructions a pair of tiles at D=128 (two Q buffers, benchmarks/findings.md).
+The phases: `qfull` completes once an item (the producer's expected bytes), `qempty` once an item (one arrival a consumer warp);
 each side waits on the other's phase of the item before, so neither runs two phases ahead.
 
 Q's rows past L (a partial last block) are filled with zeros by the copy, computed on and never stored. The map over
