@@ -19,8 +19,9 @@ hardware). GQA: head h reads kv head h / (Hq / Hkv).
 
 Float32 runs on the matrix units at full precision (`simdgroup_float8x8` multiplies float32 operands): the Hopper
 kernels split each float32 operand into three TF32 products to keep fp32's accuracy (tf32x3.py); Apple's matrix units
-need no split. Bfloat16 stays with the row kernel: bfloat matrices need Metal 3.1's native `bfloat`, which MLX's
-`bfloat16_t` is only from macOS 14 on, and nothing here can check a Mac's compiler.
+need no split. Bfloat16 stays with the row kernel: bfloat matrices (`simdgroup_matrix<bfloat, 8, 8>`) are Metal 3.1's,
+and whether Apple's compiler and GPUs take them as MLX hands over `bfloat16_t` nothing here can check (the Metal
+emulation runs them).
 """
 
 from __future__ import annotations
