@@ -98,11 +98,29 @@ def test_lengths_pick_the_shapes_at_those_lengths(tmp_path: Path) -> None:
     assert summary["geomean_speedup_L_ge_4096"] is None and summary["geomean_speedup_D128_L_ge_4096"] is None
 
 
+def test_dtypes_pick_the_grid_at_those_dtypes() -> None:
+    shapes = ba.prefill_shapes(True, ba.prefill_dtypes(["float32"]))
+    assert len(shapes) == 48 and {s["dtype"] for s in shapes} == {"float32"}
+    assert len(ba.prefill_shapes(False, ("float32",))) == 24  # B 1 only, as bfloat16 in the default subset
+    assert ba.prefill_dtypes([]) == ba.PREFILL_DTYPES
+    assert ba.prefill_shapes(True, ba.prefill_dtypes([])) == ba.prefill_shapes(True)
+    assert len(ba.prefill_shapes(True, ba.prefill_dtypes(["float16", "float32", "float16"]))) == 96
+
+
 @pytest.mark.parametrize(("text", "said"), [("1024", "length 1024 is not among the benchmark's (2048, 4096, 8192)"),
                                             ("2k", "write lengths as comma-separated integers")])
 def test_a_bad_length_is_one_line_before_anything_runs(tmp_path: Path, text: str, said: str) -> None:
     proc = subprocess.run([*KS, "bench", "attention", "--lengths", text, "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
+    assert said in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_dtype_is_one_line_before_anything_runs(tmp_path: Path) -> None:
+    proc = subprocess.run([*KS, "bench", "attention", "--dtypes", "float64", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    said = "dtype 'float64' is not one the benchmark takes: name one or more of float16, bfloat16, float32"
     assert said in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []

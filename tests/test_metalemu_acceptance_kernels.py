@@ -206,6 +206,10 @@ def test_bench_times_the_metal_kernels_named_beside_the_dispatch(monkeypatch: py
     assert all(c["max_abs_diff_vs_native"] < 2e-2 and c["latency_s"] > 0 for c in row["configs"].values())
     row_bf = bench_prefill_shape({**shape, "dtype": "bfloat16"}, rounds=2, n=1, configs=["metal_fragments"])
     assert row_bf["kernel"] == "metal_rows" and row_bf["configs"]["metal_fragments"]["kernel"] == "native"
+    # `--dtypes float32 --configs metal_rows`: float32 on the matrix units beside the row kernel it replaced
+    row32 = bench_prefill_shape({**shape, "dtype": "float32"}, rounds=2, n=1, configs=["metal_rows"])
+    assert row32["kernel"] == "metal_simdgroup" and row32["configs"]["metal_rows"]["kernel"] == "metal_rows"
+    assert row32["max_abs_diff_vs_native"] < 1e-4 and row32["configs"]["metal_rows"]["max_abs_diff_vs_native"] < 1e-4
 
 
 def test_the_metal_prefill_setting_names_a_kernel_for_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -339,15 +343,22 @@ def test_bench_prints_the_dispatch_and_each_named_kernel_group_by_group(monkeypa
 
     monkeypatch.setattr(device, "backend", lambda: "metal")
     monkeypatch.setenv("KSEARCH_METAL_KERNELS", "1")
-    small = {"B": 1, "Hq": 4, "Hkv": 2, "D": 64, "L": 40, "S": 40, "dtype": "float16"}
-    monkeypatch.setattr(ba, "prefill_shapes", lambda full: [{**small, "causal": True}, {**small, "causal": False}])
+    small = {"B": 1, "Hq": 4, "Hkv": 2, "D": 64, "L": 40, "S": 40}
+    monkeypatch.setattr(ba, "prefill_shapes", lambda full, dtypes: [{**small, "dtype": t, "causal": c}
+                                                                     for t in dtypes for c in (True, False)])
     monkeypatch.setattr(ba, "bench_prefill_shape",
                         partial(ba.bench_prefill_shape, rounds=2, n=1))
     lines: list[str] = []
     path = ba.run_bench("prefill", False, str(tmp_path), log=lines.append, configs=["metal_fragments"],
-                        name="attention-prefill-configs")
+                        name="attention-prefill-configs", dtypes=["float16"])
     groups = json.loads(path.read_text())["summary"]["by_group"]
     assert list(groups) == ["D=64, no mask, L < 4096", "D=64, mask, L < 4096"]
     assert all(g["shapes"] == 1 and g["dispatch"] > 0 and g["metal_fragments"] > 0 for g in groups.values())
     printed = [line for line in lines if line.startswith("D=64")]
     assert len(printed) == 2 and all("dispatch" in line and "metal_fragments" in line for line in printed)
+    # `--dtypes float32`: the same shapes in float32, written under a name that says so
+    path32 = ba.run_bench("prefill", False, str(tmp_path), log=lines.append, configs=["metal_rows"],
+                          name="attention-prefill-configs", dtypes=["float32"])
+    assert path32.name.startswith("attention-prefill-configs-float32-")
+    rows = json.loads(path32.read_text())["figures"]
+    assert {r["kernel"] for r in rows} == {"metal_simdgroup"} and {r["dtype"] for r in rows} == {"float32"}

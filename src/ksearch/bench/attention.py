@@ -55,16 +55,30 @@ def decode_shapes(full: bool = True) -> list[dict[str, Any]]:
     return out
 
 
-def prefill_shapes(full: bool = False) -> list[dict[str, Any]]:
+PREFILL_DTYPES = ("float16", "bfloat16")  # the benchmark's set, which the targets are stated over
+BENCH_DTYPES = (*PREFILL_DTYPES, "float32")  # what `--dtypes` may name
+
+
+def prefill_shapes(full: bool = False, dtypes: Sequence[str] = PREFILL_DTYPES) -> list[dict[str, Any]]:
     """full: the 96 benchmark shapes (B 1/4, Hkv 8/32, fp16/bf16, D 64/128, L 2048/4096/8192, causal or not).
-    default: the same grid with B=1 only plus B=4 at fp16 (a representative subset that runs in about a minute)."""
+    default: the same grid with B=1 only plus B=4 at fp16 (a representative subset that runs in about a minute).
+    dtypes: the grid at these dtypes instead (float32: the same shapes, 48 in full, 24 by default)."""
     out = []
-    for b, hkv, dt, d, length, causal in itertools.product((1, 4), (8, 32), ("float16", "bfloat16"), (64, 128),
-                                                         (2048, 4096, 8192), (False, True)):
-        if not full and b == 4 and (dt == "bfloat16" or hkv == 32):
+    for b, hkv, dt, d, length, causal in itertools.product((1, 4), (8, 32), dtypes, (64, 128), (2048, 4096, 8192),
+                                                         (False, True)):
+        if not full and b == 4 and (dt != "float16" or hkv == 32):
             continue
         out.append({"B": b, "Hq": 32, "Hkv": hkv, "D": d, "L": length, "S": length, "dtype": dt, "causal": causal})
     return out
+
+
+def prefill_dtypes(names: Sequence[str]) -> tuple[str, ...]:
+    """The dtypes named (the benchmark's own without any); ValueError in one line for one it does not take."""
+    bad = [n for n in names if n not in BENCH_DTYPES]
+    if bad:
+        raise ValueError(f"dtype {bad[0]!r} is not one the benchmark takes: name one or more of "
+                         f"{', '.join(BENCH_DTYPES)}")
+    return tuple(dict.fromkeys(names)) or PREFILL_DTYPES
 
 
 def _dtype(name: str) -> Any:
@@ -312,21 +326,25 @@ def prefill_lengths(shapes: list[dict[str, Any]], lengths: Sequence[int]) -> lis
 
 def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callable[[str], None] = print,
               config: Any = None, name: str | None = None, configs: Sequence[str] = (),
-              calls: str | None = None, lengths: Sequence[int] = ()) -> Path:
+              calls: str | None = None, lengths: Sequence[int] = (), dtypes: Sequence[str] = ()) -> Path:
     """configs (prefill only): configuration names (wgmma or Metal) timed beside the dispatch at every shape; calls:
     "chained" or "independent" (bench_decode_shape, bench_prefill_shape), the one that is not the kind's default
     written under a name of its own (decode's default chained, prefill's independent); lengths (prefill only): the
-    shapes at these L only, written under a name that says them (attention-prefill-*-l2048-*.json)."""
+    shapes at these L only, written under a name that says them (attention-prefill-*-l2048-*.json); dtypes (prefill
+    only): the grid at these dtypes, other than the benchmark's own written under a name that says them
+    (attention-prefill-*-float32-*.json)."""
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
     from ksearch.errors import BackendUnavailable
     from ksearch.kernels.device import kernels_absent
 
     backend = get_backend(None)
+    picked = prefill_dtypes(dtypes)
     if kind == "decode":
         shapes, summ, default = decode_shapes(full), summarize_decode, "decode"
     else:
-        shapes, summ, default = prefill_lengths(prefill_shapes(full), lengths), summarize_prefill, "attention-prefill"
+        shapes = prefill_lengths(prefill_shapes(full, picked), lengths)
+        summ, default = summarize_prefill, "attention-prefill"
     if configs and kind == "decode":
         raise ValueError("configurations beside the dispatch are for prefill: run `ksearch bench attention --configs`")
     calls = calls or ("chained" if kind == "decode" else "independent")
@@ -337,7 +355,9 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
         raise BackendUnavailable(f"bench {'decode' if kind == 'decode' else 'attention'}: {absent}")
     name = (name or default) + ("-independent" if kind == "decode" and calls == "independent" else
                                 "-chained" if kind != "decode" and calls == "chained" else "")
-    name += "".join(f"-l{n}" for n in sorted(lengths)) if kind != "decode" else ""
+    if kind != "decode":
+        name += "".join(f"-{t}" for t in picked) if picked != PREFILL_DTYPES else ""
+        name += "".join(f"-l{n}" for n in sorted(lengths))
     rows = []
     for shape in shapes:
         rows.append(bench_decode_shape(shape, config=config, calls=calls) if kind == "decode" else

@@ -73,11 +73,14 @@ def register(bench_app: typer.Typer) -> None:
                                                 "previous call's output, as a model's layers wait for each other "
                                                 "(attention-prefill-*-chained-*.json)"),
                       lengths: str = typer.Option("", help="only the shapes at these L, comma-separated (e.g. "
-                                                  "'2048'; attention-prefill-*-l2048-*.json)")
+                                                  "'2048'; attention-prefill-*-l2048-*.json)"),
+                      dtypes: str = typer.Option("", help="the shapes at these dtypes instead of float16 and "
+                                                 "bfloat16, comma-separated, of float16, bfloat16, float32 (e.g. "
+                                                 "'float32'; attention-prefill-*-float32-*.json)")
                       ) -> None:
         """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere, the Metal kernels on a Mac
         with KSEARCH_METAL_KERNELS=1) vs MLX native attention."""
-        from ksearch.bench.attention import CALLS, prefill_lengths, prefill_shapes, run_bench
+        from ksearch.bench.attention import CALLS, prefill_dtypes, prefill_lengths, prefill_shapes, run_bench
 
         if calls not in CALLS:
             raise typer.BadParameter(f"{calls!r}: use {' or '.join(CALLS)}", param_hint="--calls")
@@ -89,12 +92,16 @@ def register(bench_app: typer.Typer) -> None:
             raise typer.BadParameter(f"{lengths!r}: write lengths as comma-separated integers, e.g. '2048,4096'",
                                      param_hint="--lengths") from None
         try:
-            prefill_lengths(prefill_shapes(full), picked)
+            types = prefill_dtypes([t.strip() for t in dtypes.split(",") if t.strip()])
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--dtypes") from None
+        try:
+            prefill_lengths(prefill_shapes(full, types), picked)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--lengths") from None
         check_out_dir(out)
         run_bench("prefill", full, out, configs=names, name="attention-prefill-configs" if names else None,
-                  calls=calls, lengths=picked)
+                  calls=calls, lengths=picked, dtypes=types)
 
     @bench_app.command("decode")
     def decode_cmd(full: bool = typer.Option(True, help="add a bf16 and a D=64 shape to the B x length grid"),
