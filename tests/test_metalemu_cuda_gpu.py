@@ -70,6 +70,7 @@ def test_library_attention_kernels(via_cuda) -> None:
         return attention_metal_mma(q, k, v, causal) if supports(q, k, v, causal) else attention_metal(q, k, v, causal)
 
     judge_task("attention", run)
+    judge_task("attention", run, tier="cpu")  # float32 on the simdgroup kernel (the search workloads of that tier)
     judge_task("attention", attention_metal, workloads=1)  # the row kernel on float16 too
 
 
