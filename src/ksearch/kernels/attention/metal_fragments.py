@@ -2,14 +2,14 @@
 
 The Hopper kernels take P for O += P V straight from the accumulator registers of S = Q K^T (no trip through shared
 memory); this is that idea on Metal. The simdgroup kernel (metal_simdgroup.py) stores S to threadgroup memory, runs
-the softmax there with 4 lanes a row, writes P back in the inputs' dtype and loads it again as a matrix, and
-rescales O by a diagonal 8x8 product, because it relies on no fragment layout. Here each lane works on the two elements of every 8x8
-fragment that `thread_elements()` gives it, in the layout MLX's own steel kernels rely on (lane l holds row
+the softmax there with 4 lanes a row, writes P back in the inputs' dtype and loads it again as a matrix, and rescales
+O by a diagonal 8x8 product, because it relies on no fragment layout. Here each lane works on the two elements of
+every 8x8 fragment that `thread_elements()` gives it, in the layout MLX's own steel kernels rely on (lane l holds row
 (l / 4 & 4) + (l / 2) % 4, columns (l / 4 & 2) * 2 + (l % 2) * 2 and the next; the Metal emulation implements the
 same): the row's maximum and sum take two `simd_shuffle_xor` steps (lanes 1 and 8 apart share a row), P becomes a
 fragment in registers, O's rescale is two multiplies a fragment, and O is stored from registers. Q is held as
-fragments for the whole block. With S and P out of threadgroup memory a block of K / V can be twice as long within
-the 32 KB (32 keys at D=128, 64 at D=64 in float16; 16 and 32 in float32): half the barriers a key.
+fragments for the whole block. With S and P out of threadgroup memory a block of K / V can be twice as long within the
+32 KB (32 keys at D=128, 64 at D=64 in float16; 16 and 32 in float32): half the barriers a key.
 
 Its block set-up and loads are the simdgroup kernel's (metal_simdgroup.BLOCK_PLACE, LOAD_Q, LOAD_KV; the static
 reader the linter and the emulation's tests share, knowledge.extract.find_kernels, follows the import).

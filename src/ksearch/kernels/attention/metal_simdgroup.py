@@ -35,7 +35,6 @@ from ksearch.kernels.kernel_text import metal_kernel
 BQ = 32  # query rows per threadgroup (4 simdgroups x 8)
 NT = 128
 TG_BYTES = 32 * 1024  # threadgroup memory a Metal threadgroup may take (Apple GPUs)
-DTYPE_BYTES = {"float16": 2, "float32": 4}  # the dtypes this kernel takes, by MLX's name, and their sizes
 # The conditional rescale on by default: checked on the Metal emulation, not measured on Apple hardware. On the H200
 # it took 6% off a tile where O's rescale sat on the path between products (docs/kernels-attention.md); here the
 # rescale is a third of the matrix work after S at D=128 (16 diagonal products against P V's 32).
@@ -234,14 +233,11 @@ def block_keys(d: int, itemsize: int = 2) -> int:
     return next(bk for bk in (64, 32, 16, 8) if tg_bytes(d, bk, itemsize) <= TG_BYTES)
 
 
-def dtype_bytes(dtype: Any) -> int | None:
-    """The element size of a dtype this kernel takes (float16, float32), None for any other."""
-    return DTYPE_BYTES.get(str(dtype).rsplit(".", 1)[-1])
-
-
 def supports(q: Any, k: Any, v: Any, causal: bool) -> bool:
+    import mlx.core as mx
+
     d = q.shape[-1]
-    return (dtype_bytes(q.dtype) is not None and k.dtype == q.dtype and v.dtype == q.dtype and d in (64, 128)
+    return (q.dtype in (mx.float16, mx.float32) and k.dtype == q.dtype and v.dtype == q.dtype and d in (64, 128)
             and q.shape[1] % k.shape[1] == 0 and (not causal or q.shape[2] <= k.shape[2]))
 
 
