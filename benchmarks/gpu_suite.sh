@@ -3,11 +3,13 @@
 # Every part ends inside 10 minutes; results (JSON, logs) go to $OUT (default ./gpu-suite-out).
 #
 # On a machine with network access, in the checkout (the GPU machine may have none):
-#   bash benchmarks/gpu_suite.sh stage     # .device/a/ and .device/b/ (git-ignored): MLX's CUDA wheel split in two
-#                                          # parts, MLX's other wheels and .device/b/install.sh; .device/c/: the LLM
-#                                          # path's wheels (openai, jsonschema), which no part below needs
+#   bash benchmarks/gpu_suite.sh stage     # .device/a/, .device/d/ and .device/b/ (git-ignored): MLX's CUDA wheel
+#                                          # split in three parts, MLX's other wheels and .device/b/install.sh;
+#                                          # .device/c/: the LLM path's wheels (openai, jsonschema), which no part
+#                                          # below needs
 # On the GPU machine (x86-64, NVIDIA, Python 3.12), from the repository root, with .device/ copied over (.device/a
-# first: it may travel in an earlier copy than .device/b; each copy, a folder with the working tree, under 64 MiB):
+# and .device/d first: they may travel in earlier copies than .device/b; each copy, a folder with the working tree,
+# under 64 MiB):
 #   bash .device/b/install.sh              # joins the parts, installs MLX (CUDA); a part runs it itself if needed
 #   bash benchmarks/gpu_suite.sh PART [ARGS]
 #
@@ -94,11 +96,12 @@ die() { echo "gpu_suite: $*" >&2; exit 2; }
 KS=("$PY" -m ksearch.cli)  # the `ksearch` command, without relying on its entry point being on PATH
 
 stage() {
-  # Wheels for an offline x86-64 machine with Python 3.12; the CUDA wheel (~90 MB) is split so that each folder
-  # stays under 64 MiB (the limit of what one copy to the GPU machine may carry).
+  # Wheels for an offline x86-64 machine with Python 3.12; the CUDA wheel (~90 MB) is split in three so that each
+  # folder with the working tree beside it stays under 64 MiB (the limit of what one copy to the GPU machine may
+  # carry; two parts of 45 MB stopped fitting once the tree passed 20 MB).
   local plat=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_35_x86_64
               --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-  rm -rf .device && mkdir -p .device/a .device/b/wheels .device/dl .device/deps
+  rm -rf .device && mkdir -p .device/a .device/b/wheels .device/d .device/dl .device/deps
   "$PY" -m pip download -q --no-deps "${plat[@]}" -d .device/dl "mlx==$MLX_VERSION" "mlx-cuda-13==$MLX_VERSION" mlx-lm \
     || die "pip download failed (this step needs network access)"
   # What a GPU image with numpy, torch, rich, typer, jinja2, pyyaml, psutil, matplotlib, pytest and transformers
@@ -113,8 +116,8 @@ stage() {
   rm -rf .device/deps
   local big name
   big=$(ls .device/dl/mlx_cuda_13-*.whl) && name=$(basename "$big")
-  split -b 45000000 "$big" .device/part_ && rm "$big"
-  mv .device/part_aa .device/a/part_aa && mv .device/part_ab .device/b/part_ab
+  split -b 30000000 "$big" .device/part_ && rm "$big"
+  mv .device/part_aa .device/a/part_aa && mv .device/part_ab .device/b/part_ab && mv .device/part_ac .device/d/part_ac
   # One copy to the GPU machine carries a folder with the working tree beside it (~15 MB) and may not pass 64 MiB,
   # so MLX's wheels go with part 2 and the LLM path's (openai, jsonschema and theirs) in a third folder, copied only
   # where that path runs there: every GPU part of this script works without it.
@@ -122,11 +125,13 @@ stage() {
   rmdir .device/dl
   cat > .device/b/install.sh <<INSTALL
 #!/usr/bin/env bash
-# Written by benchmarks/gpu_suite.sh stage: joins the two parts and installs MLX (CUDA) and the staged wheels.
+# Written by benchmarks/gpu_suite.sh stage: joins the three parts and installs MLX (CUDA) and the staged wheels.
 set -e
 here=\$(cd "\$(dirname "\$0")" && pwd)
-[ -f "\$here/../a/part_aa" ] || { echo "part 1 (.device/a/part_aa) is not here: bring .device/a first" >&2; exit 3; }
-cat "\$here/../a/part_aa" "\$here/part_ab" > "\$here/$name"
+for part in a/part_aa d/part_ac; do
+  [ -f "\$here/../\$part" ] || { echo "\$part is not here: bring .device/a and .device/d first" >&2; exit 3; }
+done
+cat "\$here/../a/part_aa" "\$here/part_ab" "\$here/../d/part_ac" > "\$here/$name"
 \${PY:-python3} -m pip install -q --no-index --no-deps "\$here/$name" "\$here"/wheels/*.whl
 if ls "\$here"/../c/wheels/*.whl >/dev/null 2>&1; then
   \${PY:-python3} -m pip install -q --no-index --no-deps "\$here"/../c/wheels/*.whl
@@ -139,12 +144,12 @@ INSTALL
   chmod +x .device/b/install.sh
   local tree part
   tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
-  for part in a b c; do
+  for part in a b c d; do
     (( $(du -sb ".device/$part" | cut -f1) + tree < 64 * 1024 * 1024 )) \
       || echo "gpu_suite: .device/$part with the working tree passes 64 MiB: one copy cannot carry it" >&2
   done
-  du -sh .device/a .device/b .device/c
-  echo "staged: copy .device/a, then .device/b (and .device/c for the LLM path), to the GPU machine; there run: bash benchmarks/gpu_suite.sh PART"
+  du -sh .device/a .device/b .device/c .device/d
+  echo "staged: copy .device/a, .device/d, then .device/b (and .device/c for the LLM path), to the GPU machine; there run: bash benchmarks/gpu_suite.sh PART"
 }
 
 # The float32 3xTF32 prefill: checked, timed with TF32 on and off, and the attention family's float32 path through the

@@ -74,8 +74,14 @@ TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=Tru
 # named beside it: 0.967x against 0.960x from L=4096, 0.944x against 0.896x below; on an H100 its column and the
 # same kernel named measured level (0.945x / 0.942x against 0.939x / 0.930x over the 48 D=128 shapes;
 # attention-prefill-configs-dispatch-column-*-h100-*.json, docs/kernels-attention.md).
+# P's row sums by one m64n8k16 a tile on fp32 sums of the tile's 16-key blocks (`_r1`, wgmma_ws_row_sums) instead of
+# four: on an H100 named beside the dispatch at L=4096, each kernel against its own twin without `_r1` in the same
+# rounds (four processes, chained and independent calls), 1.027x-1.044x of its speed without the mask in three of
+# them, 1.004x in the fourth, level with it (0.993x-1.009x); with two warpgroups on 128-key tiles (TALL, D=64, chained,
+# two processes) 0.9-1.5% behind without the mask and 3.7-4.5% with it, so TALL keeps eight
+# (attention-prefill-configs-*row-sums*-h100-*.json).
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True, own_tiles=True,
-                        snake=True, uniform=True)
+                        snake=True, uniform=True, row_sums_once=True)
 # Where a call has more K / V heads than a quarter of the persistent grid (B 4, Hkv 32 in the benchmark), the items
 # a section of heads at a time (`_hs`, wgmma_ws_text.head_sections): a round then reads each K / V head with about
 # four items instead of one. On an H100 side by side in two processes, at B 4, Hkv 32 against the dispatch's column:

@@ -53,6 +53,7 @@ from ksearch.kernels.attention.wgmma import (
 from ksearch.kernels.attention.wgmma_ws_grid import extra_io, persistent_blocks
 from ksearch.kernels.attention.wgmma_ws_images import tile_images
 from ksearch.kernels.attention.wgmma_ws_q_tma import q_by_tensor_copy
+from ksearch.kernels.attention.wgmma_ws_row_sums import row_sums_once
 from ksearch.kernels.attention.wgmma_ws_tail import fresh_counters, key_split_tail
 from ksearch.kernels.attention.wgmma_ws_text import (  # the kernels' text; the rest of it in wgmma_ws_text
     BULK_HEADER,
@@ -134,6 +135,9 @@ class WsConfig:
     # Persistent blocks with the 128-byte swizzle only: Q copied by the producer with tensor copies, the consumers
     # waiting on an mbarrier (`_qt`, wgmma_ws_q_tma); on H100s within 2% of the dispatch either way (opt-in)
     qtma: bool = False
+    # P's row sums by one m64n8k16 a tile on fp32 sums of its 16-key blocks (`_r1`, wgmma_ws_row_sums) instead of one
+    # a 16 keys, which took 13% of the D=128 tile's time on the tensor cores alone (benchmarks/wgmma_tile_ceiling.py)
+    row_sums_once: bool = False
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
@@ -273,6 +277,8 @@ def source_text(cfg: WsConfig) -> str:
         text = q_by_tensor_copy(text)
     if cfg.uniform:
         text = uniform_index(text)
+    if cfg.row_sums_once:
+        text = row_sums_once(text)
     if cfg.obulk:
         return text.replace(EPILOGUE, EPILOGUE_BULK)
     return text.replace(EPILOGUE, EPILOGUE_STORE4) if store_bytes(cfg) == 4 else text
@@ -395,9 +401,11 @@ def with_bulk_copies(cfg: WsConfig) -> WsConfig:
     tensor copies), its producer at the 24 registers the bulk-copy kernels were measured with: where no tensor map can
     be made. The conditional rescale stays (WIDE's bulk rendering with it passes check-prefill; not timed); snake
     order goes with the persistent blocks, and each warpgroup's own tiles (`_wt`, checked with tensor copies only)
-    with them, as does the uniform index arithmetic (`_uw`, checked and timed with tensor copies only)."""
+    with them, as does the uniform index arithmetic (`_uw`, checked and timed with tensor copies only) and one
+    row-sum product a tile (`_r1`, likewise)."""
     return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24, qpf=False, maps1=False,
-                   own_tiles=False, snake=False, uniform=False, sections=False, ktail=False, qtma=False)
+                   own_tiles=False, snake=False, uniform=False, sections=False, ktail=False, qtma=False,
+                   row_sums_once=False)
 
 
 def kernel_name(cfg: WsConfig) -> str:
@@ -410,7 +418,7 @@ def kernel_name(cfg: WsConfig) -> str:
             + store_tag(cfg) + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
             + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
             + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "")
-            + ("_qt" if cfg.qtma else ""))
+            + ("_qt" if cfg.qtma else "") + ("_r1" if cfg.row_sums_once else ""))
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -437,12 +445,12 @@ def config_name(cfg: Any) -> str:
             + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
             + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
             + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "")
-            + ("_qt" if cfg.qtma else "") + ("_gp" if cfg.grouped else "") + ca)
+            + ("_qt" if cfg.qtma else "") + ("_r1" if cfg.row_sums_once else "") + ("_gp" if cfg.grouped else "") + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_qt][_gp][_ca]" -> WsConfig(W, N, S, P)
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_qt][_r1][_gp][_ca]" -> WsConfig(W, N, S, P)
     (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
     change in a configuration that can run at no shape."""
     import re
@@ -450,11 +458,11 @@ def parse_config(name: str) -> Any:
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
     m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_hs)?(_kt)?(_uw)?(_qt)?(_gp)?)(_ca)?",
+                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_hs)?(_kt)?(_uw)?(_qt)?(_r1)?(_gp)?)(_ca)?",
                      name.strip())
     if not m:
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_qt][_gp][_ca] (e.g. "
+                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_qt][_r1][_gp][_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
@@ -466,9 +474,10 @@ def parse_config(name: str) -> Any:
                          "_kt: without the mask, the last round's items split along the keys; "
                          "_uw: the consumers' index arithmetic on the uniform datapath; "
                          "_qt: persistent, Q by the producer's tensor copies; "
+                         "_r1: P's row sums by one product a tile; "
                          "_gp: without the mask, the query heads of a K / V head as one run of rows; "
                          "_ca: cp.async through L1)")
-    cp = "ca" if m[27] else "cg"
+    cp = "ca" if m[28] else "cg"
     if m[1]:
         return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
     tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
@@ -476,7 +485,7 @@ def parse_config(name: str) -> Any:
                    persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0),
                    crescale=bool(m[17]), qpf=bool(m[18]), maps1=bool(m[19]), own_tiles=bool(m[20]),
                    snake=bool(m[21]), sections=bool(m[22]), ktail=bool(m[23]), uniform=bool(m[24]),
-                   qtma=bool(m[25]), grouped=bool(m[26]))
+                   qtma=bool(m[25]), row_sums_once=bool(m[26]), grouped=bool(m[27]))
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)

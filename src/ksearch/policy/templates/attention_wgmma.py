@@ -1,23 +1,23 @@
 """The `attention.cuda.flash_wgmma` template family: FlashAttention on Hopper's wgmma (ksearch.kernels.attention.wgmma,
-the same text the library runs), with the mma.sync kernel for GPUs that are not Hopper.
-
-Parameters (the library's knobs, each measured on the H200; docs/kernels-attention.md): warpgroups per block (64
-query rows each; they share every K/V tile), keys per tile, whether a producer warpgroup loads K / V
-(attention.wgmma_ws, its registers handed to the consumers through setmaxnreg) or every thread loads with cp.async
-(the synchronous kernel), and then: K / V stages; for the producer, tensor copies through a map the candidate encodes
-on the host with the 128-byte swizzle (`tma`: the library's Hopper default, 3-5% ahead of the bulk copies over the 96
-benchmark shapes), or tile images and one bulk copy a tile (`bulk`: 0.81-0.82x of cuDNN at L >= 4096 against 0.65x
-with cp.async), and ping-pong between consumer warpgroups (`pp`, with bulk copies); with tensor copies, persistent
-blocks (`persist`: one block an SM walks the work items, the grid sized by the driver's SM count, its items in snake
-order; the library's choice at D=64, 3% ahead there, and with three warpgroups, each multiplying only its own rows'
-tiles, at D=128 with the causal mask); the cp.async cache mode (`cp`: cg through L2, ca through L1 too); with a
-producer, O rescaled only when a row's maximum grew past 2^8 (`crescale`: the library's choice at D=128, 3-5% less
-time there, 9-13% more at D=64 with 128-key tiles). 3 x 128 is left out: its registers times 384 threads exceed the
-register file (206 a thread without launch bounds; spills with them). A producer with 128-key tiles runs two consumer
-warpgroups and bulk or tensor copies (168 registers, no spills; the library's choice at D=64); with cp.async it
-spilled 208 bytes. Every producer rendering stores O as the library does, 16 bytes a lane after a transpose within
-each quad of lanes (0.922x of cuDNN over the 96 shapes for the library's dispatch then against 0.892x with 4-byte
-stores).
+the same text the library runs), with the mma.sync kernel for GPUs that are not Hopper. Parameters (the library's
+knobs, each measured on the H200; docs/kernels-attention.md): warpgroups per block (64 query rows each; they share
+every K/V tile), keys per tile, whether a producer warpgroup loads K / V (attention.wgmma_ws, its registers handed to
+the consumers through setmaxnreg) or every thread loads with cp.async (the synchronous kernel), and then: K / V
+stages; for the producer, tensor copies through a map the candidate encodes on the host with the 128-byte swizzle
+(`tma`: the library's Hopper default, 3-5% ahead of the bulk copies over the 96 benchmark shapes), or tile images and
+one bulk copy a tile (`bulk`: 0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async), and ping-pong between
+consumer warpgroups (`pp`, with bulk copies); with tensor copies, persistent blocks (`persist`: one block an SM walks
+the work items, the grid sized by the driver's SM count, its items in snake order; the library's choice at D=64, 3%
+ahead there, and with three warpgroups, each multiplying only its own rows' tiles, at D=128 with the causal mask); the
+cp.async cache mode (`cp`: cg through L2, ca through L1 too); with a producer, O rescaled only when a row's maximum
+grew past 2^8 (`crescale`: the library's choice at D=128, 3-5% less time there, 9-13% more at D=64 with 128-key
+tiles); with a producer, P's row sums by one product a tile (`row_sums_once`, `_r1`: the library's choice at D=128,
+2.7% ahead there without the mask and level with it on an H100; 1-4.5% behind with two warpgroups on 128-key tiles). 3
+x 128 is left out: its registers times 384 threads exceed the register file (206 a thread without launch bounds;
+spills with them). A producer with 128-key tiles runs two consumer warpgroups and bulk or tensor copies (168
+registers, no spills; the library's choice at D=64); with cp.async it spilled 208 bytes. Every producer rendering
+stores O as the library does, 16 bytes a lane after a transpose within each quad of lanes (0.922x of cuDNN over the 96
+shapes for the library's dispatch then against 0.892x with 4-byte stores).
 `constants`: the kernels of a (dtype, D, mask) made at its first call with their template arguments as constants in
 their headers and called without `template=`, the scale one array a head dim, as the library's kernels are made and
 called (MLX formats template arguments into every call); off by default, where the linter reads each call's literal
@@ -54,7 +54,7 @@ def configs(p: dict[str, Any]) -> tuple[Any, Any]:
     ws = wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], pwarps=4, cp=p["cp"],
                            bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0, persist=persist, preg=preg,
                            crescale=p["crescale"], own_tiles=persist and p["wg"] == 3, snake=persist,
-                           uniform=persist and p["wg"] == 3)
+                           uniform=persist and p["wg"] == 3, row_sums_once=bool(p.get("row_sums_once")))
     return cfg, ws
 
 
@@ -70,6 +70,8 @@ def valid(p: dict[str, Any]) -> bool:
     if (p["sections"] or p["tail"]) and not p["persist"] or p["tail"] and p["wg"] != 3:
         return False
     if p["crescale"] and not p["producer"]:  # the conditional rescale is the producer kernels' knob
+        return False
+    if p.get("row_sums_once") and not p["producer"]:  # so is one row-sum product a tile
         return False
     cfg, ws = configs(p)
     if p["producer"]:  # the producer variants checked on the H200: 64-key tiles with 3-4 stages and ping-pong with
@@ -275,10 +277,11 @@ FLASH_WGMMA = TemplateFamily(
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "double_buffering",
               "causal_block_skipping", "gqa_head_grouping"),
     # The first choice of each is the library's Hopper kernel at D=128 (WIDE_PERSIST:
-    # ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw, with `_hs` and `_kt` where the dispatch takes them).
+    # ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1, with `_hs` and `_kt` where the dispatch takes them).
     params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False), "tma": (True, False), "bulk": (False, True),
             "stages": (4, 3, 2), "pp": (False, True), "cp": ("cg", "ca"), "persist": (True, False),
-            "crescale": (True, False), "sections": (True, False), "tail": (True, False), "constants": (False, True)},
+            "crescale": (True, False), "sections": (True, False), "tail": (True, False), "row_sums_once": (True, False),
+            "constants": (False, True)},
     render=render_flash_wgmma,
     valid=valid,
     pattern_params={"double_buffering": {"stages": (4, 3)}},
