@@ -36,6 +36,8 @@
 #                                   float32 attention with TF32 on (MLX's default) and off (prefill_fp32.py); the
 #                                   attention family's float32 path through the harness at the fp32 holdout workload
 #   prefill-small                   tile images checked and timed; a small prefill call taken apart
+#   tile-ceiling [ARGS]             the tensor cores' ceiling for a prefill tile, per layout (wgmma_tile_ceiling.py;
+#                                   ARGS are its options; 20,000 tiles a block)
 #   item-trace [ARGS]               where a prefill work item's time goes (prefill_item_trace.py; ARGS are its options;
 #                                   by default the library's three kernels at D=128, L=2048 and 8192)
 #   prefill-power [ARGS]            prefill calls back to back, the library's beside cuDNN's, with the board's power,
@@ -476,6 +478,8 @@ CHECK
   prefill-fp32) setup && prefill_fp32 ;;
   prefill-power) log=prefill-power; case " $* " in *" --causal "*) log=prefill-power-causal ;; esac
     setup && timeout -k 10 500 "$PY" benchmarks/prefill_power.py "$OUT" "$@" 2>&1 | tee "$OUT/$log.log" ;;
+  tile-ceiling) setup && timeout -k 10 300 "$PY" benchmarks/wgmma_tile_ceiling.py "$OUT" --tiles 20000 "$@" 2>&1 \
+          | tee "$OUT/wgmma-tile-ceiling.log" ;;
   item-trace) setup && timeout -k 10 500 "$PY" benchmarks/prefill_item_trace.py "$OUT" "$@" 2>&1 \
           | tee "$OUT/prefill-item-trace.log" | cut -c1-400 ;;
   decode) setup && decode ;;

@@ -1,5 +1,5 @@
 """The tensor cores' ceiling for one K / V tile of the wgmma prefill: cycles a tile when a block does nothing but the
-tile's products, for each tile layout, beside the rate the products need (4,096 fp16 FLOP a cycle an SM on Hopper).
+tile's products, for each tile layout, beside the datasheet's rate (4,096 fp16 FLOP a cycle an SM on an H100).
 
 Each block (one an SM) keeps W warpgroups of 64 query rows busy on D=128 tiles of N keys, as the prefill's consumers
 do but without loads, softmax or barriers: S = Q K^T as D / 16 products m64nNk16 (Q from shared memory, or with
@@ -13,17 +13,18 @@ so they are comparable to the prefill's own cycles a tile (`prefill_item_trace.p
 
 Layouts: `wide` 3 warpgroups, 64-key tiles (the library's D=128 kernels, `WIDE` and `WIDE_PERSIST`); `tall` 2
 warpgroups, 128-key tiles (`TALL`); `tall_rq` the same with Q in registers for S; `n176` 2 warpgroups, 176-key tiles
-(FlashAttention-3's D=128 tile without the mask); `n192` 2 warpgroups, 192-key tiles; `wide_nosum` `wide` without
-P's row sums on the tensor cores. Q in registers with 3
-warpgroups does not fit even this loop (ptxas serialises its wgmmas and spills at 166 registers), so the prefill's
-consumers, which hold a softmax besides, have no room for it. Shared memory the products read: S 2,048 + 32 N bytes
-a product (Q's 64 x 16, unless in registers, and K's N x 16) for 2,048 N FLOP, P V 4,096 bytes (V's 16 x 128) for
-262,144: at the full rate S with N = 64 needs Hopper's whole 128 bytes a cycle.
+(FlashAttention-3's D=128 tile without the mask); `n192` 2 warpgroups, 192-key tiles; `_r1` one row-sum product a tile
+(the dispatch's at D=128 since), `_nosum` none. Q in registers with 3 warpgroups does not fit even this loop (ptxas serialises its
+wgmmas and spills at 166 registers), so the prefill's consumers, which hold a softmax besides, have no room for it.
+Shared memory the products read: S 2,048 + 32 N bytes a product (Q's 64 x 16, unless in registers, and K's N x 16) for
+2,048 N FLOP, P V 4,096 bytes (V's 16 x 128) for 262,144: at the full rate S with N = 64 needs Hopper's whole 128
+bytes a cycle.
 
 On an H100 (`wgmma-tile-ceiling-mlx-cuda-nvidia-h100-80gb-hbm3.json`): every layout with P's row sums took 436-443
 cycles a 64 x 64 block of S and P V, whether 64, 128, 176 or 192 keys a tile and Q in shared memory or registers: the
-operands' shared-memory reads do not hold the products back. Without the row sums the library's tile took 1,153 cycles
-against 1,330 (hence `_r1`, wgmma_ws_row_sums). The rates came out above the datasheet's (4,720-5,460 FLOP a cycle
+operands' shared-memory reads do not hold those products back. Without the row sums the library's tile took 1,153
+cycles against 1,330 (hence `_r1`, wgmma_ws_row_sums), its products then reading 128 bytes a cycle, all that Hopper's
+shared memory gives: there the reads may bind (the other layouts were not run without the row sums). The rates came out above the datasheet's (4,720-5,460 FLOP a cycle
 by clock64 against 4,096; 1,011-1,133 TFLOP/s over the grid by the host's clock against 989): what sets the
 absolute rate is not settled here, so read the layouts against each other, not against `tensor_fraction`.
 """
@@ -47,7 +48,9 @@ class Layout:
     wg: int      # consumer warpgroups a block, 64 query rows each
     n: int       # keys a tile
     q_registers: bool = False
-    row_sums: bool = True  # P's row sums on the tensor cores, as the prefill takes them (m64n8k16 a 16 keys)
+    # P's row sums on the tensor cores: "blocks" one m64n8k16 a 16 keys (the kernels' way before `_r1`), "tile" one a
+    # tile (`_r1`; the FADDs that sum the blocks first are not the tensor cores' and are left out), "none"
+    row_sums: str = "blocks"
 
     def threads(self) -> int:
         return 128 * self.wg
@@ -69,8 +72,11 @@ class Layout:
 
 
 LAYOUTS = {layout.name: layout for layout in (
-    Layout("wide", 3, 64), Layout("wide_nosum", 3, 64, row_sums=False), Layout("tall", 2, 128),
-    Layout("tall_rq", 2, 128, q_registers=True), Layout("n176", 2, 176), Layout("n192", 2, 192))}
+    Layout("wide", 3, 64), Layout("wide_nosum", 3, 64, row_sums="none"), Layout("tall", 2, 128),
+    Layout("tall_rq", 2, 128, q_registers=True), Layout("n176", 2, 176), Layout("n192", 2, 192),
+    Layout("wide_r1", 3, 64, row_sums="tile"), Layout("tall_r1", 2, 128, row_sums="tile"),
+    Layout("tall_nosum", 2, 128, row_sums="none"), Layout("n176_r1", 2, 176, row_sums="tile"),
+    Layout("n176_nosum", 2, 176, row_sums="none"))}
 
 
 def wgmma_functions(ns: tuple[int, ...]) -> str:
@@ -122,6 +128,7 @@ def source(layout: Layout) -> str:
     """The kernel body: inputs x (the random shared-memory image) and tiles; outputs cycles (one a block) and sink."""
     n, s_fn = layout.n, ("ks_sr" if layout.q_registers else "ks_s") + str(layout.n)
     q_arg = "qa[kc]" if layout.q_registers else "dq0 + 16 * kc"
+    row_sum_products = {"blocks": "N / 16", "tile": "1", "none": "0"}[layout.row_sums]
     return f"""
     constexpr int WG = {layout.wg}, N = {n}, D = {D}, NT = 128 * WG;
     extern __shared__ __align__(128) unsigned char ks_smem[];
@@ -168,9 +175,8 @@ def source(layout: Layout) -> str:
       }}
       #pragma unroll
       for (int kk = 0; kk < N / 16; ++kk) ks_pv(o, p[kk], dv0 + 2 * D * kk);
-      {"" if layout.row_sums else "if (false)"}
       #pragma unroll
-      for (int kk = 0; kk < N / 16; ++kk) ks_rowsum(l, p[kk], d1);
+      for (int kk = 0; kk < {row_sum_products}; ++kk) ks_rowsum(l, p[kk], d1);
       ks_wg_commit();
       ks_wg_wait1();
     }}
@@ -236,7 +242,7 @@ def measure(layout: Layout, tiles: int, blocks: int, calls: int) -> dict[str, An
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="directory for the JSON result")
-    parser.add_argument("--layouts", default="wide,wide_nosum,tall,tall_rq,n176,n192",
+    parser.add_argument("--layouts", default=",".join(LAYOUTS),
                         help=f"comma-separated, of {', '.join(LAYOUTS)}")
     parser.add_argument("--tiles", type=int, default=2000, help="tiles a block (default 2000)")
     parser.add_argument("--blocks", type=int, default=132, help="blocks (default 132: one an SM of an H100 / H200)")
