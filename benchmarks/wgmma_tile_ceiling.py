@@ -252,6 +252,12 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [name for name in names if name not in LAYOUTS]
     if unknown:
         sys.exit(f"unknown layout {', '.join(unknown)}: use {', '.join(LAYOUTS)}")
+    if args.tiles < 1 or args.blocks < 1 or args.calls < 1:
+        sys.exit("--tiles, --blocks and --calls take a positive count")
+    from ksearch.kernels.device import hopper
+
+    if not hopper():
+        sys.exit("wgmma_tile_ceiling: wgmma needs MLX's CUDA backend on a Hopper GPU (sm_90); run it on one")
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
 

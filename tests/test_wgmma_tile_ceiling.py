@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ksearch.backends.nvcc import nvcc_path
+from ksearch.kernels.device import hopper
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -45,3 +46,19 @@ def test_unknown_layout_is_refused_in_one_line(tmp_path: Path) -> None:
                            "--layouts", "wide,huge"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [
         "unknown layout huge: use " + ", ".join(ceiling.LAYOUTS)]
+
+
+@pytest.mark.skipif(hopper(), reason="a Hopper GPU is here: the benchmark would run")
+def test_without_a_hopper_gpu_it_says_so_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/wgmma_tile_ceiling.py"), str(tmp_path),
+                           "--layouts", "wide"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "wgmma_tile_ceiling: wgmma needs MLX's CUDA backend on a Hopper GPU (sm_90); run it on one"]
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_a_count_below_one_is_refused_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/wgmma_tile_ceiling.py"), str(tmp_path),
+                           "--tiles", "0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "--tiles, --blocks and --calls take a positive count"]
