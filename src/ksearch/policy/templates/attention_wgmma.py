@@ -1,21 +1,22 @@
 """The `attention.cuda.flash_wgmma` template family: FlashAttention on Hopper's wgmma (ksearch.kernels.attention.wgmma,
-the same text the library runs), with the mma.sync kernel for GPUs that are not Hopper. Parameters (the library's
-knobs, each measured on the H200; docs/kernels-attention.md): warpgroups per block (64 query rows each; they share
-every K/V tile), keys per tile, whether a producer warpgroup loads K / V (attention.wgmma_ws, its registers handed to
-the consumers through setmaxnreg) or every thread loads with cp.async (the synchronous kernel), and then: K / V
-stages; for the producer, tensor copies through a map the candidate encodes on the host with the 128-byte swizzle
-(`tma`: the library's Hopper default, 3-5% ahead of the bulk copies over the 96 benchmark shapes), or tile images and
-one bulk copy a tile (`bulk`: 0.81-0.82x of cuDNN at L >= 4096 against 0.65x with cp.async), and ping-pong between
-consumer warpgroups (`pp`, with bulk copies); with tensor copies, persistent blocks (`persist`: one block an SM walks
-the work items, the grid sized by the driver's SM count, its items in snake order; the library's choice at D=64, 3%
-ahead there, and with three warpgroups, each multiplying only its own rows' tiles, at D=128 with the causal mask); the
-cp.async cache mode (`cp`: cg through L2, ca through L1 too); with a producer, O rescaled only when a row's maximum
-grew past 2^8 (`crescale`: the library's choice at D=128, 3-5% less time there, 9-13% more at D=64 with 128-key
-tiles); with a producer, P's row sums by one product a tile (`row_sums_once`, `_r1`: the library's choice at D=128,
-2.7% ahead there without the mask and level with it on an H100; 1-4.5% behind with two warpgroups on 128-key tiles). 3
-x 128 is left out: its registers times 384 threads exceed the register file (206 a thread without launch bounds;
-spills with them). A producer with 128-key tiles runs two consumer warpgroups and bulk or tensor copies (168
-registers, no spills; the library's choice at D=64); with cp.async it spilled 208 bytes. Every producer rendering
+the same text the library runs), with the mma.sync kernel for GPUs that are not Hopper.
+
+Parameters (the library's knobs, each measured on the H200; docs/kernels-attention.md): warpgroups per block (64 query
+rows each; they share every K/V tile), keys per tile, whether a producer warpgroup loads K / V (attention.wgmma_ws,
+its registers handed to the consumers through setmaxnreg) or every thread loads with cp.async (the synchronous
+kernel), and then: K / V stages; for the producer, tensor copies through a map the candidate encodes on the host with
+the 128-byte swizzle (`tma`: the library's Hopper default, 3-5% ahead of the bulk copies over the 96 benchmark
+shapes), or tile images and one bulk copy a tile (`bulk`: 0.81-0.82x of cuDNN at L >= 4096 against 0.65x with
+cp.async), and ping-pong between consumer warpgroups (`pp`, with bulk copies); with tensor copies, persistent blocks
+(`persist`: one block an SM walks the work items, the grid sized by the driver's SM count, its items in snake order;
+the library's choice at D=64, 3% ahead there, and with three warpgroups, each multiplying only its own rows' tiles, at
+D=128 with the causal mask); the cp.async cache mode (`cp`: cg through L2, ca through L1 too); with a producer, O
+rescaled only when a row's maximum grew past 2^8 (`crescale`: the library's choice at D=128, 3-5% less time there,
+9-13% more at D=64 with 128-key tiles); P's row sums by one product a tile (`row_sums_once`, `_r1`: the library's
+choice at D=128, 2.7% ahead there without the mask and level with it on an H100; 1-4.5% behind with two warpgroups on
+128-key tiles). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a thread without
+launch bounds; spills with them). A producer with 128-key tiles runs two consumer warpgroups and bulk or tensor copies
+(168 registers, no spills; the library's choice at D=64); with cp.async it spilled 208 bytes. Every producer rendering
 stores O as the library does, 16 bytes a lane after a transpose within each quad of lanes (0.922x of cuDNN over the 96
 shapes for the library's dispatch then against 0.892x with 4-byte stores).
 `constants`: the kernels of a (dtype, D, mask) made at its first call with their template arguments as constants in
