@@ -5,6 +5,7 @@ register layouts, gives each row's sum of P."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -47,33 +48,30 @@ def a_fragment_position(c: int, half: int, g: int, tq: int) -> tuple[int, int]:
     return g + 8 * (c & 1), 8 * (c >> 1) + 2 * tq + half
 
 
-@pytest.mark.parametrize("bn", [64, 128])
-def test_the_summed_fragment_gives_each_rows_sum(bn: int) -> None:
-    rng = np.random.default_rng(bn)
-    p = rng.random((16, bn), dtype=np.float32) * 2.0  # one warp's 16 rows of P
+def summed_row_sums(p: np.ndarray, register_of: Callable[[int], int] = lambda c: c) -> np.ndarray:
+    """Each row's sum as `_r1` takes it from one warp's 16 rows of P: the kernel's sums of element e over the 16-key
+    blocks (`se`), packed as register c = (se[2 c], se[2 c + 1]), times a 16 x 8 tile of ones (each row's k-sum of
+    the fragment); `register_of` places register c in the fragment (the identity: wgmma's layout)."""
+    bn = p.shape[1]
     sums = np.zeros(16, dtype=np.float64)
     for lane in range(32):
         g, tq = lane >> 2, lane & 3
         s = [p[accumulator_position(i, g, tq)] for i in range(bn // 2)]
-        se = [sum(s[8 * kk + e] for kk in range(bn // 16)) for e in range(8)]  # the kernel's sums
-        psum = [(se[2 * c], se[2 * c + 1]) for c in range(4)]  # the kernel's packing, before rounding
+        se = [sum(s[8 * kk + e] for kk in range(bn // 16)) for e in range(8)]
         for c in range(4):
-            for half in range(2):  # P times a 16 x 8 tile of ones: each row's k-sum of the fragment
-                row, _ = a_fragment_position(c, half, g, tq)
-                sums[row] += psum[c][half]
-    np.testing.assert_allclose(sums, p.sum(axis=1, dtype=np.float64), rtol=1e-5)
+            for half in range(2):
+                row, _ = a_fragment_position(register_of(c), half, g, tq)
+                sums[row] += se[2 * c + half]
+    return sums
+
+
+@pytest.mark.parametrize("bn", [64, 128])
+def test_the_summed_fragment_gives_each_rows_sum(bn: int) -> None:
+    p = np.random.default_rng(bn).random((16, bn), dtype=np.float32) * 2.0  # one warp's 16 rows of P
+    np.testing.assert_allclose(summed_row_sums(p), p.sum(axis=1, dtype=np.float64), rtol=1e-5)
 
 
 def test_a_wrong_element_order_fails_that_check() -> None:
     # the check above can fail: a fragment whose registers take rows g and g + 8 the other way round sums wrongly
     p = np.arange(16 * 64, dtype=np.float32).reshape(16, 64)
-    lane_sums = np.zeros(16)
-    for lane in range(32):
-        g, tq = lane >> 2, lane & 3
-        s = [p[accumulator_position(i, g, tq)] for i in range(32)]
-        se = [sum(s[8 * kk + e] for kk in range(4)) for e in range(8)]
-        for c in range(4):
-            for half in range(2):
-                row, _ = a_fragment_position(c ^ 1, half, g, tq)
-                lane_sums[row] += se[2 * c + half]
-    assert not np.allclose(lane_sums, p.sum(axis=1))
+    assert not np.allclose(summed_row_sums(p, lambda c: c ^ 1), p.sum(axis=1))
