@@ -32,6 +32,9 @@
 #                                   CALLS="independent chained": both; LENGTHS=2048: the shapes at those lengths
 #                                   only), their items traced at L=2048 (NO_TRACE=1: not; CHECK_S: the check's
 #                                   limit, 200 s)
+#   prefill-variant VARIANT...      the dispatch beside its own kernel with a flag off or on at every shape
+#                                   (dispatch-r1, dispatch+hs: `bench attention --full --configs`), in the same
+#                                   rounds, the calls chained and independent, two processes each
 #   prefill-fp32                    the float32 3xTF32 prefill, its forms, against true fp32, then beside MLX's
 #                                   float32 attention with TF32 on (MLX's default) and off (prefill_fp32.py); the
 #                                   attention family's float32 path through the harness at the fp32 holdout workload
@@ -256,6 +259,19 @@ prefill_candidates() {
     --configs "ws3_n64_s4_p4_tmas_cr,$list" 2>&1 | grep -v "^wrote" | cut -c1-400
 }
 
+prefill_variant() {
+  # A flag's effect on the dispatch, every shape against the dispatch's own kernel in the same rounds (between two
+  # processes the dispatch's column moves by as much as a flag's effect).
+  local list run calls
+  list=$(IFS=,; echo "$*")
+  for calls in chained independent; do
+    for run in variant variant-rerun; do
+      timeout -k 10 170 "${KS[@]}" bench attention --full --calls "$calls" --configs "$list" --out "$OUT/$run" 2>&1 \
+        | tail -1 | cut -c1-600
+    done
+  done
+}
+
 prefill_configs() {
   local configs=("$@")
   [ ${#configs[@]} -gt 0 ] || configs=(ws3_n64_s4_p4_bulk ws3_n64_s3_p4_bulk ws3_n64_s3_p4 wg3_n64_ca)
@@ -474,6 +490,18 @@ CHECK
 )
     [ -z "$bad" ] || die "prefill-candidates: $bad"
     setup && prefill_candidates "$@" ;;
+  prefill-variant) [ $# -gt 0 ] || die "prefill-variant: name variants of the dispatch, e.g. dispatch-r1"
+    bad=$(PYTHONPATH=$PWD/src "$PY" - "$@" 2>/dev/null <<'CHECK'
+import sys
+from ksearch.kernels.attention.dispatch_variant import parse_dispatch_variant
+try:
+    [parse_dispatch_variant(n) for n in sys.argv[1:]]
+except ValueError as exc:
+    print(exc)
+CHECK
+)
+    [ -z "$bad" ] || die "prefill-variant: $bad"
+    setup && prefill_variant "$@" ;;
   prefill-small) setup && prefill_small ;;
   prefill-fp32) setup && prefill_fp32 ;;
   prefill-power) log=prefill-power; case " $* " in *" --causal "*) log=prefill-power-causal ;; esac

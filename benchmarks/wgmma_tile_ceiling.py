@@ -24,8 +24,10 @@ On an H100 (`wgmma-tile-ceiling-mlx-cuda-nvidia-h100-80gb-hbm3.json`): every lay
 cycles a 64 x 64 block of S and P V, whether 64, 128, 176 or 192 keys a tile and Q in shared memory or registers: the
 operands' shared-memory reads do not hold those products back. Without the row sums the library's tile took 1,153
 cycles against 1,330 (hence `_r1`, wgmma_ws_row_sums), its products then reading 128 bytes a cycle, all that Hopper's
-shared memory gives: there the reads may bind (the other layouts were not run without the row sums). The rates came out above the datasheet's (4,720-5,460 FLOP a cycle
-by clock64 against 4,096; 1,011-1,133 TFLOP/s over the grid by the host's clock against 989): what sets the
+shared memory gives: there the reads may bind. With one row-sum product a tile the library's tile took 1,200 cycles,
+`TALL`'s 1,568 against 1,537 without row sums, 176 keys 2,144 against 2,113: `_r1` takes back all but 2-4% of what the
+row sums cost. The rates came out above the datasheet's (4,720-5,460 FLOP a cycle
+by clock64 against 4,096; 994-1,133 TFLOP/s over the grid by the host's clock against 989): what sets the
 absolute rate is not settled here, so read the layouts against each other, not against `tensor_fraction`.
 """
 

@@ -22,6 +22,15 @@ def test_gpu_suite_prefill_candidates_refuses_bad_names_before_any_setup(args: l
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(("args", "message"), [([], "name variants of the dispatch"),
+                                               (["dispatch-r1", "dispatch-zz"], "is not a variant of the dispatch")])
+def test_gpu_suite_prefill_variant_refuses_bad_names_before_any_setup(args: list[str], message: str) -> None:
+    proc = subprocess.run(["bash", str(SUITE), "prefill-variant", *args], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PY": sys.executable, "OUT": "/nonexistent/out"})
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
 def _archive(tmp: Path, name: str, files: dict[str, str]) -> Path:
     import tarfile
 
@@ -75,6 +84,7 @@ def _fake_python(tmp: Path, record: Path) -> Path:
     fake = tmp / "fake-python"
     fake.write_text(f"""#!/bin/bash
 case "$1" in benchmarks/*.py) echo "$*" >> {record}; echo "ran $1";; esac
+if [ "$1 $2" = "-m ksearch.cli" ]; then echo "$*" >> {record}; fi
 if [ "$1 $2" = "-m pytest" ]; then
   echo "$*" >> {record}
   case "$*" in *test_gpu_mamba.py*) echo "FAILED tests/test_gpu_mamba.py::test_x - boom"; echo "1 failed in 0.1s";;
@@ -151,3 +161,13 @@ def test_prefill_calls_is_a_part_that_needs_the_gpus_set_up(tmp_path: Path) -> N
     proc = _suite(tmp_path, "prefill-calls")
     assert proc.returncode == 2 and "MLX with CUDA is missing" in proc.stderr
     assert not (tmp_path / "out" / "chained-1").exists()  # nothing timed before the set-up
+
+
+def test_prefill_variant_times_the_variants_beside_the_dispatch_both_ways_in_two_processes(tmp_path: Path) -> None:
+    record = tmp_path / "calls.txt"
+    proc = _suite_with(tmp_path, _fake_python(tmp_path, record), "prefill-variant", "dispatch-r1", "dispatch+hs")
+    assert proc.returncode == 0, proc.stderr
+    calls = [c for c in record.read_text().splitlines() if " bench attention " in c]
+    assert len(calls) == 4 and all("--full" in c and "--configs dispatch-r1,dispatch+hs" in c for c in calls)
+    assert sum("--calls chained" in c for c in calls) == 2 and sum("--calls independent" in c for c in calls) == 2
+    assert {c.split("--out ")[1] for c in calls} == {str(tmp_path / "out" / r) for r in ("variant", "variant-rerun")}

@@ -207,10 +207,11 @@ def prefill_inputs(q_shape: tuple[int, ...], kv_shape: tuple[int, ...], dtype: A
 
 def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, config: Any = None,
                         round_s: float = 0.01, configs: Sequence[str] = (), calls: str = "independent") -> dict[str, Any]:
-    """configs: configuration names (a wgmma configuration, wgmma_ws.parse_config, or a Metal kernel such as
-    metal_fragments: kernels.attention.parse_prefill_config) timed beside the dispatch and native in the same rounds,
-    so that a dispatch rule can be read off one process; each lands in the row's "configs". calls: "independent" (the
-    same q every call) or "chained" (each call's q the previous call's output; `prefill_calls`)."""
+    """configs: configuration names (a wgmma configuration, wgmma_ws.parse_config, a Metal kernel such as
+    metal_fragments, or a variant of the dispatch such as dispatch-r1: kernels.attention.parse_prefill_config) timed
+    beside the dispatch and native in the same rounds, so that a dispatch rule can be read off one process; each lands
+    in the row's "configs". calls: "independent" (the same q every call) or "chained" (each call's q the previous
+    call's output; `prefill_calls`)."""
     import mlx.core as mx
 
     from ksearch.kernels.attention import attention, native_attention, parse_prefill_config, prefill_plan
@@ -218,12 +219,18 @@ def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, conf
     dt = _dtype(shape["dtype"])
     b, hq, hkv, d, length, s, causal = (shape[k] for k in ("B", "Hq", "Hkv", "D", "L", "S", "causal"))
     q, k, v = prefill_inputs((b, hq, length, d), (b, hkv, s, d), dt)
-    chosen = {name: parse_prefill_config(name) for name in configs}
+    dispatched = prefill_plan(q, k, v, causal, config=config)[0]
+    chosen = {name: shape_config(parse_prefill_config(name), dispatched) for name in configs}
+
+    def run(cfg: Any) -> Callable[..., Any]:  # a variant with no kernel at this shape: MLX's attention, named so
+        return partial(native_attention, causal=causal) if cfg is NO_KERNEL else partial(attention, causal=causal,
+                                                                                         config=cfg)
+
     fns: dict[str, Callable[[], Any]] = {
         "ours": prefill_calls(partial(attention, causal=causal, config=config), q, k, v, calls),
         "native": prefill_calls(partial(native_attention, causal=causal), q, k, v, calls)}
     for name, cfg in chosen.items():
-        fns[f"config:{name}"] = prefill_calls(partial(attention, causal=causal, config=cfg), q, k, v, calls)
+        fns[f"config:{name}"] = prefill_calls(run(cfg), q, k, v, calls)
     t = time_rounds(fns, rounds, n, round_s=round_s)
     flops = 4.0 * b * hq * length * s * d / (2 if causal else 1)
     med, nmed = statistics.median(t["ours"]), statistics.median(t["native"])
@@ -236,14 +243,31 @@ def bench_prefill_shape(shape: dict[str, Any], rounds: int = 7, n: int = 2, conf
            "tflops": flops / med / 1e12, "native_tflops": flops / nmed / 1e12,
            "roofline_fraction": flops / med / TENSOR_FLOPS,
            "max_abs_diff_vs_native": max_diff(attention(q, k, v, causal, config=config)), "config": repr(config),
-           "kernel": prefill_plan(q, k, v, causal, config=config)[0]}
+           "kernel": dispatched}
     if chosen:
-        row["configs"] = {name: {"kernel": prefill_plan(q, k, v, causal, config=cfg)[0],
+        row["configs"] = {name: {"kernel": "native" if cfg is NO_KERNEL else prefill_plan(q, k, v, causal,
+                                                                                           config=cfg)[0],
                                  "latency_s": statistics.median(t[f"config:{name}"]),
                                  **ratio_stats(t[f"config:{name}"], t["native"]),
-                                 "max_abs_diff_vs_native": max_diff(attention(q, k, v, causal, config=cfg))}
+                                 "max_abs_diff_vs_native": max_diff(run(cfg)(q, k, v))}
                           for name, cfg in chosen.items()}
     return row
+
+
+# A variant of the dispatch where the dispatch's kernel has no such variant (shape_config).
+NO_KERNEL = object()
+
+
+def shape_config(cfg: Any, dispatched: str) -> Any:
+    """A `--configs` entry at one shape: a variant of the dispatch (`dispatch-r1`) becomes the dispatch's kernel there
+    (`dispatched`, its name) with its flag set, or NO_KERNEL where it has none (dispatch_variant.variant_config); any
+    other configuration stays as named."""
+    from ksearch.kernels.attention.dispatch_variant import DispatchVariant, variant_config
+
+    if not isinstance(cfg, DispatchVariant):
+        return cfg
+    found = variant_config(dispatched, cfg)
+    return NO_KERNEL if found is None else found
 
 
 def prefill_calls(call: Callable[[Any, Any, Any], Any], q: Any, k: Any, v: Any, calls: str) -> Callable[[], Any]:

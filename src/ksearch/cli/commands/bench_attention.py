@@ -66,8 +66,10 @@ def register(bench_app: typer.Typer) -> None:
                       out: str = typer.Option("benchmarks/results", help="directory for the JSON result"),
                       configs: str = typer.Option("", help="configurations to time beside the dispatch in the same "
                                                   "rounds, comma-separated: wgmma ones (e.g. 'ws3_n64_s4_p4_bulk,"
-                                                  "ws2_n128_s3_p4_bulk') or, on a Mac, Metal kernels ('metal_fragments"
-                                                  "'); written as attention-prefill-configs-*.json"),
+                                                  "ws2_n128_s3_p4_bulk'), variants of the dispatch (dispatch-r1: its "
+                                                  "kernel at each shape without _r1; dispatch+hs: with _hs) or, on a "
+                                                  "Mac, Metal kernels ('metal_fragments'); written as "
+                                                  "attention-prefill-configs-*.json"),
                       calls: str = typer.Option("independent", help="independent: the same inputs every call, calls "
                                                 "free to overlap on the device; chained: each call's query the "
                                                 "previous call's output, as a model's layers wait for each other "

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from ksearch.kernels import device
 from ksearch.kernels.attention import mma_sync, tf32x3, wgmma, wgmma_ws, wgmma_ws_grid
+from ksearch.kernels.attention.dispatch_variant import DispatchVariant, parse_dispatch_variant
 from ksearch.kernels.attention.mma_sync import PrefillConfig
 from ksearch.kernels.attention.wgmma import WgmmaConfig
 from ksearch.kernels.attention.wgmma_ws import WsConfig
@@ -79,7 +80,10 @@ TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=Tru
 # rounds (four processes, chained and independent calls), 1.027x-1.044x of its speed without the mask in three of
 # them, 1.004x in the fourth, level with it (0.993x-1.009x); with two warpgroups on 128-key tiles (TALL, D=64, chained,
 # two processes) 0.9-1.5% behind without the mask and 3.7-4.5% with it, so TALL keeps eight
-# (attention-prefill-configs-*row-sums*-h100-*.json).
+# (attention-prefill-configs-*row-sums*-h100-*.json). Over the 96 shapes, the dispatch with it and, in later
+# processes, without it differed by about as much as the unchanged kernels moved between them (1-2% against `_r1` at
+# D=128 without the mask, against the twins above; attention-prefill-*row-sums*-h100-*.json); the dispatch's variant
+# without it in the same rounds (`--configs dispatch-r1`) is what decides.
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True, own_tiles=True,
                         snake=True, uniform=True, row_sums_once=True)
 # Where a call has more K / V heads than a quarter of the persistent grid (B 4, Hkv 32 in the benchmark), the items
@@ -187,9 +191,12 @@ METAL_KERNELS = ("metal_simdgroup", "metal_fragments", "metal_rows")
 Config = PrefillConfig | WgmmaConfig | WsConfig | MetalConfig
 
 
-def parse_prefill_config(name: str) -> WgmmaConfig | WsConfig | MetalConfig:
-    """A configuration name as `--configs` takes it: a Metal kernel (METAL_KERNELS) or a wgmma configuration
-    (wgmma_ws.parse_config); ValueError in one line for neither."""
+def parse_prefill_config(name: str) -> WgmmaConfig | WsConfig | MetalConfig | DispatchVariant:
+    """A configuration name as `--configs` takes it: a Metal kernel (METAL_KERNELS), a variant of the dispatch
+    (`dispatch-r1`: dispatch_variant) or a wgmma configuration (wgmma_ws.parse_config); ValueError in one line for
+    none of them."""
+    if name.startswith("dispatch"):
+        return parse_dispatch_variant(name)
     if name.startswith("metal_"):
         if name not in METAL_KERNELS:
             raise ValueError(f"{name!r}: no such Metal prefill kernel; name one of {', '.join(METAL_KERNELS)}")
