@@ -100,6 +100,23 @@ PY=${PY:-python3}
 die() { echo "gpu_suite: $*" >&2; exit 2; }
 KS=("$PY" -m ksearch.cli)  # the `ksearch` command, without relying on its entry point being on PATH
 
+refuse_bad_names() {
+  # PART MODULE PARSER NAME...: each name through ksearch's parser before any set-up; the first refusal in one line.
+  local part=$1 module=$2 parser=$3 bad
+  shift 3
+  bad=$(PYTHONPATH=$PWD/src "$PY" - "$module" "$parser" "$@" 2>/dev/null <<'CHECK'
+import importlib
+import sys
+parse = getattr(importlib.import_module(sys.argv[1]), sys.argv[2])
+try:
+    [parse(n) for n in sys.argv[3:]]
+except ValueError as exc:
+    print(exc)
+CHECK
+)
+  [ -z "$bad" ] || die "$part: $bad"
+}
+
 stage() {
   # Wheels for an offline x86-64 machine with Python 3.12; the CUDA wheel (~90 MB) is split in three so that each
   # folder with the working tree beside it stays under 64 MiB (the limit of what one copy to the GPU machine may
@@ -479,28 +496,10 @@ case "$part" in
   prefill-calls) setup && prefill_calls ;;
   prefill-configs) setup && prefill_configs "$@" ;;
   prefill-candidates) [ $# -gt 0 ] || die "prefill-candidates: name wgmma configurations, e.g. ws2_n128_s3_p4_tmas_pst_qn"
-    bad=$(PYTHONPATH=$PWD/src "$PY" - "$@" 2>/dev/null <<'CHECK'
-import sys
-from ksearch.kernels.attention.wgmma_ws import parse_config
-try:
-    [parse_config(n) for n in sys.argv[1:]]
-except ValueError as exc:
-    print(exc)
-CHECK
-)
-    [ -z "$bad" ] || die "prefill-candidates: $bad"
+    refuse_bad_names prefill-candidates ksearch.kernels.attention.wgmma_ws parse_config "$@"
     setup && prefill_candidates "$@" ;;
   prefill-variant) [ $# -gt 0 ] || die "prefill-variant: name variants of the dispatch, e.g. dispatch-r1"
-    bad=$(PYTHONPATH=$PWD/src "$PY" - "$@" 2>/dev/null <<'CHECK'
-import sys
-from ksearch.kernels.attention.dispatch_variant import parse_dispatch_variant
-try:
-    [parse_dispatch_variant(n) for n in sys.argv[1:]]
-except ValueError as exc:
-    print(exc)
-CHECK
-)
-    [ -z "$bad" ] || die "prefill-variant: $bad"
+    refuse_bad_names prefill-variant ksearch.kernels.attention.dispatch_variant parse_dispatch_variant "$@"
     setup && prefill_variant "$@" ;;
   prefill-small) setup && prefill_small ;;
   prefill-fp32) setup && prefill_fp32 ;;
