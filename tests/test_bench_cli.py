@@ -33,3 +33,5 @@ def test_bench_naive_and_search_summary(tmp_path: Path) -> None:
     validate(summary)
     assert len(summary["figures"]) == 2
     assert summary["summary"]["evaluations_done"] == 2
+    # the best judged on the holdout: its search workloads timed again there, beside the best score as found
+    assert summary["summary"]["holdout_score"] > 0 and summary["summary"]["best_score_again"] > 0

@@ -27,7 +27,7 @@ def invoke(*args: str) -> tuple[int, str]:
 def test_summary_names_what_matters(runs: Path) -> None:
     code, out = invoke("report", "20261129-120000-softmax-abc123", "--runs-dir", str(runs))
     assert code == 0, out
-    for text in ("c0007", "1.310", "holdout score", "1.250", "12/12", "$0.0324", "cpu_128x4096_f32", "1.38x",
+    for text in ("c0007", "1.310", "best re-measured", "1.220", "holdout score", "1.250", "12/12", "$0.0324", "cpu_128x4096_f32", "1.38x",
                  "16.5%", "path to the best", "Multiply by the reciprocal of the sum", "world model", "backtrack 1",
                  "too hard 1"):
         assert text in out, text

@@ -80,6 +80,13 @@ def _result(status: str, score: float, split: str = "search") -> dict[str, Any]:
     return res.to_json()
 
 
+def _holdout_result(again: float, held: float) -> dict[str, Any]:
+    """The holdout evaluation as the harness makes it: the search workloads timed again (its score) beside the
+    holdout ones (its holdout score)."""
+    search, holdout = _result("passed", again), _result("passed", held, split="holdout")
+    return {**holdout, "score": search["score"], "workloads": search["workloads"] + holdout["workloads"]}
+
+
 def _node(nid: str, parent: str | None, title: str, rating: float, conf: float, sol: tuple[str, str, float] | None,
           notes: str = "") -> dict[str, Any]:
     return {
@@ -157,7 +164,7 @@ def make_fake_run(base: Path, run_id: str = "20261129-120000-softmax-abc123", st
     if best_id:
         store.set_meta("best_candidate", best_id)
         store.set_meta("best_score", 1.31 * scale)
-        holdout = _result("passed", 1.25 * scale, split="holdout")
+        holdout = _holdout_result(1.22 * scale, 1.25 * scale)
         store.add_evaluation(best_id, len(plan), 3, "holdout", holdout)
         store.set_meta("holdout", holdout)
         store.write_best(BEST)

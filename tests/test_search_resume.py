@@ -82,7 +82,7 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
     proc = subprocess.run([*KS, "run", "softmax", "--backend", "mlx-cpu", "--budget", "50", "--wall-time", "1",
                            "--runs-dir", str(tmp_path), "--quiet"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "holdout score" in proc.stdout
+    assert "holdout score" in proc.stdout and "best re-measured" in proc.stdout
     run = next(tmp_path.iterdir())
     recs = read_run(run)
     assert recs.meta.status == "finished" and (recs.meta.holdout or {}).get("status") == "passed"

@@ -12,6 +12,7 @@ def summarise_run(run: str, runs_dir: str | None = None, out: str | Path = "benc
     """The run's evaluations in the benchmark schema; returns the path written. Raises store.RunNotFound or store.RunUnreadable."""
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
+    from ksearch.harness.result import EvalResult
     from ksearch.store import read_run, resolve_run
 
     recs = read_run(resolve_run(run, runs_dir))
@@ -36,6 +37,8 @@ def summarise_run(run: str, runs_dir: str | None = None, out: str | Path = "benc
                            "run": recs.path.name, "budget": meta.get("budget"),
                            "evaluations_done": meta.get("evaluations_done"), "start_score": start,
                            "best_score": meta.get("best_score"), "best_candidate": meta.get("best_candidate"),
+                           "best_score_again": EvalResult.from_json(holdout).search_score_again() if holdout
+                           else None,
                            "holdout_score": holdout.get("holdout_score"),
                            "baseline": ((best_row or {}).get("result") or {}).get("baseline"),
                            "best_workloads": ((best_row or {}).get("result") or {}).get("workloads")},

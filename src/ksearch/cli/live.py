@@ -130,6 +130,8 @@ def final_table(o: RunOutcome) -> Table:
             sp = w.get("speedup")
             t.add_row(f"  {w['name']}", "-" if sp is None else f"{sp:.3f}x vs {o.best_result.get('baseline')}")
     if o.holdout is not None:
+        if (again := o.holdout.search_score_again()) is not None:  # the best score leans high: the highest of many
+            t.add_row("best re-measured", f"{again:.3f}x (its search workloads, timed again with the holdout)")
         t.add_row("holdout score", f"{o.holdout.holdout_score or 0:.3f}x ({o.holdout.status})")
     if o.best_result and o.best_result.get("timing"):
         t.add_row("timing", str(o.best_result["timing"]))

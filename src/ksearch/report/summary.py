@@ -86,6 +86,8 @@ def headline(run: RunData) -> list[tuple[str, str]]:
         ("started / finished", f"{when(m.get('created_at'))} / {when(m.get('finished_at'))}"),
         ("best candidate", f"{best} (score {run.best_score:.3f}, vs baseline {best_res.baseline if best_res else '?'})"
          if best else "none passed"),
+    ] + ([("best re-measured", f"{again:.3f} (its search workloads timed again in the holdout evaluation)")]
+         if hold is not None and (again := hold.search_score_again()) is not None else []) + [
         ("holdout score", _holdout(hold)),
         ("budget used", budget_text(run)),
         ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "-"),
