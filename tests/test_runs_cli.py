@@ -23,3 +23,19 @@ def test_runs_lists_task_backend_policy_budget_and_best(tmp_path: Path) -> None:
     assert store.path.name in res.stdout
     assert "rmsnorm" in res.stdout and "mlx-cpu" in res.stdout and "offline" in res.stdout
     assert "3/3" in res.stdout and "1.700" in res.stdout
+
+
+def test_runs_shows_the_best_re_measured_where_the_holdout_timed_it_again(tmp_path: Path) -> None:
+    from ksearch.harness.result import EvalResult, WorkloadResult
+
+    cfg = RunConfig(task="rmsnorm", backend="mlx-cpu", budget=2, runs_dir=str(tmp_path))
+    store, _, _ = create_run(cfg)
+    execute(store, cfg, evaluate=scripted_judge, policy=ScriptedPolicy({"A": [("passed", 1.5)]}))
+    again = EvalResult("passed", workloads=[WorkloadResult("a", "search", speedup=1.25),
+                                            WorkloadResult("h", "holdout", speedup=2.0)])
+    store.set_meta("holdout", again.to_json())
+    res = subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", "--runs-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60, env={"COLUMNS": "220", "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr
+    row = next(line for line in res.stdout.splitlines() if store.path.name in line)
+    assert "re-measured" in res.stdout and "1.250" in row and "2.000" not in row
