@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,7 +66,7 @@ def compare(base: dict[Key, list[dict[str, Any]]], change: dict[Key, list[dict[s
         raise ValueError("the two sets time different shapes; compare runs of the same command")
 
     def mean_latency(rows: list[dict[str, Any]], field: str) -> float:
-        return math.exp(sum(math.log(r[field]) for r in rows) / len(rows))
+        return geomean([r[field] for r in rows])
 
     groups: dict[tuple[int, bool, Any], list[Key]] = {}
     for key in base:
