@@ -82,8 +82,11 @@ TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=Tru
 # two processes) 0.9-1.5% behind without the mask and 3.7-4.5% with it, so TALL keeps eight
 # (attention-prefill-configs-*row-sums*-h100-*.json). Over the 96 shapes, the dispatch with it and, in later
 # processes, without it differed by about as much as the unchanged kernels moved between them (1-2% against `_r1` at
-# D=128 without the mask, against the twins above; attention-prefill-*row-sums*-h100-*.json); the dispatch's variant
-# without it in the same rounds (`--configs dispatch-r1`) is what decides.
+# D=128 without the mask, against the twins above; attention-prefill-*row-sums*-h100-*.json); the dispatch's kernel
+# without it beside the same kernel named, in the same rounds (`--configs dispatch-r1,dispatch+r1`, four processes):
+# 0.5-1.5% slower with the mask from L=4096, 0.0-1.2% faster without it, so it stays
+# (attention-prefill-configs*-dispatch-row-sums*-h100-*.json). Snake order without the mask, where the items are
+# equal, measured 3% behind plain order on one start of an H100 and 0.3-0.8% ahead on another: it stays.
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True, own_tiles=True,
                         snake=True, uniform=True, row_sums_once=True)
 # Where a call has more K / V heads than a quarter of the persistent grid (B 4, Hkv 32 in the benchmark), the items
