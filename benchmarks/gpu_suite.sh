@@ -34,7 +34,8 @@
 #                                   limit, 200 s)
 #   prefill-variant VARIANT...      the dispatch beside its own kernel with a flag off or on at every shape
 #                                   (dispatch-r1, dispatch+hs: `bench attention --full --configs`), in the same
-#                                   rounds, the calls chained and independent, two processes each
+#                                   rounds, the calls chained and independent, two processes each (three or
+#                                   more variants: KSEARCH_VARIANT_CALLS=chained, then =independent, a call each)
 #   prefill-fp32                    the float32 3xTF32 prefill, its forms, against true fp32, then beside MLX's
 #                                   float32 attention with TF32 on (MLX's default) and off (prefill_fp32.py); the
 #                                   attention family's float32 path through the harness at the fp32 holdout workload
@@ -278,13 +279,15 @@ prefill_candidates() {
 
 prefill_variant() {
   # A flag's effect on the dispatch, every shape against the dispatch's own kernel in the same rounds (between two
-  # processes the dispatch's column moves by as much as a flag's effect).
-  local list run calls
+  # processes the dispatch's column moves by as much as a flag's effect). On an H100 a run took about 110 s with two
+  # variants and 150-170 s with four: each run is cut at 90 s + 30 s a variant, and KSEARCH_VARIANT_CALLS (default
+  # "chained independent") runs one protocol a call where the four runs would not fit one 600 s call.
+  local list run calls cut=$((90 + 30 * $#))
   list=$(IFS=,; echo "$*")
-  for calls in chained independent; do
+  for calls in ${KSEARCH_VARIANT_CALLS:-chained independent}; do
     for run in variant variant-rerun; do
-      timeout -k 10 170 "${KS[@]}" bench attention --full --calls "$calls" --configs "$list" --out "$OUT/$run" 2>&1 \
-        | tail -1 | cut -c1-600
+      timeout -k 10 "$cut" "${KS[@]}" bench attention --full --calls "$calls" --configs "$list" --out "$OUT/$run" \
+        2>&1 | tail -1 | cut -c1-600
     done
   done
 }
@@ -499,6 +502,10 @@ case "$part" in
     refuse_bad_names prefill-candidates ksearch.kernels.attention.wgmma_ws parse_config "$@"
     setup && prefill_candidates "$@" ;;
   prefill-variant) [ $# -gt 0 ] || die "prefill-variant: name variants of the dispatch, e.g. dispatch-r1"
+    for calls in ${KSEARCH_VARIANT_CALLS:-}; do
+      case "$calls" in chained|independent) ;; *) die "KSEARCH_VARIANT_CALLS: '$calls' is not chained or independent" ;;
+      esac
+    done
     refuse_bad_names prefill-variant ksearch.kernels.attention.dispatch_variant parse_dispatch_variant "$@"
     setup && prefill_variant "$@" ;;
   prefill-small) setup && prefill_small ;;

@@ -22,11 +22,15 @@ def test_gpu_suite_prefill_candidates_refuses_bad_names_before_any_setup(args: l
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize(("args", "message"), [([], "name variants of the dispatch"),
-                                               (["dispatch-r1", "dispatch-zz"], "is not a variant of the dispatch")])
-def test_gpu_suite_prefill_variant_refuses_bad_names_before_any_setup(args: list[str], message: str) -> None:
+@pytest.mark.parametrize(("args", "calls", "message"), [
+    ([], "", "name variants of the dispatch"),
+    (["dispatch-r1", "dispatch-zz"], "", "is not a variant of the dispatch"),
+    (["dispatch-r1"], "chained separate", "KSEARCH_VARIANT_CALLS: 'separate' is not chained or independent"),
+])
+def test_gpu_suite_prefill_variant_refuses_bad_names_before_any_setup(args: list[str], calls: str, message: str) -> None:
     proc = subprocess.run(["bash", str(SUITE), "prefill-variant", *args], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "PY": sys.executable, "OUT": "/nonexistent/out"})
+                          env={"PATH": "/usr/bin:/bin", "PY": sys.executable, "OUT": "/nonexistent/out",
+                               "KSEARCH_VARIANT_CALLS": calls})
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -84,7 +88,8 @@ def _fake_python(tmp: Path, record: Path) -> Path:
     fake = tmp / "fake-python"
     fake.write_text(f"""#!/bin/bash
 case "$1" in benchmarks/*.py) echo "$*" >> {record}; echo "ran $1";; esac
-if [ "$1 $2" = "-m ksearch.cli" ]; then echo "$*" >> {record}; fi
+if [ "$1 $2" = "-m ksearch.cli" ]; then echo "$*" >> {record}; tr '\\0' ' ' < /proc/$PPID/cmdline >> {record}.parent
+  echo >> {record}.parent; fi
 if [ "$1 $2" = "-m pytest" ]; then
   echo "$*" >> {record}
   case "$*" in *test_gpu_mamba.py*) echo "FAILED tests/test_gpu_mamba.py::test_x - boom"; echo "1 failed in 0.1s";;
@@ -171,3 +176,20 @@ def test_prefill_variant_times_the_variants_beside_the_dispatch_both_ways_in_two
     assert len(calls) == 4 and all("--full" in c and "--configs dispatch-r1,dispatch+hs" in c for c in calls)
     assert sum("--calls chained" in c for c in calls) == 2 and sum("--calls independent" in c for c in calls) == 2
     assert {c.split("--out ")[1] for c in calls} == {str(tmp_path / "out" / r) for r in ("variant", "variant-rerun")}
+    # each run is cut at 90 s and 30 s a variant (four variants ran past a fixed 170 s on an H100)
+    parents = (tmp_path / "calls.txt.parent").read_text().splitlines()
+    assert len(parents) == 4 and all(p.startswith("timeout -k 10 150 ") for p in parents)
+
+
+def test_prefill_variant_runs_one_protocol_where_told(tmp_path: Path) -> None:
+    record = tmp_path / "calls.txt"
+    env = {"PATH": "/usr/bin:/bin", "PY": str(_fake_python(tmp_path, record)), "OUT": str(tmp_path / "out"),
+           "KSEARCH_VARIANT_CALLS": "independent"}
+    variants = ["dispatch-cr", "dispatch-sn", "dispatch+hs", "dispatch-uw"]
+    proc = subprocess.run(["bash", str(SUITE), "prefill-variant", *variants], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    calls = [c for c in record.read_text().splitlines() if " bench attention " in c]
+    assert len(calls) == 2 and all("--calls independent" in c for c in calls)
+    parents = (tmp_path / "calls.txt.parent").read_text().splitlines()
+    assert all(p.startswith("timeout -k 10 210 ") for p in parents)
