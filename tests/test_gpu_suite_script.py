@@ -193,3 +193,10 @@ def test_prefill_variant_runs_one_protocol_where_told(tmp_path: Path) -> None:
     assert len(calls) == 2 and all("--calls independent" in c for c in calls)
     parents = (tmp_path / "calls.txt.parent").read_text().splitlines()
     assert all(p.startswith("timeout -k 10 210 ") for p in parents)
+
+
+def test_the_usage_without_an_output_folder_ends_well(tmp_path: Path) -> None:
+    # The listing of $OUT at the end once made every part that writes nothing there (`stage`, the usage) exit 2.
+    proc = subprocess.run(["bash", str(SUITE)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "PY": sys.executable, "OUT": str(tmp_path / "no-out")})
+    assert proc.returncode == 0 and "prefill-variant VARIANT" in proc.stdout and not proc.stderr
