@@ -13,9 +13,8 @@ from ksearch.kernels.attention import wgmma_ws
 from ksearch.kernels.attention.wgmma_ws import WsConfig
 
 # A flag as the configuration's name spells it (wgmma_ws.config_name) -> the WsConfig field it sets.
-FLAG_FIELDS = {"pst": "persist", "qn": "qnext", "pp": "pp", "ob": "obulk", "cr": "crescale", "qp": "qpf",
-               "m1": "maps1", "wt": "own_tiles", "sn": "snake", "hs": "sections", "kt": "ktail", "uw": "uniform",
-               "qt": "qtma", "r1": "row_sums_once", "gp": "grouped"}
+FLAG_FIELDS = {"pst": "persist", "qn": "qnext", "pp": "pp", "ob": "obulk",
+               **{tag: field for tag, field, _ in wgmma_ws.NAME_FLAGS}}
 
 
 @dataclass(frozen=True)

@@ -415,10 +415,32 @@ def kernel_name(cfg: WsConfig) -> str:
     return (f"ks_flash_wgmma_ws_wg{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}{tag}" + ("_bulk" if cfg.bulk else "")
             + (f"_tma{cfg.tma}" if cfg.tma else "") + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "")
             + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "")
-            + store_tag(cfg) + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
-            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
-            + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "")
-            + ("_qt" if cfg.qtma else "") + ("_r1" if cfg.row_sums_once else ""))
+            + store_tag(cfg) + flags_tag(cfg, kernel=True))
+
+
+# The switches a name spells after its store tag, in that order: (tag, WsConfig field, what it does). One table for
+# kernel_name, config_name and parse_config (and dispatch_variant's flags), so a new switch is spelled once.
+NAME_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("cr", "crescale", "O rescaled only when a row's maximum grew past 2^8"),
+    ("qp", "qpf", "the next item's Q prefetched into L2"),
+    ("m1", "maps1", "one pair of tensor maps a launch"),
+    ("wt", "own_tiles", "each consumer warpgroup only the tiles its rows need"),
+    ("sn", "snake", "persistent items in snake order"),
+    ("hs", "sections", "persistent items a section of heads at a time"),
+    ("kt", "ktail", "without the mask, the last round's items split along the keys"),
+    ("uw", "uniform", "the consumers' index arithmetic on the uniform datapath"),
+    ("qt", "qtma", "persistent, Q by the producer's tensor copies"),
+    ("r1", "row_sums_once", "P's row sums by one product a tile"),
+    ("gp", "grouped", "without the mask, the query heads of a K / V head as one run of rows"),
+)
+# Host side only: the same kernel text, so not in the kernel's name.
+HOST_FLAGS = frozenset({"gp"})
+
+
+def flags_tag(cfg: WsConfig, *, kernel: bool = False) -> str:
+    """The name part for NAME_FLAGS's switches that are on (for the kernel's name, those that change its text)."""
+    return "".join(f"_{tag}" for tag, field, _ in NAME_FLAGS
+                   if getattr(cfg, field) and not (kernel and tag in HOST_FLAGS))
 
 
 def preg_tag(cfg: WsConfig) -> str:
@@ -442,50 +464,42 @@ def config_name(cfg: Any) -> str:
     return (f"ws{cfg.wg}_n{cfg.bn}_s{cfg.stages}_p{cfg.pwarps}" + ("_bulk" if cfg.bulk else "")
             + ("", "_tma", "_tmac", "_tmas")[cfg.tma] + ("_pst" if cfg.persist else "") + ("_qn" if cfg.qnext else "")
             + ("_pp" if cfg.pp else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "") + store_tag(cfg)
-            + ("_cr" if cfg.crescale else "") + ("_qp" if cfg.qpf else "") + ("_m1" if cfg.maps1 else "")
-            + ("_wt" if cfg.own_tiles else "") + ("_sn" if cfg.snake else "") + ("_hs" if cfg.sections else "")
-            + ("_kt" if cfg.ktail else "") + ("_uw" if cfg.uniform else "")
-            + ("_qt" if cfg.qtma else "") + ("_r1" if cfg.row_sums_once else "") + ("_gp" if cfg.grouped else "") + ca)
+            + flags_tag(cfg) + ca)
 
 
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
-    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_qt][_r1][_gp][_ca]" -> WsConfig(W, N, S, P)
-    (P defaults to 1). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or with what to
-    change in a configuration that can run at no shape."""
+    "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs]
+    [_kt][_uw][_qt][_r1][_gp][_ca]" -> WsConfig(W, N, S, P) (P defaults to 1; the switches after the store tag are
+    NAME_FLAGS's). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or
+    with what to change in a configuration that can run at no shape."""
     import re
 
     from ksearch.kernels.attention.wgmma import WgmmaConfig
 
-    m = re.fullmatch(r"(?:wg(\d)_n(\d+)(?:_s(\d))?|ws(\d)_n(\d+)_s(\d)(?:_p(\d))?(_bulk)?(_tma[cs]?)?(_pst)?(_qn)?"
-                     r"(_pp)?(?:_preg(\d+))?(?:_b(\d))?(_ob)?(?:_st(4|16))?(_cr)?(_qp)?(_m1)?(_wt)?(_sn)?(_hs)?(_kt)?(_uw)?(_qt)?(_r1)?(_gp)?)(_ca)?",
-                     name.strip())
+    switches = "".join(f"(?P<{tag}>_{tag})?" for tag, _, _ in NAME_FLAGS)
+    m = re.fullmatch(r"(?:wg(?P<gw>\d)_n(?P<gn>\d+)(?:_s(?P<gs>\d))?|ws(?P<w>\d)_n(?P<n>\d+)_s(?P<s>\d)(?:_p(?P<p>\d))?"
+                     r"(?P<bulk>_bulk)?(?P<tma>_tma[cs]?)?(?P<pst>_pst)?(?P<qn>_qn)?(?P<pp>_pp)?(?:_preg(?P<preg>\d+))?"
+                     r"(?:_b(?P<b>\d))?(?P<ob>_ob)?(?:_st(?P<st>4|16))?" + switches + r")(?P<ca>_ca)?", name.strip())
     if not m:
+        spelled = "".join(f"[_{tag}]" for tag, _, _ in NAME_FLAGS)
+        meanings = "; ".join(f"_{tag}: {what}" for tag, _, what in NAME_FLAGS)
         raise ValueError(f"{name!r} is not a wgmma configuration: use wgW_nN[_sS][_ca] (e.g. wg3_n64, wg3_n64_s3) or "
-                         "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs][_kt][_uw][_qt][_r1][_gp][_ca] (e.g. "
+                         f"wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16]{spelled}[_ca] (e.g. "
                          "ws3_n64_s4_p4_bulk; _bulk: K / V by bulk copies from tile images; _tma / _tmac / _tmas: by "
                          "tensor copies, one a tile / one per 16-byte column / one per 64 columns swizzled; _pst: "
                          "persistent blocks; _qn: their next Q loaded under the epilogue; _pregN: N registers for a "
                          "producer warpgroup; _pp: ping-pong between consumer warpgroups; _bB: launch bounds for B "
                          "blocks an SM; _ob: O out of shared memory by one bulk copy a warpgroup; _st4 / _st16: O stored 4 / 16 bytes "
-                         "a lane; _cr: O rescaled only when a row's maximum grew past 2^8; _qp: the next item's Q prefetched into L2; _m1: "
-                         "one pair of tensor maps a launch; _wt: each consumer warpgroup only the tiles its rows need; _sn: persistent items in snake order; "
-                         "_hs: persistent items a section of heads at a time; "
-                         "_kt: without the mask, the last round's items split along the keys; "
-                         "_uw: the consumers' index arithmetic on the uniform datapath; "
-                         "_qt: persistent, Q by the producer's tensor copies; "
-                         "_r1: P's row sums by one product a tile; "
-                         "_gp: without the mask, the query heads of a K / V head as one run of rows; "
-                         "_ca: cp.async through L1)")
-    cp = "ca" if m[28] else "cg"
-    if m[1]:
-        return WgmmaConfig(int(m[1]), int(m[2]), int(m[3] or 2), cp)
-    tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m[9]]
-    cfg = WsConfig(int(m[4]), int(m[5]), int(m[6]), int(m[7] or 1), cp, bool(m[8]), bool(m[12]), tma, int(m[14] or 1),
-                   persist=bool(m[10]), qnext=bool(m[11]), preg=int(m[13] or 24), obulk=bool(m[15]), store=int(m[16] or 0),
-                   crescale=bool(m[17]), qpf=bool(m[18]), maps1=bool(m[19]), own_tiles=bool(m[20]),
-                   snake=bool(m[21]), sections=bool(m[22]), ktail=bool(m[23]), uniform=bool(m[24]),
-                   qtma=bool(m[25]), row_sums_once=bool(m[26]), grouped=bool(m[27]))
+                         f"a lane; {meanings}; _ca: cp.async through L1)")
+    cp = "ca" if m["ca"] else "cg"
+    if m["gw"]:
+        return WgmmaConfig(int(m["gw"]), int(m["gn"]), int(m["gs"] or 2), cp)
+    tma = {None: 0, "_tma": 1, "_tmac": 2, "_tmas": 3}[m["tma"]]
+    cfg = WsConfig(int(m["w"]), int(m["n"]), int(m["s"]), int(m["p"] or 1), cp, bool(m["bulk"]), bool(m["pp"]), tma,
+                   int(m["b"] or 1), persist=bool(m["pst"]), qnext=bool(m["qn"]), preg=int(m["preg"] or 24),
+                   obulk=bool(m["ob"]), store=int(m["st"] or 0),
+                   **{field: bool(m[tag]) for tag, field, _ in NAME_FLAGS})
     if cfg.store and cfg.store == store_bytes(replace(cfg, store=0)):  # the kernel's default, named: one spelling
         cfg = replace(cfg, store=0)
     problem = config_problem(cfg)
