@@ -262,7 +262,7 @@ def _port(path: str | None, backend: Backend) -> dict[str, Any] | None:
     return analyze_cuda(p.read_text(), backend.name)  # type: ignore[no-any-return]
 
 
-class _Judge:
+class Judge:
     """The search's evaluate function: one persistent Evaluator (trusted reference worker, baseline cache)."""
 
     def __init__(self, task: Task, backend: Backend, cfg: RunConfig) -> None:
@@ -387,7 +387,7 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
                                                 "calls_recorded": recorded, "calls_committed": int(committed)})
     port = _port(cfg.from_cuda, backend)
     ctx = PolicyContext(task=task, backend=backend, rng=rng, spec=_spec(task, backend, port), port_context=port)
-    judge = _Judge(task, backend, cfg) if evaluate is None and pool is None else None
+    judge = Judge(task, backend, cfg) if evaluate is None and pool is None else None
     if saved and judge is not None:
         run_baselines.reuse_recorded(store, judge.ev, cfg.baseline or task.default_baseline, state.round)
     run_baselines.share_across_workers(pool, store, bool(saved), state.round)

@@ -115,6 +115,50 @@ def runs_cmd(
     console.print(t)
 
 
+def confirm_cmd(
+    run: Annotated[str, typer.Argument(help="A run id under --runs-dir, or a path to a run directory.")],
+    top: Annotated[int, typer.Option(help="How many of the run's best candidates, by search score.")] = 3,
+    times: Annotated[int, typer.Option(help="Evaluations of each, in turns.")] = 3,
+    runs_dir: Annotated[str | None, typer.Option(help="Where runs live (default runs/ or $KSEARCH_RUNS_DIR).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
+) -> None:
+    """Time a finished run's best candidates again, in turns, each in a fresh process as the search judged them; the
+    pick is the highest median (a search's best is the highest of single measurements and leans high). Writes
+    confirm.json in the run's directory."""
+    import json
+
+    from ksearch.search.confirm import CONFIRM_FILE, confirm_run
+    from ksearch.store import resolve_run
+
+    path = resolve_run(run, runs_dir)
+    if top < 1 or times < 1:
+        fail("--top and --times take 1 or more")
+
+    def progress(item, result):  # type: ignore[no-untyped-def]
+        if not as_json:
+            err.print(f"{item.candidate}: {result.status} {result.score:.3f}x", highlight=False)
+
+    out = confirm_run(path, top, times, on_result=progress)
+    if as_json:
+        typer.echo(json.dumps(out.to_json()))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"run {out.run}: its best {len(out.candidates)} timed again {out.times} times each")
+    for col in ("candidate", "search score", "timed again", "median"):
+        t.add_column(col)
+    pick = out.pick
+    for c in out.candidates:
+        again = ", ".join(f"{x:.3f}" if s == "passed" else s for x, s in zip(c.scores, c.statuses, strict=True))
+        median = "-" if c.median is None else f"{c.median:.3f}"
+        name = f"{c.candidate} (pick)" if pick is not None and c is pick else c.candidate
+        t.add_row(name, f"{c.search_score:.3f}", again, median)
+    console.print(t)
+    console.print(f"pick: {pick.candidate} at {pick.median:.3f}x (median)" if pick is not None and pick.median
+                  else "pick: none passed every evaluation again", highlight=False)
+    console.print(f"written: {path / CONFIRM_FILE}", highlight=False, soft_wrap=True)
+
+
 #: `ksearch runs`' reason column: the end's kind in a few words (the report gives the whole line).
 REASONS = {"budget": "budget", "wall_time": "wall time", "usd_cap": "USD cap", "token_cap": "token cap",
            "endpoint_failure": "endpoint failure", "proposer_failure": "proposer errors",
@@ -124,3 +168,4 @@ REASONS = {"budget": "budget", "wall_time": "wall time", "usd_cap": "USD cap", "
 def register(app: typer.Typer) -> None:
     app.command("run")(run_cmd)
     app.command("runs")(runs_cmd)
+    app.command("confirm")(confirm_cmd)

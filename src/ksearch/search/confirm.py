@@ -1,0 +1,134 @@
+"""Timing a run's best candidates again (`ksearch confirm`).
+
+A search keeps the highest of its single measurements, so its best leans high by about the harness's spread between
+evaluations (an attention search on an H100 kept 0.966x and timed the same kernel again at 0.887x; docs/search.md).
+Here the top K candidates by search score are evaluated again N times each, in turns (1, 2, ..., K, then again), so
+that a machine's drift falls on all of them alike, each time in a fresh candidate process as the search judged them.
+The pick is the highest median of the new scores: a choice by measurements the search's selection did not see.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ksearch.errors import RunError
+from ksearch.harness.result import EvalResult
+from ksearch.store import RunReader
+from ksearch.store.owner import ACTIVE, effective_status
+from ksearch.store.records import EvaluationRow
+
+#: Where `ksearch confirm` leaves its result, in the run's directory.
+CONFIRM_FILE = "confirm.json"
+
+
+@dataclass
+class Retimed:
+    """One candidate: its search score and what each new evaluation gave."""
+
+    candidate: str
+    search_score: float
+    scores: list[float] = field(default_factory=list)  # every new evaluation's score (0 where it did not pass)
+    statuses: list[str] = field(default_factory=list)
+
+    @property
+    def median(self) -> float | None:
+        """The median of the new scores where every new evaluation passed; None otherwise (a candidate that fails
+        once is not picked)."""
+        if not self.scores or any(s != "passed" for s in self.statuses):
+            return None
+        return statistics.median(self.scores)
+
+
+@dataclass
+class Confirmation:
+    run: str
+    task: str
+    backend: str
+    times: int
+    candidates: list[Retimed]
+
+    @property
+    def pick(self) -> Retimed | None:
+        medians = [c for c in self.candidates if c.median is not None]
+        return max(medians, key=lambda c: c.median or 0.0) if medians else None
+
+    def to_json(self) -> dict[str, Any]:
+        pick = self.pick
+        return {"run": self.run, "task": self.task, "backend": self.backend, "times": self.times,
+                "pick": pick.candidate if pick else None, "pick_median": pick.median if pick else None,
+                "candidates": [{**asdict(c), "median": c.median} for c in self.candidates]}
+
+
+def top_candidates(evaluations: list[EvaluationRow], best: str | None, top: int) -> list[tuple[str, float]]:
+    """The `top` candidates by their passed search score, highest first, among those judged on the device kind that
+    judged the run's best (a run with several kinds compares its best on one; a single-process run has one)."""
+    def kind(e: EvaluationRow) -> Any:
+        return ((e.result.get("environment") or {}).get("evaluator") or {}).get("device_kind")
+
+    searched = [e for e in evaluations if e.kind == "search" and e.status == "passed"]
+    best_kind = next((kind(e) for e in searched if e.candidate_id == best), None)
+    scores: dict[str, float] = {}
+    for e in searched:
+        if kind(e) == best_kind:
+            scores[e.candidate_id] = max(e.score, scores.get(e.candidate_id, 0.0))
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:top]
+
+
+def confirm_run(path: Path, top: int, times: int, evaluate: Callable[[str], EvalResult] | None = None,
+                on_result: Callable[[Retimed, EvalResult], None] | None = None) -> Confirmation:
+    """Evaluate the run's top candidates again (`evaluate`: the run's own judge unless given); RunError in one line
+    for a run still being searched, one without a passed candidate, or a bad `top` / `times`."""
+    if top < 1 or times < 1:
+        raise RunError("--top and --times take 1 or more")
+    with RunReader(path) as reader:
+        meta = reader.meta()
+        evaluations = reader.evaluations(kind="search")
+        sources = {c.id: c.source(reader.path) for c in reader.candidates()}
+    status = effective_status(meta.values)
+    if status in ACTIVE:
+        raise RunError(f"run {path.name} is still being searched ({status}); confirm it when it has ended (timing it "
+                       "beside a search would slow both)")
+    chosen = top_candidates(evaluations, meta.get("best_candidate"), top)
+    if not chosen:
+        raise RunError(f"run {path.name} has no passed candidate to time again")
+    judge = None
+    if evaluate is None:
+        judge = _run_judge(meta.values)
+        evaluate = judge
+    out = Confirmation(path.name, str(meta.get("task")), str(meta.get("backend")), times,
+                       [Retimed(cid, score) for cid, score in chosen])
+    try:
+        for _ in range(times):
+            for item in out.candidates:  # in turns: drift falls on every candidate alike
+                result = evaluate(sources[item.candidate])
+                item.scores.append(result.score if result.passed else 0.0)
+                item.statuses.append(result.status)
+                if on_result is not None:
+                    on_result(item, result)
+    finally:
+        if judge is not None:
+            judge.close()
+    write_confirmation(path, out)
+    return out
+
+
+def write_confirmation(path: Path, out: Confirmation) -> None:
+    """confirm.json in the run's directory, written whole or not at all."""
+    tmp = path / (CONFIRM_FILE + ".tmp")
+    tmp.write_text(json.dumps(out.to_json(), indent=2) + "\n")
+    tmp.replace(path / CONFIRM_FILE)
+
+
+def _run_judge(meta: dict[str, Any]) -> Any:
+    """The run's own judge (its task, backend, baseline, limits) on this machine."""
+    from ksearch.backends import get_backend
+    from ksearch.search.start import Judge, config_from_json
+    from ksearch.tasks import get_task
+
+    cfg = config_from_json(meta.get("config"))
+    return Judge(get_task(str(meta.get("task"))), get_backend(str(meta.get("backend"))), cfg)

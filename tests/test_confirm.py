@@ -1,0 +1,144 @@
+"""`ksearch confirm`: a finished run's best candidates timed again in turns, the pick by median, confirm.json."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ksearch.config import RunConfig
+from ksearch.errors import RunError
+from ksearch.harness.result import EvalResult, WorkloadResult
+from ksearch.search.confirm import CONFIRM_FILE, confirm_run, top_candidates
+from ksearch.search.start import create_run, execute, start_run
+from ksearch.store import RunReader, RunStore
+from ksearch.store.owner import current_owner
+from ksearch.store.records import EvaluationRow
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_search_loop import scripted_judge  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished offline search judged for real on the CPU (three evaluations of softmax)."""
+    base = tmp_path_factory.mktemp("runs")
+    return start_run(RunConfig(task="softmax", backend="mlx-cpu", budget=3, runs_dir=str(base), seed=1)).path
+
+
+def _scripted_run(base: Path) -> Path:
+    cfg = RunConfig(task="softmax", backend="mlx-cpu", budget=4, runs_dir=str(base), seed=1)
+    store, _, _ = create_run(cfg)
+    execute(store, cfg, evaluate=scripted_judge)
+    store.close()
+    return store.path
+
+
+def _row(cid: str, score: float, status: str = "passed", kind: str = "search", device: str | None = None,
+         i: int = 0) -> EvaluationRow:
+    env = {"evaluator": {"device_kind": device}} if device else {}
+    return EvaluationRow(i, cid, i, 0.0, 0, kind, status, score, None, None, None, {"environment": env})
+
+
+def _result(score: float, status: str = "passed") -> EvalResult:
+    r = EvalResult(status=status, task="softmax", backend="mlx-cpu", baseline="native",  # type: ignore[arg-type]
+                   score=score if status == "passed" else 0.0)
+    r.workloads = [WorkloadResult(name="w", speedup=score, latency_s=1e-3, baseline_latency_s=score * 1e-3)]
+    return r
+
+
+def test_the_real_judge_times_the_runs_best_again_and_writes_confirm_json(real_run: Path) -> None:
+    seen: list[tuple[str, str]] = []
+    out = confirm_run(real_run, top=2, times=2, on_result=lambda item, r: seen.append((item.candidate, r.status)))
+    with RunReader(real_run) as reader:
+        passed = {e.candidate_id for e in reader.evaluations("search") if e.status == "passed"}
+        best = reader.meta().get("best_candidate")
+    assert len(out.candidates) == min(2, len(passed)) and out.candidates[0].candidate == best
+    assert [s for _, s in seen] == ["passed"] * 2 * len(out.candidates)  # every candidate twice, all passed
+    assert all(len(c.scores) == 2 and all(x > 0 for x in c.scores) for c in out.candidates)
+    pick = out.pick
+    assert pick is not None and pick.median == max(c.median or 0 for c in out.candidates)
+    written = json.loads((real_run / CONFIRM_FILE).read_text())
+    assert written["pick"] == pick.candidate and written["times"] == 2 and len(written["candidates"]) == 2
+    assert not list(real_run.glob("*.tmp"))  # written whole
+
+
+def test_candidates_are_timed_in_turns_and_one_that_fails_again_is_not_picked(tmp_path: Path) -> None:
+    run = _scripted_run(tmp_path)
+    with RunReader(run) as reader:
+        sources = {c.id: c.source(reader.path) for c in reader.candidates()}
+    order: list[str] = []
+    ids = {v: k for k, v in sources.items()}
+    scores = iter([2.0, 1.5, 3.0, 1.6, 2.1, 1.4])  # the first candidate fails its second turn
+
+    def judge(source: str) -> EvalResult:
+        order.append(ids[source])
+        score = next(scores)
+        return _result(score, "runtime_error" if score == 3.0 else "passed")
+
+    out = confirm_run(run, top=2, times=3, evaluate=judge)
+    first, second = (c.candidate for c in out.candidates)
+    assert order == [first, second] * 3
+    assert out.candidates[0].median is None and out.candidates[0].statuses[1] == "runtime_error"
+    assert out.pick is out.candidates[1] and out.candidates[1].median == 1.5
+
+
+def test_top_candidates_ranks_passed_search_scores_on_the_best_s_device_kind() -> None:
+    rows = [_row("c1", 1.2, device="h100"), _row("c2", 1.9, device="h200"), _row("c3", 1.5, device="h100"),
+            _row("c4", 2.5, status="wrong_answer", device="h100"), _row("c5", 3.0, kind="holdout", device="h100"),
+            _row("c3", 1.1, device="h100")]
+    assert top_candidates(rows, "c1", 5) == [("c3", 1.5), ("c1", 1.2)]  # h200's c2 is not comparable
+    assert top_candidates(rows, "c2", 5) == [("c2", 1.9)]
+    assert top_candidates(rows, "c1", 1) == [("c3", 1.5)]
+    assert top_candidates([_row("a", 1.0), _row("b", 1.0)], "a", 2) == [("a", 1.0), ("b", 1.0)]  # ties by id
+
+
+def test_a_run_still_being_searched_is_refused(tmp_path: Path) -> None:
+    run = _scripted_run(tmp_path)
+    store = RunStore(run)
+    store.set_meta("status", "running")
+    store.set_meta("owner", current_owner())  # this live process
+    store.close()
+    with pytest.raises(RunError, match="still being searched"):
+        confirm_run(run, top=1, times=1, evaluate=scripted_judge)
+    assert not (run / CONFIRM_FILE).exists()
+
+
+def test_a_run_without_a_passed_candidate_and_bad_counts_are_refused(tmp_path: Path) -> None:
+    run = _scripted_run(tmp_path)
+    with pytest.raises(RunError, match="1 or more"):
+        confirm_run(run, top=0, times=1, evaluate=scripted_judge)
+    store = RunStore(run)
+    store.db.execute("UPDATE evaluations SET status = 'wrong_answer'")
+    store.db.commit()
+    store.close()
+    with pytest.raises(RunError, match="no passed candidate"):
+        confirm_run(run, top=1, times=1, evaluate=scripted_judge)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ksearch.cli", "confirm", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_command_prints_one_json_object_and_refuses_bad_input_in_one_line(real_run: Path) -> None:
+    res = _cli(str(real_run), "--top", "1", "--times", "1", "--json")
+    assert res.returncode == 0, res.stderr
+    out: dict[str, Any] = json.loads(res.stdout)
+    assert out["pick"] == out["candidates"][0]["candidate"] and len(out["candidates"][0]["scores"]) == 1
+    for args, message in (([str(real_run), "--top", "0"], "--top and --times take 1 or more"),
+                          ([str(real_run.parent / "no-such-run")], "no-such-run")):
+        res = _cli(*args)
+        assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_the_table_names_the_pick(real_run: Path) -> None:
+    res = _cli(str(real_run), "--top", "2", "--times", "1")
+    assert res.returncode == 0, res.stderr
+    assert "(pick)" in res.stdout and re.search(r"pick: c\d+ at [\d.]+x \(median\)", res.stdout)
+    assert "passed" in res.stderr  # each evaluation reported as it arrives
