@@ -91,6 +91,9 @@
 #                                   the run-NAME.tar.gz that `record` leaves in $OUT; then its record
 #   record RUN                      a run's summary JSON and its per-evaluation table
 #   holdout RUN                     the run's best judged on the task's holdout workloads (ksearch eval --holdout)
+#   confirm RUN [TOP] [TIMES]       the run's TOP best (3) timed again TIMES times each (3), in turns; the pick by
+#                                   median (ksearch confirm; RUN as for resume, e.g. a run-NAME.tar.gz of
+#                                   benchmarks/results/search-runs/)
 set -uo pipefail
 cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
 OUT=${OUT:-$PWD/gpu-suite-out}
@@ -419,6 +422,15 @@ record() {
   tar -czf "$OUT/run-$(basename "$run").tar.gz" -C "$(dirname "$run")" "$(basename "$run")"
 }
 
+confirm() {
+  local run task
+  run=$(find_run "${1:?confirm RUN [TOP] [TIMES]}") || exit 2
+  task=$(run_task "$run")
+  timeout -k 10 540 "${KS[@]}" confirm "$run" --top "${2:-3}" --times "${3:-3}" 2>&1 \
+    | tee "$OUT/search-$task-confirm.log" | tail -12
+  [ -f "$run/confirm.json" ] && cp "$run/confirm.json" "$OUT/search-$task-confirm.json"
+}
+
 profile_capture() {
   command -v ncu >/dev/null || echo "gpu_suite: ncu is not on PATH; the capture records why there are no counters"
   local task
@@ -552,6 +564,8 @@ case "$part" in
     shift; setup && resume "$run" "$@" ;;
   record) setup && record "$@" ;;
   holdout) setup && holdout "$@" ;;
+  confirm) run=$(find_run "${1:?confirm RUN [TOP] [TIMES]}") || exit 2  # an archive is unpacked before any set-up
+    shift; setup && confirm "$run" "$@" ;;
   *) sed -n '2,/^set -uo/p' "$0" | sed '$d' | cut -c3-; [ -z "$part" ] || die "unknown part: $part" ;;
 esac
 # What the part left for the trip back (none where nothing was written: `stage`, the usage; their status stays 0)

@@ -88,6 +88,7 @@ def _fake_python(tmp: Path, record: Path) -> Path:
     fake = tmp / "fake-python"
     fake.write_text(f"""#!/bin/bash
 case "$1" in benchmarks/*.py) echo "$*" >> {record}; echo "ran $1";; esac
+case "$1 $2" in "-c "*json.load*) exec python3 "$@";; esac  # reading a run's config.json: the real thing
 if [ "$1 $2" = "-m ksearch.cli" ]; then echo "$*" >> {record}; tr '\\0' ' ' < /proc/$PPID/cmdline >> {record}.parent
   echo >> {record}.parent; fi
 if [ "$1 $2" = "-m pytest" ]; then
@@ -200,3 +201,20 @@ def test_the_usage_without_an_output_folder_ends_well(tmp_path: Path) -> None:
     proc = subprocess.run(["bash", str(SUITE)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                           env={"PATH": "/usr/bin:/bin", "PY": sys.executable, "OUT": str(tmp_path / "no-out")})
     assert proc.returncode == 0 and "prefill-variant VARIANT" in proc.stdout and not proc.stderr
+
+
+def test_confirm_times_a_runs_best_again_from_an_archive_and_keeps_its_json(tmp_path: Path) -> None:
+    name = "20261206-101638-attention-44376e"
+    archive = _archive(tmp_path, name, {"run.db": "", "config.json": '{"task": "attention"}'})
+    record = tmp_path / "calls.txt"
+    env = {"PATH": "/usr/bin:/bin", "PY": str(_fake_python(tmp_path, record)), "OUT": str(tmp_path / "out"),
+           "KSEARCH_SUITE_RUNS": str(tmp_path / "runs")}
+    proc = subprocess.run(["bash", str(SUITE), "confirm", str(archive), "2"], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    calls = [c for c in record.read_text().splitlines() if " confirm " in c]
+    assert calls == [f"-m ksearch.cli confirm {tmp_path / 'runs' / name} --top 2 --times 3"]
+    assert (tmp_path / "out" / "search-attention-confirm.log").is_file(), proc.stdout + proc.stderr
+    missing = subprocess.run(["bash", str(SUITE), "confirm", str(tmp_path / "nowhere")], capture_output=True,
+                             text=True, timeout=60, cwd=tmp_path, env=env)
+    assert missing.returncode == 2 and "no run at" in missing.stderr
