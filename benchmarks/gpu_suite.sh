@@ -32,9 +32,9 @@
 #                                   CALLS="independent chained": both; LENGTHS=2048: the shapes at those lengths
 #                                   only), their items traced at L=2048 (NO_TRACE=1: not; CHECK_S: the check's
 #                                   limit, 200 s)
-#   prefill-variant VARIANT...      the dispatch beside its own kernel with a flag off or on at every shape
-#                                   (dispatch-r1, dispatch+hs: `bench attention --full --configs`), in the same
-#                                   rounds, the calls chained and independent, two processes each (three or
+#   prefill-variant VARIANT...      the dispatch beside its own kernel with flags off or on at every shape
+#                                   (dispatch-r1, dispatch+hs, dispatch-sn-r1: `bench attention --full --configs`),
+#                                   in the same rounds, the calls chained and independent, two processes each (three or
 #                                   more variants: KSEARCH_VARIANT_CALLS=chained, then =independent, a call each)
 #   prefill-fp32                    the float32 3xTF32 prefill, its forms, against true fp32, then beside MLX's
 #                                   float32 attention with TF32 on (MLX's default) and off (prefill_fp32.py); the
