@@ -142,3 +142,16 @@ def test_the_table_names_the_pick(real_run: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "(pick)" in res.stdout and re.search(r"pick: c\d+ at [\d.]+x \(median\)", res.stdout)
     assert "passed" in res.stderr  # each evaluation reported as it arrives
+
+
+def test_the_report_shows_the_pick_and_ignores_a_file_it_cannot_read(tmp_path: Path) -> None:
+    from ksearch.report.rundata import load_run
+    from ksearch.report.summary import headline
+
+    run = _scripted_run(tmp_path)
+    assert "timed again" not in dict(headline(load_run(run)))  # not confirmed: no row
+    out = confirm_run(run, top=2, times=1, evaluate=scripted_judge)
+    rows = dict(headline(load_run(run)))
+    assert out.pick is not None and rows["timed again"].startswith(f"{out.pick.candidate} at 1.000 (median; its 2 best")
+    (run / CONFIRM_FILE).write_text("{not json")
+    assert "timed again" not in dict(headline(load_run(run)))

@@ -6,6 +6,7 @@ run that the search process is still writing.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,17 @@ class RunData:
             return _result(h)
         rows = [e for e in self.holdout_evaluations if e.candidate_id == self.best_candidate]
         return _result(rows[-1].result) if rows else None
+
+    def confirmation(self) -> dict[str, Any] | None:
+        """What `ksearch confirm` left in the run's directory (its best timed again, the pick by median); None where
+        it was not run or its file does not read as one."""
+        from ksearch.search.confirm import CONFIRM_FILE
+
+        try:
+            data = json.loads((self.path / CONFIRM_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and isinstance(data.get("candidates"), list) else None
 
     def candidate(self, cid: str | None) -> CandidateRow | None:
         return next((c for c in self.candidates if c.id == cid), None)

@@ -89,6 +89,7 @@ def headline(run: RunData) -> list[tuple[str, str]]:
     ] + ([("best re-measured", f"{again:.3f} (its search workloads timed again in the holdout evaluation)")]
          if hold is not None and (again := hold.search_score_again()) is not None else []) + [
         ("holdout score", _holdout(hold)),
+    ] + ([("timed again", confirmed)] if (confirmed := confirmation_text(run)) else []) + [
         ("budget used", budget_text(run)),
         ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "-"),
         ("LLM spend", spend_text(run)),
@@ -98,6 +99,17 @@ def headline(run: RunData) -> list[tuple[str, str]]:
         ("seed", str(m.get("seed", "-"))),
     ] + ([("workers", workers)] if (workers := workers_text(run)) else []) + (
         [("timing", note)] if (note := emulation_note(run.backend)) else [])
+
+
+def confirmation_text(run: RunData) -> str | None:
+    """`ksearch confirm`'s pick in a line: its median and what it was chosen from."""
+    c = run.confirmation()
+    if c is None:
+        return None
+    among = f"its {len(c['candidates'])} best {c.get('times')} times each, in turns (ksearch confirm)"
+    if not c.get("pick"):
+        return f"none passed every evaluation again ({among})"
+    return f"{c['pick']} at {float(c.get('pick_median') or 0):.3f} (median; {among})"
 
 
 def _holdout(hold: EvalResult | None) -> str:
