@@ -24,5 +24,6 @@ def test_demo_command_runs_a_search(tmp_path: Path) -> None:
                           "--quiet"], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "best score" in res.stdout
+    assert "timed again 2 times each" in res.stdout and "pick:" in res.stdout  # its best timed again
     assert re.search(r"2 evaluations", res.stdout)
     assert any((d / "run.db").is_file() for d in tmp_path.iterdir())

@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from ksearch.harness.result import EvalResult
+from ksearch.search.confirm import Confirmation
 from ksearch.tasks.base import Task
 
 STATUS_STYLE = {"passed": "green", "timeout": "yellow"}
@@ -85,4 +86,19 @@ def eval_table(r: EvalResult) -> Table:
             "-" if w.roofline_fraction is None else f"{w.roofline_fraction * 100:.1f}%",
             "-" if w.max_abs_err is None else f"{w.max_abs_err:.2e}",
         )
+    return t
+
+
+def confirmation_table(out: Confirmation) -> Table:
+    """`ksearch confirm`'s result: each candidate's search score beside its new scores and their median."""
+    t = Table(title=f"run {out.run}: its best {len(out.candidates)} timed again {out.times} times each, in turns")
+    for col in ("candidate", "search score", "timed again", "median"):
+        t.add_column(col)
+    pick = out.pick
+    for c in out.candidates:
+        again = ", ".join(f"{x:.3f}" if s == "passed" else s for x, s in zip(c.scores, c.statuses, strict=True))
+        name = f"{c.candidate} (pick)" if pick is not None and c is pick else c.candidate
+        t.add_row(name, f"{c.search_score:.3f}", again, "-" if c.median is None else f"{c.median:.3f}")
+    t.caption = (f"pick: {pick.candidate} at {pick.median:.3f}x (median)" if pick is not None and pick.median
+                 is not None else "pick: none passed every evaluation again")
     return t

@@ -142,20 +142,9 @@ def confirm_cmd(
     if as_json:
         typer.echo(json.dumps(out.to_json()))
         return
-    from rich.table import Table
+    from ksearch.report.tables import confirmation_table
 
-    t = Table(title=f"run {out.run}: its best {len(out.candidates)} timed again {out.times} times each")
-    for col in ("candidate", "search score", "timed again", "median"):
-        t.add_column(col)
-    pick = out.pick
-    for c in out.candidates:
-        again = ", ".join(f"{x:.3f}" if s == "passed" else s for x, s in zip(c.scores, c.statuses, strict=True))
-        median = "-" if c.median is None else f"{c.median:.3f}"
-        name = f"{c.candidate} (pick)" if pick is not None and c is pick else c.candidate
-        t.add_row(name, f"{c.search_score:.3f}", again, median)
-    console.print(t)
-    console.print(f"pick: {pick.candidate} at {pick.median:.3f}x (median)" if pick is not None and pick.median
-                  else "pick: none passed every evaluation again", highlight=False)
+    console.print(confirmation_table(out))
     console.print(f"written: {path / CONFIRM_FILE}", highlight=False, soft_wrap=True)
 
 
