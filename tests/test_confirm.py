@@ -15,13 +15,14 @@ from ksearch.config import RunConfig
 from ksearch.errors import RunError
 from ksearch.harness.result import EvalResult, WorkloadResult
 from ksearch.search.confirm import CONFIRM_FILE, confirm_run, top_candidates
-from ksearch.search.start import create_run, execute, start_run
+from ksearch.search.start import start_run
 from ksearch.store import RunReader, RunStore
 from ksearch.store.owner import current_owner
 from ksearch.store.records import EvaluationRow
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_search_loop import scripted_judge  # noqa: E402
+from test_start import recorded_run as _scripted_run  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +30,6 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished offline search judged for real on the CPU (three evaluations of softmax)."""
     base = tmp_path_factory.mktemp("runs")
     return start_run(RunConfig(task="softmax", backend="mlx-cpu", budget=3, runs_dir=str(base), seed=1)).path
-
-
-def _scripted_run(base: Path) -> Path:
-    cfg = RunConfig(task="softmax", backend="mlx-cpu", budget=4, runs_dir=str(base), seed=1)
-    store, _, _ = create_run(cfg)
-    execute(store, cfg, evaluate=scripted_judge)
-    store.close()
-    return store.path
 
 
 def _row(cid: str, score: float, status: str = "passed", kind: str = "search", device: str | None = None,

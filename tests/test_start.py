@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_search_loop import scripted_judge  # noqa: E402
 
 
-def _recorded_run(base: Path) -> Path:
+def recorded_run(base: Path) -> Path:
     """A finished offline run whose verdicts came from the scripted judge: a replay needs no worker at all."""
     cfg = RunConfig(task="softmax", backend="mlx-cpu", budget=4, runs_dir=str(base), seed=1)
     store, _, _ = create_run(cfg)
@@ -31,7 +31,7 @@ def _recorded_run(base: Path) -> Path:
 
 
 def test_replay_reports_to_the_view_it_is_handed(tmp_path: Path) -> None:
-    old = _recorded_run(tmp_path / "runs")
+    old = recorded_run(tmp_path / "runs")
     events: list[tuple[str, dict[str, Any]]] = []
     out = start_run(RunConfig(runs_dir=str(tmp_path / "replays")), replay=str(old),
                     on_event=lambda kind, data: events.append((kind, data)))
@@ -57,7 +57,7 @@ def test_the_live_view_draws_nothing_until_the_run_exists() -> None:
 
 
 def test_a_diverged_replay_is_one_error_line(tmp_path: Path) -> None:
-    old = _recorded_run(tmp_path / "runs")
+    old = recorded_run(tmp_path / "runs")
     recorded = RunStore(old)
     second = recorded.evaluations("search")[1]["candidate_id"]
     path = old / recorded.candidate(second).path
