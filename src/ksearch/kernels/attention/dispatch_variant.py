@@ -1,8 +1,9 @@
 """`dispatch-FLAG` and `dispatch+FLAG`: at each shape, the dispatch's own wgmma kernel with one of its name's flags
-(`_r1`, `_hs`, `_kt`, ...) off or on, or several in a row (`dispatch-sn-r1`, `dispatch-sn+qt`). Named in `ksearch bench attention --configs`, it is timed beside the dispatch
-in the same rounds at every shape of the set, so a flag's effect on the dispatch is read off one process: the
-dispatch's columns of two processes, one with the flag and one without, differ by as much as the flag's effect (a
-kernel's latency moved up to 7% between processes at one shape on an H100; docs/kernels-attention.md)."""
+(`_r1`, `_hs`, `_kt`, ...) off or on, or several in a row (`dispatch-sn-r1`, `dispatch-sn+qt`). Named in `ksearch
+bench attention --configs`, it is timed beside the dispatch in the same rounds at every shape of the set, so a flag's
+effect on the dispatch is read off one process: the dispatch's columns of two processes, one with the flag and one
+without, differ by as much as the flag's effect (a kernel's latency moved up to 7% between processes at one shape on
+an H100; docs/kernels-attention.md)."""
 
 from __future__ import annotations
 
