@@ -482,7 +482,9 @@ search() {
   local call=${3:-$(( wall + 60 < 540 ? wall + 60 : 540 ))}
   mkdir -p "$RUNS"
   # SIGTERM at CALL_S stops the run cleanly (resumable); at WALL_S it ends by itself and judges its best on the holdout.
+  # Its best timed again only where asked (CONFIRM_TOP): the `confirm` part does it in a call of its own.
   timeout -k 15 "$call" "${KS[@]}" run "$task" --backend mlx-cuda --budget "${BUDGET:-120}" --wall-time "$wall" \
+    --confirm-top "${CONFIRM_TOP:-0}" \
     --runs-dir "$RUNS" --quiet 2>&1 | tail -14
   record "$(latest_run "$task")"
 }

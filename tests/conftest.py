@@ -4,6 +4,10 @@ import sys
 import pytest
 
 os.environ.setdefault("KSEARCH_TEST", "1")
+# Runs started through the CLI (load_config reads the environment) leave out the end's confirmation unless a test asks
+# for it: six more evaluations a run would cost the suite minutes (tests/test_confirm.py and the wall-time test of
+# tests/test_search_resume.py time it).
+os.environ.setdefault("KSEARCH_CONFIRM_TOP", "0")
 # pytest-xdist's workers start with COLUMNS=80, which the CLI's console (made at import) would keep for good; tests
 # that need a width pass their own COLUMNS to the command they run.
 os.environ.pop("COLUMNS", None)

@@ -15,7 +15,7 @@ from ksearch.config import RunConfig
 from ksearch.errors import RunError
 from ksearch.harness.result import EvalResult, WorkloadResult
 from ksearch.search.confirm import CONFIRM_FILE, confirm_run, top_candidates
-from ksearch.search.start import start_run
+from ksearch.search.start import run_judge, start_run
 from ksearch.store import RunReader, RunStore
 from ksearch.store.owner import current_owner
 from ksearch.store.records import EvaluationRow
@@ -29,7 +29,10 @@ from test_start import recorded_run as _scripted_run  # noqa: E402
 def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished offline search judged for real on the CPU (three evaluations of softmax)."""
     base = tmp_path_factory.mktemp("runs")
-    return start_run(RunConfig(task="softmax", backend="mlx-cpu", budget=3, runs_dir=str(base), seed=1)).path
+    out = start_run(RunConfig(task="softmax", backend="mlx-cpu", budget=3, runs_dir=str(base), seed=1,
+                              confirm_top=2, confirm_times=1))
+    assert out.confirmation is not None
+    return out.path
 
 
 def _row(cid: str, score: float, status: str = "passed", kind: str = "search", device: str | None = None,
@@ -47,7 +50,12 @@ def _result(score: float, status: str = "passed") -> EvalResult:
 
 def test_the_real_judge_times_the_runs_best_again_and_writes_confirm_json(real_run: Path) -> None:
     seen: list[tuple[str, str]] = []
-    out = confirm_run(real_run, top=2, times=2, on_result=lambda item, r: seen.append((item.candidate, r.status)))
+    judge = run_judge(real_run)
+    try:
+        out = confirm_run(real_run, top=2, times=2, evaluate=judge,
+                          on_result=lambda item, r: seen.append((item.candidate, r.status)))
+    finally:
+        judge.close()
     with RunReader(real_run) as reader:
         passed = {e.candidate_id for e in reader.evaluations("search") if e.status == "passed"}
         best = reader.meta().get("best_candidate")
@@ -148,3 +156,29 @@ def test_the_report_shows_the_pick_and_ignores_a_file_it_cannot_read(tmp_path: P
     assert out.pick is not None and rows["timed again"].startswith(f"{out.pick.candidate} at 1.000 (median; its 2 best")
     (run / CONFIRM_FILE).write_text("{not json")
     assert "timed again" not in dict(headline(load_run(run)))
+
+
+def test_a_finished_run_times_its_best_again_at_its_end(real_run: Path) -> None:
+    with RunReader(real_run) as reader:
+        rows = reader.evaluations(kind="confirm")
+        meta = reader.meta()
+        end = reader.events("run_end")
+    confirmation = meta.get("confirmation")
+    # its best two, once each, by the run's own judge, before the run was marked finished
+    assert len(rows) == 2 and {r.candidate_id for r in rows} == {c["candidate"] for c in confirmation["candidates"]}
+    assert confirmation["times"] == 1 and confirmation["pick"] in {r.candidate_id for r in rows}
+    assert meta.get("status") == "finished" and len(end) == 1
+    assert rows[-1].created_at <= end[0].created_at
+
+
+def test_confirm_settings_are_checked_and_zero_leaves_it_out(tmp_path: Path) -> None:
+    from ksearch.config import load_config
+    from ksearch.errors import ConfigError
+
+    for bad in ({"confirm_top": -1}, {"confirm_times": 0}):
+        with pytest.raises(ConfigError, match="confirm_top"):
+            load_config(overrides=bad, environ={})
+    assert load_config(environ={"KSEARCH_CONFIRM_TOP": "0"}).confirm_top == 0
+    run = start_run(RunConfig(task="softmax", backend="mlx-cpu", budget=2, runs_dir=str(tmp_path), seed=1,
+                              confirm_top=0))
+    assert run.confirmation is None and not (run.path / CONFIRM_FILE).exists()

@@ -80,13 +80,15 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
     """The real CLI on the CPU: a wall time shorter than one evaluation ends the run after the starting kernel, as
     finished, with the best judged on the holdout workloads (a wall-time end used to leave it stopped, unjudged)."""
     proc = subprocess.run([*KS, "run", "softmax", "--backend", "mlx-cpu", "--budget", "50", "--wall-time", "1",
-                           "--runs-dir", str(tmp_path), "--quiet"], capture_output=True, text=True, timeout=600)
+                           "--confirm-top", "3", "--runs-dir", str(tmp_path), "--quiet"], capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "holdout score" in proc.stdout and "best re-measured" in proc.stdout
     run = next(tmp_path.iterdir())
     recs = read_run(run)
     assert recs.meta.status == "finished" and (recs.meta.holdout or {}).get("status") == "passed"
-    assert [e.kind for e in recs.evaluations] == ["search", "holdout"]
+    # then its one passed candidate timed again twice (confirm_times), in its own rows
+    assert [e.kind for e in recs.evaluations] == ["search", "holdout", "confirm", "confirm"]
     # The end's reason: the last line of `ksearch run`, the reason column of `ksearch runs`, the report's status.
     assert f"run {run.name} finished: the wall time of 1 s is spent" in " ".join(proc.stdout.split())
     assert recs.meta.stop_kind == "wall_time"
@@ -109,7 +111,9 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
     res = resume("--budget", "2", "--wall-time", "900")
     assert res.returncode == 0, res.stderr[-2000:]
     recs = read_run(run)
-    assert [e.kind for e in recs.evaluations] == ["search", "holdout", "search", "holdout"]
+    kinds = [e.kind for e in recs.evaluations]
+    assert [k for k in kinds if k != "confirm"] == ["search", "holdout", "search", "holdout"]
+    assert kinds[2:4] == ["confirm", "confirm"] and kinds[-1] == "confirm"  # each end timed its best again
     config = recs.meta.get("config")
     assert recs.meta.status == "finished" and config["budget"] == 2 and config["wall_time_s"] == 900
     assert json.loads((run / "config.json").read_text())["budget"] == 2

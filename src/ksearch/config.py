@@ -73,6 +73,10 @@ class RunConfig:
     ray_address: str | None = None
     #: Hardware counters after the verdict (Nsight Compute on MLX-CUDA, see harness/profile.py): "best", "all", "off".
     profile: str = "best"
+    #: At the end of a finished single-process run, its best `confirm_top` candidates timed again `confirm_times`
+    #: times each, in turns, by the run's judge; the pick is the highest median (search/confirm.py). 0: not at all.
+    confirm_top: int = 3
+    confirm_times: int = 2
     weights: SelectionWeights = field(default_factory=SelectionWeights)
     llm: LLMConfig = field(default_factory=LLMConfig)
 
@@ -139,6 +143,9 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         raise ConfigError("budget must be at least 1 evaluation")
     if cfg.workers < 1:
         raise ConfigError(f"--workers {cfg.workers}: a search needs at least 1 evaluator; pass --workers 1 or more")
+    if cfg.confirm_top < 0 or cfg.confirm_times < 1:
+        raise ConfigError(f"confirm_top {cfg.confirm_top} / confirm_times {cfg.confirm_times}: the best 0 or more "
+                          "candidates, timed again 1 or more times (confirm_top 0 leaves it out)")
     if cfg.max_consecutive_errors < 1:
         raise ConfigError("max_consecutive_errors must be at least 1")
     if cfg.profile not in PROFILE_MODES:

@@ -9,7 +9,6 @@ from ksearch.backends import Backend
 from ksearch.cli.live import LiveView, final_table
 from ksearch.config import RunConfig
 from ksearch.report.tables import confirmation_table
-from ksearch.search.confirm import confirm_run
 from ksearch.search.start import start_run
 
 #: The scan gives the offline proposer the most room on every backend: the naive start walks L token by token.
@@ -21,11 +20,10 @@ CONFIRM_TOP, CONFIRM_TIMES = 3, 2
 def run_demo(backend: Backend, budget: int, console: Console, runs_dir: str = "runs", quiet: bool = False,
              task: str = DEMO_TASK) -> None:
     cfg = RunConfig(task=task, backend=backend.name, policy="offline", strategy="ksearch", budget=budget,
-                    runs_dir=runs_dir, seed=0)
+                    runs_dir=runs_dir, seed=0, confirm_top=CONFIRM_TOP, confirm_times=CONFIRM_TIMES)
     with LiveView(enabled=not quiet) as view:
         outcome = start_run(cfg, on_event=view)
     console.print(final_table(outcome))
-    if outcome.status == "finished" and outcome.state.best_candidate:
-        # The best of many single measurements leans high: its best few timed again, in turns, as `ksearch confirm`.
-        console.print(confirmation_table(confirm_run(outcome.path, top=CONFIRM_TOP, times=CONFIRM_TIMES)))
+    if outcome.confirmation is not None:  # the best of many single measurements leans high: its best few again
+        console.print(confirmation_table(outcome.confirmation))
     console.print(f"next: ksearch report {outcome.path}  (see README: reports, export, compare)")

@@ -97,6 +97,9 @@ class LiveView:
             style = "green" if data["status"] == "passed" else "red"
             self.last.append(f"[{style}]{data['status'][:7]}[/{style}]")
             self.progress.update(self.bar, completed=self.done)
+        elif kind == "confirm":  # a finished run's best, timed again (search/confirm.py)
+            self.action = (f"its best timed again: {data.get('candidate')} {data.get('status')} "
+                           f"{float(data.get('score') or 0.0):.3f}x")
         elif kind == "select":
             self.action = f"{data.get('title')} ({data.get('node_id')}, V={data.get('priority', 0):.2f})"
             self.frontier = [f"V={f['priority']:.2f}  {f['title']} ({f['node_id']})" for f in data.get("frontier", [])]

@@ -79,10 +79,11 @@ def top_candidates(evaluations: list[EvaluationRow], best: str | None, top: int)
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:top]
 
 
-def confirm_run(path: Path, top: int, times: int, evaluate: Callable[[str], EvalResult] | None = None,
-                on_result: Callable[[Retimed, EvalResult], None] | None = None) -> Confirmation:
-    """Evaluate the run's top candidates again (`evaluate`: the run's own judge unless given); RunError in one line
-    for a run still being searched, one without a passed candidate, or a bad `top` / `times`."""
+def confirm_run(path: Path, top: int, times: int, evaluate: Callable[[str], EvalResult],
+                on_result: Callable[[Retimed, EvalResult], None] | None = None, in_run: bool = False) -> Confirmation:
+    """Evaluate the run's top candidates again with `evaluate` (the run's judge: search.start.run_judge, or the
+    search's own at its end, `in_run`); RunError in one line for a run still being searched (unless `in_run`), one
+    without a passed candidate, or a bad `top` / `times`."""
     if top < 1 or times < 1:
         raise RunError("--top and --times take 1 or more")
     with RunReader(path) as reader:
@@ -90,29 +91,21 @@ def confirm_run(path: Path, top: int, times: int, evaluate: Callable[[str], Eval
         evaluations = reader.evaluations(kind="search")
         sources = {c.id: c.source(reader.path) for c in reader.candidates()}
     status = effective_status(meta.values)
-    if status in ACTIVE:
+    if status in ACTIVE and not in_run:
         raise RunError(f"run {path.name} is still being searched ({status}); confirm it when it has ended (timing it "
                        "beside a search would slow both)")
     chosen = top_candidates(evaluations, meta.get("best_candidate"), top)
     if not chosen:
         raise RunError(f"run {path.name} has no passed candidate to time again")
-    judge = None
-    if evaluate is None:
-        judge = _run_judge(meta.values)
-        evaluate = judge
     out = Confirmation(path.name, str(meta.get("task")), str(meta.get("backend")), times,
                        [Retimed(cid, score) for cid, score in chosen])
-    try:
-        for _ in range(times):
-            for item in out.candidates:  # in turns: drift falls on every candidate alike
-                result = evaluate(sources[item.candidate])
-                item.scores.append(result.score if result.passed else 0.0)
-                item.statuses.append(result.status)
-                if on_result is not None:
-                    on_result(item, result)
-    finally:
-        if judge is not None:
-            judge.close()
+    for _ in range(times):
+        for item in out.candidates:  # in turns: drift falls on every candidate alike
+            result = evaluate(sources[item.candidate])
+            item.scores.append(result.score if result.passed else 0.0)
+            item.statuses.append(result.status)
+            if on_result is not None:
+                on_result(item, result)
     write_confirmation(path, out)
     return out
 
@@ -123,12 +116,3 @@ def write_confirmation(path: Path, out: Confirmation) -> None:
     tmp.write_text(json.dumps(out.to_json(), indent=2) + "\n")
     tmp.replace(path / CONFIRM_FILE)
 
-
-def _run_judge(meta: dict[str, Any]) -> Any:
-    """The run's own judge (its task, backend, baseline, limits) on this machine."""
-    from ksearch.backends import get_backend
-    from ksearch.search.start import Judge, config_from_json
-    from ksearch.tasks import get_task
-
-    cfg = config_from_json(meta.get("config"))
-    return Judge(get_task(str(meta.get("task"))), get_backend(str(meta.get("backend"))), cfg)

@@ -34,6 +34,7 @@ from ksearch.harness.profile import ProfileReport, profile_candidate
 from ksearch.policy.base import Policy, PolicyContext
 from ksearch.search import ledger, run_baselines
 from ksearch.search.bookkeeping import SearchSetup
+from ksearch.search.confirm import Confirmation, Retimed, confirm_run
 from ksearch.search.pool import EvaluatorPool, InlinePool, device_kind
 from ksearch.search.state import LoopState, restore_rng
 from ksearch.store import RunReader, RunStore, new_run_id, resolve_run, runs_dir
@@ -58,6 +59,7 @@ class RunOutcome:
     stop_kind: str = "budget"  # see StrategyBase.end_reason
     stop_reason: str = ""  # one line
     llm_usage: dict[str, Any] | None = None  # the run's LLM ledger (search.ledger)
+    confirmation: Confirmation | None = None  # its best timed again at its end (search.confirm), where it was
 
 
 def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = None, reevaluate: bool = False,
@@ -287,6 +289,15 @@ class Judge:
         self.ev.close()
 
 
+def run_judge(path: Path) -> Judge:
+    """A finished run's own judge (its task, backend, baseline and limits) on this machine, as `ksearch confirm`
+    needs it; close it after."""
+    with RunReader(path) as reader:
+        meta = reader.meta()
+    return Judge(get_task(str(meta.get("task"))), get_backend(str(meta.get("backend"))),
+                 config_from_json(meta.get("config")))
+
+
 def _strategy(strategy: str, setup: SearchSetup, state: LoopState, wm: dict[str, Any] | None,
               workers: int | None = None) -> Any:
     """The strategy object whose run() is the loop: K-Search with its world model, or a comparison strategy; with
@@ -424,6 +435,7 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
         pol.load_usage(ledger.usage(store))
     _stop_on_sigterm()
     holdout = None
+    confirmation = None
     try:
         strategy = _strategy(cfg.strategy, setup, state, store.latest_world_model() if saved else None,
                              len(pool.workers()) if pool is not None else None)
@@ -442,6 +454,8 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
                 store.add_evaluation(final.best_candidate, final.evaluations_done, final.round, "holdout",
                                      holdout.to_json())
                 store.set_meta("holdout", holdout.to_json())
+        if done and final.best_candidate and judge is not None and cfg.confirm_top > 0:
+            confirmation = _confirm(store, cfg, judge, final, on_event)
         status = "failed" if failed else "finished" if done else "stopped"
         _end(store, status, kind, reason, state.round, on_event)
     except BaseException as exc:
@@ -455,7 +469,25 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
     if final.best_candidate:
         rows = [e for e in store.evaluations("search") if e["candidate_id"] == final.best_candidate]
         best = rows[-1]["result"] if rows else None
-    return RunOutcome(store.path, final, holdout, best, status, kind, reason, ledger.usage(store))
+    return RunOutcome(store.path, final, holdout, best, status, kind, reason, ledger.usage(store), confirmation)
+
+
+def _confirm(store: RunStore, cfg: RunConfig, judge: Judge, final: LoopState,
+             on_event: EventSink | None) -> Confirmation:
+    """The end of a finished run: its best `confirm_top` timed again `confirm_times` times each by the run's own
+    judge (its baseline too), each verdict a `confirm` evaluation, the whole as meta `confirmation` and confirm.json.
+    A kill here leaves the run `stopped`; --resume judges its end again."""
+    store.set_meta("status", "holdout")
+
+    def record(item: Retimed, result: EvalResult) -> None:
+        with store.transaction():
+            store.add_evaluation(item.candidate, final.evaluations_done, final.round, "confirm", result.to_json())
+        if on_event is not None:
+            on_event("confirm", {"candidate": item.candidate, "status": result.status, "score": result.score})
+
+    out = confirm_run(store.path, cfg.confirm_top, cfg.confirm_times, judge, on_result=record, in_run=True)
+    store.set_meta("confirmation", out.to_json())
+    return out
 
 
 def pool_environment(pool: EvaluatorPool) -> dict[str, Any]:

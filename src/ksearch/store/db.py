@@ -183,7 +183,8 @@ class RunStore:
 
     def add_evaluation(self, candidate_id: str, eval_index: int, round_: int, kind: str,
                        result: dict[str, Any]) -> None:
-        """kind: search (counts against the budget), holdout (the final re-evaluation), baseline."""
+        """kind: search (counts against the budget), holdout (the final re-evaluation), confirm (the best few timed
+        again at the end, search/confirm.py), baseline."""
         self.db.execute(
             "INSERT INTO evaluations(candidate_id, eval_index, created_at, round, kind, status, score, holdout_score, "
             "duration_s, message, result) VALUES (?,?,?,?,?,?,?,?,?,?,?)",

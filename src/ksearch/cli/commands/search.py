@@ -43,6 +43,9 @@ def run_cmd(
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
     workers: Annotated[int | None, typer.Option(help="Evaluators judging at once (default 1; more need Ray).")] = None,
     ray_address: Annotated[str | None, typer.Option(help="Evaluate on a running Ray cluster: auto or HOST:PORT.")] = None,
+    confirm_top: Annotated[int | None, typer.Option(help="At the end, the best N timed again (default 3; 0: "
+                                                         "not).")] = None,
+    confirm_times: Annotated[int | None, typer.Option(help="Each of them this many times (default 2).")] = None,
 ) -> None:
     """Run K-Search (or a comparison strategy) on a task."""
     from ksearch.cli.live import LiveView, final_table
@@ -51,7 +54,8 @@ def run_cmd(
 
     flags = {"task": task, "backend": backend, "policy": policy, "strategy": strategy, "budget": budget, "seed": seed,
              "runs_dir": runs_dir, "baseline": baseline, "timeout_s": timeout, "wall_time_s": wall_time,
-             "from_cuda": from_cuda, "workers": workers, "ray_address": ray_address, "profile": profile}
+             "from_cuda": from_cuda, "workers": workers, "ray_address": ray_address, "profile": profile,
+             "confirm_top": confirm_top, "confirm_times": confirm_times}
     llm = {"preset": preset, "model": model, "base_url": base_url, "api_key_env": api_key_env, "max_usd": max_usd}
     if resume is None and replay is None and task is None:
         fail("name a task (see `ksearch tasks`), or pass --resume RUN / --replay RUN")
@@ -81,6 +85,10 @@ def run_cmd(
                           f"{view.path.name}` continues it", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_TERMINATED) from None
     console.print(final_table(outcome))
+    if outcome.confirmation is not None:
+        from ksearch.report.tables import confirmation_table
+
+        console.print(confirmation_table(outcome.confirmation))
     line = f"run {outcome.path.name} {outcome.status}: {outcome.stop_reason}"
     if outcome.status == "failed":
         err.print(f"[red]{escape(line)}[/red]", highlight=False, soft_wrap=True)
@@ -128,6 +136,7 @@ def confirm_cmd(
     import json
 
     from ksearch.search.confirm import CONFIRM_FILE, confirm_run
+    from ksearch.search.start import run_judge
     from ksearch.store import resolve_run
 
     path = resolve_run(run, runs_dir)
@@ -138,7 +147,11 @@ def confirm_cmd(
         if not as_json:
             err.print(f"{item.candidate}: {result.status} {result.score:.3f}x", highlight=False)
 
-    out = confirm_run(path, top, times, on_result=progress)
+    judge = run_judge(path)
+    try:
+        out = confirm_run(path, top, times, judge, on_result=progress)
+    finally:
+        judge.close()
     if as_json:
         typer.echo(json.dumps(out.to_json()))
         return
