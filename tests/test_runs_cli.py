@@ -39,3 +39,18 @@ def test_runs_shows_the_best_re_measured_where_the_holdout_timed_it_again(tmp_pa
     assert res.returncode == 0, res.stderr
     row = next(line for line in res.stdout.splitlines() if store.path.name in line)
     assert "re-measured" in res.stdout and "1.250" in row and "2.000" not in row
+
+
+def test_runs_shows_the_pick_of_its_best_timed_again(tmp_path: Path) -> None:
+    from ksearch.search.confirm import confirm_run
+
+    cfg = RunConfig(task="rmsnorm", backend="mlx-cpu", budget=3, runs_dir=str(tmp_path))
+    store, _, _ = create_run(cfg)
+    execute(store, cfg, evaluate=scripted_judge, policy=ScriptedPolicy({"A": [("passed", 1.5), ("passed", 1.7)]}))
+    store.close()
+    out = confirm_run(store.path, top=2, times=1, evaluate=scripted_judge)
+    res = subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", "--runs-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60, env={"COLUMNS": "240", "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr
+    row = next(line for line in res.stdout.splitlines() if store.path.name in line)
+    assert out.pick is not None and f"{out.pick.candidate} {out.pick.median:.3f}" in row

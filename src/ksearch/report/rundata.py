@@ -6,7 +6,6 @@ run that the search process is still writing.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,13 +145,9 @@ class RunData:
     def confirmation(self) -> dict[str, Any] | None:
         """What `ksearch confirm` left in the run's directory (its best timed again, the pick by median); None where
         it was not run or its file does not read as one."""
-        from ksearch.search.confirm import CONFIRM_FILE
+        from ksearch.search.confirm import read_confirmation
 
-        try:
-            data = json.loads((self.path / CONFIRM_FILE).read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) and isinstance(data.get("candidates"), list) else None
+        return read_confirmation(self.path)
 
     def candidate(self, cid: str | None) -> CandidateRow | None:
         return next((c for c in self.candidates if c.id == cid), None)

@@ -110,6 +110,16 @@ def confirm_run(path: Path, top: int, times: int, evaluate: Callable[[str], Eval
     return out
 
 
+def read_confirmation(path: Path) -> dict[str, Any] | None:
+    """confirm.json of the run at `path` (its end's confirmation, or `ksearch confirm`'s later one); None where there
+    is none or it does not read as one."""
+    try:
+        data = json.loads((path / CONFIRM_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("candidates"), list) else None
+
+
 def write_confirmation(path: Path, out: Confirmation) -> None:
     """confirm.json in the run's directory, written whole or not at all."""
     tmp = path / (CONFIRM_FILE + ".tmp")

@@ -99,26 +99,31 @@ def run_cmd(
 def runs_cmd(
     runs_dir: Annotated[str | None, typer.Option(help="Where runs live (default runs/ or $KSEARCH_RUNS_DIR).")] = None,
 ) -> None:
-    """List runs: task, backend, policy, budget used, best score and the best re-measured, status and why it ended,
-    LLM retries."""
+    """List runs: task, backend, policy, budget used, best score and the best re-measured, the pick of its best timed
+    again, status and why it ended, LLM retries."""
     from rich.table import Table
 
     from ksearch.harness.result import EvalResult
+    from ksearch.search.confirm import read_confirmation
     from ksearch.store import list_runs
 
     rows = list_runs(runs_dir)
     t = Table(title=f"runs ({len(rows)})")
-    for col in ("run", "task", "backend", "policy", "strategy", "budget used", "best score", "re-measured", "status",
-                "reason", "retries"):
+    for col in ("run", "task", "backend", "policy", "strategy", "budget used", "best score", "re-measured", "pick",
+                "status", "reason", "retries"):
         t.add_column(col)
     for r in rows:
         usage = r.get("llm_usage") or {}
         retries = str(usage.get("retries", "?")) if r.get("policy") == "llm" else "-"
         # the best's search workloads timed again in its holdout evaluation (the best score leans high)
         again = EvalResult.from_json(r["holdout"]).search_score_again() if r.get("holdout") else None
+        # the run's best few timed again at its end (or by `ksearch confirm`): the pick and its median
+        confirmed = read_confirmation(Path(r["path"])) or {}
+        pick = (f"{confirmed['pick']} {float(confirmed.get('pick_median') or 0.0):.3f}" if confirmed.get("pick")
+                else "-")
         t.add_row(r["id"], str(r.get("task")), str(r.get("backend")), str(r.get("policy")), str(r.get("strategy")),
                   f"{r.get('evaluations_done') or 0}/{r.get('budget')}", f"{(r.get('best_score') or 0):.3f}",
-                  "-" if again is None else f"{again:.3f}", str(r.get("status")),
+                  "-" if again is None else f"{again:.3f}", pick, str(r.get("status")),
                   REASONS.get(str(r.get("stop_kind")), str(r.get("stop_kind") or "-")), retries)
     console.print(t)
 
