@@ -15,7 +15,8 @@ from ksearch.config import RunConfig
 from ksearch.errors import RunError
 from ksearch.harness.result import EvalResult, WorkloadResult
 from ksearch.search.confirm import CONFIRM_FILE, confirm_run, top_candidates
-from ksearch.search.start import run_judge, start_run
+from ksearch.search.judge import run_judge
+from ksearch.search.start import start_run
 from ksearch.store import RunReader, RunStore
 from ksearch.store.owner import current_owner
 from ksearch.store.records import EvaluationRow

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ksearch.errors import ConfigError
+from ksearch.errors import ConfigError, RunError
 
 SELECTION_RULES = ("weighted", "published")
 #: The `profile` setting: profile each refinement cycle's best candidate, every passed candidate, or none.
@@ -154,3 +154,13 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         raise ConfigError(f"weights.rule {cfg.weights.rule!r} is not a selection rule; use one of "
                           f"{', '.join(SELECTION_RULES)}")
     return cfg
+
+
+def config_from_json(config: dict[str, Any] | None) -> RunConfig:
+    """A run's configuration as its meta stores it (`RunConfig.to_json`), for --resume, --replay and its judge."""
+    if not isinstance(config, dict):
+        raise RunError("the run has no stored configuration to start from")
+    data = dict(config)
+    weights = SelectionWeights(**data.pop("weights", {}))
+    llm = LLMConfig(**data.pop("llm", {}))
+    return RunConfig(**data, weights=weights, llm=llm)

@@ -13,17 +13,15 @@ from ksearch.search.start import start_run
 
 #: The scan gives the offline proposer the most room on every backend: the naive start walks L token by token.
 DEMO_TASK = "selective_scan"
-#: The demo's run ends with its 3 best timed again twice each: 6 more evaluations.
-CONFIRM_TOP, CONFIRM_TIMES = 3, 2
 
 
 def run_demo(backend: Backend, budget: int, console: Console, runs_dir: str = "runs", quiet: bool = False,
              task: str = DEMO_TASK) -> None:
     cfg = RunConfig(task=task, backend=backend.name, policy="offline", strategy="ksearch", budget=budget,
-                    runs_dir=runs_dir, seed=0, confirm_top=CONFIRM_TOP, confirm_times=CONFIRM_TIMES)
+                    runs_dir=runs_dir, seed=0)
     with LiveView(enabled=not quiet) as view:
         outcome = start_run(cfg, on_event=view)
     console.print(final_table(outcome))
-    if outcome.confirmation is not None:  # the best of many single measurements leans high: its best few again
+    if outcome.confirmation is not None:  # its best 3 timed again twice each, as every finished run (RunConfig)
         console.print(confirmation_table(outcome.confirmation))
     console.print(f"next: ksearch report {outcome.path}  (see README: reports, export, compare)")

@@ -16,9 +16,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ksearch.config import RunConfig
 from ksearch.errors import RunError
 from ksearch.harness.result import EvalResult
-from ksearch.store import RunReader
+from ksearch.search.state import LoopState
+from ksearch.store import RunReader, RunStore
 from ksearch.store.owner import ACTIVE, effective_status
 from ksearch.store.records import EvaluationRow
 
@@ -126,3 +128,20 @@ def write_confirmation(path: Path, out: Confirmation) -> None:
     tmp.write_text(json.dumps(out.to_json(), indent=2) + "\n")
     tmp.replace(path / CONFIRM_FILE)
 
+
+def confirm_at_end(store: RunStore, cfg: RunConfig, judge: Callable[[str], EvalResult], final: LoopState,
+                   on_event: Callable[[str, dict[str, Any]], None] | None) -> Confirmation:
+    """The end of a finished run: its best `confirm_top` timed again `confirm_times` times each by the run's own
+    judge (its baseline too), each verdict a `confirm` evaluation, the whole as meta `confirmation` and confirm.json.
+    A kill here leaves the run `stopped`; --resume judges its end again."""
+    store.set_meta("status", "holdout")
+
+    def record(item: Retimed, result: EvalResult) -> None:
+        with store.transaction():
+            store.add_evaluation(item.candidate, final.evaluations_done, final.round, "confirm", result.to_json())
+        if on_event is not None:
+            on_event("confirm", {"candidate": item.candidate, "status": result.status, "score": result.score})
+
+    out = confirm_run(store.path, cfg.confirm_top, cfg.confirm_times, judge, on_result=record, in_run=True)
+    store.set_meta("confirmation", out.to_json())
+    return out

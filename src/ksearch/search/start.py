@@ -27,14 +27,15 @@ from typing import Any
 
 from ksearch.backends import Backend, get_backend
 from ksearch.backends.detect import FAMILY
-from ksearch.config import LLMConfig, RunConfig, SelectionWeights
+from ksearch.config import RunConfig, config_from_json
 from ksearch.errors import BackendUnavailable, RunError
-from ksearch.harness import EvalOptions, EvalResult, Evaluator
-from ksearch.harness.profile import ProfileReport, profile_candidate
+from ksearch.harness import EvalResult
+from ksearch.harness.profile import ProfileReport
 from ksearch.policy.base import Policy, PolicyContext
 from ksearch.search import ledger, run_baselines
 from ksearch.search.bookkeeping import SearchSetup
-from ksearch.search.confirm import Confirmation, Retimed, confirm_run
+from ksearch.search.confirm import Confirmation, confirm_at_end
+from ksearch.search.judge import Judge
 from ksearch.search.pool import EvaluatorPool, InlinePool, device_kind
 from ksearch.search.state import LoopState, restore_rng
 from ksearch.store import RunReader, RunStore, new_run_id, resolve_run, runs_dir
@@ -264,40 +265,6 @@ def _port(path: str | None, backend: Backend) -> dict[str, Any] | None:
     return analyze_cuda(p.read_text(), backend.name)  # type: ignore[no-any-return]
 
 
-class Judge:
-    """The search's evaluate function: one persistent Evaluator (trusted reference worker, baseline cache)."""
-
-    def __init__(self, task: Task, backend: Backend, cfg: RunConfig) -> None:
-        self.ev = Evaluator(task, backend, int(cfg.memory_limit_gb * (1 << 30)), spare=True)
-        self.opts = EvalOptions(baseline=cfg.baseline, timeout_s=cfg.timeout_s,
-                                memory_limit_bytes=int(cfg.memory_limit_gb * (1 << 30)))
-
-    def __call__(self, source: str) -> EvalResult:
-        return self.ev.evaluate(source, self.opts)
-
-    def profile(self, source: str, result: EvalResult | None) -> ProfileReport:
-        """What a profiler sees of a candidate, in a process of its own after its verdict."""
-        return profile_candidate(self.ev.task, self.ev.backend, source, result,
-                                 memory_limit_bytes=self.opts.memory_limit_bytes)
-
-    def holdout(self, source: str) -> EvalResult:
-        opts = EvalOptions(baseline=self.opts.baseline, timeout_s=self.opts.timeout_s,
-                           memory_limit_bytes=self.opts.memory_limit_bytes, holdout=True)
-        return self.ev.evaluate(source, opts)
-
-    def close(self) -> None:
-        self.ev.close()
-
-
-def run_judge(path: Path) -> Judge:
-    """A finished run's own judge (its task, backend, baseline and limits) on this machine, as `ksearch confirm`
-    needs it; close it after."""
-    with RunReader(path) as reader:
-        meta = reader.meta()
-    return Judge(get_task(str(meta.get("task"))), get_backend(str(meta.get("backend"))),
-                 config_from_json(meta.get("config")))
-
-
 def _strategy(strategy: str, setup: SearchSetup, state: LoopState, wm: dict[str, Any] | None,
               workers: int | None = None) -> Any:
     """The strategy object whose run() is the loop: K-Search with its world model, or a comparison strategy; with
@@ -345,15 +312,6 @@ def create_run(cfg: RunConfig) -> tuple[RunStore, Task, Backend]:
 
 def config_from_store(store: RunStore) -> RunConfig:
     return config_from_json(store.get_meta("config"))
-
-
-def config_from_json(config: dict[str, Any] | None) -> RunConfig:
-    if not isinstance(config, dict):
-        raise RunError("the run has no stored configuration to start from")
-    data = dict(config)
-    weights = SelectionWeights(**data.pop("weights", {}))
-    llm = LLMConfig(**data.pop("llm", {}))
-    return RunConfig(**data, weights=weights, llm=llm)
 
 
 class Terminated(BaseException):
@@ -455,7 +413,7 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
                                      holdout.to_json())
                 store.set_meta("holdout", holdout.to_json())
         if done and final.best_candidate and judge is not None and cfg.confirm_top > 0:
-            confirmation = _confirm(store, cfg, judge, final, on_event)
+            confirmation = confirm_at_end(store, cfg, judge, final, on_event)
         status = "failed" if failed else "finished" if done else "stopped"
         _end(store, status, kind, reason, state.round, on_event)
     except BaseException as exc:
@@ -470,24 +428,6 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
         rows = [e for e in store.evaluations("search") if e["candidate_id"] == final.best_candidate]
         best = rows[-1]["result"] if rows else None
     return RunOutcome(store.path, final, holdout, best, status, kind, reason, ledger.usage(store), confirmation)
-
-
-def _confirm(store: RunStore, cfg: RunConfig, judge: Judge, final: LoopState,
-             on_event: EventSink | None) -> Confirmation:
-    """The end of a finished run: its best `confirm_top` timed again `confirm_times` times each by the run's own
-    judge (its baseline too), each verdict a `confirm` evaluation, the whole as meta `confirmation` and confirm.json.
-    A kill here leaves the run `stopped`; --resume judges its end again."""
-    store.set_meta("status", "holdout")
-
-    def record(item: Retimed, result: EvalResult) -> None:
-        with store.transaction():
-            store.add_evaluation(item.candidate, final.evaluations_done, final.round, "confirm", result.to_json())
-        if on_event is not None:
-            on_event("confirm", {"candidate": item.candidate, "status": result.status, "score": result.score})
-
-    out = confirm_run(store.path, cfg.confirm_top, cfg.confirm_times, judge, on_result=record, in_run=True)
-    store.set_meta("confirmation", out.to_json())
-    return out
 
 
 def pool_environment(pool: EvaluatorPool) -> dict[str, Any]:

@@ -141,7 +141,7 @@ def confirm_cmd(
     import json
 
     from ksearch.search.confirm import CONFIRM_FILE, confirm_run
-    from ksearch.search.start import run_judge
+    from ksearch.search.judge import run_judge
     from ksearch.store import resolve_run
 
     path = resolve_run(run, runs_dir)

@@ -12,10 +12,11 @@ from dataclasses import dataclass, replace
 
 from ksearch.kernels.attention import wgmma_ws
 from ksearch.kernels.attention.wgmma_ws import WsConfig
+from ksearch.kernels.attention.wgmma_ws_names import NAME_FLAGS
 
 # A flag as the configuration's name spells it (wgmma_ws.config_name) -> the WsConfig field it sets.
 FLAG_FIELDS = {"pst": "persist", "qn": "qnext", "pp": "pp", "ob": "obulk",
-               **{tag: field for tag, field, _ in wgmma_ws.NAME_FLAGS}}
+               **{tag: field for tag, field, _ in NAME_FLAGS}}
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from ksearch.kernels.attention.wgmma import (
 )
 from ksearch.kernels.attention.wgmma_ws_grid import extra_io, persistent_blocks
 from ksearch.kernels.attention.wgmma_ws_images import tile_images
+from ksearch.kernels.attention.wgmma_ws_names import NAME_FLAGS, flags_tag
 from ksearch.kernels.attention.wgmma_ws_q_tma import q_by_tensor_copy
 from ksearch.kernels.attention.wgmma_ws_row_sums import row_sums_once
 from ksearch.kernels.attention.wgmma_ws_tail import fresh_counters, key_split_tail
@@ -416,31 +417,6 @@ def kernel_name(cfg: WsConfig) -> str:
             + (f"_tma{cfg.tma}" if cfg.tma else "") + ("_pp" if cfg.pp else "") + ("_pst" if cfg.persist else "")
             + ("_qn" if cfg.qnext else "") + preg_tag(cfg) + blocks_tag(cfg) + ("_ob" if cfg.obulk else "")
             + store_tag(cfg) + flags_tag(cfg, kernel=True))
-
-
-# The switches a name spells after its store tag, in that order: (tag, WsConfig field, what it does). One table for
-# kernel_name, config_name and parse_config (and dispatch_variant's flags), so a new switch is spelled once.
-NAME_FLAGS: tuple[tuple[str, str, str], ...] = (
-    ("cr", "crescale", "O rescaled only when a row's maximum grew past 2^8"),
-    ("qp", "qpf", "the next item's Q prefetched into L2"),
-    ("m1", "maps1", "one pair of tensor maps a launch"),
-    ("wt", "own_tiles", "each consumer warpgroup only the tiles its rows need"),
-    ("sn", "snake", "persistent items in snake order"),
-    ("hs", "sections", "persistent items a section of heads at a time"),
-    ("kt", "ktail", "without the mask, the last round's items split along the keys"),
-    ("uw", "uniform", "the consumers' index arithmetic on the uniform datapath"),
-    ("qt", "qtma", "persistent, Q by the producer's tensor copies"),
-    ("r1", "row_sums_once", "P's row sums by one product a tile"),
-    ("gp", "grouped", "without the mask, the query heads of a K / V head as one run of rows"),
-)
-# Host side only: the same kernel text, so not in the kernel's name.
-HOST_FLAGS = frozenset({"gp"})
-
-
-def flags_tag(cfg: WsConfig, *, kernel: bool = False) -> str:
-    """The name part for NAME_FLAGS's switches that are on (for the kernel's name, those that change its text)."""
-    return "".join(f"_{tag}" for tag, field, _ in NAME_FLAGS
-                   if getattr(cfg, field) and not (kernel and tag in HOST_FLAGS))
 
 
 def preg_tag(cfg: WsConfig) -> str:
