@@ -50,6 +50,7 @@ from ksearch.kernels.attention.wgmma import (
     cp_cache,
     launch_bounds,
 )
+from ksearch.kernels.attention.wgmma_ws_ahead import exp_ahead
 from ksearch.kernels.attention.wgmma_ws_grid import extra_io, persistent_blocks
 from ksearch.kernels.attention.wgmma_ws_images import tile_images
 from ksearch.kernels.attention.wgmma_ws_names import NAME_FLAGS, flags_tag
@@ -139,6 +140,9 @@ class WsConfig:
     # P's row sums by one m64n8k16 a tile on fp32 sums of its 16-key blocks (`_r1`, wgmma_ws_row_sums) instead of one
     # a 16 keys, which took 13% of the D=128 tile's time on the tensor cores alone (benchmarks/wgmma_tile_ceiling.py)
     row_sums_once: bool = False
+    # P's exponentials on the rows' maxima before the tile, its own maxima beside them (`_xa`, needs `_cr` and a
+    # producer, no ping-pong; wgmma_ws_ahead): a warpgroup whose rows grew past 2^8 in a tile runs that tile again
+    exp_ahead: bool = False
 
     def threads(self) -> int:
         return 128 * self.wg + 32 * self.pwarps
@@ -147,7 +151,8 @@ class WsConfig:
         maps = 128 + 128 * (3 if self.qtma else 2) if self.tma else 0  # two tensor maps (three: Q's), 128-aligned
         align = 1024 if self.tma == 3 else 0  # the swizzled stages start at a multiple of 1024 bytes
         q_tma = 768 + 16 if self.qtma else 0  # Q at byte 1024 instead of 256; its two mbarriers
-        return 256 + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps + align + q_tma
+        sums = 8 * 128 * self.wg if self.exp_ahead else 0  # `_xa`: a consumer thread's saved row sums before Q
+        return 256 + sums + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps + align + q_tma
 
 
 def config_problem(cfg: WsConfig) -> str | None:
@@ -178,6 +183,9 @@ def config_problem(cfg: WsConfig) -> str | None:
     if cfg.qtma and (not cfg.persist or cfg.tma != 3 or cfg.qnext or cfg.obulk):
         return ("_qt (Q by the producer's tensor copies) is for persistent blocks with the swizzled copies (_tmas, "
                 "_pst), without _qn or _ob")
+    if cfg.exp_ahead and (not cfg.crescale or cfg.pwarps == 0 or cfg.pp or cfg.qtma):
+        return ("_xa (exponentials ahead of the maximum) needs _cr and a producer (_p1 .. _p4), without ping-pong (_pp) "
+                "or Q by tensor copies (_qt)")
     if cfg.qnext and not cfg.persist:
         return "_qn (the next item's Q under this one's epilogue) is for persistent blocks (_pst)"
     if cfg.preg != 24 and (cfg.pwarps != 4 or cfg.preg % 8 or not 24 <= cfg.preg <= 64):
@@ -280,6 +288,8 @@ def source_text(cfg: WsConfig) -> str:
         text = uniform_index(text)
     if cfg.row_sums_once:
         text = row_sums_once(text)
+    if cfg.exp_ahead:
+        text = exp_ahead(text)
     if cfg.obulk:
         return text.replace(EPILOGUE, EPILOGUE_BULK)
     return text.replace(EPILOGUE, EPILOGUE_STORE4) if store_bytes(cfg) == 4 else text
@@ -406,7 +416,7 @@ def with_bulk_copies(cfg: WsConfig) -> WsConfig:
     row-sum product a tile (`_r1`, likewise)."""
     return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24, qpf=False, maps1=False,
                    own_tiles=False, snake=False, uniform=False, sections=False, ktail=False, qtma=False,
-                   row_sums_once=False)
+                   row_sums_once=False, exp_ahead=False)
 
 
 def kernel_name(cfg: WsConfig) -> str:
@@ -446,7 +456,7 @@ def config_name(cfg: Any) -> str:
 def parse_config(name: str) -> Any:
     """"wgW_nN[_sS][_ca]" -> WgmmaConfig(W, N, S);
     "wsW_nN_sS[_pP][_bulk|_tma|_tmac|_tmas][_pst][_qn][_pp][_pregN][_bB][_ob][_st4|_st16][_cr][_qp][_m1][_wt][_sn][_hs]
-    [_kt][_uw][_qt][_r1][_gp][_ca]" -> WsConfig(W, N, S, P) (P defaults to 1; the switches after the store tag are
+    [_kt][_uw][_qt][_r1][_xa][_gp][_ca]" -> WsConfig(W, N, S, P) (P defaults to 1; the switches after the store tag are
     NAME_FLAGS's). For KSEARCH_WGMMA_CONFIG and the GPU check script; raises ValueError with the accepted forms, or
     with what to change in a configuration that can run at no shape."""
     import re

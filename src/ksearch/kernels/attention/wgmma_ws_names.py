@@ -18,6 +18,7 @@ NAME_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("uw", "uniform", "the consumers' index arithmetic on the uniform datapath"),
     ("qt", "qtma", "persistent, Q by the producer's tensor copies"),
     ("r1", "row_sums_once", "P's row sums by one product a tile"),
+    ("xa", "exp_ahead", "P's exponentials ahead of the tile's maximum, a tile whose rows grew past 2^8 run again"),
     ("gp", "grouped", "without the mask, the query heads of a K / V head as one run of rows"),
 )
 # Host side only: the same kernel text, so not in the kernel's name.
