@@ -30,7 +30,7 @@ def compiled_spills(prefix: str, cases: tuple[tuple[str, int, bool], ...]) -> di
              for i, (name, d, causal) in enumerate(cases)]
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised
     spills = {k.kernel[:len(prefix) + 1]: k.spill_store_bytes for k in parse_ptxas(log)}
     assert len(spills) == len(cases), log[-3000:]
     return spills

@@ -175,7 +175,7 @@ def test_persistent_kernels_compile_for_sm_90a() -> None:
              for i, (name, d, causal) in enumerate(combos)]
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised
     spills = {int(m[1]): int(m[2]) for m in re.finditer(
         r"custom_kernel_pst(\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
     assert sorted(spills) == list(range(len(combos))), log[-3000:]
@@ -312,7 +312,7 @@ def test_o_by_bulk_copy_compiles_without_serialising_or_spilling_more() -> None:
              for i, (name, d, causal) in enumerate(combos) for tag in ("", "_ob")]
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised
     spills = {m[1]: int(m[2]) for m in re.finditer(
         r"custom_kernel_(ob\d[bp])E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
     assert len(spills) == 2 * len(combos), log[-3000:]

@@ -177,7 +177,7 @@ def test_tma_kernel_compiles_for_sm90a_without_spills() -> None:
                      ("bfloat16", 64, 2, 128, False, 3, 3), ("float16", 128, 3, 64, True, 4, 3)], 3)
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *tma_units(combos)])
     assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised
     # ptxas reports kernels in its own order: match them by name. Three causal consumer warpgroups may spill two
     # registers (8 bytes with the 16-byte epilogue, 4 with the 4-byte one; benchmarks/prefill_sass.py)
     spills = {int(m[1]): int(m[2]) for m in re.finditer(
@@ -201,7 +201,7 @@ def test_one_consumer_warpgroup_fits_two_blocks_an_sm() -> None:
              for d in (64, 128)]
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised
     found = re.findall(r"custom_kernel_b2_(\d+)E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores"
                        r"[^\n]*\n[^\n]*Used (\d+) registers", log)
     assert len(found) == 2, log[-3000:]

@@ -66,7 +66,7 @@ def test_compiles_without_serialising_or_spilling_more() -> None:
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
     # C7513 / C7514: a branch between a wgmma and its wait made ptxas serialise every wgmma of the kernel
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised
     spills = {r.kernel: r.spill_store_bytes for r in parse_ptxas(log)}
     assert len(spills) == 2 * len(combos), log[-3000:]
     for i in range(len(combos)):

@@ -8,7 +8,6 @@ scores, where the speculative P alone overflows fp16 on scores that keep rising.
 from __future__ import annotations
 
 import importlib
-import re
 
 import numpy as np
 import pytest
@@ -86,8 +85,8 @@ def test_the_dispatchs_kernel_with_it_compiles_without_serialising_or_spilling()
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
     # C7511: too few registers for the wgmma pipeline (two more floats held through the softmax did that);
-    # C7513 / C7514: registers of an in-flight wgmma touched. Either way ptxas serialises every wgmma of the kernel.
-    assert not re.search(r"C751[134]", log), log[-3000:]
+    # C7513 / C7514: registers of an in-flight wgmma touched. Any C751x: ptxas serialised every wgmma of the kernel.
+    assert "C751" not in log, log[-3000:]
     spills = {r.kernel: r.spill_store_bytes for r in parse_ptxas(log)}
     assert len(spills) == len(cases) and not any(spills.values()), spills
 

@@ -118,7 +118,7 @@ def test_stamped_kernels_compile_like_the_librarys() -> None:
                                *WS.stage_args(cfg), ("MAXI", 4)]))
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised
     spills = {m[1]: int(m[2]) for m in re.finditer(
         r"custom_kernel_(k\d[sp])E[^']*'[^\n]*\n[^\n]*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores", log)}
     assert len(spills) == 2 * len(combos), log[-3000:]
@@ -202,4 +202,4 @@ def test_its_stamped_kernel_compiles() -> None:
                            *WS.stage_args(cfg), ("MAXI", 8)]))
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised

@@ -169,7 +169,7 @@ def test_it_compiles_for_sm_90a_and_under_the_mask_as_without_kt() -> None:
                                                  (cfg, 64, False)))]
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised
     spills = {k.kernel[:3]: k.spill_store_bytes for k in parse_ptxas(log)}
     assert len(spills) == 4, log[-3000:]
     # without the mask 24 bytes of the item bookkeeping go to the stack at D=128 (none in the main loop:

@@ -51,6 +51,6 @@ def test_it_compiles_for_sm_90a_without_spills() -> None:
              for i, causal in enumerate((False, True))]
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised
     spills = [k.spill_store_bytes for k in parse_ptxas(log)]
     assert len(spills) == 2 and max(spills) <= 8, log[-3000:]

@@ -218,7 +218,7 @@ def test_it_compiles_for_sm_90a_without_spills() -> None:
                                                  ("ws3_n64_s4_p4_tmas_pst_preg32_cr_wt", True)))]
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised
     spills = [k.spill_store_bytes for k in parse_ptxas(log)]
     assert len(spills) == 2 and max(spills) == 0, log[-3000:]
 

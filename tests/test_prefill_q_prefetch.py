@@ -56,7 +56,7 @@ def test_prefetching_kernels_compile_for_sm_90a_without_serialising() -> None:
     units = [tensor_copy_unit(f"qp{i}_0", WS.parse_config(name), d, causal) for i, (name, d, causal) in enumerate(names)]
     ok, log = compile_check([WGMMA_HEADER, tensor_map.TMA_HEADER, *units])
     assert ok, log[-3000:]
-    assert "C7513" not in log and "C7514" not in log, "wgmma serialised"
+    assert "C751" not in log, "wgmma serialised"  # C7510-C7515: every wgmma of the kernel serialised
     spills = {int(k.kernel[2:]): k.spill_store_bytes for k in parse_ptxas(log)}
     assert sorted(spills) == [0, 1, 2], log[-3000:]
     # one block an item spills nothing; the persistent producers' loops at most what they spill without it (prefill_sass.py:
