@@ -59,6 +59,11 @@ def test_every_producer_kernel_takes_it(name: str) -> None:
     assert text.count("softmax(0);") == plain.count("softmax(0);") == 1  # an item's first tile: the exact softmax
     assert text.count("release(kempty,") == plain.count("release(kempty,")
     assert "T* Qs = ones + 128 + NT * 4;" in text and "T* Qs = ones + 128;" in plain
+    ahead = text[text.index("auto softmax_ahead"):text.index("auto rescale")]
+    if cfg.row_sums_once:  # the lane's fp32 sums of P decide, no maxima
+        assert "fmaxf" not in ahead and text.count("grown = (se[0] + se[1] + se[4] + se[5] > 256.f) |") == 1
+    else:
+        assert "mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);" in ahead and "> 8.f)" in ahead
     assert cfg.smem_bytes(128) - WS.parse_config(name[:-3]).smem_bytes(128) == 8 * 128 * cfg.wg
 
 
@@ -91,18 +96,27 @@ def test_the_dispatchs_kernel_with_it_compiles_without_serialising_or_spilling()
     assert len(spills) == len(cases) and not any(spills.values()), spills
 
 
-def run_row(s: np.ndarray, v: np.ndarray, ahead: bool, again: bool = True) -> tuple[np.ndarray, int]:
+def lane_sums(p: np.ndarray) -> list[float]:
+    """A 64-key tile's P of one row as `_r1` sums it on each of the row's four lanes: lane tq holds keys
+    8 j + 2 tq and 8 j + 2 tq + 1 of every 8-key group j."""
+    return [float(p.reshape(8, 4, 2)[:, tq].sum()) for tq in range(4)]
+
+
+def run_row(s: np.ndarray, v: np.ndarray, ahead: bool, again: bool = True, vote: str = "max") -> tuple[np.ndarray, int]:
     """One query row through the tile loop as the kernels run it, scores `s` already in exp2's units, 64 keys a tile,
     P rounded to fp16: `_cr`'s exact softmax (keep the maximum while a tile grows it by at most 8), or with `ahead`
-    `_xa`'s (P on the maximum before the tile; the tile again, exactly, where it grew past 8 and `again`). Returns
-    the normalised output and how many tiles ran again."""
+    `_xa`'s (P on the maximum before the tile; the tile again, exactly, where `again` and the vote says a row grew:
+    `max`, its maximum past 8; `sum`, as with `_r1`, a lane's sum of its P past 2^8). Returns the normalised output
+    and how many tiles ran again."""
     m, l_sum, o, runs = -np.inf, 0.0, np.zeros(v.shape[1]), 0
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(0, len(s), 64):
             st, vt = s[t:t + 64], v[t:t + 64]
             if ahead and t:
-                p = np.exp2(st - m).astype(np.float16).astype(np.float64)
-                if not (again and st.max() - m > 8):
+                p32 = np.exp2(st - m)
+                p = p32.astype(np.float16).astype(np.float64)
+                grown = st.max() - m > 8 if vote == "max" else max(lane_sums(p32)) > 256
+                if not (again and grown):
                     l_sum, o = l_sum + p.sum(), o + p @ vt
                     continue
                 runs += 1
@@ -122,10 +136,18 @@ def test_the_rule_gives_the_exact_softmax_on_any_scores() -> None:
     rising = flat + np.repeat(np.arange(8) * 12.0, 64)  # each tile 12 more: past 8, and P past fp16's 65504
     for s, tiles_again in ((flat, 0), (rising, 7)):
         exact, _ = run_row(s, v, ahead=False)
-        got, again = run_row(s, v, ahead=True)
-        assert again == tiles_again and np.array_equal(got, exact)
+        for vote in ("max", "sum"):
+            got, again = run_row(s, v, ahead=True, vote=vote)
+            assert again == tiles_again and np.array_equal(got, exact)
         ref = np.exp2(s - s.max()) @ v / np.exp2(s - s.max()).sum()
         np.testing.assert_allclose(got, ref, atol=2e-3)
+    # a row grown by 6 after its first tile: the sums' vote (lanes' sums near 2^10) runs the tiles again that the
+    # maxima's keeps, with the same output
+    mild = rng.standard_normal(512) * 0.1 + np.repeat([0.0] + [6.0] * 7, 64)
+    exact, _ = run_row(mild, v, ahead=False)
+    (by_max, kept), (by_sum, rerun) = run_row(mild, v, True, vote="max"), run_row(mild, v, True, vote="sum")
+    assert (kept, rerun) == (0, 7) and np.array_equal(by_sum, exact)
+    np.testing.assert_allclose(by_max, exact, rtol=1e-12)  # kept tiles: P on the old maximum, the same arithmetic
     # without running those tiles again the speculative P overflows fp16 and the row is lost: the check can fail
     lost, _ = run_row(rising, v, ahead=True, again=False)
     assert not np.isfinite(lost).all()

@@ -8,6 +8,9 @@ across the row's four lanes before the first exponential can start. Under `_cr` 
 grows it by at most 2^8, and on ordinary scores that is nearly every tile after a row's first, so the maxima before the
 tile are the ones the exponentials use anyway. Here they use them without waiting: each lane's maximum of its own
 elements (no shuffles: any lane whose elements grew its row past 2^8 says so) decides only whether the tile is kept.
+With `_r1` not even those: each lane already sums its P values in fp32 for the row sums' one product, and a lane whose
+sum of a row's values stays within 2^8 has none past it, so that sum decides (a sum past 2^8 of values that are not, a
+row grown by more than 2^3, runs the tile again needlessly: slower, the same output).
 
 The check is one vote over the warpgroup's 128 threads (`bar.red.or`, named barrier 4 + wg) after the row sums'
 product is issued, while O += P(t-1) V(t-1) may still run. A warpgroup that finds a grown row (rare: standard normal
@@ -35,8 +38,20 @@ _AHEAD = r"""      *lsave = make_float2(lacc[0], lacc[2]);  // the row sums befo
       grown = (fmaf(mx[0], sl2, -msc[0]) > 8.f) | (fmaf(mx[1], sl2, -msc[1]) > 8.f);  // no branch
     };
 """
-_STATE = r"""    // `_xa` (wgmma_ws_ahead): whether a lane's elements of the last tile grew its row's maximum past 2^8, and the
-    // row sums before that tile
+# With `_r1`'s fp32 sums of a lane's P (wgmma_ws_row_sums), no maxima at all: the sums decide, in pack_p.
+_AHEAD_SUMMED = r"""      *lsave = make_float2(lacc[0], lacc[2]);  // the row sums before this tile, should it run again
+      const float msc[2] = {mrow[0] * sl2, mrow[1] * sl2};
+      #pragma unroll
+      for (int i = 0; i < BN / 2; ++i) s[i] = ks_exp2(fmaf(s[i], sl2, -msc[(i >> 1) & 1]));
+      corr[0] = corr[1] = 1.f;
+    };
+"""
+_R1_PACKED = "        for (int c = 0; c < 4; ++c) psum[c] = ks_pack2<T>(se[2 * c], se[2 * c + 1]);\n"
+# se[e] of register e / 2 of the A fragment: rows g (e = 0, 1, 4, 5) and g + 8 (e = 2, 3, 6, 7)
+_GROWN_FROM_SUMS = ("        grown = (se[0] + se[1] + se[4] + se[5] > 256.f) | (se[2] + se[3] + se[6] + se[7] > 256.f);"
+                    "  // `_xa`\n")
+_STATE = r"""    // `_xa` (wgmma_ws_ahead): whether a lane's elements of the last tile grew its row's maximum past 2^8 (with `_r1`:
+    // whether its sum of a row's P passed 2^8), and the row sums before that tile
     bool grown = false;
     // The row sums before the last tile: in shared memory, a float2 a consumer thread ahead of Q (two more registers
     // held through the softmax made ptxas serialise every wgmma, C7511)
@@ -98,7 +113,11 @@ def exp_ahead(text: str) -> str:
     if start < 0 or end < 0 or _MAX_AND_EXP_FROM not in text[start:end]:
         raise RuntimeError(f"{what}: the prefill kernel text has no softmax to change")
     exact = text[start:end]
-    ahead = exact[:exact.index(_MAX_AND_EXP_FROM)].replace("auto softmax = ", "auto softmax_ahead = ") + _AHEAD
+    summed = _R1_PACKED in text
+    ahead = (exact[:exact.index(_MAX_AND_EXP_FROM)].replace("auto softmax = ", "auto softmax_ahead = ")
+             + (_AHEAD_SUMMED if summed else _AHEAD))
+    if summed:
+        text = swap_once(text, _R1_PACKED, _R1_PACKED + _GROWN_FROM_SUMS, what=what)
     text = swap_once(text, _Q_AT, _Q_AFTER_SUMS, what=what)
     text = swap_once(text, _SOFTMAX_END, _STATE + ahead + _SOFTMAX_END, what=what)
     text = swap_once(text, _AGAIN_BEFORE, _AGAIN + _AGAIN_BEFORE, what=what)
