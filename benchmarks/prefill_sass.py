@@ -1,7 +1,8 @@
 """What ptxas made of the wgmma prefill kernels: each configuration compiled for sm_90a with nvcc as MLX would wrap it,
 disassembled (cuobjdump -sass), and its main loop found (the first innermost loop that issues HGMMA): instructions,
-HGMMAs, vector-to-uniform moves (R2UR), convergence barriers and local-memory loads and stores in it, and the spill
-bytes ptxas reports; with
+HGMMAs, vector-to-uniform moves (R2UR), convergence barriers and local-memory loads and stores in it, the spill
+bytes ptxas reports, and its first step's softmax path (instructions from the wait on S to the first exponential and
+to the row sums' product, the shuffles between); with
 --against, whether each configuration's main loop is the same instruction for instruction as the other's (branch
 targets aside). No GPU needed.
 
@@ -91,6 +92,24 @@ def summary(loop: list[str] | None, spill: int | None) -> dict[str, Any]:
             "local": sum(n for k, n in ops.items() if k.startswith(("LDL", "STL"))), "spill_bytes": spill}
 
 
+def softmax_path(loop: list[str] | None) -> dict[str, Any]:
+    """The main loop's first step from the wait on its S product (`WARPGROUP.DEPBAR.LE gsb0, 0x1`: every product
+    but the P V just issued has completed) to the row sums' product (the first HGMMA after it, m64n8k16): instructions
+    to the first exponential, to that product, and the shuffles among them. What a warpgroup issues between its S
+    product and its next product, in the order ptxas placed it (stalls not counted)."""
+    if loop is None:
+        return {}
+    wait = next((i for i, x in enumerate(loop) if "DEPBAR.LE gsb0, 0x1" in x), None)
+    if wait is None:
+        return {}
+    sums = next((i for i in range(wait, len(loop)) if opcode(loop[i]).startswith("HGMMA")), None)
+    exps = [i for i in range(wait, sums or wait) if opcode(loop[i]) == "MUFU.EX2"]
+    if sums is None or not exps:
+        return {}
+    return {"s_wait_to_first_exp": exps[0] - wait, "s_wait_to_sums": sums - wait,
+            "shuffles_between": sum(opcode(loop[i]).startswith("SHFL") for i in range(wait, sums))}
+
+
 def same_code(a: list[str], b: list[str]) -> bool:
     """The same instructions in the same order, branch targets aside."""
     def norm(x: str) -> str:
@@ -173,7 +192,7 @@ def main() -> None:
             ins, spill = compile_sass(name, d, causal, args.dtype, cuobjdump)
             loop = main_loop(ins)
             row = {"config": name, "D": d, "causal": causal, "dtype": args.dtype, "instructions": len(ins),
-                   **summary(loop, spill)}
+                   **summary(loop, spill), **softmax_path(loop)}
             if ref is not None and loop is not None:
                 row["main_loop_same_as_against"] = same_code(loop, ref)
                 row["main_loop_same_but_registers"] = same_but_registers(loop, ref)

@@ -46,6 +46,15 @@ def test_two_loops_are_the_same_code_whatever_their_branch_targets() -> None:
     assert not sass.same_but_registers(a, ["HGMMA.64x64x16.F32 R24, gdesc[UR4], R24", "@P0 BRA 0x20"])
 
 
+def test_the_softmax_path_runs_from_the_wait_on_s_to_the_row_sums_product() -> None:
+    loop = ["HGMMA.64x64x16.F32 R88, gdesc[UR4], RZ", "HGMMA.64x128x16.F32 R24, R140, gdesc[UR12].tnspB",
+            "WARPGROUP.DEPBAR.LE gsb0, 0x1", "FMNMX R3, R88, R89, !PT", "SHFL.BFLY PT, R4, R3, 0x1, 0x1f",
+            "FFMA R88, R88, R5, -R6", "MUFU.EX2 R88, R88", "F2FP.F16.F32.PACK_AB R7, R89, R88",
+            "HGMMA.64x8x16.F32 R136, R88, gdesc[UR8], R136", "WARPGROUP.DEPBAR.LE gsb0, 0x0", "@P0 BRA 0x20"]
+    assert sass.softmax_path(loop) == {"s_wait_to_first_exp": 4, "s_wait_to_sums": 6, "shuffles_between": 1}
+    assert sass.softmax_path(None) == {} and sass.softmax_path([x for x in loop if "0x1" not in x]) == {}
+
+
 @pytest.mark.parametrize("args, message", [
     (["ws3_n64_s4_p4_tmas", "--shapes", "96"], "--shapes takes 64 or 128"),
     (["wg3_n64"], "is not a producer-warpgroup configuration"),
