@@ -53,10 +53,10 @@ def test_off_by_default_and_every_library_knob_renders_with_it() -> None:
 ONE_BLOCK_AN_ITEM = {"persist": False, "sections": False, "tail": False}  # `_hs` and `_kt` are persistent kernels'
 
 
-@pytest.mark.parametrize("params", [{}, ONE_BLOCK_AN_ITEM, {"wg": 2, "bn": 128, "stages": 3, "crescale": False, "row_sums_once": False,
+@pytest.mark.parametrize("params", [{}, ONE_BLOCK_AN_ITEM, {"wg": 2, "bn": 128, "stages": 3, "crescale": False, "row_sums_once": False, "exp_ahead": False,
                                                             "tail": False},
                                     {"tma": False, "bulk": True, **ONE_BLOCK_AN_ITEM},
-                                    {"producer": False, "tma": False, "crescale": False, "row_sums_once": False, "stages": 2,
+                                    {"producer": False, "tma": False, "crescale": False, "row_sums_once": False, "exp_ahead": False, "stages": 2,
                                      **ONE_BLOCK_AN_ITEM}],
                          ids=["persistent", "tma", "persistent-tall", "bulk", "synchronous"])
 def test_each_kernel_is_made_once_a_set_with_the_librarys_constants(params: dict[str, Any],

@@ -38,10 +38,10 @@ def test_the_first_choice_is_the_librarys_dispatch_and_the_knobs_need_persistent
     assert p["sections"] and p["tail"] and FLASH_WGMMA.valid(p)
     _, ws = configs(p)
     assert variant_configs(ws, p) == {"plain": A.WIDE_PERSIST, "hs": A.WIDE_SECTIONS, "kt": A.WIDE_SPLIT_TAIL}
-    tall = {**p, "wg": 2, "bn": 128, "stages": 3, "crescale": False, "row_sums_once": False, "tail": False}
+    tall = {**p, "wg": 2, "bn": 128, "stages": 3, "crescale": False, "row_sums_once": False, "exp_ahead": False, "tail": False}
     assert FLASH_WGMMA.valid(tall) and variant_configs(configs(tall)[1], tall)["hs"] == A.TALL_SECTIONS
     for bad in ({"persist": False}, {"persist": False, "tail": False}, {"persist": False, "sections": False},
-                {"wg": 2, "bn": 128, "stages": 3, "crescale": False, "row_sums_once": False}):  # `_kt` measured with three warpgroups only
+                {"wg": 2, "bn": 128, "stages": 3, "crescale": False, "row_sums_once": False, "exp_ahead": False}):  # `_kt` measured with three warpgroups only
         assert not FLASH_WGMMA.valid({**p, **bad}), bad
     valid = [q for q in FLASH_WGMMA.all_params() if FLASH_WGMMA.valid(q)]
     assert {(q["sections"], q["tail"]) for q in valid if q["persist"] and q["wg"] == 3} == set(

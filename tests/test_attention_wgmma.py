@@ -185,11 +185,12 @@ def test_hopper_default_is_the_swizzled_tensor_copy_producer(monkeypatch: pytest
     wide = WS.WsConfig(3, 64, 4, 4, tma=3, crescale=True)
     assert wide == A.WIDE  # where neither of the others runs (test_two_warpgroups_on_128_key_tiles_take_d64)
     # at D=128: persistent, each warpgroup only its own tiles (`_wt`), the items in snake order (`_sn`), the index
-    # arithmetic on the uniform datapath (`_uw`), P's row sums by one product a tile (`_r1`)
+    # arithmetic on the uniform datapath (`_uw`), P's row sums by one product a tile (`_r1`), P's exponentials ahead
+    # of the tile's maximum (`_xa`)
     persistent = dataclasses.replace(wide, persist=True, preg=32, own_tiles=True, snake=True, uniform=True,
-                                    row_sums_once=True)
+                                    row_sums_once=True, exp_ahead=True)
     assert A.wgmma_config(q128, q128, True) == A.wgmma_config(q128, q128, False) == A.WIDE_PERSIST == persistent
-    assert WS.config_name(persistent) == "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1"
+    assert WS.config_name(persistent) == "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1_xa"
     assert WS.config_name(wide) == "ws3_n64_s4_p4_tmas_cr"
     assert WS.supports(q128, q128, q128, True, wide) and WS.supports(q64, q64, q64, False, wide)
 

@@ -47,13 +47,13 @@ def test_every_library_configuration_matches_fp32(cuda_backend, kind, tmp_path):
 # dispatch); and the dispatch's choices by shape, which its own small cases do not reach: the persistent items a
 # section of heads at a time (`_hs`), and their last round split along the keys (`_kt`: with it the check adds
 # shapes whose last round splits, and calls queued side by side) (docs/kernels-attention.md); and the split kernel
-# with Q by the producer's tensor copies (`_qt`, opt-in); and P's exponentials ahead of the tile's maximum (`_xa`,
-# opt-in), whose tile run again the check's rising scores reach.
+# with Q by the producer's tensor copies (`_qt`, opt-in); and the dispatch's D=128 kernel by name, with P's
+# exponentials ahead of the tile's maximum (`_xa`, whose tile run again the check's rising scores reach) and without.
 PREFILL_OPTIONS = ["ws3_n64_s4_p4_tmas_cr_wt", "ws3_n64_s4_p4_tmas_cr_uw", "ws2_n128_s3_p4_tmas_pst_sn_uw",
                    "ws3_n64_s4_p4_tmas_cr_m1", "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_hs_uw",
                    "ws2_n128_s3_p4_tmas_pst_preg32_sn_hs", "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_hs_kt_uw",
                    "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_hs_kt_uw_qt",
-                   "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1_xa"]
+                   "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1_xa", "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1"]
 
 
 def test_the_prefill_options_outside_the_dispatch_match_fp32(cuda_backend, tmp_path):

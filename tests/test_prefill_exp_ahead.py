@@ -27,9 +27,11 @@ KINDS = ["ws3_n64_s4_p4_cr_xa", "ws3_n64_s4_p4_bulk_cr_xa", "ws3_n64_s4_p4_tmas_
 def test_the_name_reads_back_and_the_dispatch_variant_takes_it() -> None:
     cfg = WS.parse_config("ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1_xa")
     assert cfg.exp_ahead and WS.config_name(cfg).endswith("_r1_xa") and WS.kernel_name(cfg).endswith("_xa")
-    assert not A.WIDE_PERSIST.exp_ahead and not A.TALL.exp_ahead  # opt-in
-    plus = parse_dispatch_variant("dispatch+xa")
-    assert variant_config(WS.config_name(A.WIDE_PERSIST), plus) == cfg
+    # the dispatch's at D=128 (WIDE_PERSIST and with it `_hs` / `_kt`), not at D=64 (TALL has no `_cr`) nor in WIDE
+    assert cfg == A.WIDE_PERSIST and A.WIDE_SECTIONS.exp_ahead and A.WIDE_SPLIT_TAIL.exp_ahead
+    assert not A.TALL.exp_ahead and not A.WIDE.exp_ahead
+    minus, plus = parse_dispatch_variant("dispatch-xa"), parse_dispatch_variant("dispatch+xa")
+    assert variant_config(WS.config_name(A.WIDE_PERSIST), minus) == WS.parse_config(WS.config_name(cfg)[:-3])
     assert variant_config(WS.config_name(A.TALL), plus) is None  # TALL has no `_cr`: MLX stands in there
     assert not WS.with_bulk_copies(cfg).exp_ahead
 
@@ -151,3 +153,28 @@ def test_the_rule_gives_the_exact_softmax_on_any_scores() -> None:
     # without running those tiles again the speculative P overflows fp16 and the row is lost: the check can fail
     lost, _ = run_row(rising, v, ahead=True, again=False)
     assert not np.isfinite(lost).all()
+
+
+def tiles_run_again(s: np.ndarray) -> float:
+    """The share of tiles after each row's first that `_xa` (with `_r1`'s sums) runs again on scores `s` (rows x keys,
+    exp2's units): a lane's sum of its 16 P values of a row past 2^8, the maximum then `_cr`'s (kept while a tile grows
+    it by at most 8)."""
+    tiles = s.reshape(s.shape[0], -1, 64)
+    m, again = tiles[:, 0].max(axis=1), 0
+    for t in range(1, tiles.shape[1]):
+        lanes = np.exp2(tiles[:, t] - m[:, None]).reshape(-1, 8, 4, 2).sum(axis=(1, 3))
+        grown = (lanes > 256).any(axis=1)
+        tmax = tiles[:, t].max(axis=1)
+        m = np.where(grown & (tmax - m > 8), tmax, m)
+        again += int(grown.sum())
+    return again / (tiles.shape[0] * (tiles.shape[1] - 1))
+
+
+def test_ordinary_scores_run_almost_no_tile_again_rising_ones_most() -> None:
+    # Gaussian scores (the benchmark's spread is 1.4 units of exp2): none at that spread, under 1% up to 8 units
+    rng = np.random.default_rng(1)
+    rates = {sd: tiles_run_again(rng.standard_normal((256, 8192)) * sd) for sd in (1.4, 3.0, 8.0)}
+    assert rates[1.4] == 0 and rates[3.0] < 0.001 and 0 < rates[8.0] < 0.01, rates
+    # scores rising about 8 a tile (bench.attention's `rising`, the worst case measured): nearly every tile
+    rising = rng.standard_normal((64, 8192)) * 1.4 + np.repeat(np.arange(128) * 8.0, 64)
+    assert tiles_run_again(rising) > 0.9

@@ -39,7 +39,7 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[int, ...],
 
 
 def test_the_name_reads_back() -> None:
-    assert GROUPED.grouped and WS.config_name(GROUPED).endswith("_uw_r1_gp")
+    assert GROUPED.grouped and WS.config_name(GROUPED).endswith("_uw_r1_xa_gp")
     assert WS.parse_config(WS.config_name(GROUPED)) == GROUPED
     assert WS.kernel_name(GROUPED) == WS.kernel_name(WIDE_PERSIST)  # the same kernel text
     with pytest.raises(ValueError, match="_gp"):

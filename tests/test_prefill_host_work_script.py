@@ -21,7 +21,7 @@ def test_it_times_every_configuration_and_writes_its_figures(tmp_path):
     assert [r["config"] for r in rows] == ["tma_wide", "tma_wide_persist", "bulk", "cp_async", "wgmma_sync",
                                           "mma_sync"]
     # each configuration ran its own kernel, none fell back to MLX's attention
-    assert [r["kernel"] for r in rows] == ["ws3_n64_s4_p4_tmas_cr", "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1",
+    assert [r["kernel"] for r in rows] == ["ws3_n64_s4_p4_tmas_cr", "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1_xa",
                                           "ws3_n64_s4_p4_bulk_cr", "ws3_n64_s3_p4", "wg3_n64",
                                           "mma_sync_m128_n64_db"]
     for r in rows:

@@ -149,7 +149,7 @@ def test_the_dispatch_splits_where_the_last_round_is_at_most_half_the_grid(monke
         k = SimpleNamespace(shape=(b, hkv, length, d), dtype=mx.float16)
         return A.wgmma_config(q, k, causal)
 
-    assert WS.config_name(A.WIDE_SPLIT_TAIL) == NAME + "_r1"
+    assert WS.config_name(A.WIDE_SPLIT_TAIL) == NAME + "_r1_xa"
     assert choose(1, 8, 4096, 128, False) == choose(4, 32, 4096, 128, False) == A.WIDE_SPLIT_TAIL  # 44 of 132
     assert choose(1, 32, 8192, 128, False) == A.WIDE_SPLIT_TAIL  # 56 items left: two parts each
     assert choose(1, 8, 4096, 128, True) == A.WIDE_PERSIST  # under the mask nothing splits

@@ -17,9 +17,9 @@ A = importlib.import_module("ksearch.kernels.attention")
 
 
 def test_the_name_reads_back_and_the_dispatch_takes_it_at_d128_only() -> None:
-    cfg = WS.parse_config("ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1")
-    assert cfg.row_sums_once and cfg == A.WIDE_PERSIST and WS.config_name(cfg).endswith("_uw_r1")
-    assert WS.kernel_name(cfg).endswith("_r1")
+    cfg = WS.parse_config("ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1_xa")
+    assert cfg.row_sums_once and cfg == A.WIDE_PERSIST and WS.config_name(cfg).endswith("_uw_r1_xa")
+    assert WS.kernel_name(cfg).endswith("_r1_xa")
     assert A.WIDE_SECTIONS.row_sums_once and A.WIDE_SPLIT_TAIL.row_sums_once
     assert not A.TALL.row_sums_once and not A.TALL_SECTIONS.row_sums_once and not A.WIDE.row_sums_once
     assert not WS.with_bulk_copies(A.WIDE_PERSIST).row_sums_once  # the bulk fallback: not measured with it

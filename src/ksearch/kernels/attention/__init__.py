@@ -87,8 +87,13 @@ TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=Tru
 # 0.5-1.5% slower with the mask from L=4096, 0.0-1.2% faster without it, so it stays
 # (attention-prefill-configs*-dispatch-row-sums*-h100-*.json). Snake order without the mask, where the items are
 # equal, measured 3% behind plain order on one start of an H100 and 0.3-0.8% ahead on another: it stays.
+# P's exponentials ahead of the tile's maximum (`_xa`, wgmma_ws_ahead: a tile whose rows grew past 2^8 runs again) on
+# an H100, the dispatch's kernel with it beside the same kernel without it, in the same rounds, four processes
+# (attention-prefill-configs*-exp-ahead*-h100-*.json): 6-11% less time in every D=128 group, 1.055x-1.070x of cuDNN
+# without the mask from L=4096 against 0.948x-0.965x; the dispatch with it 1.088x-1.110x there. On scores that rise
+# about 2^8 a tile (nearly every tile run twice) 61% more cycles a tile (prefill-item-trace-exp-ahead-rising-*.json).
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True, own_tiles=True,
-                        snake=True, uniform=True, row_sums_once=True)
+                        snake=True, uniform=True, row_sums_once=True, exp_ahead=True)
 # Where a call has more K / V heads than a quarter of the persistent grid (B 4, Hkv 32 in the benchmark), the items
 # a section of heads at a time (`_hs`, wgmma_ws_text.head_sections): a round then reads each K / V head with about
 # four items instead of one. On an H100 side by side in two processes, at B 4, Hkv 32 against the dispatch's column:

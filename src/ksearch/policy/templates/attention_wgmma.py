@@ -14,7 +14,8 @@ D=128 with the causal mask); the cp.async cache mode (`cp`: cg through L2, ca th
 rescaled only when a row's maximum grew past 2^8 (`crescale`: the library's choice at D=128, 3-5% less time there,
 9-13% more at D=64 with 128-key tiles); P's row sums by one product a tile (`row_sums_once`, `_r1`: the library's
 choice at D=128, 2.7% ahead there without the mask and level with it on an H100; 1-4.5% behind with two warpgroups on
-128-key tiles). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a thread without
+128-key tiles); P's exponentials ahead of the tile's maximum (`exp_ahead`, `_xa`, with `crescale`: the library's
+choice at D=128, 10-11% ahead there on an H100, a tile whose rows grew past 2^8 run again). 3 x 128 is left out: its registers times 384 threads exceed the register file (206 a thread without
 launch bounds; spills with them). A producer with 128-key tiles runs two consumer warpgroups and bulk or tensor copies
 (168 registers, no spills; the library's choice at D=64); with cp.async it spilled 208 bytes. Every producer rendering
 stores O as the library does, 16 bytes a lane after a transpose within each quad of lanes (0.922x of cuDNN over the 96
@@ -55,7 +56,8 @@ def configs(p: dict[str, Any]) -> tuple[Any, Any]:
     ws = wgmma_ws.WsConfig(wg=p["wg"], bn=p["bn"], stages=p["stages"], pwarps=4, cp=p["cp"],
                            bulk=p["bulk"], pp=p["pp"], tma=3 if p["tma"] else 0, persist=persist, preg=preg,
                            crescale=p["crescale"], own_tiles=persist and p["wg"] == 3, snake=persist,
-                           uniform=persist and p["wg"] == 3, row_sums_once=bool(p.get("row_sums_once")))
+                           uniform=persist and p["wg"] == 3, row_sums_once=bool(p.get("row_sums_once")),
+                           exp_ahead=bool(p.get("exp_ahead")))
     return cfg, ws
 
 
@@ -72,7 +74,7 @@ def valid(p: dict[str, Any]) -> bool:
         return False
     if p["crescale"] and not p["producer"]:  # the conditional rescale is the producer kernels' knob
         return False
-    if p.get("row_sums_once") and not p["producer"]:  # so is one row-sum product a tile
+    if (p.get("row_sums_once") or p.get("exp_ahead")) and not p["producer"]:  # so are these two
         return False
     cfg, ws = configs(p)
     if p["producer"]:  # the producer variants checked on the H200: 64-key tiles with 3-4 stages and ping-pong with
@@ -278,11 +280,11 @@ FLASH_WGMMA = TemplateFamily(
     patterns=("tensor_core_mma", "online_softmax", "exp2_trick", "threadgroup_tiling", "double_buffering",
               "causal_block_skipping", "gqa_head_grouping"),
     # The first choice of each is the library's Hopper kernel at D=128 (WIDE_PERSIST:
-    # ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1, with `_hs` and `_kt` where the dispatch takes them).
+    # ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_uw_r1_xa, with `_hs` and `_kt` where the dispatch takes them).
     params={"wg": (3, 2), "bn": (64, 128), "producer": (True, False), "tma": (True, False), "bulk": (False, True),
             "stages": (4, 3, 2), "pp": (False, True), "cp": ("cg", "ca"), "persist": (True, False),
             "crescale": (True, False), "sections": (True, False), "tail": (True, False), "row_sums_once": (True, False),
-            "constants": (False, True)},
+            "exp_ahead": (True, False), "constants": (False, True)},
     render=render_flash_wgmma,
     valid=valid,
     pattern_params={"double_buffering": {"stages": (4, 3)}},
