@@ -89,9 +89,10 @@ TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=Tru
 # equal, measured 3% behind plain order on one start of an H100 and 0.3-0.8% ahead on another: it stays.
 # P's exponentials ahead of the tile's maximum (`_xa`, wgmma_ws_ahead: a tile whose rows grew past 2^8 runs again) on
 # an H100, the dispatch's kernel with it beside the same kernel without it, in the same rounds, four processes
-# (attention-prefill-configs*-exp-ahead*-h100-*.json): 6-11% less time in every D=128 group, 1.055x-1.070x of cuDNN
-# without the mask from L=4096 against 0.948x-0.965x; the dispatch with it 1.088x-1.110x there. On scores that rise
-# about 2^8 a tile (nearly every tile run twice) 61% more cycles a tile (prefill-item-trace-exp-ahead-rising-*.json).
+# (attention-prefill-configs*-exp-ahead*-h100-*.json): 5-11% faster in every D=128 group, 1.055x-1.070x of cuDNN
+# without the mask from L=4096 against 0.948x-0.965x; the dispatch with it 1.088x-1.110x of cuDNN at D=128 from
+# L=4096. On scores that rise about 2^8 a tile (most tiles then run twice) 61% more cycles a tile
+# (prefill-item-trace-exp-ahead-rising-*.json).
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True, own_tiles=True,
                         snake=True, uniform=True, row_sums_once=True, exp_ahead=True)
 # Where a call has more K / V heads than a quarter of the persistent grid (B 4, Hkv 32 in the benchmark), the items
