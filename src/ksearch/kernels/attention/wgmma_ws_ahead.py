@@ -17,7 +17,11 @@ product is issued, while O += P(t-1) V(t-1) may still run. A warpgroup that find
 scores move a row's maximum by 8 more after its first tile practically never) runs tile t again where every product
 has completed: its row sums back to what they were before the tile, S(t) again from the stage (K(t)'s stage is handed
 back only after that), and the exact softmax of `_cr`. So the kernel's output is `_cr`'s for any input, and its P never
-exceeds 2^8 where it is kept. Tile 0 of an item keeps the exact softmax (no maximum before it)."""
+exceeds 2^8 where it is kept. Tile 0 of an item keeps the exact softmax (no maximum before it).
+
+Measured on an H100 (docs/kernels-attention.md): 5-11% faster in every D=128 group of the 96 benchmark shapes, the
+dispatch's at D=128 since (1.015x-1.018x of cuDNN over the set); where rows' maxima keep growing tile after tile most
+tiles run twice (61% more cycles a tile on scores rising about 2^8 a tile)."""
 
 from __future__ import annotations
 
