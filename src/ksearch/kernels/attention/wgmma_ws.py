@@ -152,7 +152,8 @@ class WsConfig:
         align = 1024 if self.tma == 3 else 0  # the swizzled stages start at a multiple of 1024 bytes
         q_tma = 768 + 16 if self.qtma else 0  # Q at byte 1024 instead of 256; its two mbarriers
         sums = 8 * 128 * self.wg if self.exp_ahead else 0  # `_xa`: a consumer thread's saved row sums before Q
-        return 256 + sums + (64 * self.wg + 2 * self.stages * self.bn) * d * 2 + 4 * self.stages * 8 + maps + align + q_tma
+        kv_stages = 2 * self.stages * self.bn * d * 2 + 4 * self.stages * 8  # K / V stages and their mbarriers
+        return 256 + sums + 64 * self.wg * d * 2 + kv_stages + maps + align + q_tma
 
 
 def config_problem(cfg: WsConfig) -> str | None:
@@ -412,8 +413,8 @@ def with_bulk_copies(cfg: WsConfig) -> WsConfig:
     tensor copies), its producer at the 24 registers the bulk-copy kernels were measured with: where no tensor map can
     be made. The conditional rescale stays (WIDE's bulk rendering with it passes check-prefill; not timed); snake
     order goes with the persistent blocks, and each warpgroup's own tiles (`_wt`, checked with tensor copies only)
-    with them, as does the uniform index arithmetic (`_uw`, checked and timed with tensor copies only) and one
-    row-sum product a tile (`_r1`, likewise)."""
+    with them, as does the uniform index arithmetic (`_uw`, checked and timed with tensor copies only), one
+    row-sum product a tile (`_r1`, likewise) and P's exponentials ahead of the tile's maximum (`_xa`, likewise)."""
     return replace(cfg, tma=0, bulk=True, persist=False, qnext=False, preg=24, qpf=False, maps1=False,
                    own_tiles=False, snake=False, uniform=False, sections=False, ktail=False, qtma=False,
                    row_sums_once=False, exp_ahead=False)
