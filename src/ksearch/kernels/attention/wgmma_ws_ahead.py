@@ -10,7 +10,7 @@ tile are the ones the exponentials use anyway. Here they use them without waitin
 elements (no shuffles: any lane whose elements grew its row past 2^8 says so) decides only whether the tile is kept.
 With `_r1` not even those: each lane already sums its P values in fp32 for the row sums' one product, and a lane whose
 sum of a row's values stays within 2^8 has none past it, so that sum decides (a sum past 2^8 of values that are not, a
-row grown by more than 2^3, runs the tile again needlessly: slower, the same output).
+row grown by more than 2^4, runs the tile again needlessly: slower, the same output).
 
 The check is one vote over the warpgroup's 128 threads (`bar.red.or`, named barrier 4 + wg) after the row sums'
 product is issued, while O += P(t-1) V(t-1) may still run. A warpgroup that finds a grown row (rare: standard normal
