@@ -160,9 +160,11 @@ def check(kind: str) -> int:
             split = [(1, 24, 8, 1216, 1344, 128), (1, 16, 4, 1920, 1920, 64)]
             runs += [(cfg, c, t, cz) for cfg in extra for c in cases + many + (split if cfg.ktail else [])
                      if smem_problem(cfg, c[5]) is None for t in (mx.float16, mx.bfloat16) for cz in (0, 1)]
-        # and the two middle shapes again with rising scores: rows whose maxima grow tile after tile, so the online
-        # softmax rescales O inside the loop (with `_cr`, some tiles do and some keep the old maximum)
-        scored = [(*r, "random") for r in runs] + [(*r, "rising") for r in runs if r[1] in cases[1:3]]
+        # and the two middle shapes again with rising scores (rows whose maxima grow tile after tile, so the online
+        # softmax rescales O inside the loop; with `_cr`, some tiles do and some keep the old maximum) and stepped
+        # ones (grown once past a row's first tiles: with `_xa`, the tile run again that takes the new maximum)
+        scored = [(*r, "random") for r in runs] + [(*r, sc) for sc in ("rising", "stepped") for r in runs
+                                                    if r[1] in cases[1:3]]
         for cfg, (b, hq, hkv, length, s, d), dt, causal, scores in scored:
             q, k, v = ba.prefill_inputs((b, hq, length, d), (b, hkv, s, d), dt, scores)
             out = prefill_kernel(cfg, q, k, v, bool(causal)).astype(mx.float32)

@@ -20,13 +20,14 @@ checked against cuDNN's.
 
     python benchmarks/prefill_item_trace.py OUT_DIR [--configs ws3_n64_s4_p4_tmas,...] [--lengths 2048,8192]
                                              [--dims 128] [--batch 4] [--heads 32] [--hkv 8] [--causal]
-                                             [--strip exp,max,rescale] [--scores random|rising]
+                                             [--strip exp,max,rescale] [--scores random|rising|stepped]
 
 `--strip` takes work out of every tile's softmax to see what the loop's time is made of (the output is then wrong,
 and recorded as such): `exp` leaves P the scaled scores without their exp2 (one MUFU.EX2 an element fewer), `max`
 drops the row maxima (their FMNMX over the tile; the shuffles stay), `rescale` O's multiplication by each tile's
 correction (what rescaling only when a row's maximum grows would save at most). `--scores rising` times inputs whose
-row maxima keep growing (the conditional rescale's worst case) instead of standard normal ones.
+row maxima keep growing (the conditional rescale's worst case) instead of standard normal ones, `--scores stepped`
+inputs whose rows' scores sit 6 units of exp2 higher after their first 128 keys (one growth within `_cr`'s 2^8).
 
 Writes prefill-item-trace-*.json (ksearch-bench/1).
 """
@@ -329,6 +330,8 @@ def library_configs() -> list[str]:
 
 
 def main() -> None:
+    from ksearch.bench.attention import SCORES
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--configs", default=",".join(library_configs()),
@@ -341,8 +344,9 @@ def main() -> None:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--strip", default="",
                     help="comma-separated: exp, max, rescale (timing only: the output is then wrong)")
-    ap.add_argument("--scores", choices=("random", "rising"), default="random",
-                    help="rising: every row's maximum grows tile after tile (bench.attention.prefill_inputs)")
+    ap.add_argument("--scores", choices=SCORES, default="random",
+                    help="rising: every row's maximum grows tile after tile; stepped: once, after a row's first 128 "
+                         "keys (bench.attention.prefill_inputs)")
     args = ap.parse_args()
     strip = tuple(x.strip() for x in args.strip.split(",") if x.strip())
     if any(x not in STRIPS for x in strip):

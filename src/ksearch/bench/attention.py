@@ -179,6 +179,11 @@ def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, con
 # A row's maximum score grows about RISE units of exp2 per 64 keys in `rising` inputs: around the 2^8 (8 units) up to
 # which the conditional rescale keeps a row's old maximum, so some tiles rescale O and others do not.
 RISE = 8.0
+# `stepped` inputs: every row's scores STEP units of exp2 higher from key STEP_AT on than before it (after a row's
+# first 64- or 128-key tile): within the 2^8 the conditional rescale keeps, past what a lane's sum of P may hold under
+# the exponentials ahead of the maximum (`_xa`), so the first tile past the step runs again.
+STEP, STEP_AT = 6.0, 128
+SCORES = ("random", "rising", "stepped")
 
 
 def prefill_inputs(q_shape: tuple[int, ...], kv_shape: tuple[int, ...], dtype: Any,
@@ -186,20 +191,23 @@ def prefill_inputs(q_shape: tuple[int, ...], kv_shape: tuple[int, ...], dtype: A
     """q (B, Hq, L, D), k / v (B, Hkv, S, D), seeded and evaluated. `random`: standard normal entries, whose row maxima
     settle within the first tiles (the online softmax then rarely rescales O). `rising`: positive queries and keys
     drifting along the key axis, so that each row's maximum keeps growing, by about RISE units of exp2 a 64-key tile
-    (the scores' scale 1 / sqrt(D) included) and to the last key, where the causal mask lets it."""
+    (the scores' scale 1 / sqrt(D) included) and to the last key, where the causal mask lets it. `stepped`: positive
+    queries and keys raised from key STEP_AT on, so that every row's scores there sit about STEP units higher."""
     import mlx.core as mx
 
-    if scores not in ("random", "rising"):
-        raise ValueError(f"scores {scores!r}: use random or rising")
+    if scores not in SCORES:
+        raise ValueError(f"scores {scores!r}: use one of {', '.join(SCORES)}")
     mx.random.seed(0)
     q = mx.random.normal(q_shape)
     k = mx.random.normal(kv_shape)
     v = mx.random.normal(kv_shape)
-    if scores == "rising":
+    if scores != "random":
         d, s = q_shape[-1], kv_shape[2]
         q = mx.abs(q)  # q . 1 is about 0.8 D: a drift along 1 raises every row's scores alike
-        per_key = RISE / 64 / math.log2(math.e) / (0.8 * math.sqrt(d))  # natural units, through q . k / sqrt(D)
-        k = k + (per_key * mx.arange(s, dtype=mx.float32)).reshape(1, 1, s, 1)
+        unit = 1 / math.log2(math.e) / (0.8 * math.sqrt(d))  # one unit of exp2, natural, through q . k / sqrt(D)
+        keys = mx.arange(s, dtype=mx.float32)
+        raise_by = RISE / 64 * keys if scores == "rising" else mx.where(keys >= STEP_AT, STEP, 0.0)
+        k = k + (unit * raise_by).reshape(1, 1, s, 1)
     q, k, v = (x.astype(dtype) for x in (q, k, v))
     mx.eval(q, k, v)
     return q, k, v

@@ -16,8 +16,11 @@ The check is one vote over the warpgroup's 128 threads (`bar.red.or`, named barr
 product is issued, while O += P(t-1) V(t-1) may still run. A warpgroup that finds a grown row (rare: standard normal
 scores move a row's maximum by 8 more after its first tile practically never) runs tile t again where every product
 has completed: its row sums back to what they were before the tile, S(t) again from the stage (K(t)'s stage is handed
-back only after that), and the exact softmax of `_cr`. So the kernel's output is `_cr`'s for any input, and its P never
-exceeds 2^8 where it is kept. Tile 0 of an item keeps the exact softmax (no maximum before it).
+back only after that), and the exact softmax with the tile's own maximum wherever it grew the row's (not `_cr`'s rule,
+which keeps a maximum grown by up to 8: a row whose later scores sit 4-8 above its first tile's would pass the sums'
+vote again every tile; with the maximum taken once, once). So the kernel's output is the exact online softmax for any
+input, and its P never exceeds 2^8 where it is kept. Tile 0 of an item keeps the exact softmax (no maximum before
+it).
 
 Measured on an H100 (docs/kernels-attention.md): 5-11% faster in every D=128 group of the 96 benchmark shapes, the
 dispatch's at D=128 since (1.015x-1.018x of cuDNN over the set); where rows' maxima keep growing tile after tile most
@@ -50,6 +53,12 @@ _AHEAD_SUMMED = r"""      *lsave = make_float2(lacc[0], lacc[2]);  // the row su
       corr[0] = corr[1] = 1.f;
     };
 """
+# The exact softmax (tile 0, a tile run again): a row takes the tile's maximum wherever it grew, whereas `_cr` keeps it
+# while it grows by at most 8. Run again, a tile kept under `_cr`'s rule would leave the maximum where the sums' vote
+# fails again on the next tile, and the next: rows stepped 5-7 units above their first two tiles ran again 67-99% of
+# their warpgroup's later tiles in the host model (tests/test_prefill_exp_ahead.py), one with the maximum taken.
+_KEEP_CR = "        const bool keep = (mx[r] - mrow[r]) * sl2 <= 8.f;\n"
+_KEEP_TAKEN = "        const bool keep = mx[r] == mrow[r];  // `_xa`: the tile's own maximum wherever it grew\n"
 _R1_PACKED = "        for (int c = 0; c < 4; ++c) psum[c] = ks_pack2<T>(se[2 * c], se[2 * c + 1]);\n"
 # se[e] of register e / 2 of the A fragment: rows g (e = 0, 1, 4, 5) and g + 8 (e = 2, 3, 6, 7)
 _GROWN_FROM_SUMS = ("        grown = (se[0] + se[1] + se[4] + se[5] > 256.f) | (se[2] + se[3] + se[6] + se[7] > 256.f);"
@@ -70,7 +79,8 @@ _STATE = r"""    // `_xa` (wgmma_ws_ahead): whether a lane's elements of the las
 """
 _AGAIN_BEFORE = "    // Waiting on a \"full\" mbarrier"
 _AGAIN = r"""    // `_xa`: tile t again, exactly, where every product has completed: the row sums as before it, S(t) from its stage
-    // (not yet handed back), `_cr`'s softmax, P into `p` (the buffer this step packed) and its row sums.
+    // (not yet handed back), the exact softmax (the tile's maximum taken), P into `p` (the buffer this step packed)
+    // and its row sums.
     auto tile_again = [&](int t, unsigned (&p)[BN / 16][4]) {
       const float2 l = *lsave;
       lacc[0] = lacc[1] = l.x; lacc[2] = lacc[3] = l.y;
@@ -117,6 +127,9 @@ def exp_ahead(text: str) -> str:
     if start < 0 or end < 0 or _MAX_AND_EXP_FROM not in text[start:end]:
         raise RuntimeError(f"{what}: the prefill kernel text has no softmax to change")
     exact = text[start:end]
+    if exact.count(_KEEP_CR) != 1:
+        raise RuntimeError(f"{what}: the prefill kernel's softmax has no `_cr` rule to change")
+    text = text[:start] + exact.replace(_KEEP_CR, _KEEP_TAKEN) + text[end:]
     summed = _R1_PACKED in text
     ahead = (exact[:exact.index(_MAX_AND_EXP_FROM)].replace("auto softmax = ", "auto softmax_ahead = ")
              + (_AHEAD_SUMMED if summed else _AHEAD))
