@@ -48,7 +48,8 @@ def test_every_library_configuration_matches_fp32(cuda_backend, kind, tmp_path):
 # section of heads at a time (`_hs`), and their last round split along the keys (`_kt`: with it the check adds
 # shapes whose last round splits, and calls queued side by side) (docs/kernels-attention.md); and the split kernel
 # with Q by the producer's tensor copies (`_qt`, opt-in); and the dispatch's D=128 kernel by name, with P's
-# exponentials ahead of the tile's maximum (`_xa`, whose tile run again the check's rising scores reach) and without.
+# exponentials ahead of the tile's maximum (`_xa`, whose tile run again the check's rising and stepped scores reach)
+# and without.
 PREFILL_OPTIONS = ["ws3_n64_s4_p4_tmas_cr_wt", "ws3_n64_s4_p4_tmas_cr_uw", "ws2_n128_s3_p4_tmas_pst_sn_uw",
                    "ws3_n64_s4_p4_tmas_cr_m1", "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_hs_uw",
                    "ws2_n128_s3_p4_tmas_pst_preg32_sn_hs", "ws3_n64_s4_p4_tmas_pst_preg32_cr_wt_sn_hs_kt_uw",
@@ -66,6 +67,7 @@ def test_the_prefill_options_outside_the_dispatch_match_fp32(cuda_backend, tmp_p
 
     for name in PREFILL_OPTIONS:  # each was checked, not filtered out (the check prints the configuration's repr)
         assert f"prefill {parse_config(name)!r} " in proc.stdout, name
+    assert " rising: err " in proc.stdout and " stepped: err " in proc.stdout
 
 
 def _samples():
