@@ -92,7 +92,8 @@ TALL = WsConfig(wg=2, bn=128, stages=3, pwarps=4, tma=3, persist=True, snake=Tru
 # (attention-prefill-configs*-exp-ahead*-h100-*.json): 5-11% faster in every D=128 group, 1.055x-1.070x of cuDNN
 # without the mask from L=4096 against 0.948x-0.965x; the dispatch with it 1.088x-1.110x of cuDNN at D=128 from
 # L=4096. On scores that rise about 2^8 a tile (most tiles then run twice) 61% more cycles a tile
-# (prefill-item-trace-exp-ahead-rising-*.json).
+# (prefill-item-trace-exp-ahead-rising-*.json); on scores stepped 6 units up once 13% fewer, as on the benchmark's
+# (prefill-item-trace-exp-ahead-own-max-*.json).
 WIDE_PERSIST = WsConfig(wg=3, bn=64, stages=4, pwarps=4, tma=3, persist=True, preg=32, crescale=True, own_tiles=True,
                         snake=True, uniform=True, row_sums_once=True, exp_ahead=True)
 # Where a call has more K / V heads than a quarter of the persistent grid (B 4, Hkv 32 in the benchmark), the items
