@@ -15,9 +15,10 @@ rescaled only when a row's maximum grew past 2^8 (`crescale`: the library's choi
 9-13% more at D=64 with 128-key tiles); P's row sums by one product a tile (`row_sums_once`, `_r1`: the library's
 choice at D=128, 2.7% ahead there without the mask and level with it on an H100; 1-4.5% behind with two warpgroups on
 128-key tiles); P's exponentials ahead of the tile's maximum (`exp_ahead`, `_xa`, with `crescale`: the library's
-choice at D=128, 5-11% ahead there on an H100, a tile whose rows grew past 2^8 run again). 3 x 128 is left out: its
-registers times 384 threads exceed the register file (206 a thread without launch bounds; spills with them). A producer with 128-key tiles runs two consumer warpgroups and bulk or tensor copies
-(168 registers, no spills; the library's choice at D=64); with cp.async it spilled 208 bytes. Every producer rendering
+choice at D=128, 5-11% ahead there on an H100, a tile whose rows grew past 2^8 run again with its own maximum). 3 x
+128 is left out: its registers times 384 threads exceed the register file (206 a thread without launch bounds; spills
+with them). A producer with 128-key tiles runs two consumer warpgroups and bulk or tensor copies (168 registers, no
+spills; the library's choice at D=64); with cp.async it spilled 208 bytes. Every producer rendering
 stores O as the library does, 16 bytes a lane after a transpose within each quad of lanes (0.922x of cuDNN over the 96
 shapes for the library's dispatch then against 0.892x with 4-byte stores).
 `constants`: the kernels of a (dtype, D, mask) made at its first call with their template arguments as constants in
