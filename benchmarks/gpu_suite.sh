@@ -87,8 +87,9 @@
 #                                   copied to $OUT: bring them back as VERDICTS=FILE RESULT=FILE on a fresh machine)
 #   search TASK WALL_S [CALL_S]     an offline search (budget $BUDGET, default 120) with --wall-time WALL_S, stopped
 #                                   after CALL_S (default min(WALL_S + 60, 540)) and resumable; then its record
-#   resume RUN [CALL_S]             continue a search started by `search` on this machine, or on another: RUN may be
-#                                   the run-NAME.tar.gz that `record` leaves in $OUT; then its record
+#   resume RUN [CALL_S] [WALL_S]    continue a search started by `search` on this machine, or on another: RUN may be
+#                                   the run-NAME.tar.gz that `record` leaves in $OUT (WALL_S: the run's wall time
+#                                   raised, for a run that ended on it); then its record
 #   record RUN                      a run's summary JSON and its per-evaluation table
 #   holdout RUN                     the run's best judged on the task's holdout workloads (ksearch eval --holdout)
 #   confirm RUN [TOP] [TIMES]       the run's TOP best (3) timed again TIMES times each (3), in turns; the pick by
@@ -490,9 +491,11 @@ search() {
 }
 
 resume() {
-  local run call=${2:-540}
-  run=$(find_run "${1:?resume RUN [CALL_S]}") || exit 2
-  timeout -k 15 "$call" "${KS[@]}" run --resume "$run" --quiet 2>&1 | tail -24
+  local run call=${2:-540} wall=()
+  run=$(find_run "${1:?resume RUN [CALL_S] [WALL_S]}") || exit 2
+  # A run that ended on its wall time goes on only with a larger one (ksearch refuses it otherwise, in one line).
+  [ -n "${3:-}" ] && wall=(--wall-time "$3")
+  timeout -k 15 "$call" "${KS[@]}" run --resume "$run" ${wall[@]+"${wall[@]}"} --quiet 2>&1 | tail -24
   record "$run"
 }
 
@@ -562,7 +565,7 @@ case "$part" in
   profile-feedback) setup && profile_feedback "$@" ;;
   selection-rules) setup && selection_rules "$@" ;;
   search) setup && search "$@" ;;
-  resume) run=$(find_run "${1:?resume RUN [CALL_S]}") || exit 2  # an archive is unpacked before any set-up
+  resume) run=$(find_run "${1:?resume RUN [CALL_S] [WALL_S]}") || exit 2  # an archive is unpacked before any set-up
     shift; setup && resume "$run" "$@" ;;
   record) setup && record "$@" ;;
   holdout) setup && holdout "$@" ;;

@@ -67,6 +67,8 @@ def test_the_real_judge_times_the_runs_best_again_and_writes_confirm_json(real_r
     assert pick is not None and pick.median == max(c.median or 0 for c in out.candidates)
     written = json.loads((real_run / CONFIRM_FILE).read_text())
     assert written["pick"] == pick.candidate and written["times"] == 2 and len(written["candidates"]) == 2
+    assert written["machine"]["backend"] == "mlx-cpu" and written["machine"]["mlx"]  # whose numbers these are
+    assert "containment" not in written["machine"] and re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:]{8}Z", written["date"])
     assert not list(real_run.glob("*.tmp"))  # written whole
 
 

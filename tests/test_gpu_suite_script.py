@@ -218,3 +218,20 @@ def test_confirm_times_a_runs_best_again_from_an_archive_and_keeps_its_json(tmp_
     missing = subprocess.run(["bash", str(SUITE), "confirm", str(tmp_path / "nowhere")], capture_output=True,
                              text=True, timeout=60, cwd=tmp_path, env=env)
     assert missing.returncode == 2 and "no run at" in missing.stderr
+
+
+def test_resume_passes_a_larger_wall_time_on_only_where_given(tmp_path: Path) -> None:
+    # A run that ended on its wall time goes on only with a larger one: `resume RUN CALL_S WALL_S` passes it.
+    name = "20261206-171618-attention-b156bf"
+    archive = _archive(tmp_path, name, {"run.db": "", "config.json": '{"task": "attention"}'})
+    record = tmp_path / "calls.txt"
+    env = {"PATH": "/usr/bin:/bin", "PY": str(_fake_python(tmp_path, record)), "OUT": str(tmp_path / "out"),
+           "KSEARCH_SUITE_RUNS": str(tmp_path / "runs")}
+    for extra in (["300", "660"], []):
+        proc = subprocess.run(["bash", str(SUITE), "resume", str(archive), *extra], capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr
+    run = tmp_path / "runs" / name
+    calls = [c for c in record.read_text().splitlines() if " run --resume " in c]
+    assert calls == [f"-m ksearch.cli run --resume {run} --wall-time 660 --quiet",
+                     f"-m ksearch.cli run --resume {run} --quiet"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +27,10 @@ from ksearch.store.records import EvaluationRow
 
 #: Where `ksearch confirm` leaves its result, in the run's directory.
 CONFIRM_FILE = "confirm.json"
+
+#: What confirm.json keeps of the machine that timed the candidates again (an evaluation's `environment`): the
+#: device and versions its numbers belong to, as every benchmark file records them.
+MACHINE_KEYS = ("backend", "device", "driver", "hardware_profile", "mlx", "ksearch", "python", "platform")
 
 
 @dataclass
@@ -53,6 +58,8 @@ class Confirmation:
     backend: str
     times: int
     candidates: list[Retimed]
+    machine: dict[str, Any] = field(default_factory=dict)  # MACHINE_KEYS of the first new evaluation that has them
+    date: str = ""  # when the last new evaluation ended, UTC
 
     @property
     def pick(self) -> Retimed | None:
@@ -62,6 +69,7 @@ class Confirmation:
     def to_json(self) -> dict[str, Any]:
         pick = self.pick
         return {"run": self.run, "task": self.task, "backend": self.backend, "times": self.times,
+                "date": self.date, "machine": self.machine,
                 "pick": pick.candidate if pick else None, "pick_median": pick.median if pick else None,
                 "candidates": [{**asdict(c), "median": c.median} for c in self.candidates]}
 
@@ -106,8 +114,11 @@ def confirm_run(path: Path, top: int, times: int, evaluate: Callable[[str], Eval
             result = evaluate(sources[item.candidate])
             item.scores.append(result.score if result.passed else 0.0)
             item.statuses.append(result.status)
+            if not out.machine:
+                out.machine = {k: result.environment[k] for k in MACHINE_KEYS if k in result.environment}
             if on_result is not None:
                 on_result(item, result)
+    out.date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     write_confirmation(path, out)
     return out
 
