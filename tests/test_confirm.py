@@ -172,6 +172,13 @@ def test_a_finished_run_times_its_best_again_at_its_end(real_run: Path) -> None:
     assert confirmation["times"] == 1 and confirmation["pick"] in {r.candidate_id for r in rows}
     assert meta.get("status") == "finished" and len(end) == 1
     assert rows[-1].created_at <= end[0].created_at
+    # the pick is the run's result: best.py holds it and the holdout, after the confirmation, judged it
+    pick = confirmation["pick"]
+    with RunReader(real_run) as reader:
+        holdout = reader.evaluations(kind="holdout")
+        sources = {c.id: c.source(reader.path) for c in reader.candidates()}
+    assert meta.get("chosen_candidate") == pick and (real_run / "best.py").read_text() == sources[pick]
+    assert [h.candidate_id for h in holdout] == [pick] and holdout[0].created_at >= rows[-1].created_at
 
 
 def test_confirm_settings_are_checked_and_zero_leaves_it_out(tmp_path: Path) -> None:

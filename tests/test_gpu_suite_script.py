@@ -203,12 +203,18 @@ def test_the_usage_without_an_output_folder_ends_well(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "prefill-variant VARIANT" in proc.stdout and not proc.stderr
 
 
+def _recorded_attention_run(tmp: Path, name: str) -> tuple[Path, Path, dict[str, str]]:
+    """An attention run's archive, the file the fake Python records its calls in, and the suite's environment."""
+    archive = _archive(tmp, name, {"run.db": "", "config.json": '{"task": "attention"}'})
+    record = tmp / "calls.txt"
+    env = {"PATH": "/usr/bin:/bin", "PY": str(_fake_python(tmp, record)), "OUT": str(tmp / "out"),
+           "KSEARCH_SUITE_RUNS": str(tmp / "runs")}
+    return archive, record, env
+
+
 def test_confirm_times_a_runs_best_again_from_an_archive_and_keeps_its_json(tmp_path: Path) -> None:
     name = "20261206-101638-attention-44376e"
-    archive = _archive(tmp_path, name, {"run.db": "", "config.json": '{"task": "attention"}'})
-    record = tmp_path / "calls.txt"
-    env = {"PATH": "/usr/bin:/bin", "PY": str(_fake_python(tmp_path, record)), "OUT": str(tmp_path / "out"),
-           "KSEARCH_SUITE_RUNS": str(tmp_path / "runs")}
+    archive, record, env = _recorded_attention_run(tmp_path, name)
     proc = subprocess.run(["bash", str(SUITE), "confirm", str(archive), "2"], capture_output=True, text=True,
                           timeout=60, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -223,10 +229,7 @@ def test_confirm_times_a_runs_best_again_from_an_archive_and_keeps_its_json(tmp_
 def test_resume_passes_a_larger_wall_time_on_only_where_given(tmp_path: Path) -> None:
     # A run that ended on its wall time goes on only with a larger one: `resume RUN CALL_S WALL_S` passes it.
     name = "20261206-171618-attention-b156bf"
-    archive = _archive(tmp_path, name, {"run.db": "", "config.json": '{"task": "attention"}'})
-    record = tmp_path / "calls.txt"
-    env = {"PATH": "/usr/bin:/bin", "PY": str(_fake_python(tmp_path, record)), "OUT": str(tmp_path / "out"),
-           "KSEARCH_SUITE_RUNS": str(tmp_path / "runs")}
+    archive, record, env = _recorded_attention_run(tmp_path, name)
     for extra in (["300", "660"], []):
         proc = subprocess.run(["bash", str(SUITE), "resume", str(archive), *extra], capture_output=True, text=True,
                               timeout=60, cwd=tmp_path, env=env)

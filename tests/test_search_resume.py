@@ -87,8 +87,9 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
     run = next(tmp_path.iterdir())
     recs = read_run(run)
     assert recs.meta.status == "finished" and (recs.meta.holdout or {}).get("status") == "passed"
-    # then its one passed candidate timed again twice (confirm_times), in its own rows
-    assert [e.kind for e in recs.evaluations] == ["search", "holdout", "confirm", "confirm"]
+    # then its one passed candidate timed again twice (confirm_times), in its own rows, before the holdout judges
+    # the pick (search/run_end.py)
+    assert [e.kind for e in recs.evaluations] == ["search", "confirm", "confirm", "holdout"]
     # The end's reason: the last line of `ksearch run`, the reason column of `ksearch runs`, the report's status.
     assert f"run {run.name} finished: the wall time of 1 s is spent" in " ".join(proc.stdout.split())
     assert recs.meta.stop_kind == "wall_time"
@@ -113,7 +114,8 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
     recs = read_run(run)
     kinds = [e.kind for e in recs.evaluations]
     assert [k for k in kinds if k != "confirm"] == ["search", "holdout", "search", "holdout"]
-    assert kinds[2:4] == ["confirm", "confirm"] and kinds[-1] == "confirm"  # each end timed its best again
+    assert kinds[1:3] == ["confirm", "confirm"] and kinds[-2:] == ["confirm", "holdout"]  # each end: again, holdout
+    assert recs.meta.get("chosen_candidate") == recs.evaluations[-1].candidate_id  # the holdout judged the pick
     config = recs.meta.get("config")
     assert recs.meta.status == "finished" and config["budget"] == 2 and config["wall_time_s"] == 900
     assert json.loads((run / "config.json").read_text())["budget"] == 2

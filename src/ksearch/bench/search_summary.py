@@ -30,6 +30,7 @@ def summarise_run(run: str, runs_dir: str | None = None, out: str | Path = "benc
     best_row = next((e for e in reversed(evals) if e["candidate_id"] == meta.get("best_candidate")), None)
     start = evals[0]["score"] if evals else 0.0
     holdout = meta.get("holdout") or {}
+    held = recs.evaluations_of("holdout")
     data = make_result(f"search-{meta.get('task_name')}-{meta.get('strategy')}-{meta.get('policy')}",
                        get_backend(meta.get("backend")), figures,
                        shapes=[w["name"] for w in ((best_row or {}).get("result") or {}).get("workloads", [])],
@@ -37,6 +38,10 @@ def summarise_run(run: str, runs_dir: str | None = None, out: str | Path = "benc
                            "run": recs.path.name, "budget": meta.get("budget"),
                            "evaluations_done": meta.get("evaluations_done"), "start_score": start,
                            "best_score": meta.get("best_score"), "best_candidate": meta.get("best_candidate"),
+                           # the run's result (search/run_end.py) and the candidate its holdout judged
+                           "chosen_candidate": meta.get("chosen_candidate") or meta.get("best_candidate"),
+                           "holdout_candidate": held[-1].candidate_id if held else None,
+                           # the holdout candidate's search workloads timed again (the best's, unless picked)
                            "best_score_again": EvalResult.from_json(holdout).search_score_again() if holdout
                            else None,
                            "holdout_score": holdout.get("holdout_score"),

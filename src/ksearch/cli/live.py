@@ -126,16 +126,22 @@ def final_table(o: RunOutcome) -> Table:
     u = o.llm_usage or {}
     if u.get("calls") or u.get("lost_calls"):
         t.add_row("LLM spend", Text(usage_line(u)))
-    t.add_row("best candidate", f"{s.best_candidate} ({o.path / 'best.py'})" if s.best_candidate else "none passed")
+    picked = o.chosen not in (None, s.best_candidate)  # the confirmation picked another: best.py holds that one
+    best_at = "" if picked else f" ({o.path / 'best.py'})"
+    t.add_row("best candidate", f"{s.best_candidate}{best_at}" if s.best_candidate else "none passed")
     t.add_row("best score", f"{s.best_score:.3f}x (start {s.start_score:.3f}x)")
+    if picked:
+        t.add_row("the run's pick", f"{o.chosen} ({o.path / 'best.py'}; its best timed again, the highest median)")
     if o.best_result:
         for w in o.best_result.get("workloads", []):
             sp = w.get("speedup")
             t.add_row(f"  {w['name']}", "-" if sp is None else f"{sp:.3f}x vs {o.best_result.get('baseline')}")
     if o.holdout is not None:
+        whose = "pick" if picked else "best"  # the holdout judges the run's result
         if (again := o.holdout.search_score_again()) is not None:  # the best score leans high: the highest of many
-            t.add_row("best re-measured", f"{again:.3f}x (its search workloads, timed again with the holdout)")
-        t.add_row("holdout score", f"{o.holdout.holdout_score or 0:.3f}x ({o.holdout.status})")
+            t.add_row(f"{whose} re-measured", f"{again:.3f}x (its search workloads, timed again with the holdout)")
+        t.add_row("holdout score", f"{o.holdout.holdout_score or 0:.3f}x ({o.holdout.status}"
+                  + (f", {o.chosen})" if picked else ")"))
     if o.best_result and o.best_result.get("timing"):
         t.add_row("timing", str(o.best_result["timing"]))
     t.add_row("run directory", str(o.path))

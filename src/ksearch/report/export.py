@@ -50,13 +50,14 @@ def _now() -> str:
 
 
 def _best(run: RunData) -> tuple[str, str, EvalResult]:
-    cid = run.best_candidate
+    """The run's result (its confirmation's pick, else the search's best): its id, source and search evaluation."""
+    cid = run.chosen_candidate
     if cid is None:
         raise ExportError(f"run {run.run_id} has no passing candidate to export")
     source = run.source(cid)
     if source is None and (run.path / "best.py").is_file():
         source = (run.path / "best.py").read_text()
-    result = run.best_result()
+    result = run.search_result(cid)
     if source is None or result is None:
         raise ExportError(f"run {run.run_id}: the source or the evaluation of {cid} is missing")
     return cid, source, result
@@ -74,13 +75,14 @@ def module_text(run: RunData, out_name: str = "kernel.py") -> str:
         hs = hold.holdout_score if hold.holdout_score is not None else hold.score
         hold_txt = f"{hs:.3f} ({hold.status})"
     lines = [
-        "# Exported by ksearch: the best kernel of a K-Search run.",
+        "# Exported by ksearch: the kernel a K-Search run chose (its best timed again, else the search's best).",
         f"#   run:       {run.run_id}",
         f"#   task:      {run.task}    backend: {run.backend}",
         f"#   candidate: {cid}" + (f"  (action: {cand.action_title})" if cand and cand.action_title else ""),
         f"#   score:     {result.score:.4f} = geomean speedup over {n_search} search workloads "
         f"vs baseline {result.baseline!r}",
         f"#   holdout:   {hold_txt}",
+        *_confirmation_lines(run, cid),
         f"#   measured:  mlx {env.get('mlx', '?')} on {env.get('device', '?')}",
         *([f"#   timing:    {result.timing}"] if result.timing else []),
         *_profile_lines(run, cid, out_name),
@@ -89,6 +91,15 @@ def module_text(run: RunData, out_name: str = "kernel.py") -> str:
         "",
     ]
     return "\n".join(lines) + source
+
+
+def _confirmation_lines(run: RunData, cid: str) -> list[str]:
+    """Where the candidate is the run's confirmed pick: its median and what it was picked from."""
+    c = run.confirmation()
+    if c is None or c.get("pick") != cid:
+        return []
+    return [f"#   timed again: median {float(c.get('pick_median') or 0):.4f} over {c.get('times')} new evaluations, "
+            f"the highest of the run's {len(c['candidates'])} best"]
 
 
 def _profile_lines(run: RunData, cid: str, out_name: str) -> list[str]:

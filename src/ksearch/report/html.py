@@ -221,8 +221,10 @@ def render_html(run: RunData) -> str:
     wm = run.world_model()
     snapshots = len(run.world_models)
     n_nodes = len(wm_nodes(wm)) if wm else 0
-    best_src = run.source(run.best_candidate)
-    no_src = "No passing candidate." if run.best_candidate is None else "The candidate's source file is missing."
+    chosen = run.chosen_candidate
+    best_src = run.source(chosen)
+    no_src = "No passing candidate." if chosen is None else "The candidate's source file is missing."
+    kernel_title = "Best kernel" if chosen == run.best_candidate else "The run's pick"
     src_html, src_css = highlight_python(best_src) if best_src else (f'<p class="muted">{no_src}</p>', "")
     wl = workload_rows(run)
     wl_cols = ["workload", "split", "status", "latency", "baseline", "speedup", "roofline", "max abs err"]
@@ -250,12 +252,12 @@ def render_html(run: RunData) -> str:
 <h2 id="cycles">Refinement cycles</h2>
 <p class="muted">Why each cycle ended, and each world-model edit around it: applied, or rejected with the reason.</p>
 {_cycles(run)}
-<h2 id="workloads">Best candidate per workload</h2>
+<h2 id="workloads">{kernel_title} per workload</h2>
 {_table(wl, wl_cols, {"latency", "baseline", "speedup", "roofline", "max abs err"}) if wl
  else '<p class="muted">No passing candidate.</p>'}
 <h2 id="profiles">Hardware counters</h2>
 {_profiles(run)}
-<h2 id="source">Best kernel: <code>{escape(str(run.best_candidate or "-"))}</code></h2>
+<h2 id="source">{kernel_title}: <code>{escape(str(chosen or "-"))}</code></h2>
 {src_html}
 <h2 id="spend">Spend</h2>
 <p>Budget used: {escape(budget_text(run))}</p>

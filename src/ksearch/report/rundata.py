@@ -128,8 +128,24 @@ class RunData:
             return s
         return max((a.score for a in self.attempts if a.status == "passed"), default=0.0)
 
+    @property
+    def chosen_candidate(self) -> str | None:
+        """The run's result: its end's confirmation pick (meta `chosen_candidate`, search/run_end.py), else the
+        search's best; `best.py` holds its source and the holdout judged it."""
+        chosen = self.meta.get("chosen_candidate")
+        return str(chosen) if chosen else self.best_candidate
+
+    @property
+    def holdout_candidate(self) -> str | None:
+        """The candidate the last holdout evaluation judged (the run's result at its end); None without one."""
+        return self.holdout_evaluations[-1].candidate_id if self.holdout_evaluations else None
+
     def best_result(self) -> EvalResult | None:
-        cid = self.best_candidate
+        """The search's best's highest search evaluation."""
+        return self.search_result(self.best_candidate)
+
+    def search_result(self, cid: str | None) -> EvalResult | None:
+        """The candidate's highest search evaluation; None where it has none."""
         rows = [e for e in self.evaluations if e.candidate_id == cid]
         if not rows:
             return None
@@ -139,7 +155,7 @@ class RunData:
         h = self.meta.holdout
         if h is not None and "status" in h:
             return _result(h)
-        rows = [e for e in self.holdout_evaluations if e.candidate_id == self.best_candidate]
+        rows = [e for e in self.holdout_evaluations if e.candidate_id == self.chosen_candidate]
         return _result(rows[-1].result) if rows else None
 
     def confirmation(self) -> dict[str, Any] | None:

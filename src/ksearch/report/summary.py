@@ -77,6 +77,7 @@ def headline(run: RunData) -> list[tuple[str, str]]:
     best = run.best_candidate
     best_res = run.best_result()
     hold = run.holdout_result()
+    held = run.holdout_candidate
     counts = run.status_counts()
     return [
         ("run", run.run_id),
@@ -86,9 +87,12 @@ def headline(run: RunData) -> list[tuple[str, str]]:
         ("started / finished", f"{when(m.get('created_at'))} / {when(m.get('finished_at'))}"),
         ("best candidate", f"{best} (score {run.best_score:.3f}, vs baseline {best_res.baseline if best_res else '?'})"
          if best else "none passed"),
-    ] + ([("best re-measured", f"{again:.3f} (its search workloads timed again in the holdout evaluation)")]
-         if hold is not None and (again := hold.search_score_again()) is not None else []) + [
-        ("holdout score", _holdout(hold)),
+    ] + ([("the run's pick", f"{chosen} (best.py; its best timed again, the highest median)")]
+         if (chosen := run.chosen_candidate) != best else []) + (
+        [(f"{'best' if held == best else 'pick'} re-measured",
+          f"{again:.3f} (its search workloads timed again in the holdout evaluation)")]
+        if hold is not None and (again := hold.search_score_again()) is not None else []) + [
+        ("holdout score", _holdout(hold) + (f" ({held})" if hold is not None and held not in (None, best) else "")),
     ] + ([("timed again", confirmed)] if (confirmed := confirmation_text(run)) else []) + [
         ("budget used", budget_text(run)),
         ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "-"),
@@ -120,10 +124,11 @@ def _holdout(hold: EvalResult | None) -> str:
 
 
 def workload_rows(run: RunData) -> list[dict[str, Any]]:
-    """Per-workload figures of the best candidate: its search evaluation, then the holdout workloads."""
+    """Per-workload figures of the run's result (its pick, else the search's best: RunData.chosen_candidate): its
+    search evaluation, then the holdout workloads."""
     rows: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
-    for res in (run.best_result(), run.holdout_result()):
+    for res in (run.search_result(run.chosen_candidate), run.holdout_result()):
         if res is None:
             continue
         for w in res.workloads:
@@ -144,8 +149,8 @@ def workload_table(run: RunData) -> Table:
     if all(r["status"] == "passed" for r in rows):
         cols.remove("status")  # the usual case for a best candidate; the room goes to the numbers
     # Tight padding and short headers: the table fits an 80-column terminal without truncating numbers.
-    title = "best candidate per workload" + (" (emulator times, not the device's)" if emulation_note(run.backend)
-                                             else "")
+    whose = "best candidate" if run.chosen_candidate == run.best_candidate else "the run's pick"
+    title = f"{whose} per workload" + (" (emulator times, not the device's)" if emulation_note(run.backend) else "")
     t = Table(title=title, title_justify="left", box=None, padding=(0, 1), header_style="bold underline",
               pad_edge=False)
     for c in cols:

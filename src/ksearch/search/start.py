@@ -1,5 +1,5 @@
 """Starting a search, in the order it happens: configuration -> create, resume or replay the run -> the strategy's
-loop -> the holdout evaluation of the best candidate.
+loop -> its end: the best few timed again, the holdout evaluation of the run's pick (search.run_end).
 
     start_run(cfg)                  a new run
     start_run(cfg, resume=RUN)      continue a stopped run with the settings it started with (only its limits can
@@ -34,9 +34,10 @@ from ksearch.harness.profile import ProfileReport
 from ksearch.policy.base import Policy, PolicyContext
 from ksearch.search import ledger, run_baselines
 from ksearch.search.bookkeeping import SearchSetup
-from ksearch.search.confirm import Confirmation, confirm_at_end
+from ksearch.search.confirm import Confirmation
 from ksearch.search.judge import Judge
 from ksearch.search.pool import EvaluatorPool, InlinePool, device_kind
+from ksearch.search.run_end import CHOSEN, judge_end, reopen
 from ksearch.search.state import LoopState, restore_rng
 from ksearch.store import RunReader, RunStore, new_run_id, resolve_run, runs_dir
 from ksearch.store.owner import ACTIVE, current_owner, effective_status, owner_liveness
@@ -61,6 +62,7 @@ class RunOutcome:
     stop_reason: str = ""  # one line
     llm_usage: dict[str, Any] | None = None  # the run's LLM ledger (search.ledger)
     confirmation: Confirmation | None = None  # its best timed again at its end (search.confirm), where it was
+    chosen: str | None = None  # the run's result: its confirmation's pick, else the search's best (search.run_end)
 
 
 def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = None, reevaluate: bool = False,
@@ -381,6 +383,8 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
         store.set_meta("environment", environment)
         for key in ("stop_kind", "stop_reason"):
             store.delete_meta(key)
+        if saved:
+            reopen(store, state.best_candidate)
         if pool is not None:
             store.set_meta("workers", [w.to_json() for w in pool.workers()])
     if pool is not None:
@@ -404,16 +408,9 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
         failed = kind in FAILURES
         done = not failed and (strategy.spent() or final.phase == "done")
         holdout_fn = judge.holdout if judge is not None else getattr(pool, "holdout", None)
-        if done and final.best_candidate and holdout_fn is not None and task.holdout_workloads(backend.tier):
-            store.set_meta("status", "holdout")
-            source = store.candidate(final.best_candidate).source(store.path)
-            holdout = holdout_fn(source)
-            with store.transaction():
-                store.add_evaluation(final.best_candidate, final.evaluations_done, final.round, "holdout",
-                                     holdout.to_json())
-                store.set_meta("holdout", holdout.to_json())
-        if done and final.best_candidate and judge is not None and cfg.confirm_top > 0:
-            confirmation = confirm_at_end(store, cfg, judge, final, on_event)
+        if done and final.best_candidate:
+            confirmation, holdout = judge_end(store, cfg, final, judge,
+                                              holdout_fn if task.holdout_workloads(backend.tier) else None, on_event)
         status = "failed" if failed else "finished" if done else "stopped"
         _end(store, status, kind, reason, state.round, on_event)
     except BaseException as exc:
@@ -427,7 +424,8 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
     if final.best_candidate:
         rows = [e for e in store.evaluations("search") if e["candidate_id"] == final.best_candidate]
         best = rows[-1]["result"] if rows else None
-    return RunOutcome(store.path, final, holdout, best, status, kind, reason, ledger.usage(store), confirmation)
+    return RunOutcome(store.path, final, holdout, best, status, kind, reason, ledger.usage(store), confirmation,
+                      store.get_meta(CHOSEN))
 
 
 def pool_environment(pool: EvaluatorPool) -> dict[str, Any]:

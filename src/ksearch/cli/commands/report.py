@@ -116,7 +116,7 @@ def export_cmd(
         if target.exists() and not force:
             fail(f"{target} exists; pass --force to overwrite it")
         write_module(data, target)
-        console.print(f"exported {data.best_candidate} of {data.run_id} to {target}")
+        console.print(f"exported {data.chosen_candidate} of {data.run_id} to {target}")
         return
     folder = out or Path(f"{data.run_id}-flashinfer-trace")
     if folder.exists() and not folder.is_dir():
@@ -124,7 +124,7 @@ def export_cmd(
     if folder.is_dir() and any(folder.iterdir()) and not force:
         fail(f"{folder} is not empty; pass --force to write into it")
     written = write_flashinfer_trace(data, folder)
-    console.print(f"exported {data.best_candidate} of {data.run_id} as FlashInfer-Trace: {len(written)} files "
+    console.print(f"exported {data.chosen_candidate} of {data.run_id} as FlashInfer-Trace: {len(written)} files "
                   f"under {folder}")
 
 

@@ -44,7 +44,8 @@ def run_cmd(
     workers: Annotated[int | None, typer.Option(help="Evaluators judging at once (default 1; more need Ray).")] = None,
     ray_address: Annotated[str | None, typer.Option(help="Evaluate on a running Ray cluster: auto or HOST:PORT.")] = None,
     confirm_top: Annotated[int | None, typer.Option(help="At the end, the best N timed again (default 3; 0: "
-                                                         "not).")] = None,
+                                                         "not); the highest median is the run's result (best.py, "
+                                                         "the holdout).")] = None,
     confirm_times: Annotated[int | None, typer.Option(help="Each of them this many times (default 2).")] = None,
 ) -> None:
     """Run K-Search (or a comparison strategy) on a task."""
