@@ -1,6 +1,6 @@
 """A real local Ray cluster on the CPU (2 slots), shared by this module: a 2-worker search whose worker is killed
-mid-run loses nothing and spends its budget exactly (holdout judged on a worker); a parallel search killed mid-flight (SIGKILL) resumes and
-judges its in-flight candidates again."""
+mid-run loses nothing and spends its budget exactly (its best timed again and the pick judged on the holdout on a
+worker); a parallel search killed mid-flight (SIGKILL) resumes and judges its in-flight candidates again."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_a_worker_killed_mid_run_loses_nothing_and_the_budget_is_exact(cluster: 
             killed.append(data["candidate"])
             os.kill(pids[data["worker"]], signal.SIGKILL)  # the actor judging it dies
 
-    out = start_run(_cfg(tmp_path, budget=3, workers=2), on_event=on_event)
+    out = start_run(_cfg(tmp_path, budget=3, workers=2, confirm_top=2, confirm_times=1), on_event=on_event)
     assert out.status == "finished" and out.stop_kind == "budget"
     recs = read_run(out.path)
     evals = recs.evaluations_of("search")
@@ -76,7 +76,17 @@ def test_a_worker_killed_mid_run_loses_nothing_and_the_budget_is_exact(cluster: 
                for w in e.result["workloads"])
     kinds = {e.result["environment"]["evaluator"]["device_kind"] for e in evals}
     assert len(kinds) == 1 and kinds.pop().startswith("mlx-cpu:")
-    assert recs.evaluations_of("holdout")  # judged on a worker: the driver holds no evaluator
+    # Its best two timed again once each on a worker (the driver holds no evaluator), against the shared baseline,
+    # then the pick judged on the holdout there.
+    again = recs.evaluations_of("confirm")
+    passed = {e.candidate_id for e in evals if e.status == "passed"}
+    assert len(again) == min(2, len(passed)) and {e.candidate_id for e in again} <= passed
+    assert all(w["baseline_latency_s"] in baselines[w["name"]] for e in again if e.status == "passed"
+               for w in e.result["workloads"])
+    pick = recs.meta.get("chosen_candidate")
+    assert out.confirmation is not None and pick == (out.confirmation.pick.candidate if out.confirmation.pick
+                                                     else recs.meta.get("best_candidate"))
+    assert [h.candidate_id for h in recs.evaluations_of("holdout")] == [pick]
 
 
 def _state(run: Path) -> tuple[int, int]:

@@ -73,9 +73,9 @@ class RunConfig:
     ray_address: str | None = None
     #: Hardware counters after the verdict (Nsight Compute on MLX-CUDA, see harness/profile.py): "best", "all", "off".
     profile: str = "best"
-    #: At the end of a finished single-process run, its best `confirm_top` candidates timed again `confirm_times`
-    #: times each, in turns, by the run's judge; the pick, the highest median, is the run's result (search/confirm.py,
-    #: search/run_end.py). 0: not at all.
+    #: At the end of a finished run, its best `confirm_top` candidates timed again `confirm_times` times each, in
+    #: turns, by the run's judge (with several evaluators, on one of its workers); the pick, the highest median, is
+    #: the run's result (search/confirm.py, search/run_end.py). 0: not at all.
     confirm_top: int = 3
     confirm_times: int = 2
     weights: SelectionWeights = field(default_factory=SelectionWeights)

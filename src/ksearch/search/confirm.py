@@ -142,9 +142,10 @@ def write_confirmation(path: Path, out: Confirmation) -> None:
 
 def confirm_at_end(store: RunStore, cfg: RunConfig, judge: Callable[[str], EvalResult], final: LoopState,
                    on_event: Callable[[str, dict[str, Any]], None] | None) -> Confirmation:
-    """The end of a finished run: its best `confirm_top` timed again `confirm_times` times each by the run's own
-    judge (its baseline too), each verdict a `confirm` evaluation, the whole as meta `confirmation` and confirm.json.
-    A kill here leaves the run `stopped`; --resume judges its end again."""
+    """The end of a finished run: its best `confirm_top` timed again `confirm_times` times each by the run's judge
+    (its own, or a worker's with several evaluators: the baseline the search timed), each verdict a `confirm`
+    evaluation, the whole as meta `confirmation` and confirm.json. A kill here leaves the run `stopped`; --resume
+    judges its end again."""
     store.set_meta("status", "holdout")
 
     def record(item: Retimed, result: EvalResult) -> None:

@@ -18,6 +18,7 @@ import contextlib
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,14 +160,26 @@ class RayPool:
 
     def holdout(self, source: str) -> EvalResult:
         """The final holdout judgement, on the first live worker of the run's device kind."""
+        return self._on_first_live(lambda actor: ray.get(actor.holdout.remote(source)),
+                                   "judge the run's result on the holdout workloads")
+
+    def judge(self, source: str) -> EvalResult:
+        """A candidate judged on the search workloads now, as the search judged it (against the run's shared
+        baseline timings), on the first live worker of the run's device kind: the end's confirmation
+        (search/run_end.py), which times every candidate it compares on that one worker."""
+        return self._on_first_live(lambda actor: ray.get(actor.evaluate.remote(source, self._shared))[0],
+                                   "time the run's best candidates again")
+
+    def _on_first_live(self, call: Callable[[Any], dict[str, Any]], what: str) -> EvalResult:
+        """`call(actor)` on the first live worker of the run's first device kind, the next one where it dies."""
         kind = self.slots[0].info.device_kind
         for s in self.slots:
             if s.info.state != "dead" and s.info.device_kind == kind:
                 try:
-                    return EvalResult.from_json(ray.get(s.actor.holdout.remote(source)))
+                    return EvalResult.from_json(call(s.actor))
                 except RayActorError:
                     continue
-        raise RunError("no evaluator was left to judge the best candidate on the holdout workloads; --resume it")
+        raise RunError(f"no evaluator was left to {what}; --resume it")
 
     def share_baselines(self, recorded: list[dict[str, Any]]) -> int:
         """Before the first candidate: per device kind, the first live worker takes the baseline timings the run's

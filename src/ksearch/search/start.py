@@ -407,9 +407,11 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
         kind, reason = strategy.end_reason()
         failed = kind in FAILURES
         done = not failed and (strategy.spent() or final.phase == "done")
+        # With several evaluators the pool judges synchronously on one of its workers (a replay has neither).
         holdout_fn = judge.holdout if judge is not None else getattr(pool, "holdout", None)
+        again_fn = judge if judge is not None else getattr(pool, "judge", None)
         if done and final.best_candidate:
-            confirmation, holdout = judge_end(store, cfg, final, judge,
+            confirmation, holdout = judge_end(store, cfg, final, again_fn,
                                               holdout_fn if task.holdout_workloads(backend.tier) else None, on_event)
         status = "failed" if failed else "finished" if done else "stopped"
         _end(store, status, kind, reason, state.round, on_event)
