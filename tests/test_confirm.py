@@ -192,3 +192,28 @@ def test_confirm_settings_are_checked_and_zero_leaves_it_out(tmp_path: Path) -> 
     run = start_run(RunConfig(task="softmax", backend="mlx-cpu", budget=2, runs_dir=str(tmp_path), seed=1,
                               confirm_top=0))
     assert run.confirmation is None and not (run.path / CONFIRM_FILE).exists()
+
+
+def test_adopt_takes_the_pick_as_the_runs_result_and_judges_its_holdout_again(real_run: Path,
+                                                                              tmp_path: Path) -> None:
+    import shutil
+
+    from ksearch.cli.commands.search import _adopted_line
+
+    run = tmp_path / real_run.name
+    shutil.copytree(real_run, run)  # the module's run stays as its end left it
+    with RunReader(run) as reader:
+        held_before = len(reader.evaluations(kind="holdout"))
+    res = _cli(str(run), "--top", "2", "--times", "1", "--adopt", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    pick = out["pick"]
+    assert pick and out["adopted"]["candidate"] == pick and out["adopted"]["holdout"]["status"] == "passed"
+    with RunReader(run) as reader:
+        meta = reader.meta()
+        holdout = reader.evaluations(kind="holdout")
+        source = next(c for c in reader.candidates() if c.id == pick).source(reader.path)
+    assert meta.get("chosen_candidate") == pick and meta.get("status") == "finished"
+    assert len(holdout) == held_before + 1 and holdout[-1].candidate_id == pick
+    assert (run / "best.py").read_text() == source
+    assert _adopted_line(None).startswith("nothing adopted: no candidate passed every evaluation again")

@@ -11,6 +11,7 @@ search's best where no confirmation ran or none passed all its new evaluations.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ksearch.config import RunConfig
@@ -36,17 +37,39 @@ def judge_end(store: RunStore, cfg: RunConfig, final: LoopState, judge: Callable
         else None
     pick = confirmation.pick if confirmation is not None else None
     chosen = pick.candidate if pick is not None else final.best_candidate
+    return confirmation, take_result(store, chosen, final, holdout)
+
+
+def take_result(store: RunStore, chosen: str, final: LoopState,
+                holdout: Callable[[str], EvalResult] | None) -> EvalResult | None:
+    """`chosen` as the run's result: meta CHOSEN, `best.py`, then its holdout verdict (with `holdout`) as a
+    `holdout` evaluation and meta `holdout`. The run's status is the caller's to set."""
     source = store.candidate(chosen).source(store.path)
     store.write_best(source)
     store.set_meta(CHOSEN, chosen)
-    verdict = None
-    if holdout is not None:
-        store.set_meta("status", "holdout")
-        verdict = holdout(source)
-        with store.transaction():
-            store.add_evaluation(chosen, final.evaluations_done, final.round, "holdout", verdict.to_json())
-            store.set_meta("holdout", verdict.to_json())
-    return confirmation, verdict
+    if holdout is None:
+        return None
+    store.set_meta("status", "holdout")
+    verdict = holdout(source)
+    with store.transaction():
+        store.add_evaluation(chosen, final.evaluations_done, final.round, "holdout", verdict.to_json())
+        store.set_meta("holdout", verdict.to_json())
+    return verdict
+
+
+def adopt_pick(path: Path, pick: str, holdout: Callable[[str], EvalResult] | None) -> EvalResult | None:
+    """A later confirmation's pick (`ksearch confirm --adopt`) as a finished run's result, its holdout judged again;
+    the run stays `finished` (a kill during the holdout leaves it so, with the pick taken and the old verdict)."""
+    store = RunStore(path)
+    try:
+        status = store.get_meta("status")
+        final = LoopState.from_json(store.get_state("loop_state") or {})
+        try:
+            return take_result(store, pick, final, holdout)
+        finally:
+            store.set_meta("status", status)
+    finally:
+        store.close()
 
 
 def reopen(store: RunStore, best: str | None) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -135,10 +135,12 @@ def confirm_cmd(
     times: Annotated[int, typer.Option(help="Evaluations of each, in turns.")] = 3,
     runs_dir: Annotated[str | None, typer.Option(help="Where runs live (default runs/ or $KSEARCH_RUNS_DIR).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
+    adopt: Annotated[bool, typer.Option("--adopt", help="Take the pick as the run's result: best.py, its holdout "
+                                                        "judged again.")] = False,
 ) -> None:
     """Time a finished run's best candidates again, in turns, each in a fresh process as the search judged them; the
     pick is the highest median (a search's best is the highest of single measurements and leans high). Writes
-    confirm.json in the run's directory."""
+    confirm.json in the run's directory; with --adopt the pick becomes the run's result, as at a run's end."""
     import json
 
     from ksearch.search.confirm import CONFIRM_FILE, confirm_run
@@ -154,17 +156,34 @@ def confirm_cmd(
             err.print(f"{item.candidate}: {result.status} {result.score:.3f}x", highlight=False)
 
     judge = run_judge(path)
+    adopted = None
     try:
         out = confirm_run(path, top, times, judge, on_result=progress)
+        if adopt and out.pick is not None:
+            from ksearch.search.run_end import adopt_pick
+
+            held = judge.holdout if judge.ev.task.holdout_workloads(judge.ev.backend.tier) else None
+            verdict = adopt_pick(path, out.pick.candidate, held)
+            adopted = {"candidate": out.pick.candidate, "holdout": verdict.to_json() if verdict else None}
     finally:
         judge.close()
     if as_json:
-        typer.echo(json.dumps(out.to_json()))
+        typer.echo(json.dumps({**out.to_json(), **({"adopted": adopted} if adopt else {})}))
         return
     from ksearch.report.tables import confirmation_table
 
     console.print(confirmation_table(out))
     console.print(f"written: {path / CONFIRM_FILE}", highlight=False, soft_wrap=True)
+    if adopt:
+        console.print(_adopted_line(adopted), highlight=False, soft_wrap=True)
+
+
+def _adopted_line(adopted: dict[str, Any] | None) -> str:
+    if adopted is None:
+        return "nothing adopted: no candidate passed every evaluation again; the run's result stays"
+    hold = adopted["holdout"]
+    judged = f"holdout {hold.get('holdout_score') or 0:.3f}x ({hold.get('status')})" if hold else "no holdout workloads"
+    return f"adopted {adopted['candidate']} as the run's result (best.py; {judged})"
 
 
 #: `ksearch runs`' reason column: the end's kind in a few words (the report gives the whole line).
