@@ -94,7 +94,8 @@
 #   holdout RUN                     the run's best judged on the task's holdout workloads (ksearch eval --holdout)
 #   confirm RUN [TOP] [TIMES]       the run's TOP best (3) timed again TIMES times each (3), in turns; the pick by
 #                                   median (ksearch confirm; RUN as for resume, e.g. a run-NAME.tar.gz of
-#                                   benchmarks/results/search-runs/)
+#                                   benchmarks/results/search-runs/; ADOPT=1: the pick as the run's result, its
+#                                   holdout judged again, --adopt)
 set -uo pipefail
 cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
 OUT=${OUT:-$PWD/gpu-suite-out}
@@ -427,7 +428,9 @@ confirm() {
   local run task
   run=$(find_run "${1:?confirm RUN [TOP] [TIMES]}") || exit 2
   task=$(run_task "$run")
-  timeout -k 10 540 "${KS[@]}" confirm "$run" --top "${2:-3}" --times "${3:-3}" 2>&1 \
+  local adopt=()
+  [ -n "${ADOPT:-}" ] && adopt=(--adopt)  # the pick as the run's result, its holdout judged again
+  timeout -k 10 540 "${KS[@]}" confirm "$run" --top "${2:-3}" --times "${3:-3}" ${adopt[@]+"${adopt[@]}"} 2>&1 \
     | tee "$OUT/search-$task-confirm.log" | tail -12
   [ -f "$run/confirm.json" ] && cp "$run/confirm.json" "$OUT/search-$task-confirm.json"
 }

@@ -218,8 +218,12 @@ def test_confirm_times_a_runs_best_again_from_an_archive_and_keeps_its_json(tmp_
     proc = subprocess.run(["bash", str(SUITE), "confirm", str(archive), "2"], capture_output=True, text=True,
                           timeout=60, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run(["bash", str(SUITE), "confirm", str(archive), "2", "1"], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, env={**env, "ADOPT": "1"})
+    assert proc.returncode == 0, proc.stderr
     calls = [c for c in record.read_text().splitlines() if " confirm " in c]
-    assert calls == [f"-m ksearch.cli confirm {tmp_path / 'runs' / name} --top 2 --times 3"]
+    assert calls == [f"-m ksearch.cli confirm {tmp_path / 'runs' / name} --top 2 --times 3",
+                     f"-m ksearch.cli confirm {tmp_path / 'runs' / name} --top 2 --times 1 --adopt"]
     assert (tmp_path / "out" / "search-attention-confirm.log").is_file(), proc.stdout + proc.stderr
     missing = subprocess.run(["bash", str(SUITE), "confirm", str(tmp_path / "nowhere")], capture_output=True,
                              text=True, timeout=60, cwd=tmp_path, env=env)
