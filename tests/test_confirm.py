@@ -204,7 +204,7 @@ def test_adopt_takes_the_pick_as_the_runs_result_and_judges_its_holdout_again(re
     shutil.copytree(real_run, run)  # the module's run stays as its end left it
     with RunReader(run) as reader:
         held_before = len(reader.evaluations(kind="holdout"))
-    res = _cli(str(run), "--top", "2", "--times", "1", "--adopt", "--json")
+    res = _cli(str(run), "--top", "1", "--times", "1", "--adopt", "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     pick = out["pick"]
