@@ -89,7 +89,7 @@ def headline(run: RunData) -> list[tuple[str, str]]:
          if best else "none passed"),
     ] + ([("the run's pick", f"{chosen} (best.py; its best timed again, the highest median)")]
          if (chosen := run.chosen_candidate) != best else []) + (
-        [(f"{'best' if held == best else 'pick'} re-measured",
+        [(f"{'best' if held in (None, best) else 'pick'} re-measured",
           f"{again:.3f} (its search workloads timed again in the holdout evaluation)")]
         if hold is not None and (again := hold.search_score_again()) is not None else []) + [
         ("holdout score", _holdout(hold) + (f" ({held})" if hold is not None and held not in (None, best) else "")),
