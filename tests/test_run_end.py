@@ -104,3 +104,24 @@ def test_search_summary_names_the_result_and_the_holdout_candidate(tmp_path: Pat
     summary = json.loads(summarise_run(str(run), out=tmp_path / "out").read_text())["summary"]
     assert (summary["best_candidate"], summary["chosen_candidate"], summary["holdout_candidate"]) == (best, pick, pick)
     assert summary["best_score_again"] == 1.1 and summary["holdout_score"] == 0.9
+
+
+def test_the_final_table_names_the_pick_where_it_is_not_the_search_best(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from ksearch.cli.live import final_table
+    from ksearch.search.start import RunOutcome
+
+    state = LoopState(best_candidate="c0008", best_score=0.982)
+
+    def text(chosen: str) -> str:
+        out = RunOutcome(tmp_path, state, _verdict(0.916, holdout=0.922), None, chosen=chosen)
+        console = Console(width=200, record=True)
+        console.print(final_table(out))
+        return console.export_text()
+
+    picked, same = text("c0004"), text("c0008")
+    assert "the run's pick" in picked and f"c0004 ({tmp_path / 'best.py'}" in picked
+    assert "pick re-measured" in picked and "0.922x (passed, c0004)" in picked
+    assert "the run's pick" not in same and f"c0008 ({tmp_path / 'best.py'})" in same
+    assert "best re-measured" in same and "0.922x (passed)" in same
