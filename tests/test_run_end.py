@@ -115,12 +115,14 @@ def test_the_final_table_names_the_pick_where_it_is_not_the_search_best(tmp_path
     state = LoopState(best_candidate="c0008", best_score=0.982)
 
     def text(chosen: str) -> str:
-        out = RunOutcome(tmp_path, state, _verdict(0.916, holdout=0.922), None, chosen=chosen)
+        best = _verdict(0.982).to_json()
+        out = RunOutcome(tmp_path, state, _verdict(0.916, holdout=0.922), best, chosen=chosen)
         console = Console(width=200, record=True)
         console.print(final_table(out))
         return console.export_text()
 
     picked, same = text("c0004"), text("c0008")
+    assert picked.index("  w ") < picked.index("the run's pick")  # the search's best's workloads under its score
     assert "the run's pick" in picked and f"c0004 ({tmp_path / 'best.py'}" in picked
     assert "pick re-measured" in picked and "0.922x (passed, c0004)" in picked
     assert "the run's pick" not in same and f"c0008 ({tmp_path / 'best.py'})" in same

@@ -130,12 +130,12 @@ def final_table(o: RunOutcome) -> Table:
     best_at = "" if picked else f" ({o.path / 'best.py'})"
     t.add_row("best candidate", f"{s.best_candidate}{best_at}" if s.best_candidate else "none passed")
     t.add_row("best score", f"{s.best_score:.3f}x (start {s.start_score:.3f}x)")
-    if picked:
-        t.add_row("the run's pick", f"{o.chosen} ({o.path / 'best.py'}; its best timed again, the highest median)")
-    if o.best_result:
+    if o.best_result:  # the search's best, workload by workload
         for w in o.best_result.get("workloads", []):
             sp = w.get("speedup")
             t.add_row(f"  {w['name']}", "-" if sp is None else f"{sp:.3f}x vs {o.best_result.get('baseline')}")
+    if picked:
+        t.add_row("the run's pick", f"{o.chosen} ({o.path / 'best.py'}; its best timed again, the highest median)")
     if o.holdout is not None:
         whose = "pick" if picked else "best"  # the holdout judges the run's result
         if (again := o.holdout.search_score_again()) is not None:  # the best score leans high: the highest of many
