@@ -136,7 +136,9 @@ def test_the_command_prints_one_json_object_and_refuses_bad_input_in_one_line(re
     out: dict[str, Any] = json.loads(res.stdout)
     assert out["pick"] == out["candidates"][0]["candidate"] and len(out["candidates"][0]["scores"]) == 1
     for args, message in (([str(real_run), "--top", "0"], "--top and --times take 1 or more"),
-                          ([str(real_run.parent / "no-such-run")], "no-such-run")):
+                          ([str(real_run.parent / "no-such-run")], "no-such-run"),
+                          ([str(real_run), "--workers", "0"], "--workers takes 1 or more"),
+                          ([str(real_run), "--ray-address", "nope"], "is not auto or HOST:PORT")):
         res = _cli(*args)
         assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1
 

@@ -127,3 +127,23 @@ def test_a_parallel_run_killed_mid_flight_resumes_and_judges_its_candidates_agai
     assert max(Counter(e.candidate_id for e in evals).values()) == 1
     requeued = [c for e in recs.events if e.kind == "requeue" for c in e.data["candidates"]]
     assert requeued and set(requeued) <= {e.candidate_id for e in evals[before:]}
+
+
+def test_confirm_on_the_cluster_times_a_finished_run_against_its_recorded_baseline(cluster: str,
+                                                                                   tmp_path: Path) -> None:
+    # `ksearch confirm --ray-address`: a run a cluster judged is timed again there (search/pool_judge.py), against
+    # the baseline its verdicts recorded, and --adopt judges the pick's holdout on the same worker.
+    import json
+
+    run = start_run(_cfg(tmp_path, budget=1, confirm_top=0)).path
+    recorded = {w["name"]: w["baseline_latency_s"] for e in read_run(run).evaluations_of("search")
+                for w in e.result["workloads"]}
+    proc = subprocess.run([*KS, "confirm", str(run), "--top", "1", "--times", "1", "--adopt", "--json",
+                           "--ray-address", cluster, "--workers", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["candidates"][0]["statuses"] == ["passed"] and out["adopted"]["candidate"] == out["pick"]
+    held = out["adopted"]["holdout"]
+    again = {w["name"]: w["baseline_latency_s"] for w in held["workloads"] if w["split"] == "search"}
+    assert held["status"] == "passed" and again == recorded  # the recorded baseline, not a new measurement
+    assert read_run(run).meta.get("chosen_candidate") == out["pick"]

@@ -34,6 +34,10 @@ class Judge:
                            memory_limit_bytes=self.opts.memory_limit_bytes, holdout=True)
         return self.ev.evaluate(source, opts)
 
+    def has_holdout(self) -> bool:
+        """Whether the task has holdout workloads on this backend's tier."""
+        return bool(self.ev.task.holdout_workloads(self.ev.backend.tier))
+
     def close(self) -> None:
         self.ev.close()
 

@@ -137,6 +137,10 @@ def confirm_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
     adopt: Annotated[bool, typer.Option("--adopt", help="Take the pick as the run's result: best.py, its holdout "
                                                         "judged again.")] = False,
+    workers: Annotated[int | None, typer.Option(help="Time them on a Ray pool of N evaluators (one of them judges, "
+                                                     "against the run's recorded baseline).")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="The pool on a running Ray cluster (auto or HOST:PORT): "
+                                                         "for a run a cluster judged.")] = None,
 ) -> None:
     """Time a finished run's best candidates again, in turns, each in a fresh process as the search judged them; the
     pick is the highest median (a search's best is the highest of single measurements and leans high). Writes
@@ -144,25 +148,32 @@ def confirm_cmd(
     import json
 
     from ksearch.search.confirm import CONFIRM_FILE, confirm_run
-    from ksearch.search.judge import run_judge
+    from ksearch.search.judge import Judge, run_judge
     from ksearch.store import resolve_run
 
     path = resolve_run(run, runs_dir)
     if top < 1 or times < 1:
         fail("--top and --times take 1 or more")
+    if workers is not None and workers < 1:
+        fail("--workers takes 1 or more")
 
     def progress(item, result):  # type: ignore[no-untyped-def]
         if not as_json:
             err.print(f"{item.candidate}: {result.status} {result.score:.3f}x", highlight=False)
 
-    judge = run_judge(path)
+    if (workers or 1) > 1 or ray_address:
+        from ksearch.search.pool_judge import PoolJudge
+
+        judge: Judge | PoolJudge = PoolJudge(path, workers or 1, ray_address)
+    else:
+        judge = run_judge(path)
     adopted = None
     try:
         out = confirm_run(path, top, times, judge, on_result=progress)
         if adopt and out.pick is not None:
             from ksearch.search.run_end import adopt_pick
 
-            held = judge.holdout if judge.ev.task.holdout_workloads(judge.ev.backend.tier) else None
+            held = judge.holdout if judge.has_holdout() else None
             verdict = adopt_pick(path, out.pick.candidate, held)
             adopted = {"candidate": out.pick.candidate, "holdout": verdict.to_json() if verdict else None}
     finally:
