@@ -412,20 +412,26 @@ def test_the_familys_persistent_renderings_are_the_librarys() -> None:
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
 @pytest.mark.parametrize("cp", ["cg", "ca"])
 def test_every_flash_wgmma_family_configuration_compiles(cp: str) -> None:
-    """Every configuration the search can render (the flash_wgmma family's knobs) compiles for sm_90a at D=128,
-    causal (the most registers), fits the register file, and keeps its wgmmas unserialised."""
+    """Every kernel the search can render (the flash_wgmma family's knobs; a spread of them and the library's in make
+    test) compiles for sm_90a at D=128, causal (the most registers), fits the register file, and keeps its wgmmas
+    unserialised."""
+    import importlib
+
     from ksearch.policy.templates.attention_wgmma import FLASH_WGMMA, configs
 
+    A = importlib.import_module("ksearch.kernels.attention")
     io, out = [("q", "T"), ("k", "T"), ("v", "T"), ("scale", "float32")], [("o", "T")]
     units, threads = [W.cp_cache(cp)[0] + WGMMA_HEADER + WS.BULK_HEADER + tensor_map.TMA_HEADER], {}
     params = [p for p in FLASH_WGMMA.all_params() if p["cp"] == cp]
-    # the spread, and every tensor-copy configuration (the library's defaults among them) wherever one renders
-    chosen = spread(params, 6)
-    chosen += [p for p in params if p["tma"] and p not in chosen]
     # one of each kernel: `sections` and `tail` add the library's `_hs` / `_kt` kernels, compiled where those are
     # tested (test_prefill_key_split_tail.py; the rendering carries their texts: test_attention_family_variants.py)
-    kernels = {(configs(p)[1] if p["producer"] else configs(p)[0]): p for p in chosen}
-    chosen = list(kernels.values())
+    kernels = {(configs(p)[1] if p["producer"] else configs(p)[0]): p for p in params}
+    # a spread of them, an even spread of the tensor-copy kernels (68 of them with cp.async.cg; every one under
+    # KSEARCH_TEST_FULL=1) and every library kernel the family renders
+    tma = [k for k, p in kernels.items() if p["producer"] and p["tma"]]
+    library = [A.WIDE, A.TALL, A.WIDE_PERSIST, A.WIDE_SECTIONS, A.TALL_SECTIONS, A.WIDE_SPLIT_TAIL]
+    keep = [*spread(list(kernels), 6), *spread(tma, 16), *(k for k in library if k in kernels)]
+    chosen = [kernels[k] for k in dict.fromkeys(keep)]
     for i, p in enumerate(chosen):
         cfg, ws = configs(p)
         base = [("T", "float16"), ("D", 128), ("WG", cfg.wg), ("BN", cfg.bn), ("CAUSAL", True)]

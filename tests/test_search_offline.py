@@ -12,7 +12,9 @@ from ksearch.search.start import create_run, execute
 
 
 def _run(tmp_path: Path, task: str, strategy: str, budget: int) -> tuple:
-    cfg = RunConfig(task=task, backend="mlx-cpu", strategy=strategy, budget=budget, runs_dir=str(tmp_path), seed=1)
+    # confirm_top=0: the end's second timing of the best few is tested on its own (test_confirm.py, test_run_end.py)
+    cfg = RunConfig(task=task, backend="mlx-cpu", strategy=strategy, budget=budget, runs_dir=str(tmp_path), seed=1,
+                    confirm_top=0)
     store, _, _ = create_run(cfg)
     out = execute(store, cfg)
     return store, out
