@@ -58,7 +58,7 @@ def test_a_resumed_run_scores_against_its_first_baseline_measurement(tmp_path: A
     from ksearch.config import RunConfig
     from ksearch.search.start import create_run, execute
 
-    cfg = RunConfig(task="softmax", backend="mlx-cpu", budget=3, runs_dir=str(tmp_path))
+    cfg = RunConfig(task="softmax", backend="mlx-cpu", budget=3, runs_dir=str(tmp_path), confirm_top=0)
     store, _, _ = create_run(cfg)
     execute(store, cfg, stop_after=1)
     (first,) = store.evaluations("search")
