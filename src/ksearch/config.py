@@ -149,12 +149,36 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
                           "candidates, timed again 1 or more times (confirm_top 0 leaves it out)")
     if cfg.max_consecutive_errors < 1:
         raise ConfigError("max_consecutive_errors must be at least 1")
+    _check_ranges(cfg)
     if cfg.profile not in PROFILE_MODES:
         raise ConfigError(f"profile {cfg.profile!r} is not a profile setting; use one of {', '.join(PROFILE_MODES)}")
     if cfg.weights.rule not in SELECTION_RULES:
         raise ConfigError(f"weights.rule {cfg.weights.rule!r} is not a selection rule; use one of "
                           f"{', '.join(SELECTION_RULES)}")
     return cfg
+
+
+# Settings that must be above a floor: (where it is read, its name as a flag or key, the floor, whether the floor
+# itself is allowed, its unit). A zero or negative limit would end a run before its first evaluation, or time out
+# every one.
+_FLOORS = (
+    (lambda c: c.wall_time_s, "--wall-time (wall_time_s)", 0.0, False, "seconds; leave it out for no limit"),
+    (lambda c: c.timeout_s, "--timeout (timeout_s)", 0.0, False, "seconds; leave it out for the backend's default"),
+    (lambda c: c.memory_limit_gb, "memory_limit_gb", 0.0, False, "GiB"),
+    (lambda c: c.stagnation_window, "stagnation_window", 1, True, "evaluations"),
+    (lambda c: c.llm.max_usd, "--max-usd (llm.max_usd)", 0.0, False, "US dollars; leave it out for no cap"),
+    (lambda c: c.llm.max_tokens_total, "llm.max_tokens_total", 1, True, "tokens; leave it out for no cap"),
+    (lambda c: c.llm.temperature, "llm.temperature", 0.0, True, ""),
+)
+
+
+def _check_ranges(cfg: RunConfig) -> None:
+    for read, name, floor, inclusive, unit in _FLOORS:
+        value = read(cfg)
+        if value is None or value > floor or (inclusive and value == floor):
+            continue
+        bound = f"at least {floor:g}" if inclusive else f"above {floor:g}"
+        raise ConfigError(f"{name} {value:g}: must be {bound}" + (f" ({unit})" if unit else ""))
 
 
 def config_from_json(config: dict[str, Any] | None) -> RunConfig:
