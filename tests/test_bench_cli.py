@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ksearch.bench.results import REQUIRED, validate
 
 KS = [sys.executable, "-m", "ksearch.cli"]
@@ -35,3 +37,32 @@ def test_bench_naive_and_search_summary(tmp_path: Path) -> None:
     assert summary["summary"]["evaluations_done"] == 2
     # the best judged on the holdout: its search workloads timed again there, beside the best score as found
     assert summary["summary"]["holdout_score"] > 0 and summary["summary"]["best_score_again"] > 0
+
+
+@pytest.mark.parametrize("args", [
+    ["bench", "naive", "--backend", "mlx-cpu"],
+    ["bench", "fidelity", "--backend", "mlx-cpu"],
+    ["bench", "eval-phases", "softmax", "--backend", "mlx-cpu"],
+    ["bench", "search-summary", "any-run"],
+    ["bench", "mamba", "--no-compare"],
+])
+@pytest.mark.parametrize("under_file", [False, True])
+def test_every_bench_refuses_an_out_it_cannot_write_before_any_work(tmp_path: Path, args: list[str],
+                                                                     under_file: bool) -> None:
+    blocker = tmp_path / "results.json"
+    blocker.write_text("kept")
+    out = blocker / "sub" if under_file else blocker
+    res = subprocess.run([*KS, *args, "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "--out" in res.stderr and "Traceback" not in res.stderr
+    assert ("Not a directory" if under_file else "is a file, not a directory") in res.stderr
+    assert blocker.read_text() == "kept"
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--reps", "0"), ("--decode-tokens", "0"), ("--batch", "-1"),
+                                             ("--lengths", "0,512")])
+def test_bench_mamba_refuses_counts_below_one(flag: str, value: str) -> None:
+    res = subprocess.run([*KS, "bench", "mamba", "--no-compare", flag, value], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert (flag if flag != "--lengths" else "positive integers") in res.stderr

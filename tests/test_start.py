@@ -69,3 +69,19 @@ def test_a_diverged_replay_is_one_error_line(tmp_path: Path) -> None:
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert lines == ["error: evaluation 2: the candidate differs from the recorded one; use --reevaluate to "
                      "measure a diverging search again"], res.output
+
+
+@pytest.mark.parametrize("under_file", [False, True])
+def test_a_runs_directory_that_cannot_hold_runs_is_one_line(tmp_path: Path, under_file: bool) -> None:
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "runs"
+    blocker.write_text("kept")
+    where = blocker / "sub" if under_file else blocker
+    res = subprocess.run([sys.executable, "-m", "ksearch.cli", "run", "softmax", "--backend", "mlx-cpu", "--budget",
+                          "1", "--runs-dir", str(where), "--quiet"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "--runs-dir" in res.stderr
+    assert ("Not a directory" if under_file else "is a file") in res.stderr
+    assert blocker.read_text() == "kept"

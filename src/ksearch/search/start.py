@@ -299,8 +299,17 @@ def create_run(cfg: RunConfig) -> tuple[RunStore, Task, Backend]:
         raise RunError(f"task {task.name} has no baseline {cfg.baseline!r}; choose one of {', '.join(task.baselines)}")
     if cfg.from_cuda and not Path(cfg.from_cuda).is_file():
         raise RunError(f"--from-cuda file {cfg.from_cuda} does not exist")
-    path = runs_dir(cfg.runs_dir) / new_run_id(task.name)
-    store = RunStore(path, create=True)
+    base = runs_dir(cfg.runs_dir)
+    if base.exists() and not base.is_dir():
+        raise RunError(f"the runs directory {base} is a file; pass a directory as --runs-dir (or KSEARCH_RUNS_DIR)")
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunError(f"cannot create the runs directory {base} ({exc.strerror}); pass a writable --runs-dir "
+                       "(or KSEARCH_RUNS_DIR)") from exc
+    if not os.access(base, os.W_OK):
+        raise RunError(f"the runs directory {base} is not writable; pass a writable --runs-dir (or KSEARCH_RUNS_DIR)")
+    store = RunStore(base / new_run_id(task.name), create=True)
     with store.transaction():
         for k, v in {"task": task.origin or task.name, "task_name": task.name, "backend": backend.name,
                      "policy": cfg.policy, "strategy": cfg.strategy, "budget": cfg.budget, "seed": cfg.seed,

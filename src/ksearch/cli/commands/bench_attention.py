@@ -5,19 +5,7 @@ from __future__ import annotations
 
 import typer
 
-
-def check_out_dir(out: str) -> None:
-    """The result directory must be writable before minutes of timing, not after: created here, or one line."""
-    import os
-    from pathlib import Path
-
-    try:
-        Path(out).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise typer.BadParameter(f"cannot create {out!r} ({exc.strerror}); pass a writable --out", param_hint="--out") \
-            from exc
-    if not os.access(out, os.W_OK):
-        raise typer.BadParameter(f"{out!r} is not writable; pass a writable --out", param_hint="--out")
+from ksearch.cli.out_dir import check_out_dir
 
 
 def check_wgmma_env() -> None:

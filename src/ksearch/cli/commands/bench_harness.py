@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ksearch.cli.console import console
+from ksearch.cli.out_dir import check_out_dir
 
 
 def fidelity_cmd(
@@ -33,6 +34,7 @@ def fidelity_cmd(
                       f"speedup {f(row.get('harness_speedup'))} against {f(row.get('plain_speedup'))}")
 
     names = [t.strip() for t in tasks.split(",")] if tasks else None
+    check_out_dir(out)
     path = run_fidelity(backend, names, out, workloads, on_row=show, processes=processes, null=null)
     console.print(f"wrote {path}")
 
@@ -51,6 +53,8 @@ def phases_cmd(
     from ksearch.bench.phases import run_phases
 
     names = [w.strip() for w in workloads.split(",")] if workloads else None
+    if out is not None:
+        check_out_dir(out)
     path = run_phases(task, backend, candidates or [], names, repeat, out, echo=console.print)
     if path:
         console.print(f"wrote {path}")

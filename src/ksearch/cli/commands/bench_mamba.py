@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from ksearch.cli.out_dir import check_out_dir
+
 
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("mamba")
@@ -33,6 +35,12 @@ def register(bench_app: typer.Typer) -> None:
             lens = tuple(int(x) for x in lengths.split(",") if x.strip())
         except ValueError as exc:
             raise typer.BadParameter(f"--lengths must be comma-separated integers, got {lengths!r}") from exc
+        for flag, value in (("--reps", reps), ("--decode-tokens", decode_tokens), ("--batch", batch)):
+            if value < 1:
+                raise typer.BadParameter(f"{value}: give 1 or more", param_hint=flag)
+        if not lens or min(lens) < 1:
+            raise typer.BadParameter(f"--lengths must be positive integers, got {lengths!r}")
+        check_out_dir(out)
         if not no_compare:
             from ksearch.errors import IntegrationError
             from ksearch.integrations.mlx_lm import mamba_module

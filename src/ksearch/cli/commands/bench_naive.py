@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ksearch.cli.console import console
+from ksearch.cli.out_dir import check_out_dir
 
 
 def naive_cmd(
@@ -21,6 +22,7 @@ def naive_cmd(
     from ksearch.report.tables import eval_table
 
     names = [t.strip() for t in tasks.split(",")] if tasks else None
+    check_out_dir(out)
     path = run_naive(backend, names, out, timeout, on_result=lambda r: console.print(eval_table(r)))
     console.print(f"wrote {path}")
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ksearch.cli.console import console
+from ksearch.cli.out_dir import check_out_dir
 
 
 def summary_cmd(
@@ -19,6 +20,7 @@ def summary_cmd(
     from ksearch.bench.search_summary import summarise_run
     from ksearch.store import RunNotFound, RunUnreadable
 
+    check_out_dir(out)
     try:
         path = summarise_run(run, runs_dir, out)
     except (RunNotFound, RunUnreadable) as exc:
