@@ -115,3 +115,21 @@ def test_evaluations_json(runs: Path) -> None:
 def test_json_needs_evaluations(runs: Path) -> None:
     code, out = invoke("report", "20261129-120000-softmax-abc123", "--runs-dir", str(runs), "--json")
     assert code == 2 and "--json goes with --evaluations" in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("args", [
+    ["report", "--html", "{blocker}/r.html"],
+    ["export", "--out", "{blocker}/kernel.py"],
+    ["export", "--format", "flashinfer-trace", "--out", "{blocker}/trace"],
+    ["compare", "20261129-120000-softmax-abc123", "--out", "{blocker}/deep/curves.png"],
+])
+def test_an_output_under_a_file_is_one_line_before_anything_is_written(runs: Path, tmp_path: Path,
+                                                                       args: list[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("kept")
+    argv = [args[0], "20261129-120000-softmax-abc123", *(a.format(blocker=blocker) for a in args[1:])]
+    code, out = invoke(*argv, "--runs-dir", str(runs))
+    assert code == 2, out
+    assert "is a file" in out or "Not a directory" in out, out
+    assert "Traceback" not in out and "best re-measured" not in out  # the report's summary is not printed first
+    assert blocker.read_text() == "kept"

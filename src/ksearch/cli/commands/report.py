@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ksearch.cli.console import console, err, fail
+from ksearch.cli.out_dir import check_out_dir, check_out_file
 
 RunArg = Annotated[str, typer.Argument(help="A run id under --runs-dir, or a path to a run directory.")]
 RunsDir = Annotated[Path | None, typer.Option("--runs-dir", help="Where run ids are looked up "
@@ -46,13 +47,15 @@ def report_cmd(
         _show_calls(run, runs_dir, as_json)
         return
     data = _load(run, runs_dir)
+    if html is not None:  # before anything is printed: a bad --html is the command's one line
+        if html.is_dir():
+            fail(f"--html {html} is a directory; name a file, e.g. {html / 'report.html'}")
+        check_out_file(html, "--html")
     if evaluations and as_json:
         typer.echo(evaluations_json(data))
     else:
         console.print(evaluations_table(data) if evaluations else summary_renderable(data, show_tree=tree))
     if html is not None:
-        if html.is_dir():
-            fail(f"--html {html} is a directory; name a file, e.g. {html / 'report.html'}")
         from ksearch.report.html import write_html
 
         write_html(data, html)
@@ -86,6 +89,8 @@ def compare_cmd(
     if out is not None and out.suffix.lower() not in (".png", ".svg", ".html", ".htm"):
         fail(f"--out {out}: use a .png, .svg or .html file")
     lines = lines_for([_load(r, runs_dir) for r in runs])
+    if out is not None:
+        check_out_file(out, "--out")
     for w in warnings_for(lines):
         err.print(f"[yellow]warning:[/yellow] {w}")
     console.print(compare_table(lines))
@@ -115,6 +120,7 @@ def export_cmd(
             fail(f"--out {target} is a directory; name a .py file")
         if target.exists() and not force:
             fail(f"{target} exists; pass --force to overwrite it")
+        check_out_file(target, "--out")
         write_module(data, target)
         console.print(f"exported {data.chosen_candidate} of {data.run_id} to {target}")
         return
@@ -123,6 +129,7 @@ def export_cmd(
         fail(f"--out {folder} is a file; flashinfer-trace writes a folder")
     if folder.is_dir() and any(folder.iterdir()) and not force:
         fail(f"{folder} is not empty; pass --force to write into it")
+    check_out_dir(folder)
     written = write_flashinfer_trace(data, folder)
     console.print(f"exported {data.chosen_candidate} of {data.run_id} as FlashInfer-Trace: {len(written)} files "
                   f"under {folder}")
