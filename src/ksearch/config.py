@@ -165,7 +165,7 @@ _FLOORS = (
     (lambda c: c.wall_time_s, "--wall-time (wall_time_s)", 0.0, False, "seconds; leave it out for no limit"),
     (lambda c: c.timeout_s, "--timeout (timeout_s)", 0.0, False, "seconds; leave it out for the backend's default"),
     (lambda c: c.memory_limit_gb, "memory_limit_gb", 0.0, False, "GiB"),
-    (lambda c: c.stagnation_window, "stagnation_window", 1, True, "evaluations"),
+    (lambda c: c.stagnation_window, "stagnation_window", 1, True, "cycles without improvement"),
     (lambda c: c.llm.max_usd, "--max-usd (llm.max_usd)", 0.0, False, "US dollars; leave it out for no cap"),
     (lambda c: c.llm.max_tokens_total, "llm.max_tokens_total", 1, True, "tokens; leave it out for no cap"),
     (lambda c: c.llm.temperature, "llm.temperature", 0.0, True, ""),

@@ -1,4 +1,5 @@
-"""A command's output directory checked before minutes of work, not after: created here, or one line."""
+"""A command's output paths (a folder, or a file's folder) checked before minutes of work, not after: made here, or
+one line."""
 
 from __future__ import annotations
 
