@@ -99,6 +99,7 @@ def test_user_task_file_with_holdout(tmp_path):
     (["eval", "softmax", str(CANDIDATES / "exception.py"), "--workloads", "cpu_nope"], "no workload"),
     (["eval", "softmax", str(CANDIDATES / "exception.py"), "--baseline", "nope"], "no baseline"),
     (["eval", "softmax", str(CANDIDATES / "exception.py"), "--timeout", "-1"], "--timeout"),
+    (["eval", "softmax", str(CANDIDATES / "exception.py"), "--memory-limit-gb", "0"], "--memory-limit-gb"),
 ])
 def test_user_errors_exit_2_with_one_line(args, needle):
     done = ksearch(*args, timeout=60)

@@ -110,6 +110,8 @@ def eval_cmd(
             fail(f"task {t.name} has no workload {unknown[0]!r}; see `ksearch tasks`")
     if timeout is not None and timeout <= 0:
         fail("--timeout must be positive (seconds)")
+    if memory_limit_gb <= 0:
+        fail("--memory-limit-gb must be positive (GiB)")
     opts = EvalOptions(baseline=baseline, workloads=names, holdout=holdout, timeout_s=timeout,
                        memory_limit_bytes=int(memory_limit_gb * (1 << 30)), seed=seed)
     source = candidate.read_text()
