@@ -74,7 +74,6 @@ def test_a_diverged_replay_is_one_error_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize("under_file", [False, True])
 def test_a_runs_directory_that_cannot_hold_runs_is_one_line(tmp_path: Path, under_file: bool) -> None:
     import subprocess
-    import sys
 
     blocker = tmp_path / "runs"
     blocker.write_text("kept")

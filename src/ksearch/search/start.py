@@ -39,7 +39,7 @@ from ksearch.search.judge import Judge
 from ksearch.search.pool import EvaluatorPool, InlinePool, device_kind
 from ksearch.search.run_end import CHOSEN, judge_end, reopen
 from ksearch.search.state import LoopState, restore_rng
-from ksearch.store import RunReader, RunStore, new_run_id, resolve_run, runs_dir
+from ksearch.store import RunReader, RunStore, folder_problem, new_run_id, resolve_run, runs_dir
 from ksearch.store.owner import ACTIVE, current_owner, effective_status, owner_liveness
 from ksearch.tasks import Task, get_task
 
@@ -300,15 +300,9 @@ def create_run(cfg: RunConfig) -> tuple[RunStore, Task, Backend]:
     if cfg.from_cuda and not Path(cfg.from_cuda).is_file():
         raise RunError(f"--from-cuda file {cfg.from_cuda} does not exist")
     base = runs_dir(cfg.runs_dir)
-    if base.exists() and not base.is_dir():
-        raise RunError(f"the runs directory {base} is a file; pass a directory as --runs-dir (or KSEARCH_RUNS_DIR)")
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunError(f"cannot create the runs directory {base} ({exc.strerror}); pass a writable --runs-dir "
-                       "(or KSEARCH_RUNS_DIR)") from exc
-    if not os.access(base, os.W_OK):
-        raise RunError(f"the runs directory {base} is not writable; pass a writable --runs-dir (or KSEARCH_RUNS_DIR)")
+    problem = folder_problem(base)
+    if problem is not None:
+        raise RunError(f"the runs directory {base} {problem}; pass a writable --runs-dir (or KSEARCH_RUNS_DIR)")
     store = RunStore(base / new_run_id(task.name), create=True)
     with store.transaction():
         for k, v in {"task": task.origin or task.name, "task_name": task.name, "backend": backend.name,
