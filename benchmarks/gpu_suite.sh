@@ -48,6 +48,7 @@
 #                                   clock and power-cap share sampled (prefill_power.py; ARGS are its options)
 #   decode                          `ksearch bench decode`, check-decode, the configuration sweep, MLX-CUDA overheads,
 #                                   a decode call's host time by how its kernels are called (decode_host_time.py)
+#   bench-decode [FLAG...]          `ksearch bench decode` alone (FLAGs as the command's, e.g. --calls independent)
 #   decode-versus-native [CONFIG...]  split-K configurations (e.g. warps=8,unroll=4) beside native on `bench decode`'s
 #                                   shapes, each call synchronised, or `--queued` (with `--chained`: each call's
 #                                   query the previous call's output, as `bench decode`; attention_gpu.py)
@@ -537,6 +538,7 @@ case "$part" in
   item-trace) setup && timeout -k 10 500 "$PY" benchmarks/prefill_item_trace.py "$OUT" "$@" 2>&1 \
           | tee "$OUT/prefill-item-trace.log" | cut -c1-400 ;;
   decode) setup && decode ;;
+  bench-decode) setup && timeout -k 10 300 "${KS[@]}" bench decode --out "$OUT" "$@" 2>&1 | tail -15 ;;
   decode-versus-native) setup && timeout -k 10 500 "$PY" benchmarks/attention_gpu.py versus-native "$OUT" "$@" 2>&1 \
                           | tee "$OUT/decode-versus-native.log" | tail -16 ;;
   decode-power) setup && { [ $# -gt 0 ] || set -- ring=0 mma; } \

@@ -95,6 +95,39 @@ def test_the_decode_summary_counts_bandwidth_over_256_mib_only():
     rows = [{"speedup": 1.0, "kv_bytes": 2**28, "roofline_fraction": 0.4, "gbs": 1800.0},
             {"speedup": 1.0, "kv_bytes": 2**29, "roofline_fraction": 0.8, "gbs": 3900.0}]
     assert summarize_decode(rows)["min_tbs_kv_over_256MB"] == pytest.approx(3.9)
+    assert "stream_min_tbs_kv_over_256MB" not in summarize_decode(rows)  # no stream timed: no stream figures
+    streamed = [{**r, "stream_speedup": s, "stream_gbs": g, "native_stream_gbs": n}
+                for r, s, g, n in zip(rows, (0.5, 2.0), (2000.0, 4300.0), (1900.0, 4100.0), strict=True)]
+    summary = summarize_decode(streamed)
+    assert summary["stream_min_tbs_kv_over_256MB"] == pytest.approx(4.3)  # only the row over 256 MiB counts
+    assert summary["stream_native_min_tbs_kv_over_256MB"] == pytest.approx(4.1)
+    assert summary["stream_geomean_speedup"] == pytest.approx(1.0) and summary["stream_min_speedup"] == 0.5
+    assert summary["min_tbs_kv_over_256MB"] == pytest.approx(3.9)  # the queued rounds' figures as before
+
+
+@pytest.mark.parametrize("calls", ["chained", "independent"])
+def test_a_decode_row_times_the_stream_beside_the_queued_rounds(calls: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off CUDA the library's decode is MLX's attention: the row is made all the same, its stream figures beside the
+    rounds', from the same contenders."""
+    pytest.importorskip("mlx.core")
+    from ksearch.bench import attention as ba
+
+    monkeypatch.setattr(ba, "STREAM_CALLS", 4)
+    shape = {"B": 1, "Hq": 4, "Hkv": 2, "D": 64, "length": 300, "capacity": 320, "dtype": "float16"}
+    row = ba.bench_decode_shape(shape, rounds=2, n=2, calls=calls, stream=True)
+    assert row["stream_latency_s"] > 0 and row["native_stream_latency_s"] > 0
+    assert row["native_stream_variant"] in ("native_slice", "native_contiguous")
+    assert row["stream_speedup_min"] <= row["stream_speedup"] <= row["stream_speedup_max"]
+    assert row["stream_gbs"] == pytest.approx(row["kv_bytes"] / row["stream_latency_s"] / 1e9)
+    assert "stream_speedup" not in ba.bench_decode_shape(shape, rounds=2, n=2, calls=calls)
+
+
+def test_the_stream_is_for_decode_only(tmp_path) -> None:
+    from ksearch.bench.attention import run_bench
+
+    with pytest.raises(ValueError, match="the stream of calls is decode's"):
+        run_bench("prefill", False, str(tmp_path), stream=True)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(__import__("ksearch.backends.nvcc", fromlist=["nvcc_path"]).nvcc_path() is None,

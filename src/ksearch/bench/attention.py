@@ -132,10 +132,21 @@ def chained(call: Callable[[Any, Any, Any], Any], q: Any, caches: Sequence[tuple
 SPLIT_K = "split_k"
 
 
+#: A decode stream's calls a round and the most of them on the device not yet waited for (bench_decode_shape's
+#: `stream`): 64 calls make a round's start (the first call's building) and end (the synchronisation) about 1% of a
+#: 60 us call.
+STREAM_CALLS, STREAM_IN_FLIGHT = 64, 8
+
+
 def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, config: Any = None,
-                       calls: str = "chained") -> dict[str, Any]:
+                       calls: str = "chained", stream: bool = False) -> dict[str, Any]:
     """calls: "chained" (each call's query the previous call's output, caches read in turn: `chained`) or
-    "independent" (the same query and cache every call; calls queued together may overlap on the device)."""
+    "independent" (the same query and cache every call; calls queued together may overlap on the device).
+
+    The row's latencies are rounds of n calls queued at once (the host's building of all n before any runs is in
+    them). stream: also time every contender in rounds of STREAM_CALLS calls each handed to the device as it is
+    built (time_rounds' in_flight), as a model's generate loop runs: the row's stream_* fields, the same contenders
+    and the same faster-of-two native."""
     import mlx.core as mx
 
     from ksearch.kernels.decode import decode, decode_config, decode_plan, native_decode
@@ -158,13 +169,19 @@ def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, con
         "ours": lambda q, kc, vc: decode(q, kc, vc, length, config=config),
         "native_slice": lambda q, kc, vc: native_decode(q, kc, vc, length),
         "native_contiguous": native_contig}
-    t = time_rounds({name: chained(call, q, caches) if calls == "chained" else partial(call, q, kc, vc)
-                     for name, call in contenders.items()}, rounds, n)
-    del caches
+
+    def timed() -> dict[str, Callable[[], Any]]:  # fresh chains: each starts from q and the first cache
+        return {name: chained(call, q, caches) if calls == "chained" else partial(call, q, kc, vc)
+                for name, call in contenders.items()}
+
+    t = time_rounds(timed(), rounds, n)
+    handed = time_rounds(timed(), rounds, STREAM_CALLS, in_flight=STREAM_IN_FLIGHT) if stream else None
+    caches.clear()  # the rotated copies freed before the check below (kc, vc stay)
     # The task's native baseline keeps the faster of the two ways of calling MLX per shape; so do we.
     base = min(("native_slice", "native_contiguous"), key=lambda k: statistics.median(t[k]))
     med = statistics.median(t["ours"])
     kv_bytes = 2 * b * hkv * length * d * dt.size
+    stream_fields = {} if handed is None else _stream_fields(handed, kv_bytes)
     err = cast(float, mx.max(mx.abs(decode(q, kc, vc, length, config=config).astype(mx.float32)
                                     - native_decode(q, kc, vc, length).astype(mx.float32))).item())
     return {**shape, "latency_s": med, "native_latency_s": statistics.median(t[base]), "native_variant": base,
@@ -173,7 +190,18 @@ def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, con
             **ratio_stats(t["ours"], t[base]), "kv_bytes": kv_bytes, "gbs": kv_bytes / med / 1e9,
             "native_gbs": kv_bytes / statistics.median(t[base]) / 1e9, "roofline_fraction": kv_bytes / med / HBM_BYTES_PER_S,
             "max_abs_diff_vs_native": err, "config": repr(config), "calls": calls,
-            "kernel": decode_plan(q, kc, vc, length, config=config)[0]}
+            "kernel": decode_plan(q, kc, vc, length, config=config)[0], **stream_fields}
+
+
+def _stream_fields(t: dict[str, list[float]], kv_bytes: int) -> dict[str, Any]:
+    """A decode row's stream_* fields from the stream's rounds of ours and the two natives (the faster one kept)."""
+    base = min(("native_slice", "native_contiguous"), key=lambda k: statistics.median(t[k]))
+    ours, native = statistics.median(t["ours"]), statistics.median(t[base])
+    ratio = ratio_stats(t["ours"], t[base])
+    return {"stream_latency_s": ours, "native_stream_latency_s": native, "native_stream_variant": base,
+            "stream_speedup": ratio["speedup"], "stream_speedup_min": ratio["speedup_min"],
+            "stream_speedup_max": ratio["speedup_max"], "stream_gbs": kv_bytes / ours / 1e9,
+            "native_stream_gbs": kv_bytes / native / 1e9}
 
 
 # A row's maximum score grows about RISE units of exp2 per 64 keys in `rising` inputs: around the 2^8 (8 units) up to
@@ -287,13 +315,21 @@ def prefill_calls(call: Callable[[Any, Any, Any], Any], q: Any, k: Any, v: Any, 
 
 
 def summarize_decode(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The targets' figures over the rows: from the queued rounds, and from the stream where the rows have one."""
     big = [r for r in rows if r["kv_bytes"] > 64e6]
     huge = [r for r in rows if r["kv_bytes"] > 2**28]  # over 256 MiB: B 16 at 4k keys is exactly that, not over
-    return {"geomean_speedup": geomean([r["speedup"] for r in rows]),
-            "min_speedup": min(r["speedup"] for r in rows),
-            "min_roofline_fraction_kv_over_64MB": min((r["roofline_fraction"] for r in big), default=None),
-            "min_tbs_kv_over_256MB": min((r["gbs"] / 1e3 for r in huge), default=None),
-            "targets": "geomean >= 1.0x native, no shape below 0.9x, >= 4.2 TB/s where the KV read > 256 MB"}
+    out = {"geomean_speedup": geomean([r["speedup"] for r in rows]),
+           "min_speedup": min(r["speedup"] for r in rows),
+           "min_roofline_fraction_kv_over_64MB": min((r["roofline_fraction"] for r in big), default=None),
+           "min_tbs_kv_over_256MB": min((r["gbs"] / 1e3 for r in huge), default=None),
+           "targets": "geomean >= 1.0x native, no shape below 0.9x, >= 4.2 TB/s where the KV read > 256 MB"}
+    if rows and all("stream_speedup" in r for r in rows):
+        out |= {"stream_geomean_speedup": geomean([r["stream_speedup"] for r in rows]),
+                "stream_min_speedup": min(r["stream_speedup"] for r in rows),
+                "stream_min_tbs_kv_over_256MB": min((r["stream_gbs"] / 1e3 for r in huge), default=None),
+                "stream_native_min_tbs_kv_over_256MB": min((r["native_stream_gbs"] / 1e3 for r in huge),
+                                                           default=None)}
+    return out
 
 
 def prefill_group(row: dict[str, Any]) -> tuple[int, bool, bool]:
@@ -358,13 +394,15 @@ def prefill_lengths(shapes: list[dict[str, Any]], lengths: Sequence[int]) -> lis
 
 def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callable[[str], None] = print,
               config: Any = None, name: str | None = None, configs: Sequence[str] = (),
-              calls: str | None = None, lengths: Sequence[int] = (), dtypes: Sequence[str] = ()) -> Path:
+              calls: str | None = None, lengths: Sequence[int] = (), dtypes: Sequence[str] = (),
+              stream: bool = False) -> Path:
     """configs (prefill only): configuration names (wgmma or Metal) timed beside the dispatch at every shape; calls:
     "chained" or "independent" (bench_decode_shape, bench_prefill_shape), the one that is not the kind's default
     written under a name of its own (decode's default chained, prefill's independent); lengths (prefill only): the
     shapes at these L only, written under a name that says them (attention-prefill-*-l2048-*.json); dtypes (prefill
     only): the grid at these dtypes, other than the benchmark's own written under a name that says them
-    (attention-prefill-*-float32-*.json)."""
+    (attention-prefill-*-float32-*.json); stream (decode only): also each call handed to the device as it is built
+    (bench_decode_shape)."""
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
     from ksearch.errors import BackendUnavailable
@@ -377,6 +415,8 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
     else:
         shapes = prefill_lengths(prefill_shapes(full, picked), lengths)
         summ, default = summarize_prefill, "attention-prefill"
+    if stream and kind != "decode":
+        raise ValueError("the stream of calls is decode's: run `ksearch bench decode`")
     if configs and kind == "decode":
         raise ValueError("configurations beside the dispatch are for prefill: run `ksearch bench attention --configs`")
     calls = calls or ("chained" if kind == "decode" else "independent")
@@ -392,13 +432,15 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
         name += "".join(f"-l{n}" for n in sorted(lengths))
     rows = []
     for shape in shapes:
-        rows.append(bench_decode_shape(shape, config=config, calls=calls) if kind == "decode" else
+        rows.append(bench_decode_shape(shape, config=config, calls=calls, stream=stream) if kind == "decode" else
                     bench_prefill_shape(shape, config=config, configs=configs, calls=calls))
         r = rows[-1]
         extra = "".join(f", {c}: {x['speedup']:.2f}x" for c, x in r.get("configs", {}).items())
         kernel = f" ({r['kernel']})" if "kernel" in r else ""  # decode: which of the library's kernels ran
+        handed = (f"; a stream {r['stream_latency_s'] * 1e6:.1f} us vs {r['native_stream_latency_s'] * 1e6:.1f} us "
+                  f"-> {r['stream_speedup']:.2f}x, {r['stream_gbs'] / 1e3:.2f} TB/s" if "stream_speedup" in r else "")
         log(f"{shape}: {r['latency_s'] * 1e6:.1f} us vs native {r['native_latency_s'] * 1e6:.1f} us "
-            f"-> {r['speedup']:.2f}x{kernel}{extra}")
+            f"-> {r['speedup']:.2f}x{kernel}{extra}{handed}")
     data = make_result(name, backend, rows, shapes, sorted({s["dtype"] for s in shapes}), summ(rows), notes)
     path = write_result(data, out_dir)
     groups = data["summary"].get("by_group", {})

@@ -5,7 +5,8 @@ their spread, and compared as ratios.
 other load hits all of them alike; each round in an order of its own, drawn at random): each round times `n`
 calls of one contender from a synchronised start until their outputs are evaluated and the device is synchronised
 again, divided by n. On MLX, a call only builds a graph: `mx.eval` runs it and `mx.synchronize` waits for the device,
-so both are inside the clock. Host-side code (numpy) times with `device=False`.
+so both are inside the clock. Host-side code (numpy) times with `device=False`. With `in_flight`, each call is handed
+to the device as it is built instead (a stream, as a model's generate loop hands each step over).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import random
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -34,9 +36,25 @@ def _synchronize() -> None:
     mx.synchronize()
 
 
+def _stream(fn: Callable[[], Any], n: int, in_flight: int) -> None:
+    """n calls of `fn`, each handed to the device as it is built (`mx.async_eval`), waiting for the oldest output
+    whenever more than `in_flight` are not yet waited for: the host builds the next call while the device runs the
+    ones before."""
+    import mlx.core as mx
+
+    flight: deque[Any] = deque()
+    for _ in range(n):
+        out = fn()
+        mx.async_eval(out)
+        flight.append(out)
+        if len(flight) > in_flight:
+            mx.eval(flight.popleft())
+    mx.eval(list(flight))
+
+
 def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *, warmup: int = 2,
                 round_s: float = 0.0, eval_each: bool = False, before: Callable[[str], Any] | None = None,
-                device: bool = True, sync_each: bool = False) -> dict[str, list[float]]:
+                device: bool = True, sync_each: bool = False, in_flight: int = 0) -> dict[str, list[float]]:
     """Seconds per call of each contender, one value per round: {name: [round 1, round 2, ...]}.
 
     warmup: untimed calls of each contender first (they absorb JIT compiles and allocations).
@@ -48,7 +66,13 @@ def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *
       after each (what the harness's timed calls do).
     before: called with a contender's name before each of its rounds and warm-ups, outside the clock (switching a
       patch on or off, preparing a state the call starts from).
-    device: False for host-side code: no MLX evaluation or synchronisation."""
+    device: False for host-side code: no MLX evaluation or synchronisation.
+    in_flight > 0: a round's n calls as a stream (`_stream`): each handed to the device as it is built, at most
+      in_flight of them not yet waited for. Queued all at once (the default), a round's graphs are built before any
+      of them runs, so the host's building of every call adds to the device's time; in a stream it hides under the
+      calls before, as in mlx-lm's generate loop (`mx.async_eval` of each step before the next is built)."""
+    if in_flight < 0 or (in_flight and (not device or eval_each or sync_each)):
+        raise ValueError("in_flight: a count >= 1 of calls on the device, without eval_each, sync_each or device=False")
     evaluate = _evaluate if device else (lambda _outs: None)
     synchronize = _synchronize if device else (lambda: None)
 
@@ -85,7 +109,9 @@ def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *
             prepare(name)
             synchronize()
             t0 = time.perf_counter()
-            if eval_each or sync_each:
+            if in_flight:
+                _stream(fn, n, in_flight)
+            elif eval_each or sync_each:
                 for _ in range(n):
                     evaluate(fn())
                     if sync_each:

@@ -107,7 +107,10 @@ def register(bench_app: typer.Typer) -> None:
                    calls: str = typer.Option("chained", help="chained: each call's query is the previous call's "
                                              "output, caches read in turn (a model's layers); independent: the same "
                                              "inputs every call, calls free to overlap on the device "
-                                             "(decode-*-independent-*.json)")
+                                             "(decode-*-independent-*.json)"),
+                   stream: bool = typer.Option(True, help="also time the calls as a stream, each handed to the "
+                                               "device as it is built (a model's generate loop): the rows' stream_* "
+                                               "figures beside the queued rounds'")
                    ) -> None:
         """GQA decode: our kernel vs MLX's attention on the cache (the faster of two ways)."""
         from ksearch.bench.attention import CALLS, SPLIT_K, run_bench
@@ -137,13 +140,13 @@ def register(bench_app: typer.Typer) -> None:
         check_out_dir(out)
         # Anything but the default kernel in its default configuration gets a file of its own.
         if kernel == "cluster":
-            run_bench("decode", full, out, config=ClusterConfig(), name="decode-cluster", calls=calls)
+            run_bench("decode", full, out, config=ClusterConfig(), name="decode-cluster", calls=calls, stream=stream)
         elif kernel == "mma_split":
             run_bench("decode", full, out, config=chosen, name="decode-config" if config else "decode-mma-split",
-                      calls=calls)
+                      calls=calls, stream=stream)
         elif chosen is not None:
-            run_bench("decode", full, out, config=chosen, name="decode-config", calls=calls)
+            run_bench("decode", full, out, config=chosen, name="decode-config", calls=calls, stream=stream)
         elif kernel == "split_k":
-            run_bench("decode", full, out, config=SPLIT_K, name="decode-split-k", calls=calls)
+            run_bench("decode", full, out, config=SPLIT_K, name="decode-split-k", calls=calls, stream=stream)
         else:
-            run_bench("decode", full, out, calls=calls)
+            run_bench("decode", full, out, calls=calls, stream=stream)
