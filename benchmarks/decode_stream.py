@@ -8,19 +8,22 @@ the configurations given), the time a call in a sustained stream under each way 
     queued:N   N calls built, then one evaluation of all N (decode_power.py's stream is queued:10)
     async:N    each call handed to the device as it is built (mx.async_eval), at most N in flight; the host builds
                the next call while the device runs the ones before
+    steps:N    N calls handed to the device at once, the next N built while the device runs them (a model's generate
+               loop, a step a token of N layers; `ksearch bench decode`'s stream: bench.timing.stream_steps)
 
 and, as a floor from the host's side, build:N: the time a call only to build N calls' graphs (nothing evaluated).
 The modes run in turn, twice, and the better round is kept. `--pieces` adds what a call is made of as contenders of
 their own: the library's split kernel without its merge, each tensor-core configuration's kernel without it, the
-merge alone (on partials made once) and MLX's slice of K. `--timeline N` records, per contender, N queued rounds of
-the first queued mode through CUPTI (torch's profiler, which traces every kernel in the process, MLX's included) and
-splits a call's time into the device's kernels (each kernel's median) and the device's idle time between them;
+merge alone (on partials made once) and MLX's slice of K. `--timeline N` records, per contender, N bursts of each
+queued, async and steps mode through CUPTI (torch's profiler, which traces every kernel in the process, MLX's
+included) and splits a call's time into the device's kernels (each kernel's median) and the device's idle time
+between them;
 the first kernels as recorded show whether calls overlapped. By default the calls are independent (the same inputs
 each call; MLX's graphs let queued ones run side by side); `--chained` makes each call's query the previous call's
 output and reads caches in turn, as `ksearch bench decode` does (bench.attention.chained).
 
     python benchmarks/decode_stream.py OUT_DIR [--shapes 16x16384,1x4096] [--seconds 0.5]
-                                       [--modes queued:1,queued:10,queued:100,async:2,async:8,build:10]
+                                       [--modes queued:1,queued:10,queued:100,async:2,async:8,steps:8,build:10]
                                        [--pieces] [--configs mma:producers=0,consumers=4,slots=3 ...]
                                        [--timeline ROUNDS] [--chained]
 
@@ -31,12 +34,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-MODES = ("queued", "async", "build")
+from ksearch.bench.timing import stream_steps
+
+MODES = ("queued", "async", "steps", "build")
 
 
 def parse_modes(text: str) -> list[tuple[str, int]]:
@@ -52,13 +58,16 @@ def parse_modes(text: str) -> list[tuple[str, int]]:
     return out
 
 
-def per_call(fn: Callable[[], Any], mode: tuple[str, int], seconds: float) -> float:
-    """Seconds a call of `fn` in a stream driven as `mode`, over about `seconds` after one warm pass."""
+def make_burst(fn: Callable[[], Any], mode: tuple[str, int]) -> Callable[[], int]:
+    """A burst of calls of `fn` driven as `mode`; the burst returns how many calls it made."""
     import mlx.core as mx
 
     kind, n = mode
 
     def burst() -> int:
+        if kind == "steps":
+            stream_steps(fn, 4 * n, n)
+            return 4 * n
         if kind == "queued":
             mx.eval([fn() for _ in range(n)])
             return n
@@ -76,12 +85,20 @@ def per_call(fn: Callable[[], Any], mode: tuple[str, int], seconds: float) -> fl
         mx.eval(list(flight))
         return max(4 * n, 32)
 
+    return burst
+
+
+def per_call(fn: Callable[[], Any], mode: tuple[str, int], seconds: float) -> float:
+    """Seconds a call of `fn` in a stream driven as `mode`, over about `seconds` after one warm pass."""
+    import mlx.core as mx
+
+    burst = make_burst(fn, mode)
     burst()
     mx.synchronize()
     t0, calls = time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:
         calls += burst()
-    if kind != "build":
+    if mode[0] != "build":
         mx.synchronize()
     return (time.perf_counter() - t0) / calls
 
@@ -115,21 +132,22 @@ def summarize_timeline(kernels: list[tuple[str, float, float]], calls: int) -> d
                         for name, d in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))}}
 
 
-def trace_queued(fn: Callable[[], Any], n: int, rounds: int) -> dict[str, Any]:
-    """`rounds` rounds of n queued calls under CUPTI (torch's profiler): summarize_timeline of their kernels."""
+def trace_mode(fn: Callable[[], Any], mode: tuple[str, int], rounds: int) -> dict[str, Any]:
+    """`rounds` bursts of calls driven as `mode` (per_call's) under CUPTI (torch's profiler): summarize_timeline of
+    their kernels."""
     import mlx.core as mx
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    mx.eval([fn() for _ in range(n)])
+    burst = make_burst(fn, mode)
+    burst()
     mx.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(rounds):
-            mx.eval([fn() for _ in range(n)])
+        calls = sum(burst() for _ in range(rounds))
         mx.synchronize()
     kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
                if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start]
-    return summarize_timeline(kernels, rounds * n)
+    return summarize_timeline(kernels, calls)
 
 
 def contenders(q: Any, kc: Any, vc: Any, length: int, configs: list[Any], pieces: bool = False,
@@ -194,9 +212,9 @@ def main() -> None:
         raise SystemExit(f"decode_stream: --seconds {args.seconds}: give a positive stream length")
     if args.chained and args.pieces:
         raise SystemExit("decode_stream: --pieces times parts whose outputs are not a query; drop --chained for them")
-    queued = [n for kind, n in modes if kind == "queued"]
-    if args.timeline < 0 or (args.timeline and not queued):
-        raise SystemExit("decode_stream: --timeline ROUNDS takes ROUNDS >= 1 and a queued:N mode to trace")
+    traced = [m for m in modes if m[0] != "build"]
+    if args.timeline < 0 or (args.timeline and not traced):
+        raise SystemExit("decode_stream: --timeline ROUNDS takes ROUNDS >= 1 and a queued, async or steps mode to trace")
     if args.timeline and importlib.util.find_spec("torch") is None:
         raise SystemExit("decode_stream: --timeline reads CUPTI through torch's profiler: install torch, or drop it")
     import mlx.core as mx
@@ -223,12 +241,13 @@ def main() -> None:
             figures.append({"B": b, "length": length, "contender": name, "mode": label, "per_call_s": t,
                             "tbs": None if label.startswith("build") else kv / t / 1e12})
             print(f"{b:>2} {length:>6} {name[:48]:<48} {label:<11} {t * 1e6:8.1f} us", flush=True)
-        for name, fn in calls.items() if args.timeline else ():
-            tl = trace_queued(fn, queued[0], args.timeline)
-            figures.append({"B": b, "length": length, "contender": name, "mode": f"timeline queued:{queued[0]}", **tl})
+        for (name, fn), mode in itertools.product(calls.items(), traced if args.timeline else ()):
+            tl = trace_mode(fn, mode, args.timeline)
+            label = f"{mode[0]}:{mode[1]}"
+            figures.append({"B": b, "length": length, "contender": name, "mode": f"timeline {label}", **tl})
             top = ", ".join(f"{k[:40]} {v['median_us']:.1f} us x{v['per_call']:.2g}" for k, v in
                             list(tl["kernels"].items())[:3])
-            print(f"{b:>2} {length:>6} {name[:48]:<48} span {tl['span_us']:7.1f} busy {tl['busy_us']:7.1f} "
+            print(f"{b:>2} {length:>6} {name[:40]:<40} {label:<9} span {tl['span_us']:7.1f} busy {tl['busy_us']:7.1f} "
                   f"idle {tl['idle_us']:6.1f} us a call; {top}", flush=True)
     data = make_result("decode-stream-chained" if args.chained else "decode-stream", get_backend("mlx-cuda"),
                        figures, [list(s) for s in shapes], ["float16"],

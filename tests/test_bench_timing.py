@@ -98,8 +98,7 @@ def test_statistics_are_medians_spreads_and_ratios() -> None:
         ratio_stats([1.0], [1.0, 2.0])  # rounds pair up one to one
 
 
-def test_a_stream_hands_each_call_over_as_it_is_built_and_waits_for_the_oldest_beyond_its_flight(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stream_hands_a_step_over_and_waits_for_the_one_before_only_then(monkeypatch: pytest.MonkeyPatch) -> None:
     events: list[str] = []
     made = iter(range(1000))
 
@@ -108,22 +107,23 @@ def test_a_stream_hands_each_call_over_as_it_is_built_and_waits_for_the_oldest_b
         events.append(f"build {i}")
         return mx.array([i])
 
-    def name(x) -> str:  # type: ignore[no-untyped-def]
-        return ",".join(str(a.item()) for a in x) if isinstance(x, list) else str(x.item())
+    def name(x: list) -> str:  # type: ignore[type-arg]
+        return ",".join(str(a.item()) for a in x)
 
     real_eval = mx.eval
     monkeypatch.setattr(mx, "async_eval", lambda x: events.append(f"hand {name(x)}"))
     monkeypatch.setattr(mx, "eval", lambda x: (events.append(f"wait {name(x)}"), real_eval(x))[1])
-    times = time_rounds({"s": fn}, rounds=1, n=5, warmup=0, in_flight=2)
-    assert events == ["build 0", "hand 0", "build 1", "hand 1", "build 2", "hand 2", "wait 0", "build 3", "hand 3",
-                      "wait 1", "build 4", "hand 4", "wait 2", "wait 3,4"]
+    times = time_rounds({"s": fn}, rounds=1, n=7, warmup=0, step=3)
+    assert events == ["build 0", "build 1", "build 2", "hand 0,1,2",
+                      "build 3", "build 4", "build 5", "hand 3,4,5", "wait 0,1,2",
+                      "build 6", "hand 6", "wait 3,4,5", "wait 6"]  # a last step of what is left
     assert len(times["s"]) == 1 and times["s"][0] > 0
 
 
-@pytest.mark.parametrize("kwargs", [{"in_flight": -1}, {"in_flight": 2, "eval_each": True},
-                                    {"in_flight": 2, "sync_each": True}, {"in_flight": 2, "device": False}])
-def test_a_stream_needs_a_positive_flight_on_the_device_and_no_per_call_waits(kwargs: dict) -> None:  # type: ignore[type-arg]
+@pytest.mark.parametrize("kwargs", [{"step": -1}, {"step": 2, "eval_each": True},
+                                    {"step": 2, "sync_each": True}, {"step": 2, "device": False}])
+def test_a_stream_needs_a_positive_step_on_the_device_and_no_per_call_waits(kwargs: dict) -> None:  # type: ignore[type-arg]
     calls: list[int] = []
-    with pytest.raises(ValueError, match="in_flight"):
+    with pytest.raises(ValueError, match="step"):
         time_rounds({"s": lambda: calls.append(1)}, rounds=1, n=2, warmup=1, **kwargs)
     assert calls == []  # refused before anything ran

@@ -13,13 +13,14 @@ decode_stream = load_module(SCRIPT)
 
 
 def test_modes_read_as_kind_and_count():
-    assert decode_stream.parse_modes("queued:10,async:2,build:1") == [("queued", 10), ("async", 2), ("build", 1)]
+    assert decode_stream.parse_modes("queued:10,async:2,steps:4,build:1") == [("queued", 10), ("async", 2),
+                                                                               ("steps", 4), ("build", 1)]
     for bad in ("queued", "queued:0", "later:3", "async:x", ""):
         with pytest.raises(ValueError, match="mode"):
             decode_stream.parse_modes(bad)
 
 
-@pytest.mark.parametrize("mode", [("queued", 1), ("queued", 10), ("async", 2), ("build", 5)])
+@pytest.mark.parametrize("mode", [("queued", 1), ("queued", 10), ("async", 2), ("steps", 3), ("build", 5)])
 def test_every_mode_calls_the_function_and_times_a_call(mode):
     mx = pytest.importorskip("mlx.core")
     a = mx.ones((32, 32))
@@ -53,7 +54,7 @@ def test_async_keeps_at_most_n_calls_in_flight(monkeypatch):
 def test_bad_input_and_a_machine_without_cuda_are_refused_in_one_line(tmp_path):
     for args, want in ((["--modes", "queued:0"], "MODE:N"), (["--shapes", "16by1024"], "BxLENGTH"),
                        (["--configs", "nope=1"], "nope"), (["--seconds", "0"], "positive"),
-                       (["--timeline", "2", "--modes", "async:2"], "queued:N"), (["--timeline", "-1"], "ROUNDS"),
+                       (["--timeline", "2", "--modes", "build:2"], "queued, async or steps"), (["--timeline", "-1"], "ROUNDS"),
                        (["--chained", "--pieces"], "drop --chained")):
         done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), *args], capture_output=True, text=True,
                               timeout=300)

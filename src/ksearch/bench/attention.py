@@ -132,10 +132,12 @@ def chained(call: Callable[[Any, Any, Any], Any], q: Any, caches: Sequence[tuple
 SPLIT_K = "split_k"
 
 
-#: A decode stream's calls a round and the most of them on the device not yet waited for (bench_decode_shape's
-#: `stream`): 64 calls make a round's start (the first call's building) and end (the synchronisation) about 1% of a
-#: 60 us call.
-STREAM_CALLS, STREAM_IN_FLIGHT = 64, 8
+#: A decode stream's round: STREAM_CALLS calls handed to the device STREAM_STEP at a time (bench_decode_shape's
+#: `stream`), as a model's generate loop hands over a token's layers (mlx-lm: 24-80 of them) while the token before
+#: runs. Each handing-over costs the device about 9 us between kernels on the H200 (each call handed over alone: 8.7
+#: us a call at B 16, 16k; decode-stream-chained-*.json); a round's first step, built before anything runs, is 1/16
+#: of the round.
+STREAM_CALLS, STREAM_STEP = 128, 8
 
 
 def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, config: Any = None,
@@ -144,9 +146,9 @@ def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, con
     "independent" (the same query and cache every call; calls queued together may overlap on the device).
 
     The row's latencies are rounds of n calls queued at once (the host's building of all n before any runs is in
-    them). stream: also time every contender in rounds of STREAM_CALLS calls each handed to the device as it is
-    built (time_rounds' in_flight), as a model's generate loop runs: the row's stream_* fields, the same contenders
-    and the same faster-of-two native."""
+    them). stream: also time every contender in rounds of STREAM_CALLS calls handed to the device STREAM_STEP at a
+    time, the next step built while the device runs the one before (time_rounds' step), as a model's generate loop
+    runs: the row's stream_* fields, the same contenders and the same faster-of-two native."""
     import mlx.core as mx
 
     from ksearch.kernels.decode import decode, decode_config, decode_plan, native_decode
@@ -175,7 +177,7 @@ def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, con
                 for name, call in contenders.items()}
 
     t = time_rounds(timed(), rounds, n)
-    handed = time_rounds(timed(), rounds, STREAM_CALLS, in_flight=STREAM_IN_FLIGHT) if stream else None
+    handed = time_rounds(timed(), rounds, STREAM_CALLS, step=STREAM_STEP) if stream else None
     caches.clear()  # the rotated copies freed before the check below (kc, vc stay)
     # The task's native baseline keeps the faster of the two ways of calling MLX per shape; so do we.
     base = min(("native_slice", "native_contiguous"), key=lambda k: statistics.median(t[k]))
@@ -401,8 +403,8 @@ def run_bench(kind: str, full: bool, out_dir: str, notes: str = "", log: Callabl
     written under a name of its own (decode's default chained, prefill's independent); lengths (prefill only): the
     shapes at these L only, written under a name that says them (attention-prefill-*-l2048-*.json); dtypes (prefill
     only): the grid at these dtypes, other than the benchmark's own written under a name that says them
-    (attention-prefill-*-float32-*.json); stream (decode only): also each call handed to the device as it is built
-    (bench_decode_shape)."""
+    (attention-prefill-*-float32-*.json); stream (decode only): also the calls handed to the device a step at a time,
+    the next built while the device runs the one before (bench_decode_shape)."""
     from ksearch.backends import get_backend
     from ksearch.bench.results import make_result, write_result
     from ksearch.errors import BackendUnavailable

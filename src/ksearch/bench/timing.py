@@ -5,8 +5,9 @@ their spread, and compared as ratios.
 other load hits all of them alike; each round in an order of its own, drawn at random): each round times `n`
 calls of one contender from a synchronised start until their outputs are evaluated and the device is synchronised
 again, divided by n. On MLX, a call only builds a graph: `mx.eval` runs it and `mx.synchronize` waits for the device,
-so both are inside the clock. Host-side code (numpy) times with `device=False`. With `in_flight`, each call is handed
-to the device as it is built instead (a stream, as a model's generate loop hands each step over).
+so both are inside the clock. Host-side code (numpy) times with `device=False`. With `step`, the calls are handed
+to the device a step of calls at a time instead, the next built while the device runs them (a stream, as a model's
+generate loop hands each token's layers over).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import math
 import random
 import statistics
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -36,25 +36,25 @@ def _synchronize() -> None:
     mx.synchronize()
 
 
-def _stream(fn: Callable[[], Any], n: int, in_flight: int) -> None:
-    """n calls of `fn`, each handed to the device as it is built (`mx.async_eval`), waiting for the oldest output
-    whenever more than `in_flight` are not yet waited for: the host builds the next call while the device runs the
-    ones before."""
+def stream_steps(fn: Callable[[], Any], n: int, step: int) -> None:
+    """n calls of `fn` handed to the device `step` calls at a time (one `mx.async_eval` a step), each step waited for
+    only once the next one is handed over: the host builds a step while the device runs the one before, as mlx-lm's
+    generate loop builds a token's layers while the device runs the token before."""
     import mlx.core as mx
 
-    flight: deque[Any] = deque()
-    for _ in range(n):
-        out = fn()
-        mx.async_eval(out)
-        flight.append(out)
-        if len(flight) > in_flight:
-            mx.eval(flight.popleft())
-    mx.eval(list(flight))
+    before: list[Any] = []
+    for start in range(0, n, step):
+        outs = [fn() for _ in range(min(step, n - start))]
+        mx.async_eval(outs)
+        if before:
+            mx.eval(before)
+        before = outs
+    mx.eval(before)
 
 
 def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *, warmup: int = 2,
                 round_s: float = 0.0, eval_each: bool = False, before: Callable[[str], Any] | None = None,
-                device: bool = True, sync_each: bool = False, in_flight: int = 0) -> dict[str, list[float]]:
+                device: bool = True, sync_each: bool = False, step: int = 0) -> dict[str, list[float]]:
     """Seconds per call of each contender, one value per round: {name: [round 1, round 2, ...]}.
 
     warmup: untimed calls of each contender first (they absorb JIT compiles and allocations).
@@ -67,12 +67,13 @@ def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *
     before: called with a contender's name before each of its rounds and warm-ups, outside the clock (switching a
       patch on or off, preparing a state the call starts from).
     device: False for host-side code: no MLX evaluation or synchronisation.
-    in_flight > 0: a round's n calls as a stream (`_stream`): each handed to the device as it is built, at most
-      in_flight of them not yet waited for. Queued all at once (the default), a round's graphs are built before any
-      of them runs, so the host's building of every call adds to the device's time; in a stream it hides under the
-      calls before, as in mlx-lm's generate loop (`mx.async_eval` of each step before the next is built)."""
-    if in_flight < 0 or (in_flight and (not device or eval_each or sync_each)):
-        raise ValueError("in_flight: a count >= 1 of calls on the device, without eval_each, sync_each or device=False")
+    step > 0: a round's n calls as a stream of steps (`stream_steps`): `step` calls handed to the device at once, the
+      next step built while the device runs them. Queued all at once (the default), a round's graphs are built
+      before any of them runs, so the host's building of every call adds to the device's time; in a stream it hides
+      under the step before, as in mlx-lm's generate loop (`mx.async_eval` of a token's step before the token
+      before is waited for)."""
+    if step < 0 or (step and (not device or eval_each or sync_each)):
+        raise ValueError("step: a count >= 1 of calls on the device, without eval_each, sync_each or device=False")
     evaluate = _evaluate if device else (lambda _outs: None)
     synchronize = _synchronize if device else (lambda: None)
 
@@ -109,8 +110,8 @@ def time_rounds(fns: Mapping[str, Callable[[], Any]], rounds: int, n: int = 1, *
             prepare(name)
             synchronize()
             t0 = time.perf_counter()
-            if in_flight:
-                _stream(fn, n, in_flight)
+            if step:
+                stream_steps(fn, n, step)
             elif eval_each or sync_each:
                 for _ in range(n):
                     evaluate(fn())

@@ -108,9 +108,9 @@ def register(bench_app: typer.Typer) -> None:
                                              "output, caches read in turn (a model's layers); independent: the same "
                                              "inputs every call, calls free to overlap on the device "
                                              "(decode-*-independent-*.json)"),
-                   stream: bool = typer.Option(True, help="also time the calls as a stream, each handed to the "
-                                               "device as it is built (a model's generate loop): the rows' stream_* "
-                                               "figures beside the queued rounds'")
+                   stream: bool = typer.Option(True, help="also time the calls as a stream, handed to the device "
+                                               "8 at a time, the next 8 built while the device runs them (a model's "
+                                               "generate loop): the rows' stream_* figures beside the queued rounds'")
                    ) -> None:
         """GQA decode: our kernel vs MLX's attention on the cache (the faster of two ways)."""
         from ksearch.bench.attention import CALLS, SPLIT_K, run_bench
