@@ -134,10 +134,10 @@ SPLIT_K = "split_k"
 
 #: A decode stream's round: STREAM_CALLS calls handed to the device STREAM_STEP at a time (bench_decode_shape's
 #: `stream`), as a model's generate loop hands over a token's layers (mlx-lm: 24-80 of them) while the token before
-#: runs. Each handing-over costs the device about 9 us between kernels on the H200 (each call handed over alone: 8.7
-#: us a call at B 16, 16k; decode-stream-chained-*.json); a round's first step, built before anything runs, is 1/16
-#: of the round.
-STREAM_CALLS, STREAM_STEP = 128, 8
+#: runs. A round starts with its first step built before anything runs (about 8 x 35 us of host time) and ends in a
+#: synchronisation, which a generate loop does once a generation: 256 calls make that about 1 us a call (traced on an
+#: H100: 360-550 us between a stream's rounds; decode-stream-chained-steps-*.json).
+STREAM_CALLS, STREAM_STEP = 256, 8
 
 
 def bench_decode_shape(shape: dict[str, Any], rounds: int = 15, n: int = 10, config: Any = None,
