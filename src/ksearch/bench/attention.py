@@ -135,8 +135,8 @@ SPLIT_K = "split_k"
 #: A decode stream's round: STREAM_CALLS calls handed to the device STREAM_STEP at a time (bench_decode_shape's
 #: `stream`), as a model's generate loop hands over a token's layers (mlx-lm: 24-80 of them) while the token before
 #: runs. A round starts with its first step built before anything runs (about 8 x 35 us of host time) and ends in a
-#: synchronisation, which a generate loop does once a generation: 256 calls make that about 1 us a call (traced on an
-#: H100: 360-550 us between a stream's rounds; decode-stream-chained-steps-*.json).
+#: synchronisation, which a generate loop does once a generation: 360-550 us of an idle device between a stream's
+#: rounds (traced on an H100; decode-stream-chained-steps-*.json), 1.4-2.1 us a call over 256 calls.
 STREAM_CALLS, STREAM_STEP = 256, 8
 
 
