@@ -315,7 +315,7 @@ prefill_small() {
 }
 
 decode() {
-  timeout -k 10 150 "${KS[@]}" bench decode --out "$OUT" 2>&1 | tail -14
+  timeout -k 10 240 "${KS[@]}" bench decode --out "$OUT" 2>&1 | tail -14
   timeout -k 10 120 "$PY" benchmarks/attention_gpu.py check-decode > "$OUT/attention-check-decode.log" 2>&1
   tail -1 "$OUT/attention-check-decode.log"
   timeout -k 10 180 "$PY" benchmarks/attention_gpu.py sweep-decode "$OUT/decode-config-sweep.json" 2>&1 | tail -3
