@@ -52,6 +52,7 @@ def test_chained_calls_are_for_queued_rounds():
     (["--kernel", "mma_split", "--config", "warps=2"], "unknown ClusterConfig field 'warps'"),
     (["--config", "consumers=2"], "unknown DecodeConfig field 'consumers'"),
     (["--calls", "together"], "'together': use chained or independent"),
+    (["--no-stream", "--calls", "together"], "'together': use chained or independent"),  # the stream's flag is read
 ])
 def test_bench_decode_refuses_a_bad_kernel_or_configuration_in_one_line(args, message, tmp_path):
     out = subprocess.run([sys.executable, "-m", "ksearch.cli", "bench", "decode", "--out", str(tmp_path), *args],
