@@ -137,3 +137,58 @@ def test_one_split_a_head_writes_the_output_itself_under_cuda_graphs() -> None:
     pytest.importorskip("mlx.core")
     proc = _run(["-c", ONE_SPLIT], {"MLX_USE_CUDA_GRAPHS": "1"})
     assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+
+
+LAST_MERGE = r"""
+import importlib, math
+import mlx.core as mx
+from ksearch.kernels.decode import cuda_cluster as DC
+kd = importlib.import_module("ksearch.kernels.decode")
+mx.random.seed(0)
+def ref(q, kc, vc, n):
+    g = q.shape[1] // kc.shape[1]
+    k = mx.repeat(kc[:, :, :n].astype(mx.float32), g, axis=1)
+    v = mx.repeat(vc[:, :, :n].astype(mx.float32), g, axis=1)
+    return mx.softmax((q.astype(mx.float32) @ k.transpose(0, 1, 3, 2)) / math.sqrt(q.shape[-1]), axis=-1) @ v
+def tol(dt):
+    return 2e-2 if dt == mx.bfloat16 else 4e-3
+for tma in (False, True):
+    cfg = DC.ClusterConfig(consumers=4, producers=0, slots=3, cluster=False, tma=tma, last_merge=True)
+    for b, hq, hkv, cap, n, d, dt in [(1, 32, 8, 4352, 4096, 128, mx.float16), (8, 32, 8, 16500, 16384, 128, mx.bfloat16),
+                                      (3, 16, 4, 9000, 8191, 128, mx.float16), (2, 8, 1, 5000, 4999, 64, mx.float16)]:
+        q = mx.random.normal((b, hq, 1, d)).astype(dt)
+        kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+        vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+        kc[:, :, n:] = mx.nan
+        vc[:, :, n:] = mx.nan
+        assert DC.wave_splits(b * hkv, n, d, hq // hkv, cfg) > 1, (b, hkv, n)  # the last split merges
+        err = mx.max(mx.abs(kd.decode(q, kc, vc, n, config=cfg).astype(mx.float32) - ref(q, kc, vc, n))).item()
+        assert err < tol(dt), (tma, b, n, d, dt, err)
+cfg = DC.ClusterConfig(consumers=4, producers=0, slots=3, cluster=False, last_merge=True)
+# Six calls on inputs of their own, queued together: free to run side by side, each counting on its own counters.
+shape = (4, 32, 1, 128)
+qs = [mx.random.normal(shape).astype(mx.float16) for _ in range(6)]
+caches = [(mx.random.normal((4, 8, 8192, 128)).astype(mx.float16),
+           mx.random.normal((4, 8, 8192, 128)).astype(mx.float16)) for _ in range(6)]
+outs = [kd.decode(q, kc, vc, 8000, config=cfg) for q, (kc, vc) in zip(qs, caches)]
+mx.eval(*outs)
+for q, (kc, vc), out in zip(qs, caches, outs):
+    assert mx.max(mx.abs(out.astype(mx.float32) - ref(q, kc, vc, 8000))).item() < 4e-3, "queued side by side"
+# Chained (each call's query the last call's output), and the same call under mx.compile, replayed.
+q, (kc, vc) = qs[0], caches[0]
+want = q
+for _ in range(8):
+    q = kd.decode(q, kc, vc, 8000, config=cfg)
+    want = ref(want.astype(mx.float16), kc, vc, 8000).astype(mx.float16)
+assert mx.max(mx.abs(q.astype(mx.float32) - want.astype(mx.float32))).item() < 2e-2, "chained"
+step = mx.compile(lambda x: kd.decode(x, kc, vc, 8000, config=cfg))
+for x in qs:
+    assert mx.max(mx.abs(step(x).astype(mx.float32) - ref(x, kc, vc, 8000))).item() < 4e-3, "compiled, replayed"
+print("ok")
+"""
+
+
+def test_the_last_split_merging_in_the_launch_matches_fp32_queued_chained_and_compiled() -> None:
+    pytest.importorskip("mlx.core")
+    proc = _run(["-c", LAST_MERGE], {"MLX_USE_CUDA_GRAPHS": "1"})
+    assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
