@@ -50,18 +50,6 @@ def test_cluster_decode_compiles_for_sm90a_without_spills() -> None:
                           [("part_acc", "float32"), ("part_ml", "float32"), ("maps", "uint64")],
                           DC.template(dt, d, g, tma, 0)))
         budgets.append(65536 // tma.threads())
-    # The last split merging in the same launch (`last_merge`): the counters' input and the output ahead of the
-    # partials, with and without tensor copies.
-    for i, (tma_on, dt, d, g) in enumerate([(False, "float16", 128, 4), (True, "bfloat16", 128, 8),
-                                            (False, "bfloat16", 64, 16)]):
-        last = DC.ClusterConfig(consumers=4, producers=0, slots=3, cluster=False, tma=tma_on, last_merge=True)
-        inputs, outputs = DC.parts_io(last)
-        dtypes = {"q": "T", "k": "T", "v": "T", "tmap": "uint64", "counts": "uint32", "o": "T",
-                  "part_acc": "float32", "part_ml": "float32", "maps": "uint64"}
-        units.append(wrap(f"last{i}", DC.LAST_TMA_SOURCE if tma_on else DC.LAST_SOURCE,
-                          DC.header(last, 1)[prefix:], [(n, dtypes[n]) for n in inputs],
-                          [(n, dtypes[n]) for n in outputs], DC.template(dt, d, g, last, 0)))
-        budgets.append(65536 // last.threads())
     ok, log = compile_check(units)
     assert ok, log[-3000:]
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
@@ -90,10 +78,6 @@ def test_bad_configurations_say_what_to_change() -> None:
     assert "tma=1 takes producers=0" in (DC.config_problem(DC.ClusterConfig(tma=True)) or "")
     assert "tma=1 takes producers=0" in (DC.config_problem(DC.ClusterConfig(producers=0, tma=True)) or "")
     assert DC.config_problem(DC.ClusterConfig(producers=0, cluster=False, tma=True)) is None
-    assert "last_merge=1 takes the kernel without clusters" in (DC.config_problem(DC.ClusterConfig(last_merge=True))
-                                                                 or "")
-    assert DC.config_problem(DC.ClusterConfig(cluster=False, last_merge=True)) is None
-    assert kd.parse_config("mma:last_merge=1") == DC.ClusterConfig(cluster=False, last_merge=True)
     assert DC.config_problem(DC.ClusterConfig()) is None
 
 

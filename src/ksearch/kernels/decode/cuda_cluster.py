@@ -36,14 +36,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 from ksearch.kernels.cuda_headers import MBARRIER_HEADER, MMA_SYNC_HEADER
-from ksearch.kernels.decode.cuda_cluster_text import (
-    CLUSTER_HEADER,
-    LAST_SOURCE,
-    LAST_TMA_SOURCE,
-    PARTS_SOURCE,
-    PARTS_TMA_SOURCE,
-    SOURCE,
-)
+from ksearch.kernels.decode.cuda_cluster_text import CLUSTER_HEADER, PARTS_SOURCE, PARTS_TMA_SOURCE, SOURCE
 from ksearch.kernels.decode.cuda_split_k import merge_partials
 from ksearch.kernels.kernel_text import cuda_kernel
 from ksearch.kernels.tensor_map import TMA_HEADER, encode
@@ -66,10 +59,6 @@ class ClusterConfig:
     # host encodes once per cache shape (kernels/tensor_map.py), one copy per 64 columns of K and of V, instead of
     # 16-byte cp.async a lane. Caches laid out (B, Hkv, capacity, D), row-contiguous; others read nothing (NaN).
     tma: bool = False
-    # With cluster=False: the last split of a (batch, kv head) to finish merges the partials in the same launch, through
-    # an arrival counter a call (a new zeroed array: a fill with no inputs, which MLX's graph may run beside the kernel
-    # before it), instead of split-K's merge kernel after it.
-    last_merge: bool = False
 
     def threads(self) -> int:
         return 32 * (self.consumers + self.producers)
@@ -109,8 +98,6 @@ def config_problem(cfg: ClusterConfig) -> str | None:
         return f"max_cluster={cfg.max_cluster}: use 1, 2, 4 or 8 (a portable cluster has at most 8 blocks)"
     if cfg.tma and (cfg.producers or cfg.cluster):
         return "tma=1 takes producers=0 and the kernel without clusters (cluster=0, or the mma: form)"
-    if cfg.last_merge and cfg.cluster:
-        return "last_merge=1 takes the kernel without clusters (cluster=0, or the mma: form): a cluster merges itself"
     if cfg.smem_bytes(128, 16) > 227 * 1024:
         return f"{cfg.smem_bytes(128, 16)} bytes of shared memory at D=128: fewer consumers, keys or slots"
     return None
@@ -185,19 +172,15 @@ def _kernel(cfg: ClusterConfig, cs: int, smem: int, constants: tuple[tuple[str, 
 @cache
 def _parts_kernel(cfg: ClusterConfig, smem: int, constants: tuple[tuple[str, Any], ...]) -> Any:
     name = f"ks_decode_mma_split_w{cfg.consumers}_p{cfg.producers}_k{cfg.keys}_s{cfg.slots}_m{smem}" \
-        + ("_tma" if cfg.tma else "") + ("_lm" if cfg.last_merge else "")
-    inputs, outputs = parts_io(cfg)
-    source = {(False, False): PARTS_SOURCE, (True, False): PARTS_TMA_SOURCE, (False, True): LAST_SOURCE,
-              (True, True): LAST_TMA_SOURCE}[cfg.tma, cfg.last_merge]
-    return cuda_kernel(name=name, input_names=inputs, output_names=outputs, source=source, header=header(cfg, 1),
-                       constants=constants, ensure_row_contiguous=False, shared_memory=smem)
-
-
-def parts_io(cfg: ClusterConfig) -> tuple[list[str], list[str]]:
-    """(input names, output names) of the graph-safe kernel: the tensor map and the maps' scratch with `tma`, the
-    arrival counters and the output ahead of the partials with `last_merge`."""
-    return (["q", "k", "v"] + (["tmap"] if cfg.tma else []) + (["counts"] if cfg.last_merge else []),
-            (["o"] if cfg.last_merge else []) + ["part_acc", "part_ml"] + (["maps"] if cfg.tma else []))
+        + ("_tma" if cfg.tma else "")
+    if cfg.tma:
+        return cuda_kernel(name=name, input_names=["q", "k", "v", "tmap"],
+                           output_names=["part_acc", "part_ml", "maps"], source=PARTS_TMA_SOURCE,
+                           header=header(cfg, 1), constants=constants, ensure_row_contiguous=False,
+                           shared_memory=smem)
+    return cuda_kernel(name=name, input_names=["q", "k", "v"], output_names=["part_acc", "part_ml"],
+                       source=PARTS_SOURCE, header=header(cfg, 1), constants=constants, ensure_row_contiguous=False,
+                       shared_memory=smem)
 
 
 @cache
@@ -263,18 +246,14 @@ def parts_launch(cfg: ClusterConfig, q_shape: tuple[int, ...], k_shape: tuple[in
 
 
 def mma_partials(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig) -> tuple[Any, Any]:
-    """The graph-safe variant's one launch over (batch x kv head, splits): each split's unnormalised accumulator
-    (B x Hkv, splits, G, D) and its row maxima and sums (B x Hkv, splits, G, 2), fp32 (with `last_merge` the same
-    launch writes the output too)."""
+    """The graph-safe variant's one launch of BODY + PARTS_TAIL over (batch x kv head, splits): each split's
+    unnormalised accumulator (B x Hkv, splits, G, D) and its row maxima and sums (B x Hkv, splits, G, 2), fp32."""
     lp = parts_launch(cfg, q.shape, k_cache.shape, q.dtype)
-    outs = _launch(lp, q, k_cache, v_cache, length, cfg, _splits(lp.room, lp.bh, length, cfg.keys))
-    return outs[1], outs[2]
+    return _partials(lp, q, k_cache, v_cache, length, cfg, _splits(lp.room, lp.bh, length, cfg.keys))
 
 
-def _launch(lp: _PartsLaunch, q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig,
-            ns: int) -> tuple[Any, Any, Any]:
-    """(the output where the launch merges its splits (`last_merge`), else None; the partials' accumulators; their
-    maxima and sums)."""
+def _partials(lp: _PartsLaunch, q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig,
+              ns: int) -> tuple[Any, Any]:
     import mlx.core as mx
 
     d = q.shape[-1]
@@ -286,22 +265,9 @@ def _launch(lp: _PartsLaunch, q: Any, k_cache: Any, v_cache: Any, length: int, c
         inputs.append(tma_map(d, k_cache.shape[2], lp.bh, cfg.keys))
         shapes.append((lp.bh * ns * 32 + 16,))  # 256 bytes of published maps a block, room to align to 128
         dtypes.append(mx.uint64)
-    if cfg.last_merge:
-        inputs.append(fresh_counts(lp.bh))
-        shapes.insert(0, tuple(q.shape))
-        dtypes.insert(0, q.dtype)
-    outs = lp.kernel(inputs=inputs, grid=(lp.bh * lp.threads, ns, 1), threadgroup=(lp.threads, 1, 1),
-                     output_shapes=shapes, output_dtypes=dtypes)
-    return (outs[0], outs[1], outs[2]) if cfg.last_merge else (None, outs[0], outs[1])
-
-
-def fresh_counts(pairs: int) -> Any:
-    """One zeroed arrival counter a (batch, kv head), a new array every call: launches that shared one kept buffer
-    could run side by side under MLX's CUDA graphs (which order kernels by the arrays they pass) and count each
-    other's splits, and under `mx.compile` a kept buffer would be one constant for every replay."""
-    import mlx.core as mx
-
-    return mx.zeros((pairs,), dtype=mx.uint32)
+    part_acc, part_ml = lp.kernel(inputs=inputs, grid=(lp.bh * lp.threads, ns, 1),
+                                  threadgroup=(lp.threads, 1, 1), output_shapes=shapes, output_dtypes=dtypes)[:2]
+    return part_acc, part_ml
 
 
 def _decode_parts(q: Any, k_cache: Any, v_cache: Any, length: int, cfg: ClusterConfig) -> Any:
@@ -317,5 +283,4 @@ def decode_parts_with(lp: _PartsLaunch, q: Any, k_cache: Any, v_cache: Any, leng
     if ns == 1 and lp.direct is not None:
         return lp.direct(inputs=[q, k_cache[:, :, :length], v_cache], grid=(lp.bh * lp.threads, 1, 1),
                          threadgroup=(lp.threads, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
-    o, part_acc, part_ml = _launch(lp, q, k_cache, v_cache, length, cfg, ns)
-    return o if o is not None else merge_partials(part_acc, part_ml, q)
+    return merge_partials(*_partials(lp, q, k_cache, v_cache, length, cfg, ns), q)

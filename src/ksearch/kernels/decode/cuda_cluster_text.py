@@ -1,7 +1,6 @@
 """The CUDA text of the tensor-core decode kernels (cuda_cluster.py launches them): the body shared by the one-launch
 cluster kernel (SOURCE) and the graph-safe kernel without clusters (PARTS_SOURCE), and that kernel fed by tensor
-copies through a host-encoded map (PARTS_TMA_SOURCE), each with the last split merging in the same launch
-(LAST_SOURCE, LAST_TMA_SOURCE). Kept apart from the launch code, as cuda_split_k_text.py is
+copies through a host-encoded map (PARTS_TMA_SOURCE). Kept apart from the launch code, as cuda_split_k_text.py is
 from cuda_split_k.py; the compile tests embed the same text.
 """
 
@@ -301,35 +300,6 @@ PARTS_TAIL = r"""
       if (d == 0) { part_ml[row * 2] = mn; part_ml[row * 2 + 1] = ls; }
     }
 """
-# The graph-safe variant's one-launch ending (`ClusterConfig(last_merge=True)`): PARTS_TAIL, then each block counts
-# itself in on its (batch, kv head)'s arrival counter (`counts`, a new zeroed array a call: kernels/decode's
-# fresh_counts); the block that arrives last reads every split's partial back from L2 and writes the output, so no
-# merge launch follows (the merge kernel was 3.0 of a call's 124.4 us at B 8, 16k on the H200: docs/kernels-decode.md).
-LAST_MERGE_TAIL = PARTS_TAIL + r"""
-    __threadfence();  // this block's partial reaches L2 before its arrival says so
-    __syncthreads();
-    __shared__ unsigned ks_before;
-    if (threadIdx.x == 0) ks_before = atomicAdd(const_cast<unsigned*>(counts) + bh, 1u);
-    __syncthreads();
-    if (ks_before != (unsigned)nsplit - 1) return;
-    __threadfence();  // acquire: the other splits' partials are read after their arrivals
-    T* ob = o + ((size_t)b * Hkv + hk) * G * D;  // o is (B, Hq, 1, D), row-contiguous: heads hk * G .. + G - 1
-    const float* ml = part_ml + (size_t)bh * nsplit * G * 2;
-    const float* pa = part_acc + (size_t)bh * nsplit * G * D;
-    for (int e = threadIdx.x; e < G * D; e += NT) {
-      const int g = e / D;
-      float mn = -1e30f;
-      for (int sp = 0; sp < nsplit; ++sp) mn = fmaxf(mn, __ldcg(ml + ((size_t)sp * G + g) * 2));
-      float ls = 0.f, as = 0.f;
-      for (int sp = 0; sp < nsplit; ++sp) {
-        const float2 mlv = __ldcg(reinterpret_cast<const float2*>(ml + ((size_t)sp * G + g) * 2));
-        const float c = exp2f(mlv.x - mn);
-        ls = fmaf(c, mlv.y, ls);
-        as = fmaf(c, __ldcg(pa + (size_t)sp * G * D + e), as);
-      }
-      ob[e] = (T)(as / ls);
-    }
-"""
 # The tensor-copy variant's set-up (TMA, with no producer warps; the graph-safe kernel only): warp 0 copies the host's
 # map (input tmap: 16 words, then the cache's capacity) twice into shared memory, sets K's and V's global addresses,
 # publishes both to this block's 256 bytes of the scratch output `maps`; each warp's copying lane acquires them before
@@ -361,5 +331,3 @@ _BODY_CP_ASYNC = BODY.replace("/*TMA_SETUP*/", "    const unsigned long long* gm
 SOURCE = _BODY_CP_ASYNC + CLUSTER_TAIL
 PARTS_SOURCE = _BODY_CP_ASYNC + PARTS_TAIL
 PARTS_TMA_SOURCE = BODY.replace("/*TMA_SETUP*/", TMA_SETUP) + PARTS_TAIL
-LAST_SOURCE = _BODY_CP_ASYNC + LAST_MERGE_TAIL
-LAST_TMA_SOURCE = BODY.replace("/*TMA_SETUP*/", TMA_SETUP) + LAST_MERGE_TAIL
