@@ -78,11 +78,6 @@ def test_bad_configurations_say_what_to_change() -> None:
     assert "tma=1 takes producers=0" in (DC.config_problem(DC.ClusterConfig(tma=True)) or "")
     assert "tma=1 takes producers=0" in (DC.config_problem(DC.ClusterConfig(producers=0, tma=True)) or "")
     assert DC.config_problem(DC.ClusterConfig(producers=0, cluster=False, tma=True)) is None
-    assert "head_parts=3" in (DC.config_problem(DC.ClusterConfig(cluster=False, head_parts=3)) or "")
-    assert "without tma" in (DC.config_problem(DC.ClusterConfig(producers=0, cluster=False, tma=True, head_parts=2))
-                             or "")
-    assert "without clusters" in (DC.config_problem(DC.ClusterConfig(head_parts=2)) or "")
-    assert kd.parse_config("mma:head_parts=2") == DC.ClusterConfig(cluster=False, head_parts=2)
     assert DC.config_problem(DC.ClusterConfig()) is None
 
 

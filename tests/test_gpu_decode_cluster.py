@@ -137,39 +137,3 @@ def test_one_split_a_head_writes_the_output_itself_under_cuda_graphs() -> None:
     pytest.importorskip("mlx.core")
     proc = _run(["-c", ONE_SPLIT], {"MLX_USE_CUDA_GRAPHS": "1"})
     assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
-
-
-HEAD_PARTS = r"""
-import importlib, math
-import mlx.core as mx
-from ksearch.kernels.decode import cuda_cluster as DC
-kd = importlib.import_module("ksearch.kernels.decode")
-mx.random.seed(0)
-def ref(q, kc, vc, n):
-    g = q.shape[1] // kc.shape[1]
-    k = mx.repeat(kc[:, :, :n].astype(mx.float32), g, axis=1)
-    v = mx.repeat(vc[:, :, :n].astype(mx.float32), g, axis=1)
-    return mx.softmax((q.astype(mx.float32) @ k.transpose(0, 1, 3, 2)) / math.sqrt(q.shape[-1]), axis=-1) @ v
-seen = set()
-for hp, b, hq, hkv, cap, n, d, dt in [(2, 8, 32, 8, 16500, 16384, 128, mx.float16),   # one split: no merge
-                                      (2, 1, 32, 8, 4352, 4096, 128, mx.bfloat16),    # splits, then the merge
-                                      (4, 2, 64, 8, 5000, 4999, 64, mx.float16), (8, 3, 16, 2, 2100, 2049, 128, mx.float16)]:
-    cfg = DC.ClusterConfig(consumers=4, producers=0, slots=3, cluster=False, head_parts=hp)
-    q = mx.random.normal((b, hq, 1, d)).astype(dt)
-    kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
-    vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
-    kc[:, :, n:] = mx.nan
-    vc[:, :, n:] = mx.nan
-    seen.add(DC.wave_splits(b * hkv * hp, n, d, hq // hkv // hp, cfg) == 1)
-    assert kd.decode_plan(q, kc, vc, n, config=cfg)[0] == "mma_split"
-    err = mx.max(mx.abs(kd.decode(q, kc, vc, n, config=cfg).astype(mx.float32) - ref(q, kc, vc, n))).item()
-    assert err < (2e-2 if dt == mx.bfloat16 else 4e-3), (hp, b, n, d, dt, err)
-assert seen == {True, False}  # both endings: the output written by the blocks, and partials merged after
-print("ok")
-"""
-
-
-def test_head_parts_match_fp32_with_one_split_and_with_the_merge() -> None:
-    pytest.importorskip("mlx.core")
-    proc = _run(["-c", HEAD_PARTS], {"MLX_USE_CUDA_GRAPHS": "1"})
-    assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]

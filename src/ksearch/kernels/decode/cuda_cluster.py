@@ -59,10 +59,6 @@ class ClusterConfig:
     # host encodes once per cache shape (kernels/tensor_map.py), one copy per 64 columns of K and of V, instead of
     # 16-byte cp.async a lane. Caches laid out (B, Hkv, capacity, D), row-contiguous; others read nothing (NaN).
     tma: bool = False
-    # Blocks a (batch, kv head) splits its query heads over (1, 2, 4 or 8, a divisor of G): each part reads the pair's
-    # whole K / V, the parts at about the same time, so all but the first read from L2; more blocks a wave without
-    # splitting the keys, and so no merge where the parts alone fill it.
-    head_parts: int = 1
 
     def threads(self) -> int:
         return 32 * (self.consumers + self.producers)
@@ -102,10 +98,6 @@ def config_problem(cfg: ClusterConfig) -> str | None:
         return f"max_cluster={cfg.max_cluster}: use 1, 2, 4 or 8 (a portable cluster has at most 8 blocks)"
     if cfg.tma and (cfg.producers or cfg.cluster):
         return "tma=1 takes producers=0 and the kernel without clusters (cluster=0, or the mma: form)"
-    if cfg.head_parts not in (1, 2, 4, 8) or (cfg.head_parts > 1 and cfg.tma):
-        return f"head_parts={cfg.head_parts}: use 1, 2, 4 or 8, without tma (a block's published map is per split)"
-    if cfg.head_parts > 1 and cfg.cluster:
-        return "head_parts takes the kernel without clusters (cluster=0, or the mma: form)"
     if cfg.smem_bytes(128, 16) > 227 * 1024:
         return f"{cfg.smem_bytes(128, 16)} bytes of shared memory at D=128: fewer consumers, keys or slots"
     return None
@@ -135,8 +127,7 @@ def fits(q_shape: tuple[int, ...], q_dtype: Any, k_shape: tuple[int, ...], k_dty
         return False
     b, hq, t, d = q_shape
     hkv = k_shape[1]
-    return t == 1 and d in (64, 128) and hq % hkv == 0 and hq // hkv <= 16 and config_problem(cfg) is None \
-        and (hq // hkv) % cfg.head_parts == 0
+    return t == 1 and d in (64, 128) and hq % hkv == 0 and hq // hkv <= 16 and config_problem(cfg) is None
 
 
 def cluster_size(bh: int, length: int, d: int, g: int, cfg: ClusterConfig) -> int:
@@ -238,21 +229,19 @@ class _PartsLaunch:
 
     kernel: Any
     threads: int
-    bh: int  # blocks a split: (batch, kv head) pairs x head parts
-    g: int  # query heads a block
+    bh: int
+    g: int
     room: int
-    hp: int  # head parts
     direct: Any  # the one-launch kernel without cluster dims: where one split covers a (batch, kv head), no merge
 
 
 @lru_cache(maxsize=256)
 def parts_launch(cfg: ClusterConfig, q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: Any) -> _PartsLaunch:
     b, hq, _, d = q_shape
-    hp = cfg.head_parts
-    bh, g = b * k_shape[1] * hp, hq // k_shape[1] // hp
+    bh, g = b * k_shape[1], hq // k_shape[1]
     smem = cfg.smem_bytes(d, g)
     return _PartsLaunch(_parts_kernel(cfg, smem, template(dtype, d, g, cfg, 0)), cfg.threads(), bh, g,
-                        cfg.sms * cfg.blocks_per_sm(d, g), hp,
+                        cfg.sms * cfg.blocks_per_sm(d, g),
                         None if cfg.tma else _kernel(cfg, 1, smem, template(dtype, d, g, cfg, 1)))
 
 
@@ -276,7 +265,7 @@ def _partials(lp: _PartsLaunch, q: Any, k_cache: Any, v_cache: Any, length: int,
         inputs.append(tma_map(d, k_cache.shape[2], lp.bh, cfg.keys))
         shapes.append((lp.bh * ns * 32 + 16,))  # 256 bytes of published maps a block, room to align to 128
         dtypes.append(mx.uint64)
-    part_acc, part_ml = lp.kernel(inputs=inputs, grid=(lp.bh // lp.hp * lp.threads, ns, lp.hp),
+    part_acc, part_ml = lp.kernel(inputs=inputs, grid=(lp.bh * lp.threads, ns, 1),
                                   threadgroup=(lp.threads, 1, 1), output_shapes=shapes, output_dtypes=dtypes)[:2]
     return part_acc, part_ml
 
@@ -292,6 +281,6 @@ def decode_parts_with(lp: _PartsLaunch, q: Any, k_cache: Any, v_cache: Any, leng
     """`_decode_parts` with its launch worked out before (`parts_launch(cfg, ...)`)."""
     ns = _splits(lp.room, lp.bh, length, cfg.keys)
     if ns == 1 and lp.direct is not None:
-        return lp.direct(inputs=[q, k_cache[:, :, :length], v_cache], grid=(lp.bh // lp.hp * lp.threads, 1, lp.hp),
+        return lp.direct(inputs=[q, k_cache[:, :, :length], v_cache], grid=(lp.bh * lp.threads, 1, 1),
                          threadgroup=(lp.threads, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
     return merge_partials(*_partials(lp, q, k_cache, v_cache, length, cfg, ns), q)

@@ -40,9 +40,6 @@ BODY = r"""
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int gq = lane >> 2, tq = lane & 3;
     const int bh = blockIdx.x, split = blockIdx.y;  // with a cluster, split == rank: cluster dims (1, CS, 1)
-    // Head parts: gridDim.z blocks share a (batch, kv head), each its own G of the pair's G x gridDim.z query heads
-    // (1: all of them); the parts read the same K / V rows at about the same time, from L2 after the first.
-    const int hparts = gridDim.z, hpart = blockIdx.z;
     const int Hkv = k_shape[1], len = k_shape[2];  // k / v are views cache[:, :, :length]: the shape is the length
     const int b = bh / Hkv, hk = bh % Hkv;
     // 16-byte copies need 16-byte aligned rows: a layout we cannot copy gives NaN, never a silently wrong number.
@@ -129,7 +126,7 @@ BODY = r"""
       }
       // Q fragments (A operand, rows = the G query heads of this kv head, zero beyond G), kept for the whole loop.
       unsigned qa[D / 16][4];
-      const T* qb = q + b * q_strides[0] + ((size_t)hk * hparts + hpart) * G * q_strides[1];
+      const T* qb = q + b * q_strides[0] + (size_t)hk * G * q_strides[1];
       #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         #pragma unroll
@@ -265,8 +262,7 @@ WARPS_MERGED = r"""
 
 # The ending of the one-launch kernel: the warps' partials merged, then (CS > 1) the cluster's through DSMEM.
 CLUSTER_TAIL = r"""
-    // o is (B, Hq, 1, D), row-contiguous: this block's G heads from (hk * hparts + hpart) * G
-    T* ob = o + (((size_t)b * Hkv + hk) * hparts + hpart) * G * D;""" + \
+    T* ob = o + ((size_t)b * Hkv + hk) * G * D;  // o is (B, Hq, 1, D), row-contiguous: heads hk * G .. + G - 1""" + \
     WARPS_MERGED + r"""      if (CS == 1) {
         ob[e] = layout_ok ? (T)(as / ls) : (T)__int_as_float(0x7fc00000);
       } else {
@@ -299,7 +295,7 @@ CLUSTER_TAIL = r"""
 # un-normalised partial in cuda_split_k's layout, part_acc[bh][split][g][d] and part_ml[bh][split][g][2], for that
 # module's merge kernel.
 PARTS_TAIL = r"""
-    const int nsplit = gridDim.y;""" + WARPS_MERGED + r"""      const size_t row = (((size_t)bh * hparts + hpart) * nsplit + split) * G + g;
+    const int nsplit = gridDim.y;""" + WARPS_MERGED + r"""      const size_t row = ((size_t)bh * nsplit + split) * G + g;
       part_acc[row * D + d] = layout_ok ? as : __int_as_float(0x7fc00000);
       if (d == 0) { part_ml[row * 2] = mn; part_ml[row * 2 + 1] = ls; }
     }
