@@ -83,6 +83,8 @@ def _decode_units() -> list[str]:
                           [("T", dt), ("D", d), ("G", 4), ("NW", 4), ("U", 4), ("PREFETCH", True)]))
         units.append(wrap(f"merge_{dt}_{d}", cuda_split_k_text.MERGE_SOURCE, "", outs, [("o", "T")],
                           [("T", dt), ("D", d), ("G", 4)]))
+        units.append(wrap(f"merge_few_{dt}_{d}", cuda_split_k_text.MERGE_FEW_SOURCE, "", outs, [("o", "T")],
+                          [("T", dt), ("D", d), ("G", 4), ("NF", 4)]))
         for g in ((1, 8), (4,))[k % 2]:  # the fused merge's lanes cover G x D / 4 float4s: under a warp to 8 a lane
             units.append(wrap(f"fused_{dt}_{d}_{g}", cuda_split_k_text.FUSED_SOURCE, "", ins, [("o", "T"), ("work", "float32")],
                               [("T", dt), ("D", d), ("G", g), ("NW", 4), ("U", 4), ("PREFETCH", True)]))

@@ -94,7 +94,7 @@ def test_cuda_family_renderings_pass_the_harness(cuda_backend, fam, params):
 
 def test_the_decode_familys_tensor_core_choice_passes_the_harness(cuda_backend):
     # `mma`: the library's tensor-core decode beside split-K. B 8, 16k takes it with two splits a pair (partials and
-    # the merge), B 16, 32k with one (the block writes the output); B 1 stays on split-K.
+    # the one-read merge), B 16, 32k with one (the block writes the output); B 1 stays on split-K.
     fam = next(f for f in dec_t.FAMILIES if f.id == "gqa_decode.cuda.split_k")
     params = fam.realise("tensor_core_mma", fam.default(), random.Random(0))
     assert params["mma"]

@@ -137,3 +137,37 @@ def test_one_split_a_head_writes_the_output_itself_under_cuda_graphs() -> None:
     pytest.importorskip("mlx.core")
     proc = _run(["-c", ONE_SPLIT], {"MLX_USE_CUDA_GRAPHS": "1"})
     assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+
+
+FEW_MERGE = r"""
+import importlib, math
+import mlx.core as mx
+from ksearch.kernels.decode import cuda_cluster as DC
+kd = importlib.import_module("ksearch.kernels.decode")
+mx.random.seed(0)
+def ref(q, kc, vc, n):
+    g = q.shape[1] // kc.shape[1]
+    k = mx.repeat(kc[:, :, :n].astype(mx.float32), g, axis=1)
+    v = mx.repeat(vc[:, :, :n].astype(mx.float32), g, axis=1)
+    return mx.softmax((q.astype(mx.float32) @ k.transpose(0, 1, 3, 2)) / math.sqrt(q.shape[-1]), axis=-1) @ v
+cfg = DC.ClusterConfig(consumers=4, producers=0, slots=3, cluster=False, few_merge=True)
+splits = set()
+for b, hq, hkv, cap, n, d, dt in [(8, 32, 8, 16500, 16384, 128, mx.float16), (4, 32, 8, 8448, 8192, 128, mx.bfloat16),
+                                  (5, 16, 4, 3000, 2999, 64, mx.float16), (1, 32, 8, 4352, 4096, 128, mx.float16)]:
+    q = mx.random.normal((b, hq, 1, d)).astype(dt)
+    kc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+    vc = mx.random.normal((b, hkv, cap, d)).astype(dt)
+    kc[:, :, n:] = mx.nan
+    vc[:, :, n:] = mx.nan
+    splits.add(DC.wave_splits(b * hkv, n, d, hq // hkv, cfg))
+    err = mx.max(mx.abs(kd.decode(q, kc, vc, n, config=cfg).astype(mx.float32) - ref(q, kc, vc, n))).item()
+    assert err < (2e-2 if dt == mx.bfloat16 else 4e-3), (b, n, d, dt, err)
+assert {2, 4} <= splits and max(splits) > 4, splits  # the one-read merge at 2 and 4 splits, the other past 4
+print("ok")
+"""
+
+
+def test_the_one_read_merge_matches_fp32_and_leaves_more_splits_to_the_other() -> None:
+    pytest.importorskip("mlx.core")
+    proc = _run(["-c", FEW_MERGE], {"MLX_USE_CUDA_GRAPHS": "1"})
+    assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]

@@ -9,6 +9,8 @@ import pytest
 from recorded_kernels import record_kernels
 
 from ksearch.kernels.decode import cuda_cluster as DC
+from ksearch.kernels.decode import cuda_split_k_text
+from ksearch.kernels.decode.cuda_split_k import MERGE_FEW
 from ksearch.kernels.kernel_text import compact, constant_lines
 
 kd = importlib.import_module("ksearch.kernels.decode")
@@ -58,6 +60,7 @@ def test_the_rendering_carries_the_librarys_texts_and_launch(monkeypatch):
     cfg = kd.MMA_DEFAULT
     assert cand["MMA_HEADER"] == compact(DC.header(cfg, 1))
     assert cand["MMA_ONE"] == compact(DC.SOURCE) and cand["MMA_PARTS"] == compact(DC.PARTS_SOURCE)
+    assert cfg.few_merge and cand["MERGE_FEW"] == cuda_split_k_text.MERGE_FEW_SOURCE
     source = FAM.source({**FAM.default(), "mma": 256})
     assert f"shared_memory={cfg.smem_bytes(128, 4)}" in source
     for cs in (0, 1):  # the library's template arguments, in its order
@@ -69,10 +72,10 @@ def test_the_rendering_carries_the_librarys_texts_and_launch(monkeypatch):
 @pytest.mark.parametrize("b,length", [(8, 16384), (16, 4096), (16, 32768), (9, 20000), (64, 3000)])
 def test_its_splits_are_the_librarys(b, length, monkeypatch):
     """The candidate's `_mma` launches what the library's dispatch launches: one split a pair (the output written by
-    the block) or the same split count and merge."""
+    the block) or the same split count and merge (the one-read merge at most MERGE_FEW splits)."""
     cand = _candidate({**FAM.default(), "mma": 256}, monkeypatch)
     calls = []
-    for name in ("_mma_one", "_mma_parts", "_mma_merge"):
+    for name in ("_mma_one", "_mma_parts", "_mma_merge", "_mma_merge_few"):
         monkeypatch.setitem(cand, name, lambda name=name, **kw: calls.append((name, kw)) or [mx.zeros((1,))] * 2)
     q = mx.zeros((b, 32, 1, 128), dtype=mx.float16)
     kc = mx.zeros((b, 8, length, 128), dtype=mx.float16)
@@ -81,7 +84,8 @@ def test_its_splits_are_the_librarys(b, length, monkeypatch):
     if ns == 1:
         assert [c[0] for c in calls] == ["_mma_one"] and calls[0][1]["grid"] == (b * 8 * 128, 1, 1)
     else:
-        assert [c[0] for c in calls] == ["_mma_parts", "_mma_merge"] and calls[0][1]["grid"] == (b * 8 * 128, ns, 1)
+        merge = "_mma_merge_few" if ns <= MERGE_FEW else "_mma_merge"
+        assert [c[0] for c in calls] == ["_mma_parts", merge] and calls[0][1]["grid"] == (b * 8 * 128, ns, 1)
 
 
 def test_the_rule_is_the_librarys(monkeypatch):
@@ -166,13 +170,15 @@ def test_with_constants_the_tensor_core_kernels_carry_the_librarys_arguments(mon
     q = mx.zeros((8, 32, 1, 128), dtype=mx.float16)
     kc = mx.zeros((8, 8, 16640, 128), dtype=mx.float16)
     namespace["run"](q, kc, kc, 16384)
-    one, parts, merge = made
+    one, parts, merge, few = made
     cfg = kd.MMA_DEFAULT
     for kern, cs in ((one, 1), (parts, 0)):
         # the library's own constants for this kernel, as it writes them (kernel_text.constant_lines)
         assert kern["header"].endswith(constant_lines(DC.template(mx.float16, 128, 4, cfg, cs)))
         assert kern["shared_memory"] == cfg.smem_bytes(128, 4)
-    assert [c[0] for c in calls] in ([one["name"]], [parts["name"], merge["name"]])
+    assert [c[0] for c in calls] == [parts["name"], few["name"]]  # 2 splits a pair at B 8, 16k
+    assert few["source"] == cuda_split_k_text.MERGE_FEW_SOURCE and f"constexpr int NF = {MERGE_FEW};" in few["header"]
+    assert merge["source"] == cuda_split_k_text.MERGE_SOURCE and "NF" not in merge["header"]
     assert all("template" not in kw for _, kw in calls)
 
 
@@ -217,8 +223,8 @@ def test_with_constants_the_kernels_compile_as_mlx_builds_them(dtype, mma, monke
     q = mx.zeros((b, 32, 1, 128), dtype=dt)
     kc = mx.zeros((b, 8, length + 256, 128), dtype=dt)
     namespace["run"](q, kc, kc, length)
-    assert len(made) == (3 if mma else 2)
-    for kern in made[:2]:
+    assert len(made) == (4 if mma else 2)  # with mma: the one-launch and parts kernels and the two merges
+    for kern in made:
         outs = [(n, "float32" if n.startswith("part") else "T") for n in kern["output_names"]]
         unit = wrap(str(kern["name"]), str(kern["source"]), str(kern["header"]),
                     [(n, "T" if n in ("q", "k", "v") else "float32") for n in kern["input_names"]], outs, dtype=dtype)

@@ -40,8 +40,10 @@ def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
 #: calls (each call's query the previous call's output, as `bench decode` times them): at G 4 ahead at every shape of
 #: more than 64 MiB, from B 1, 32k on, behind at B 1, 16k and level at B 1, 4k
 #: (benchmarks/results/decode-versus-native-queued-chained-*.json). Where one split covers a pair (the pairs fill a
-#: wave) the kernel writes the output itself (no merge launch).
-MMA_DEFAULT = ClusterConfig(consumers=4, producers=0, slots=3, cluster=False)
+#: wave) the kernel writes the output itself (no merge launch); at 2 to 4 splits the one-read merge takes the
+#: partials (1.7-1.8 us against 2.9-3.3 traced on an H100 at B 8, 16k and 32k and B 4, 16k;
+#: benchmarks/results/decode-stream-few-merge-chained-*-h100-*.json).
+MMA_DEFAULT = ClusterConfig(consumers=4, producers=0, slots=3, cluster=False, few_merge=True)
 MMA_MIN_KV_BYTES = 64 * 2**20
 
 

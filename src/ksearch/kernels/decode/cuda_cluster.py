@@ -59,6 +59,9 @@ class ClusterConfig:
     # host encodes once per cache shape (kernels/tensor_map.py), one copy per 64 columns of K and of V, instead of
     # 16-byte cp.async a lane. Caches laid out (B, Hkv, capacity, D), row-contiguous; others read nothing (NaN).
     tma: bool = False
+    # With cluster=False: at most cuda_split_k.MERGE_FEW splits merged by the one-read merge (one thread an output
+    # element, every split's reads issued at once) instead of the block-a-head merge (decode.MMA_DEFAULT's choice).
+    few_merge: bool = False
 
     def threads(self) -> int:
         return 32 * (self.consumers + self.producers)
@@ -283,4 +286,4 @@ def decode_parts_with(lp: _PartsLaunch, q: Any, k_cache: Any, v_cache: Any, leng
     if ns == 1 and lp.direct is not None:
         return lp.direct(inputs=[q, k_cache[:, :, :length], v_cache], grid=(lp.bh * lp.threads, 1, 1),
                          threadgroup=(lp.threads, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
-    return merge_partials(*_partials(lp, q, k_cache, v_cache, length, cfg, ns), q)
+    return merge_partials(*_partials(lp, q, k_cache, v_cache, length, cfg, ns), q, few=cfg.few_merge)

@@ -22,6 +22,7 @@ from typing import Any
 from ksearch.kernels.decode.cuda_split_k_text import (
     FUSED_SOURCE,
     HEADER,
+    MERGE_FEW_SOURCE,
     MERGE_SOURCE,
     SPLIT_RING_SOURCE,
     SPLIT_SOURCE,
@@ -309,10 +310,23 @@ def _partials(launch: Launch, split: Any, q: Any, k_cache: Any, v_cache: Any, le
     return split(inputs=[q, k_cache[:, :, :length], v_cache], **args)
 
 
-def merge_partials(part_acc: Any, part_ml: Any, q: Any) -> Any:
+#: The most splits the one-read merge (MERGE_FEW_SOURCE) takes.
+MERGE_FEW = 4
+
+
+@cache
+def merge_few_kernel(dtype: Any, d: int, g: int) -> Any:
+    """The merge of at most MERGE_FEW splits, one thread an output element (constants T, D, G, NF)."""
+    return cuda_kernel(name="ks_decode_merge_few", input_names=["part_acc", "part_ml"], output_names=["o"],
+                       source=MERGE_FEW_SOURCE, constants=(("T", dtype), ("D", d), ("G", g), ("NF", MERGE_FEW)))
+
+
+def merge_partials(part_acc: Any, part_ml: Any, q: Any, *, few: bool = False) -> Any:
     """The log-sum-exp merge of split partials part_acc (blocks, nsplit, G, D) and part_ml (blocks, nsplit, G, 2),
-    blocks = B x Hq / G, into the output (q's shape and dtype)."""
+    blocks = B x Hq / G, into the output (q's shape and dtype); `few`: by the one-read merge where there are at most
+    MERGE_FEW splits."""
     b, hq, _, d = q.shape
-    return merge_kernel(q.dtype, d, part_acc.shape[2])(inputs=[part_acc, part_ml], grid=(b * hq * d, 1, 1),
+    kernel = merge_few_kernel if few and part_acc.shape[1] <= MERGE_FEW else merge_kernel
+    return kernel(q.dtype, d, part_acc.shape[2])(inputs=[part_acc, part_ml], grid=(b * hq * d, 1, 1),
                                                        threadgroup=(d, 1, 1), output_shapes=[q.shape],
                                                        output_dtypes=[q.dtype])[0]

@@ -413,3 +413,33 @@ MERGE_SOURCE = r"""
     for (int w = 0; w < D / 32; ++w) den += ks_red[w];
     o[(size_t)bq * D + d] = (T)(acc / den);
 """
+
+# The same merge for at most NF splits (a constant): one thread an output element, every split's (max, sum) and
+# accumulator read at once, so the kernel waits for one round of L2 reads, not three (MERGE_SOURCE's largest max,
+# weights and sums each wait for the reads before them, with the block's barriers between).
+MERGE_FEW_SOURCE = r"""
+    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // the output element (batch x query head, d)
+    const int nsplit = part_ml_shape[1];
+    const size_t bq = e / D, bh = bq / G;
+    const int d = e % D, g = bq % G;
+    const float* ml = part_ml + bh * nsplit * G * 2 + g * 2;      // split s: ml[s * G * 2], (max, sum)
+    const float* pa = part_acc + bh * nsplit * G * D + g * D + d;  // split s: pa[s * G * D]
+    float2 v[NF];
+    float a[NF];
+    #pragma unroll
+    for (int s = 0; s < NF; ++s) {
+      v[s] = s < nsplit ? *reinterpret_cast<const float2*>(ml + (size_t)s * G * 2) : make_float2(-1e30f, 0.f);
+      a[s] = s < nsplit ? pa[(size_t)s * G * D] : 0.f;
+    }
+    float top = v[0].x;
+    #pragma unroll
+    for (int s = 1; s < NF; ++s) top = fmaxf(top, v[s].x);
+    float acc = 0.f, den = 0.f;
+    #pragma unroll
+    for (int s = 0; s < NF; ++s) {
+      const float w = exp2f(v[s].x - top);
+      acc = fmaf(w, a[s], acc);
+      den = fmaf(w, v[s].y, den);
+    }
+    o[e] = (T)(acc / den);
+"""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ksearch.kernels.decode import MMA_DEFAULT, cuda_cluster, cuda_split_k_text, metal_split_k
+from ksearch.kernels.decode.cuda_split_k import MERGE_FEW
 from ksearch.kernels.kernel_text import compact
 from ksearch.policy.templates.base import CONSTANT_KERNELS, HOPPER_CHECK, METAL_CONSTANT_KERNELS, TemplateFamily
 
@@ -51,7 +52,7 @@ def _mma_code(mib: int, constants: bool = False) -> tuple[str, str]:
     are the library's, compacted as the library hands them to MLX (a call's host work grows with them). With
     `constants` their template arguments are constants in their headers (base.CONSTANT_KERNELS, rendered before
     this)."""
-    cfg, d, g = MMA_DEFAULT, 128, 4
+    cfg, d, g, nf = MMA_DEFAULT, 128, 4, MERGE_FEW
     nt, smem = cfg.threads(), cfg.smem_bytes(d, g)
     room = cfg.sms * cfg.blocks_per_sm(d, g)
     fixed = (f'("T", q.dtype), ("D", {d}), ("G", {g}), ("NC", {cfg.consumers}), ("PW", {cfg.producers}), '
@@ -72,11 +73,13 @@ def _mma_kernels(dtype):
                   {smem}),
             _make("gqa_mma_parts", MMA_PARTS, ["q", "k", "v"], ["part_acc", "part_ml"], MMA_HEADER,
                   base + (("CS", 0), ("TMA", False)), {smem}),
-            _make("gqa_mma_merge", MERGE, ["part_acc", "part_ml"], ["o"], "", base[:3]))
+            _make("gqa_mma_merge", MERGE, ["part_acc", "part_ml"], ["o"], "", base[:3]),
+            _make("gqa_mma_merge_few", MERGE_FEW, ["part_acc", "part_ml"], ["o"], "", base[:3] + (("NF", {nf}),)))
     return ks
 '''
-        pick, one, parts, merge = "    one, parts, merge = _mma_kernels(q.dtype)\n", "one", "parts", "merge"
-        targs: dict[Any, list[str]] = {1: [], 0: [], "merge": []}
+        pick = "    one, parts, merge, merge_few = _mma_kernels(q.dtype)\n"
+        one, parts, merge, merge_few = "one", "parts", "merge", "merge_few"
+        targs: dict[Any, list[str]] = {1: [], 0: [], "merge": [], "few": []}
     else:
         kernels = f'''_mma_one = mx.fast.cuda_kernel(name="gqa_mma_one", input_names=["q", "k", "v"], output_names=["o"], source=MMA_ONE,
                                header=MMA_HEADER, ensure_row_contiguous=False, shared_memory={smem})
@@ -85,31 +88,39 @@ _mma_parts = mx.fast.cuda_kernel(name="gqa_mma_parts", input_names=["q", "k", "v
                                  ensure_row_contiguous=False, shared_memory={smem})
 _mma_merge = mx.fast.cuda_kernel(name="gqa_mma_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
                                  source=MERGE)
+_mma_merge_few = mx.fast.cuda_kernel(name="gqa_mma_merge_few", input_names=["part_acc", "part_ml"],
+                                     output_names=["o"], source=MERGE_FEW)
 '''
-        pick, one, parts, merge = "", "_mma_one", "_mma_parts", "_mma_merge"
+        pick, one, parts, merge, merge_few = "", "_mma_one", "_mma_parts", "_mma_merge", "_mma_merge_few"
         targs = {1: [f"template={tmpl(1)}"], 0: [f"template={tmpl(0)}"],
-                 "merge": [f'template=[("T", q.dtype), ("D", {d}), ("G", {g})]']}
+                 "merge": [f'template=[("T", q.dtype), ("D", {d}), ("G", {g})]'],
+                 "few": [f'template=[("T", q.dtype), ("D", {d}), ("G", {g}), ("NF", {nf})]']}
     one_call = _call(one, "        return ", ["inputs=[q, k, v]", *targs[1], f"grid=(pairs * {nt}, 1, 1)",
                                                f"threadgroup=({nt}, 1, 1)", "output_shapes=[q.shape]",
                                                "output_dtypes=[q.dtype]"], "[0]")
     parts_call = _call(parts, "    part_acc, part_ml = ", [
         "inputs=[q, k, v]", *targs[0], f"grid=(pairs * {nt}, ns, 1)", f"threadgroup=({nt}, 1, 1)",
         f"output_shapes=[(pairs, ns, {g}, {d}), (pairs, ns, {g}, 2)]", "output_dtypes=[mx.float32, mx.float32]"])
-    merge_call = _call(merge, "    return ", ["inputs=[part_acc, part_ml]", *targs["merge"],
-                                              f"grid=(b * hq * {d}, 1, 1)", f"threadgroup=({d}, 1, 1)",
-                                              "output_shapes=[q.shape]", "output_dtypes=[q.dtype]"], "[0]")
+    merge_args = [f"grid=(b * hq * {d}, 1, 1)", f"threadgroup=({d}, 1, 1)", "output_shapes=[q.shape]",
+                  "output_dtypes=[q.dtype]"]
+    merge_call = _call(merge, "    return ", ["inputs=[part_acc, part_ml]", *targs["merge"], *merge_args], "[0]")
+    if cfg.few_merge:  # the library's one-read merge at 2 to MERGE_FEW splits
+        few_call = _call(merge_few, "        return ", ["inputs=[part_acc, part_ml]", *targs["few"], *merge_args], "[0]")
+        merge_call = f"    if ns <= {nf}:\n{few_call}\n{merge_call}"
 
+    few_note = f" (at most {nf} splits: the one-read merge)" if cfg.few_merge else ""
     module = f'''
 MMA_HEADER = {compact(cuda_cluster.header(cfg, 1))!r}
 MMA_ONE = {compact(cuda_cluster.SOURCE)!r}
 MMA_PARTS = {compact(cuda_cluster.PARTS_SOURCE)!r}
+MERGE_FEW = {cuda_split_k_text.MERGE_FEW_SOURCE!r}
 {kernels}
 {HOPPER_CHECK}
 
 def _mma(q, k, v, length):
     # One block of {nt} threads a (batch, kv head) and split, S and P V on mma.sync, each warp copying its own tiles
     # {cfg.slots} ahead with cp.async; as many splits as one wave of {room} blocks holds; at one split a pair the block
-    # writes the output itself, otherwise split-K's merge.
+    # writes the output itself, otherwise split-K's merge{few_note}.
     b, hq, _, d = q.shape
     # No-ops that tell static checkers the arrays keep q's dtype.
     k = k.astype(q.dtype)
