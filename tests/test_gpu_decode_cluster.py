@@ -93,18 +93,21 @@ def test_the_tensor_copy_variant_matches_fp32_under_cuda_graphs() -> None:
     assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
 
 
-ONE_SPLIT = r"""
+# The imports and the fp32 reference of the tensor-core kernel's checks below (each script starts with them).
+REFERENCE = r"""
 import importlib, math
 import mlx.core as mx
 from ksearch.kernels.decode import cuda_cluster as DC
 kd = importlib.import_module("ksearch.kernels.decode")
-cfg = DC.ClusterConfig(consumers=4, producers=0, slots=3, cluster=False)
 mx.random.seed(0)
 def ref(q, kc, vc, n):
     g = q.shape[1] // kc.shape[1]
     k = mx.repeat(kc[:, :, :n].astype(mx.float32), g, axis=1)
     v = mx.repeat(vc[:, :, :n].astype(mx.float32), g, axis=1)
     return mx.softmax((q.astype(mx.float32) @ k.transpose(0, 1, 3, 2)) / math.sqrt(q.shape[-1]), axis=-1) @ v
+"""
+
+ONE_SPLIT = REFERENCE + r"""cfg = DC.ClusterConfig(consumers=4, producers=0, slots=3, cluster=False)
 for b, hq, hkv, cap, n, d, dt in [(16, 32, 8, 4352, 4097, 128, mx.float16), (24, 32, 8, 2304, 2000, 64, mx.bfloat16),
                                   (9, 64, 8, 1100, 1000, 128, mx.bfloat16)]:
     q = mx.random.normal((b, hq, 1, d)).astype(dt)
@@ -139,18 +142,7 @@ def test_one_split_a_head_writes_the_output_itself_under_cuda_graphs() -> None:
     assert proc.returncode == 0 and "ok" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
 
 
-FEW_MERGE = r"""
-import importlib, math
-import mlx.core as mx
-from ksearch.kernels.decode import cuda_cluster as DC
-kd = importlib.import_module("ksearch.kernels.decode")
-mx.random.seed(0)
-def ref(q, kc, vc, n):
-    g = q.shape[1] // kc.shape[1]
-    k = mx.repeat(kc[:, :, :n].astype(mx.float32), g, axis=1)
-    v = mx.repeat(vc[:, :, :n].astype(mx.float32), g, axis=1)
-    return mx.softmax((q.astype(mx.float32) @ k.transpose(0, 1, 3, 2)) / math.sqrt(q.shape[-1]), axis=-1) @ v
-cfg = DC.ClusterConfig(consumers=4, producers=0, slots=3, cluster=False, few_merge=True)
+FEW_MERGE = REFERENCE + r"""cfg = DC.ClusterConfig(consumers=4, producers=0, slots=3, cluster=False, few_merge=True)
 splits = set()
 for b, hq, hkv, cap, n, d, dt in [(8, 32, 8, 16500, 16384, 128, mx.float16), (4, 32, 8, 8448, 8192, 128, mx.bfloat16),
                                   (5, 16, 4, 3000, 2999, 64, mx.float16), (1, 32, 8, 4352, 4096, 128, mx.float16)]:
