@@ -107,6 +107,9 @@ def test_row_and_decode_metal_kernels_pass_clang() -> None:
         _use("merge", metal_split_k.DECODE_MERGE_SOURCE, ["part_acc", "part_ml"], ["o"],
              [f16, TemplateArg("D", "int", 128), TemplateArg("G", "int", 4)],
              in_dtypes={"part_acc": "float32", "part_ml": "float32"}),
+        _use("merge_few", metal_split_k.DECODE_MERGE_FEW_SOURCE, ["part_acc", "part_ml"], ["o"],
+             [f16, TemplateArg("D", "int", 128), TemplateArg("G", "int", 4), TemplateArg("NF", "int", 4)],
+             in_dtypes={"part_acc": "float32", "part_ml": "float32"}),
     ]
     errors = check_kernels(kernels)
     assert errors == [], [str(e) for e in errors or []]
@@ -203,7 +206,8 @@ def _library_calls(monkeypatch: pytest.MonkeyPatch) -> tuple[Made, Calls]:
             metal_simdgroup.attention_metal_mma(q, k, k, True)
             metal_rows.attention_metal(q.astype(mx.float32), k.astype(mx.float32), k.astype(mx.float32), False)
             qd, kc = mx.zeros((2, 8, 1, 64), dtype=mx.bfloat16), mx.zeros((2, 2, 600, 64), dtype=mx.bfloat16)
-            metal_split_k.decode_metal(qd, kc, kc, 500)  # several splits: split and merge
+            metal_split_k.decode_metal(qd, kc, kc, 500)  # 4 splits: split and the one-read merge
+            metal_split_k.decode_metal(qd, kc, kc, 600)  # 5 splits: split and the tiled merge
             metal_split_k.decode_metal(qd, kc, kc, 100)  # one split a (batch, kv head)
     finally:
         for c in caches:
@@ -218,7 +222,7 @@ def test_the_library_makes_each_metal_kernel_once_a_set_with_its_arguments_as_co
     from ksearch.kernels.kernel_text import metal_constant_lines
 
     made, calls = _library_calls(monkeypatch)
-    assert len(made) == 5 and len(calls) == 10 and all("template" not in kw for _, kw in calls)
+    assert len(made) == 6 and len(calls) == 14 and all("template" not in kw for _, kw in calls)
     by_source = {m["source"]: str(m["header"]) for m in made}
     assert by_source[compact(metal_simdgroup.SOURCE)] == metal_constant_lines(
         [("T", mx.float16), ("D", 128), ("BK", 16), ("CAUSAL", True), ("CRESCALE", metal_simdgroup.CRESCALE)])
@@ -229,6 +233,8 @@ def test_the_library_makes_each_metal_kernel_once_a_set_with_its_arguments_as_co
     assert by_source[compact(metal_split_k.DECODE_SPLIT_SOURCE)] == metal_constant_lines(split)
     assert by_source[compact(metal_split_k.DECODE_ONE_SPLIT_SOURCE)] == metal_constant_lines(split)
     assert by_source[compact(metal_split_k.DECODE_MERGE_SOURCE)] == metal_constant_lines(split[:3])
+    assert by_source[compact(metal_split_k.DECODE_MERGE_FEW_SOURCE)] == metal_constant_lines(
+        [*split[:3], ("NF", metal_split_k.MERGE_FEW)])
 
 
 @needs_clang

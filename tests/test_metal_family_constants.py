@@ -58,17 +58,21 @@ def test_the_decode_familys_kernels_carry_the_librarys_constants(monkeypatch: py
     assert made == []  # nothing made before the first call
     q = mx.zeros((1, 8, 1, 64), dtype=mx.bfloat16)
     kc = mx.zeros((1, 2, 600, 64), dtype=mx.bfloat16)
-    for length in (500, 500, 100):
+    for length in (500, 500, 600, 100):  # 4 splits (the one-read merge), 5 (the tiled merge), one split
         ns["run"](q, kc, kc, length)
-    assert len(made) == 3 and all("template" not in kw for _, kw in calls)
+    assert len(made) == 4 and all("template" not in kw for _, kw in calls)
     split = [("T", mx.bfloat16), ("D", 64), ("G", 4), ("NW", 4), ("U", 2)]
     # the library's own header for the same kernels (kernel_text.metal_constant_lines), byte for byte
     by_source = {compact(m["source"]): m["header"] for m in made}
     assert by_source[compact(metal_split_k.DECODE_SPLIT_SOURCE)] == metal_constant_lines(split)
     assert by_source[compact(metal_split_k.DECODE_MERGE_SOURCE)] == metal_constant_lines(split[:3])
     assert by_source[compact(metal_split_k.DECODE_ONE_SPLIT_SOURCE)] == metal_constant_lines(split)
+    assert by_source[compact(metal_split_k.DECODE_MERGE_FEW_SOURCE)] == metal_constant_lines(
+        [*split[:3], ("NF", metal_split_k.MERGE_FEW)])
+    launched = [name.rsplit("_", 1)[0] for name, _ in calls]
+    assert launched == ["gqa_split_k", "gqa_lse_merge_few"] * 2 + ["gqa_split_k", "gqa_lse_merge", "gqa_one_split"]
     ns["run"](q.astype(mx.float16), kc.astype(mx.float16), kc.astype(mx.float16), 100)
-    assert len(made) == 6 and len({m["name"] for m in made}) == 6  # a set of its own per dtype, each named apart
+    assert len(made) == 8 and len({m["name"] for m in made}) == 8  # a set of its own per dtype, each named apart
 
 
 def test_the_prefill_familys_kernels_carry_the_librarys_constants(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,7 +116,7 @@ def emulated() -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("length", [100, 500], ids=["one_split", "splits"])
+@pytest.mark.parametrize("length", [100, 500, 600], ids=["one_split", "few_splits", "splits"])
 def test_the_decode_familys_constants_rendering_matches_mlx_on_the_emulation(emulated: Any, length: int) -> None:
     ns = _module(DECODE, {**DECODE.default(), "target_blocks": 256, "unroll": 2, "constants": True})
     q = _rand((1, 8, 1, 64), mx.float16, 1)

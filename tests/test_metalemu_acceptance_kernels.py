@@ -287,6 +287,20 @@ def test_split_k_decode_merges_more_splits_than_a_tile() -> None:
     _close(out, _sdpa(q, kc, vc, False), 1e-2, 1e-2)
 
 
+@pytest.mark.parametrize("dtype,d,length", [(mx.float16, 64, 256), (mx.float32, 128, 512), (mx.float16, 64, 640)])
+def test_split_k_decode_merges_a_few_splits_in_one_read(dtype: mx.Dtype, d: int, length: int) -> None:
+    """2 to MERGE_FEW splits go to the one-read merge (a thread an output element), more to the tiled merge: both
+    give MLX's result. 4 (batch, kv head) pairs of the 256 target blocks take 128-key chunks: length / 128 splits."""
+    from ksearch.kernels.decode.metal_split_k import MERGE_FEW, decode_metal
+
+    splits = math.ceil(length / 128)
+    assert (splits <= MERGE_FEW) == (length < 640)  # 2 and 4 splits one way, 5 the other
+    q, kc, vc = _rand((2, 8, 1, d), dtype, 19), _rand((2, 2, length + 8, d), dtype, 20), \
+        _rand((2, 2, length + 8, d), dtype, 21)
+    out = decode_metal(q, kc, vc, length, warps=4, target_blocks=256, unroll=1)
+    tol = 1e-2 if dtype == mx.float16 else 1e-4
+    _close(out, _sdpa(q, kc[:, :, :length], vc[:, :, :length], False), tol, tol)
+
 @pytest.mark.parametrize("length,h0", [(50, False), (300, True)])
 def test_selective_scan_on_strided_views(length: int, h0: bool) -> None:
     """The model's layout: u, delta, z, B, C are transposed slices of (batch, L, features) buffers, read in place

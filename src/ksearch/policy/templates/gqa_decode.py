@@ -280,21 +280,25 @@ def _kernels(dtype, d, g):
         ks = _MADE[(dtype, d, g)] = (
             _make("gqa_split_k", SPLIT, ["q", "k_cache", "v_cache", "meta"], ["part_acc", "part_ml"], consts),
             _make("gqa_lse_merge", MERGE, ["part_acc", "part_ml"], ["o"], consts[:3]),
-            _make("gqa_one_split", ONE_SPLIT, ["q", "k_cache", "v_cache", "meta"], ["o"], consts))
+            _make("gqa_one_split", ONE_SPLIT, ["q", "k_cache", "v_cache", "meta"], ["o"], consts),
+            _make("gqa_lse_merge_few", MERGE_FEW, ["part_acc", "part_ml"], ["o"], consts[:3] + (("NF", NF),)))
     return ks'''
-        pick = "    _split, _merge, _one_split = _kernels(q.dtype, d, g)\n"
-        one_t = split_t = merge_t = ""
+        pick = "    _split, _merge, _one_split, _merge_few = _kernels(q.dtype, d, g)\n"
+        one_t = split_t = merge_t = few_t = ""
     else:
         kernels = '''_split = mx.fast.metal_kernel(name="gqa_split_k", input_names=["q", "k_cache", "v_cache", "meta"],
                               output_names=["part_acc", "part_ml"], source=SPLIT)
 _merge = mx.fast.metal_kernel(name="gqa_lse_merge", input_names=["part_acc", "part_ml"], output_names=["o"],
                               source=MERGE)
 _one_split = mx.fast.metal_kernel(name="gqa_one_split", input_names=["q", "k_cache", "v_cache", "meta"],
-                                  output_names=["o"], source=ONE_SPLIT)'''
+                                  output_names=["o"], source=ONE_SPLIT)
+_merge_few = mx.fast.metal_kernel(name="gqa_lse_merge_few", input_names=["part_acc", "part_ml"], output_names=["o"],
+                                  source=MERGE_FEW)'''
         pick = ""
         tmpl = 'template=[("T", q.dtype), ("D", d), ("G", g), ("NW", WARPS), ("U", UNROLL)],'
         one_t, split_t = "\n            " + tmpl, "\n        " + tmpl
         merge_t = ' template=[("T", q.dtype), ("D", d), ("G", g)],'
+        few_t = '\n            template=[("T", q.dtype), ("D", d), ("G", g), ("NF", NF)],'
     return f'''# gqa_decode.metal.split_k {p}
 # Split-K flash-decoding in MSL: simdgroup shuffles for the score reduction, LSE merge pass. Not yet measured on Apple.
 import math
@@ -304,6 +308,8 @@ import mlx.core as mx
 SPLIT = {metal_split_k.DECODE_SPLIT_SOURCE!r}
 MERGE = {metal_split_k.DECODE_MERGE_SOURCE!r}
 ONE_SPLIT = {metal_split_k.DECODE_ONE_SPLIT_SOURCE!r}
+MERGE_FEW = {metal_split_k.DECODE_MERGE_FEW_SOURCE!r}
+NF = {metal_split_k.MERGE_FEW}  # the most splits MERGE_FEW takes: one thread an output element, every split read at once
 WARPS, TARGET_BLOCKS, MIN_CHUNK, UNROLL = {p["warps"]}, {p["target_blocks"]}, {p["min_chunk"]}, {p["unroll"]}
 
 {kernels}{chr(10) if constants else ""}
@@ -329,6 +335,10 @@ def run(q, k_cache, v_cache, length):
         inputs=[q, k_cache, v_cache, meta],{split_t}
         grid=(b * hkv * nt, nsplit, 1), threadgroup=(nt, 1, 1),
         output_shapes=[(b * hkv, nsplit, g, d), (b * hkv, nsplit, g, 2)], output_dtypes=[mx.float32, mx.float32])
+    if nsplit <= NF:
+        return _merge_few(
+            inputs=[part_acc, part_ml],{few_t}
+            grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
     return _merge(inputs=[part_acc, part_ml],{merge_t}
                   grid=(b * hq * d, 1, 1), threadgroup=(d, 1, 1), output_shapes=[q.shape],
                   output_dtypes=[q.dtype])[0]
