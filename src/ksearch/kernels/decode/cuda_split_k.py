@@ -328,5 +328,5 @@ def merge_partials(part_acc: Any, part_ml: Any, q: Any, *, few: bool = False) ->
     b, hq, _, d = q.shape
     kernel = merge_few_kernel if few and part_acc.shape[1] <= MERGE_FEW else merge_kernel
     return kernel(q.dtype, d, part_acc.shape[2])(inputs=[part_acc, part_ml], grid=(b * hq * d, 1, 1),
-                                                       threadgroup=(d, 1, 1), output_shapes=[q.shape],
-                                                       output_dtypes=[q.dtype])[0]
+                                                 threadgroup=(d, 1, 1), output_shapes=[q.shape],
+                                                 output_dtypes=[q.dtype])[0]

@@ -187,6 +187,7 @@ DECODE_MERGE_FEW_SOURCE = r"""
     o[e] = T(acc / den);
 """
 
+
 def supports_decode(q: Any, k_cache: Any, length: int) -> bool:
     b, hq, t, d = q.shape
     hkv = k_cache.shape[1]
