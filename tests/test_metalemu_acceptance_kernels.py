@@ -301,6 +301,7 @@ def test_split_k_decode_merges_a_few_splits_in_one_read(dtype: mx.Dtype, d: int,
     tol = 1e-2 if dtype == mx.float16 else 1e-4
     _close(out, _sdpa(q, kc[:, :, :length], vc[:, :, :length], False), tol, tol)
 
+
 @pytest.mark.parametrize("length,h0", [(50, False), (300, True)])
 def test_selective_scan_on_strided_views(length: int, h0: bool) -> None:
     """The model's layout: u, delta, z, B, C are transposed slices of (batch, L, features) buffers, read in place
