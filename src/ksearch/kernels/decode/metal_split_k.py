@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from ksearch.kernels.decode.cuda_split_k import parse_fields
+from ksearch.kernels.decode.cuda_split_k import MERGE_FEW, parse_fields
 from ksearch.kernels.kernel_text import metal_kernel
 
 # Constants (in the header): T, D, G (query heads per kv head), NW (simdgroups per threadgroup), U (key rows each
@@ -155,13 +155,10 @@ DECODE_MERGE_SOURCE = r"""
 """
 
 
-#: The most splits DECODE_MERGE_FEW_SOURCE takes (as the CUDA decode's one-read merge, cuda_split_k.MERGE_FEW).
-MERGE_FEW = 4
-
-# At most NF splits (a constant): one thread an output element reads every split's (max, sum) and accumulator at once,
-# with no threadgroup memory and no barriers, so it waits for one round of reads, not three (the CUDA decode's one-read
-# merge: 1.7-1.8 us against 2.9-3.3 on an H100; on Apple GPUs not measured). The grid is DECODE_MERGE_SOURCE's:
-# B x Hq x D threads, D a threadgroup.
+# At most NF splits (a constant: MERGE_FEW, as for CUDA): one thread an output element reads every split's (max, sum)
+# and accumulator at once, with no threadgroup memory and no barriers, so it waits for one round of reads, not three
+# (the CUDA decode's one-read merge: 1.7-1.8 us against 2.9-3.3 on an H100; on Apple GPUs not measured). The grid is
+# DECODE_MERGE_SOURCE's: B x Hq x D threads, D a threadgroup.
 DECODE_MERGE_FEW_SOURCE = r"""
     const uint e = thread_position_in_grid.x;
     const int nsplit = part_ml_shape[1];
