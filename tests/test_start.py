@@ -52,7 +52,7 @@ def test_the_live_view_draws_nothing_until_the_run_exists() -> None:
     view("run_start", {"strategy": "ksearch", "task": "softmax", "backend": "mlx-cpu", "policy": "offline",
                        "budget": 7, "path": "runs/x"})
     view("evaluation", {"evaluations_done": 1, "best_score": 1.5, "status": "passed"})
-    assert view.title == "ksearch ksearch on softmax (mlx-cpu, offline policy) -> runs/x"
+    assert view.title == "K-Search on softmax (mlx-cpu, offline policy)\nrun directory runs/x"
     assert view.progress.tasks[0].total == 7 and view.best == 1.5 and view.live is None
 
 

@@ -16,6 +16,9 @@ from rich.text import Text
 from ksearch.report.summary import usage_line
 from ksearch.search.start import RunOutcome
 
+# How each `--strategy` is named in the live view's title.
+STRATEGY_NAMES = {"ksearch": "K-Search", "evolve": "evolutionary search", "greedy": "greedy search"}
+
 
 class LiveView:
     """The `on_event` callback of search.start.start_run. The display starts at the run's "run_start" event (so a
@@ -51,8 +54,10 @@ class LiveView:
 
     def _start(self, data: dict[str, Any]) -> None:
         self.path = Path(data["path"])
-        self.title = (f"ksearch {data['strategy']} on {data['task']} ({data['backend']}, {data['policy']} policy) "
-                      f"-> {data['path']}")
+        # The path on a line of its own: a run directory is long enough to wrap mid-title in an 80-column terminal.
+        strategy = STRATEGY_NAMES.get(data["strategy"], data["strategy"])
+        self.title = (f"{strategy} on {data['task']} ({data['backend']}, {data['policy']} policy)\n"
+                      f"run directory {data['path']}")
         self.progress.update(self.bar, total=data["budget"])
         if self.enabled:
             self.live = Live(self._render(), refresh_per_second=4, transient=False)
