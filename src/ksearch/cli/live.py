@@ -124,7 +124,8 @@ class LiveView:
 def final_table(o: RunOutcome) -> Table:
     s = o.state
     t = Table(title=f"run {o.path.name}: {s.evaluations_done} evaluations "
-                    f"({s.duplicates_skipped} duplicates skipped, {s.policy_errors} proposer errors)")
+                    f"({s.duplicates_skipped} duplicates skipped, {s.policy_errors} proposer errors)",
+              show_header=False)
     t.add_column("")
     t.add_column("")
     t.add_row("status", Text(f"{o.status}: {o.stop_reason}" if o.stop_reason else o.status))
