@@ -54,3 +54,18 @@ def test_runs_shows_the_pick_of_its_best_timed_again(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     row = next(line for line in res.stdout.splitlines() if store.path.name in line)
     assert out.pick is not None and f"{out.pick.candidate} {out.pick.median:.3f}" in row
+
+
+def test_a_terminal_too_narrow_for_the_table_gets_each_run_whole(tmp_path: Path) -> None:
+    cfg = RunConfig(task="rmsnorm", backend="mlx-cpu", budget=3, runs_dir=str(tmp_path))
+    store, _, _ = create_run(cfg)
+    execute(store, cfg, evaluate=scripted_judge, policy=ScriptedPolicy({"A": [("passed", 1.5), ("passed", 1.7)]}))
+    res = subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", "--runs-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60, env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr
+    lines = [line.rstrip() for line in res.stdout.splitlines()]
+    assert "…" not in res.stdout and all(len(line) <= 80 for line in lines)
+    assert lines[1] == store.path.name  # the run's name on a line of its own, never cut
+    text = " ".join(line.strip() for line in lines[2:])
+    assert "rmsnorm on mlx-cpu, offline policy, ksearch: finished (budget), 3/3 evaluations" in text
+    assert "best score 1.700" in text and "LLM retries -" in text
