@@ -100,6 +100,16 @@ def test_a_run_without_counters_says_so(tmp_path: Path) -> None:
     assert r.exit_code == 0 and "hardware counters are not available on mlx-cpu" in r.output
 
 
+def test_the_reason_for_no_counters_is_said_once(tmp_path: Path) -> None:
+    path = make_fake_run(tmp_path)
+    store = RunStore(path)
+    note = "hardware counters are not available on mlx-cpu: the roofline fraction only"
+    store.add_profile("c0001", 1, {"status": "roofline_only", "backend": "mlx-cpu", "workload": "w", "note": note})
+    store.close()
+    r = CliRunner().invoke(app, ["report", str(path), "--no-tree"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and r.output.count("hardware counters") == 1, r.output
+
+
 class Recording(ScriptedPolicy):
     def __init__(self, plan: dict[str, list[tuple[str, float]]]) -> None:
         super().__init__(plan)

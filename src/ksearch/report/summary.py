@@ -204,7 +204,7 @@ def profile_renderables(run: RunData) -> list[RenderableType]:
     if items:
         out.append(profile_table(list(items)))
     note = counters_note(run.backend)
-    if note:
+    if note and not any(str(r.get("note") or "").startswith(note) for _, r in items):  # else the table's caption
         out.append(Text(note, style="dim"))
     roof = roofline_table(run)
     if roof is not None:
