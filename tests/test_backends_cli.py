@@ -41,3 +41,15 @@ def test_a_mac_profile_counts_the_memory_this_machine_has() -> None:
     mac = profile_for("metal", "Apple M3 Max")
     assert mac["matched"] and mac["memory_gb"] == min(128, here)
     assert profile_for("cuda", "NVIDIA H200")["memory_gb"] == 141  # a discrete GPU's own memory
+
+
+
+def test_the_tables_cut_nothing_short_in_a_narrow_terminal_or_a_wide_one() -> None:
+    import os
+
+    for columns in ("80", "250"):
+        for command, whole in (("tasks", "selective_state_update"), ("backends", "mlx-metal-emu")):
+            res = subprocess.run([*KS, command], capture_output=True, text=True, timeout=60,
+                                 env={**os.environ, "COLUMNS": columns})
+            assert res.returncode == 0, res.stderr
+            assert whole in res.stdout and "…" not in res.stdout, res.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,5 +68,23 @@ def test_a_terminal_too_narrow_for_the_table_gets_each_run_whole(tmp_path: Path)
     assert "…" not in res.stdout and all(len(line) <= 80 for line in lines)
     assert lines[1] == store.path.name  # the run's name on a line of its own, never cut
     text = " ".join(line.strip() for line in lines[2:])
-    assert "rmsnorm on mlx-cpu, offline policy, ksearch: finished (budget), 3/3 evaluations" in text
-    assert "best score 1.700" in text and "LLM retries -" in text
+    assert "task: rmsnorm; backend: mlx-cpu; policy: offline; strategy: ksearch; budget used: 3/3; " in text
+    assert "best score: 1.700" in text and "status: finished; reason: budget; retries: -" in text
+
+
+def test_the_fitted_table_is_a_table_where_it_fits_and_whole_records_where_not() -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ksearch.report.tables import fitted_table
+
+    rows = [("[b]first[/b]", "a value long enough to need some room", "x" * 30), ("second", escape("[brackets]?"), "-")]
+    for width, table in ((200, True), (60, False)):
+        console = Console(width=width, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+        console.print(fitted_table(console, "things", ("name", "what", "more"), rows, "a caption"))
+        out = console.export_text()
+        assert ("┃ name" in out) is table and "…" not in out and "a caption" in out and "[brackets]?" in out
+        assert all(len(line.rstrip()) <= width for line in out.splitlines())
+        if not table:
+            assert out.splitlines()[:2] == ["things", "first"]  # markup rendered, not printed
+            assert "what: a value long enough" in out and "x" * 30 in out

@@ -55,7 +55,7 @@ def tasks_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     if as_json:
         print(json.dumps([t.summary() for t in tasks], indent=2))
         return
-    console.print(tasks_table(tasks))
+    console.print(tasks_table(tasks, console))
 
 
 @app.command("backends")
@@ -71,7 +71,7 @@ def backends_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
         return
     if not found:
         fail("MLX is not installed here: pip install 'kernelsearch[cpu]' (Linux) or 'kernelsearch' (macOS)")
-    console.print(backends_table(rows))
+    console.print(backends_table(rows, console))
 
 
 @app.command("eval")

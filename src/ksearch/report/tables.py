@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from ksearch.harness.result import EvalResult
 from ksearch.search.confirm import Confirmation
@@ -27,39 +32,57 @@ def fmt_x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
-def tasks_table(tasks: list[Task]) -> Table:
-    t = Table(title="tasks")
-    for col in ("task", "kind", "cpu workloads", "gpu workloads", "baselines (default)", "forbidden"):
+def fitted_table(console: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]],
+                 caption: str | None = None) -> RenderableType:
+    """The rows as a table where the console is wide enough for every cell whole; otherwise each row as its first
+    cell on a line of its own and `column: value` pairs below it, since a table squeezed into a narrow terminal cuts
+    every cell short. Cells may hold rich markup."""
+    t = Table(title=title, caption=caption, caption_justify="left")
+    for col in columns:
         t.add_column(col)
+    for row in rows:
+        t.add_row(*row)
+    if Measurement.get(console, console.options.update_width(10**4), t).maximum <= console.width:
+        return t
+    parts: list[RenderableType] = [Text(title, style="bold")]
+    for first, *rest in rows:
+        parts.append(Text.from_markup(first, style="bold"))
+        pairs = "; ".join(f"{col}: {cell}" for col, cell in zip(columns[1:], rest, strict=True))
+        parts.append(Padding(Text.from_markup(pairs), (0, 0, 0, 2)))
+    if caption:
+        parts.append(Text(caption, style="dim"))
+    return Group(*parts)
+
+
+def tasks_table(tasks: list[Task], console: Console) -> RenderableType:
+    rows = []
     for task in tasks:
         cpu = [w.name for w in task.workloads if w.tier == "cpu"]
         gpu = [w.name for w in task.workloads if w.tier == "gpu"]
         bases = ", ".join(f"[b]{b}[/b]" if b == task.default_baseline else b for b in task.baselines)
-        t.add_row(task.name, task.kind, str(len(cpu)), str(len(gpu)), bases, ", ".join(task.forbidden) or "-")
-    return t
+        rows.append((task.name, task.kind, str(len(cpu)), str(len(gpu)), bases, ", ".join(task.forbidden) or "-"))
+    return fitted_table(console, "tasks", ("task", "kind", "cpu workloads", "gpu workloads", "baselines (default)",
+                                           "forbidden"), rows)
 
 
-def backends_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="backends (first = default; an emulation only when asked for by name)")
-    for col in ("backend", "device", "MLX", "memory", "bandwidth", "peak fp16 / fp32", "shared/threadgroup mem", "SIMD"):
-        t.add_column(col)
+def backends_table(rows: list[dict[str, Any]], console: Console) -> RenderableType:
+    cells = []
     for r in rows:
         p, env = r["profile"], r["environment"]
         peaks = p.get("peak_tflops") or {}
         smem = p.get("shared_memory_kb") or {}
-        t.add_row(
+        cells.append((
             r["backend"], f"{env.get('device')} [dim]({p.get('id')})[/dim]", str(env.get("mlx")),
             f"{p['memory_gb']} GB" if p.get("memory_gb") else "-",
             f"{p['bandwidth_gbs']} GB/s" if p.get("bandwidth_gbs") else "-",
             f"{peaks.get('float16', '-')} / {peaks.get('float32', '-')} TFLOP/s" if peaks else "-",
             f"{smem.get('default', '-')} KB (max {smem.get('max_opt_in', '-')})" if smem else "-",
             str(p.get("simd_width", "-")),
-        )
+        ))
     notes = [f"{r['backend']}: {r['environment']['timing']}" for r in rows if r["environment"].get("timing")]
-    if notes:
-        t.caption = "\n".join(notes)
-        t.caption_justify = "left"
-    return t
+    return fitted_table(console, "backends (first = default; an emulation only when asked for by name)",
+                        ("backend", "device", "MLX", "memory", "bandwidth", "peak fp16 / fp32",
+                         "shared/threadgroup mem", "SIMD"), cells, "\n".join(notes) or None)
 
 
 def eval_table(r: EvalResult) -> Table:

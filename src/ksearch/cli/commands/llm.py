@@ -6,9 +6,11 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ksearch.cli.console import console, err, fail
+from ksearch.report.tables import fitted_table
 
 llm_app = typer.Typer(no_args_is_help=True, help="LLM endpoints: presets, prices, a connectivity check.")
 
@@ -23,13 +25,10 @@ def presets_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    t = Table(title="LLM presets (--preset NAME; --base-url/--model/--api-key-env override)")
-    for col in ("preset", "base_url", "api_key_env", "model", "note"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r["preset"], r["base_url"], r["api_key_env"] or "(no key)", r["model"] or "(asks the server)",
-                  r["note"])
-    console.print(t)
+    cells = [tuple(escape(str(c)) for c in (r["preset"], r["base_url"], r["api_key_env"] or "(no key)",
+                                            r["model"] or "(asks the server)", r["note"])) for r in rows]
+    console.print(fitted_table(console, "LLM presets (--preset NAME; --base-url/--model/--api-key-env override)",
+                               ("preset", "base_url", "api_key_env", "model", "note"), cells))
 
 
 @llm_app.command("prices")
@@ -62,8 +61,6 @@ def ping_cmd(
 ) -> None:
     """Send one tiny request with these settings: model served, latency, tokens, cost, the model's context and
     whether ksearch's prompts fit it."""
-    from rich.markup import escape
-
     from ksearch.config import load_config
     from ksearch.errors import CallFailed
     from ksearch.policy.llm.ping import ping

@@ -102,21 +102,12 @@ def runs_cmd(
 ) -> None:
     """List runs: task, backend, policy, budget used, best score and the best re-measured, the pick of its best timed
     again, status and why it ended, LLM retries."""
-    from rich.measure import Measurement
-    from rich.padding import Padding
-    from rich.table import Table
-    from rich.text import Text
-
     from ksearch.harness.result import EvalResult
+    from ksearch.report.tables import fitted_table
     from ksearch.search.confirm import read_confirmation
     from ksearch.store import list_runs
 
     rows = list_runs(runs_dir)
-    cols = ("run", "task", "backend", "policy", "strategy", "budget used", "best score", "re-measured", "pick",
-            "status", "reason", "retries")
-    t = Table(title=f"runs ({len(rows)})")
-    for col in cols:
-        t.add_column(col)
     cells = []
     for r in rows:
         usage = r.get("llm_usage") or {}
@@ -127,23 +118,14 @@ def runs_cmd(
         confirmed = read_confirmation(Path(r["path"])) or {}
         pick = (f"{confirmed['pick']} {float(confirmed.get('pick_median') or 0.0):.3f}" if confirmed.get("pick")
                 else "-")
-        cells.append((r["id"], str(r.get("task")), str(r.get("backend")), str(r.get("policy")),
-                      str(r.get("strategy")), f"{r.get('evaluations_done') or 0}/{r.get('budget')}",
-                      f"{(r.get('best_score') or 0):.3f}", "-" if again is None else f"{again:.3f}", pick,
-                      str(r.get("status")), REASONS.get(str(r.get("stop_kind")), str(r.get("stop_kind") or "-")),
-                      retries))
-        t.add_row(*cells[-1])
-    if Measurement.get(console, console.options.update_width(10**4), t).maximum <= console.width:
-        console.print(t)
-        return
-    # A terminal too narrow for the table would cut every cell short: a run a block of three lines instead.
-    console.print(f"runs ({len(rows)})", highlight=False)
-    for run, task, backend, policy, strategy, used, best, again_s, pick, status, reason, retries in cells:
-        console.print(Text(run, style="bold"), soft_wrap=True)
-        console.print(Padding(Text(f"{task} on {backend}, {policy} policy, {strategy}: {status} ({reason}), {used} "
-                                   "evaluations"), (0, 0, 0, 2)))
-        console.print(Padding(Text(f"best score {best}, re-measured {again_s}, pick {pick}, LLM retries {retries}"),
-                              (0, 0, 0, 2)))
+        cells.append(tuple(escape(c) for c in (
+            r["id"], str(r.get("task")), str(r.get("backend")), str(r.get("policy")), str(r.get("strategy")),
+            f"{r.get('evaluations_done') or 0}/{r.get('budget')}", f"{(r.get('best_score') or 0):.3f}",
+            "-" if again is None else f"{again:.3f}", pick, str(r.get("status")),
+            REASONS.get(str(r.get("stop_kind")), str(r.get("stop_kind") or "-")), retries)))
+    console.print(fitted_table(console, f"runs ({len(rows)})", (
+        "run", "task", "backend", "policy", "strategy", "budget used", "best score", "re-measured", "pick", "status",
+        "reason", "retries"), cells))
 
 
 def confirm_cmd(
