@@ -60,6 +60,15 @@ def test_exit_zero_whatever_the_status_and_table_output():
     assert "runtime_error" in done.stdout
 
 
+def test_a_message_with_brackets_is_printed_as_text(tmp_path):
+    # rich reads "[/...]" as a closing tag: a candidate's message taken as markup crashed the table.
+    bad = tmp_path / "bracketed.py"
+    bad.write_text('def run(x):\n    raise ValueError("no file at [/tmp/cache] [bold]")\n')
+    done = ksearch("eval", "softmax", str(bad), *ONE)
+    assert done.returncode == 0, done.stderr
+    assert "runtime_error" in done.stdout and "[/tmp/cache] [bold]" in done.stdout.replace("\n", "")
+
+
 def test_seed_reproduces_the_seeds_and_the_verdict():
     runs = [one_json_object(ksearch("eval", "softmax", str(CANDIDATES / "output_cache.py"), *ONE, "--seed", "12345",
                                     "--json").stdout) for _ in range(2)]

@@ -139,7 +139,7 @@ def test_every_figure_says_it_is_the_emulator_s(tmp_path: Path) -> None:
     console = Console(record=True, width=200)
     console.print(eval_table(r))
     text = console.export_text()
-    assert "emulator latency" in text and "emulator speedup" in text and "not a Metal speed" in text
+    assert "(emulator times, not the device's)" in text and "not a Metal speed" in text
     assert EvalResult.from_json(r.to_json()).timing == note
     if detect.clang_path() is not None:
         data = make_result("naive", get_backend(EMU), [], [], [])

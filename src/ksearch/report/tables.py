@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.padding import Padding
 from rich.table import Table
@@ -85,31 +86,35 @@ def backends_table(rows: list[dict[str, Any]], console: Console) -> RenderableTy
                          "shared/threadgroup mem", "SIMD"), cells, "\n".join(notes) or None)
 
 
-def eval_table(r: EvalResult) -> Table:
+def eval_table(r: EvalResult) -> RenderableType:
     style = STATUS_STYLE.get(r.status, "red")
     title = (f"{r.task} on {r.backend}: [{style}]{r.status}[/{style}]  score {r.score:.3f} "
              f"(geomean speedup vs {r.baseline})")
     if r.holdout_score is not None:
         title += f"  holdout {r.holdout_score:.3f}"
-    caption = r.message[:1500] if r.message else ""
+    caption = escape(r.message[:1500]) if r.message else ""  # a candidate's message is text, never markup
     cols = ["workload", "split", "latency", "spread", "baseline", "speedup", "roofline", "max abs err"]
     if r.timing:
         # An emulated device: the verdict counts, the times are the emulator's (never shown as the device's).
-        t_note = f"timing: {r.timing}"
-        caption = t_note + ("\n" + caption if caption else "")
-        cols = [{"latency": "emulator latency", "speedup": "emulator speedup"}.get(c, c) for c in cols]
-    t = Table(title=title, caption=caption or None, caption_justify="left")
-    for col in cols:
-        t.add_column(col)
-    for w in r.workloads:
-        t.add_row(
-            w.name, w.split, fmt_time(w.latency_s),
-            "-" if w.latency_spread is None else f"{w.latency_spread * 100:.0f}%",
-            fmt_time(w.baseline_latency_s), fmt_x(w.speedup),
-            "-" if w.roofline_fraction is None else f"{w.roofline_fraction * 100:.1f}%",
-            "-" if w.max_abs_err is None else f"{w.max_abs_err:.2e}",
-        )
-    return t
+        title += "  (emulator times, not the device's)"
+        caption = f"timing: {r.timing}" + ("\n" + caption if caption else "")
+    rows = [(w.name, w.split, fmt_time(w.latency_s),
+             "-" if w.latency_spread is None else f"{w.latency_spread * 100:.0f}%",
+             fmt_time(w.baseline_latency_s), fmt_x(w.speedup),
+             "-" if w.roofline_fraction is None else f"{w.roofline_fraction * 100:.1f}%",
+             "-" if w.max_abs_err is None else f"{w.max_abs_err:.2e}") for w in r.workloads]
+    # A column with nothing in it (the roofline on the CPU) leaves its room to the workload names.
+    keep = [i for i, c in enumerate(cols) if c in ("workload", "split") or any(row[i] != "-" for row in rows)]
+    # The report's workload table's style (tight padding, no box): 80 columns show every number whole.
+    t = Table(caption=caption or None, caption_justify="left", box=None, padding=(0, 1),
+              header_style="bold underline", pad_edge=False)
+    for i in keep:
+        t.add_column({"max abs err": "max err"}.get(cols[i], cols[i]), no_wrap=cols[i] != "workload",
+                     overflow="fold", justify="left" if cols[i] in ("workload", "split") else "right")
+    for row in rows:
+        t.add_row(*[row[i] for i in keep])
+    # The verdict above the table, not as its title: a title wraps at the table's width, however wide the terminal.
+    return Group(Text.from_markup(title), t)
 
 
 def confirmation_table(out: Confirmation) -> Table:
