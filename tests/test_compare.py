@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,6 +55,17 @@ def test_outputs(runs: list[Path], tmp_path: Path, suffix: str, magic: bytes) ->
         html = out.read_text()
         assert "<svg" in html and "r-greedy" in html
         assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "the page must not fetch anything"
+
+
+def test_the_table_cuts_nothing_short_in_80_columns(tmp_path: Path) -> None:
+    # Run directories named as `ksearch run` names them; a process of its own, since the CLI's console takes its
+    # width once a process.
+    runs = [make_fake_run(tmp_path, f"20261207-0457{i}6-selective_scan-a8e0a{i}") for i in range(2)]
+    r = subprocess.run([sys.executable, "-m", "ksearch.cli", "compare", *map(str, runs), "--out",
+                        str(tmp_path / "cmp.svg")], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout and "ksearch / llm" in r.stdout and "1.310" in r.stdout, r.stdout
 
 
 def test_html_renders_in_chromium(runs: list[Path], tmp_path: Path) -> None:

@@ -77,9 +77,12 @@ def warnings_for(lines: list[RunLine]) -> list[str]:
 
 
 def compare_table(lines: list[RunLine]) -> Table:
-    t = Table(title=_title(lines), title_justify="left")
+    # Tight padding, no box, a run's name folded rather than cut: 80 columns show every run whole.
+    t = Table(title=_title(lines), title_justify="left", box=None, padding=(0, 1), header_style="bold underline",
+              pad_edge=False)
     for c in ("run", "strategy", "evals", "best", "holdout", f"evals to {REACH:.0%}"):
-        t.add_column(c, justify="left" if c in ("run", "strategy") else "right")
+        t.add_column(c, justify="left" if c in ("run", "strategy") else "right", overflow="fold",
+                     no_wrap=c not in ("run", "strategy"))
     top = max((ln.best for ln in lines), default=0.0)
     for ln in lines:
         best = f"{ln.best:.3f}"
