@@ -14,14 +14,21 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_search_loop import ScriptedPolicy, scripted_judge  # noqa: E402
 
 
-def test_runs_lists_task_backend_policy_budget_and_best(tmp_path: Path) -> None:
+def listed_run(tmp_path: Path, columns: int) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A finished three-evaluation run, and `ksearch runs` in a terminal that many columns wide."""
     cfg = RunConfig(task="rmsnorm", backend="mlx-cpu", budget=3, runs_dir=str(tmp_path))
     store, _, _ = create_run(cfg)
     execute(store, cfg, evaluate=scripted_judge, policy=ScriptedPolicy({"A": [("passed", 1.5), ("passed", 1.7)]}))
     res = subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", "--runs-dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+                         capture_output=True, text=True, timeout=60,
+                         env={"COLUMNS": str(columns), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr
-    assert store.path.name in res.stdout
+    return store.path, res
+
+
+def test_runs_lists_task_backend_policy_budget_and_best(tmp_path: Path) -> None:
+    path, res = listed_run(tmp_path, 200)
+    assert path.name in res.stdout
     assert "rmsnorm" in res.stdout and "mlx-cpu" in res.stdout and "offline" in res.stdout
     assert "3/3" in res.stdout and "1.700" in res.stdout
 
@@ -58,15 +65,10 @@ def test_runs_shows_the_pick_of_its_best_timed_again(tmp_path: Path) -> None:
 
 
 def test_a_terminal_too_narrow_for_the_table_gets_each_run_whole(tmp_path: Path) -> None:
-    cfg = RunConfig(task="rmsnorm", backend="mlx-cpu", budget=3, runs_dir=str(tmp_path))
-    store, _, _ = create_run(cfg)
-    execute(store, cfg, evaluate=scripted_judge, policy=ScriptedPolicy({"A": [("passed", 1.5), ("passed", 1.7)]}))
-    res = subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", "--runs-dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60, env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"})
-    assert res.returncode == 0, res.stderr
+    path, res = listed_run(tmp_path, 80)
     lines = [line.rstrip() for line in res.stdout.splitlines()]
     assert "…" not in res.stdout and all(len(line) <= 80 for line in lines)
-    assert lines[1] == store.path.name  # the run's name on a line of its own, never cut
+    assert lines[1] == path.name  # the run's name on a line of its own, never cut
     text = " ".join(line.strip() for line in lines[2:])
     assert "task: rmsnorm; backend: mlx-cpu; policy: offline; strategy: ksearch; budget used: 3/3; " in text
     assert "best score: 1.700" in text and "status: finished; reason: budget; retries: -" in text
