@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 
 from ksearch import __version__
 from ksearch.cli.commands import bench, knowledge, llm, report, search
-from ksearch.cli.console import console, err, fail, print_error
+from ksearch.cli.console import console, err, fail, print_error, say
 from ksearch.errors import UsageError
 
 
@@ -131,12 +131,12 @@ def eval_cmd(
         return
     console.print(eval_table(result))
     if profile and report is None:
-        err.print(f"profile: not profiled, the verdict is {result.status}", highlight=False, soft_wrap=True)
+        say(f"profile: not profiled, the verdict is {result.status}", err)
     elif report is not None:
         from ksearch.report.profiles import profile_table
 
         if report.get("status") != "counters" and report.get("note"):
-            err.print(f"profile: {report['note']}", highlight=False, soft_wrap=True)
+            say(f"profile: {report['note']}", err)
         console.print(profile_table([(None, report)]))
 
 

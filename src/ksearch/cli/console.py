@@ -24,6 +24,12 @@ def fail(message: str) -> NoReturn:
     raise UsageError(message)
 
 
+def say(text: str, to: Console | None = None) -> None:
+    """One line as it is: a path or a message with [brackets] is never read as markup (rich would style it, or fail
+    on "[/...]" as a closing tag)."""
+    (to or console).print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 def print_error(message: str) -> None:
     """`error: <message>` on stderr, the message taken literally (a path with [brackets] is not markup) and
     without any key this process has read."""

@@ -24,4 +24,5 @@ def run_demo(backend: Backend, budget: int, console: Console, runs_dir: str = "r
     console.print(final_table(outcome))
     if outcome.confirmation is not None:  # its best 3 timed again twice each, as every finished run (RunConfig)
         console.print(confirmation_table(outcome.confirmation))
-    console.print(f"next: ksearch report {outcome.path}  (see README: reports, export, compare)")
+    console.print(f"next: ksearch report {outcome.path}  (see README: reports, export, compare)", markup=False,
+                  highlight=False)

@@ -134,14 +134,16 @@ def final_table(o: RunOutcome) -> Table:
         t.add_row("LLM spend", Text(usage_line(u)))
     picked = o.chosen not in (None, s.best_candidate)  # the confirmation picked another: best.py holds that one
     best_at = "" if picked else f" ({o.path / 'best.py'})"
-    t.add_row("best candidate", f"{s.best_candidate}{best_at}" if s.best_candidate else "none passed")
+    # Paths and messages as Text: a cell's plain string is rich markup, and a path with "[/...]" in it is not.
+    t.add_row("best candidate", Text(f"{s.best_candidate}{best_at}" if s.best_candidate else "none passed"))
     t.add_row("best score", f"{s.best_score:.3f}x (start {s.start_score:.3f}x)")
     if o.best_result:  # the search's best, workload by workload
         for w in o.best_result.get("workloads", []):
             sp = w.get("speedup")
-            t.add_row(f"  {w['name']}", "-" if sp is None else f"{sp:.3f}x vs {o.best_result.get('baseline')}")
+            t.add_row(Text(f"  {w['name']}"), "-" if sp is None else f"{sp:.3f}x vs {o.best_result.get('baseline')}")
     if picked:
-        t.add_row("the run's pick", f"{o.chosen} ({o.path / 'best.py'}; its best timed again, the highest median)")
+        t.add_row("the run's pick", Text(f"{o.chosen} ({o.path / 'best.py'}; its best timed again, the highest "
+                                         "median)"))
     if o.holdout is not None:
         whose = "pick" if picked else "best"  # the holdout judges the run's result
         if (again := o.holdout.search_score_again()) is not None:  # the best score leans high: the highest of many
@@ -149,6 +151,6 @@ def final_table(o: RunOutcome) -> Table:
         t.add_row("holdout score", f"{o.holdout.holdout_score or 0:.3f}x ({o.holdout.status}"
                   + (f", {o.chosen})" if picked else ")"))
     if o.best_result and o.best_result.get("timing"):
-        t.add_row("timing", str(o.best_result["timing"]))
-    t.add_row("run directory", str(o.path))
+        t.add_row("timing", Text(str(o.best_result["timing"])))
+    t.add_row("run directory", Text(str(o.path)))
     return t

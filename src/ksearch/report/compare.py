@@ -12,6 +12,7 @@ from html import escape
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from ksearch import __version__
 from ksearch.report.plots import compare_svg, save_compare
@@ -86,7 +87,7 @@ def compare_table(lines: list[RunLine]) -> Table:
     top = max((ln.best for ln in lines), default=0.0)
     for ln in lines:
         best = f"{ln.best:.3f}"
-        t.add_row(ln.label, f"{ln.strategy} / {ln.policy}",
+        t.add_row(Text(ln.label), f"{ln.strategy} / {ln.policy}",
                   f"{ln.evaluations}/{ln.budget}" if ln.budget else str(ln.evaluations),
                   f"[b green]{best}[/b green]" if ln.best == top and top > 0 else best,
                   "-" if ln.holdout is None else f"{ln.holdout:.3f}",

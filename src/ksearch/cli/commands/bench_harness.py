@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ksearch.cli.console import console
+from ksearch.cli.console import say
 from ksearch.cli.out_dir import check_out_dir
 
 
@@ -29,14 +29,14 @@ def fidelity_cmd(
         def f(x: float | None) -> str:
             return f"{x:.3f}" if x is not None else "-"
 
-        console.print(f"{row['task']:24s} {row['workload']:36s} {row['status']:12s} candidate ({row['candidate']}) "
-                      f"{f(row.get('candidate_ratio'))}  baseline ({row['baseline']}) {f(row.get('baseline_ratio'))}  "
-                      f"speedup {f(row.get('harness_speedup'))} against {f(row.get('plain_speedup'))}")
+        say(f"{row['task']:24s} {row['workload']:36s} {row['status']:12s} candidate ({row['candidate']}) "
+            f"{f(row.get('candidate_ratio'))}  baseline ({row['baseline']}) {f(row.get('baseline_ratio'))}  "
+            f"speedup {f(row.get('harness_speedup'))} against {f(row.get('plain_speedup'))}")
 
     names = [t.strip() for t in tasks.split(",")] if tasks else None
     check_out_dir(out)
     path = run_fidelity(backend, names, out, workloads, on_row=show, processes=processes, null=null)
-    console.print(f"wrote {path}")
+    say(f"wrote {path}")
 
 
 def phases_cmd(
@@ -55,9 +55,9 @@ def phases_cmd(
     names = [w.strip() for w in workloads.split(",")] if workloads else None
     if out is not None:
         check_out_dir(out)
-    path = run_phases(task, backend, candidates or [], names, repeat, out, echo=console.print)
+    path = run_phases(task, backend, candidates or [], names, repeat, out, echo=say)
     if path:
-        console.print(f"wrote {path}")
+        say(f"wrote {path}")
 
 
 def register(bench_app: typer.Typer) -> None:

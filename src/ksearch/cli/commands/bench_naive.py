@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ksearch.cli.console import console
+from ksearch.cli.console import console, say
 from ksearch.cli.out_dir import check_out_dir
 
 
@@ -24,7 +24,7 @@ def naive_cmd(
     names = [t.strip() for t in tasks.split(",")] if tasks else None
     check_out_dir(out)
     path = run_naive(backend, names, out, timeout, on_result=lambda r: console.print(eval_table(r)))
-    console.print(f"wrote {path}")
+    say(f"wrote {path}")
 
 
 def register(bench_app: typer.Typer) -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from ksearch.cli.console import console
+from ksearch.cli.console import console, say
 from ksearch.cli.out_dir import check_out_dir
 
 
@@ -24,9 +25,9 @@ def summary_cmd(
     try:
         path = summarise_run(run, runs_dir, out)
     except (RunNotFound, RunUnreadable) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
-    console.print(f"wrote {path}")
+    say(f"wrote {path}")
 
 
 def register(bench_app: typer.Typer) -> None:

@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from ksearch.cli.console import console, err, fail
+from ksearch.cli.console import console, err, fail, say
 from ksearch.cli.out_dir import check_out_dir, check_out_file
 
 RunArg = Annotated[str, typer.Argument(help="A run id under --runs-dir, or a path to a run directory.")]
@@ -92,11 +93,11 @@ def compare_cmd(
     if out is not None:
         check_out_file(out, "--out")
     for w in warnings_for(lines):
-        err.print(f"[yellow]warning:[/yellow] {w}")
+        err.print(f"[yellow]warning:[/yellow] {escape(w)}")
     console.print(compare_table(lines))
     if out is not None:
         write_compare(lines, out)
-        console.print(f"written: {out}")
+        say(f"written: {out}")
 
 
 def export_cmd(
@@ -122,7 +123,7 @@ def export_cmd(
             fail(f"{target} exists; pass --force to overwrite it")
         check_out_file(target, "--out")
         write_module(data, target)
-        console.print(f"exported {data.chosen_candidate} of {data.run_id} to {target}")
+        say(f"exported {data.chosen_candidate} of {data.run_id} to {target}")
         return
     folder = out or Path(f"{data.run_id}-flashinfer-trace")
     if folder.exists() and not folder.is_dir():
@@ -131,8 +132,7 @@ def export_cmd(
         fail(f"{folder} is not empty; pass --force to write into it")
     check_out_dir(folder)
     written = write_flashinfer_trace(data, folder)
-    console.print(f"exported {data.chosen_candidate} of {data.run_id} as FlashInfer-Trace: {len(written)} files "
-                  f"under {folder}")
+    say(f"exported {data.chosen_candidate} of {data.run_id} as FlashInfer-Trace: {len(written)} files under {folder}")
 
 
 def watch_cmd(
@@ -152,7 +152,7 @@ def watch_cmd(
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     if not once:
-        console.print(f"run {final.run_id}: {final.status}")
+        say(f"run {final.run_id}: {final.status}")
 
 
 def register(app: typer.Typer) -> None:

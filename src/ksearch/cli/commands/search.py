@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from ksearch.cli.console import console, err, fail
+from ksearch.cli.console import console, err, fail, say
 
 #: `ksearch run` exit codes besides 0 (the run finished, or paused by --stop-after) and 2 (bad input, one line).
 EXIT_FAILED = 1  # the run failed: its proposer errored max_consecutive_errors times in a row
@@ -158,7 +158,7 @@ def confirm_cmd(
 
     def progress(item, result):  # type: ignore[no-untyped-def]
         if not as_json:
-            err.print(f"{item.candidate}: {result.status} {result.score:.3f}x", highlight=False)
+            say(f"{item.candidate}: {result.status} {result.score:.3f}x", err)
 
     if (workers or 1) > 1 or ray_address:
         from ksearch.search.pool_judge import PoolJudge
@@ -183,7 +183,7 @@ def confirm_cmd(
     from ksearch.report.tables import confirmation_table
 
     console.print(confirmation_table(out))
-    console.print(f"written: {path / CONFIRM_FILE}", highlight=False, soft_wrap=True)
+    say(f"written: {path / CONFIRM_FILE}")
     if adopt:
         console.print(_adopted_line(adopted), highlight=False, soft_wrap=True)
 
