@@ -59,6 +59,13 @@ def test_every_bench_refuses_an_out_it_cannot_write_before_any_work(tmp_path: Pa
     assert blocker.read_text() == "kept"
 
 
+def test_search_summary_of_a_run_that_is_not_there_is_one_error_line(tmp_path: Path) -> None:
+    res = subprocess.run([*KS, "bench", "search-summary", "no-such-run", "--runs-dir", str(tmp_path), "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stdout == "", res.stdout + res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and res.stderr.startswith("error: ")
+
+
 @pytest.mark.parametrize(("flag", "value"), [("--reps", "0"), ("--decode-tokens", "0"), ("--batch", "-1"),
                                              ("--lengths", "0,512")])
 def test_bench_mamba_refuses_counts_below_one(flag: str, value: str) -> None:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from ksearch.cli.console import console, say
+from ksearch.cli.console import fail, say
 from ksearch.cli.out_dir import check_out_dir
 
 
@@ -25,8 +24,7 @@ def summary_cmd(
     try:
         path = summarise_run(run, runs_dir, out)
     except (RunNotFound, RunUnreadable) as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
+        fail(str(exc))  # one line on stderr, exit 2, as every command's bad input
     say(f"wrote {path}")
 
 
