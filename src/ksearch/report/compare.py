@@ -17,6 +17,7 @@ from rich.text import Text
 from ksearch import __version__
 from ksearch.report.plots import compare_svg, save_compare
 from ksearch.report.rundata import RunData
+from ksearch.report.tables import compact_table
 
 REACH = 0.9
 
@@ -78,9 +79,7 @@ def warnings_for(lines: list[RunLine]) -> list[str]:
 
 
 def compare_table(lines: list[RunLine]) -> Table:
-    # Tight padding, no box, a run's name folded rather than cut: 80 columns show every run whole.
-    t = Table(title=_title(lines), title_justify="left", box=None, padding=(0, 1), header_style="bold underline",
-              pad_edge=False)
+    t = compact_table(_title(lines))  # a run's name folded below rather than cut: 80 columns show every run whole
     for c in ("run", "strategy", "evals", "best", "holdout", f"evals to {REACH:.0%}"):
         t.add_column(c, justify="left" if c in ("run", "strategy") else "right", overflow="fold",
                      no_wrap=c not in ("run", "strategy"))

@@ -11,6 +11,7 @@ from ksearch.backends.profiles import load_profiles
 from ksearch.errors import KSearchError
 from ksearch.harness.profile import summary_line
 from ksearch.report.rundata import RunData
+from ksearch.report.tables import compact_table
 
 #: The best candidates whose roofline position is shown.
 TOP = 5
@@ -62,8 +63,7 @@ def profile_row(candidate: str | None, report: dict[str, Any]) -> dict[str, str]
 def profile_table(items: list[tuple[str | None, dict[str, Any]]], title: str = "profiled candidates") -> Table:
     rows = [profile_row(c, r) for c, r in items]
     cols = [c for c in COLUMNS if any(r[c] != "-" for r in rows) or c in ("candidate", "profile")]
-    t = Table(title=title, title_justify="left", box=None, padding=(0, 1), header_style="bold underline",
-              pad_edge=False)
+    t = compact_table(title)
     for c in cols:
         t.add_column(c, no_wrap=True, justify="left" if c in ("candidate", "workload", "profile", "top stall")
                      else "right")
@@ -128,8 +128,7 @@ def roofline_table(run: RunData) -> Table | None:
     rows = roofline_rows(run)
     if not rows:
         return None
-    t = Table(title=f"roofline position of the best {TOP} candidates", title_justify="left", box=None,
-              padding=(0, 1), header_style="bold underline", pad_edge=False)
+    t = compact_table(f"roofline position of the best {TOP} candidates")
     for c in rows[0]:
         t.add_column(c, no_wrap=True, justify="left" if c in ("candidate", "workload", "bound") else "right")
     for r in rows:

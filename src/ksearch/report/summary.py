@@ -14,7 +14,7 @@ from rich.text import Text
 from ksearch.backends import emulation_note
 from ksearch.harness.result import EvalResult
 from ksearch.report.rundata import RunData
-from ksearch.report.tables import STATUS_STYLE, fmt_time, fmt_x
+from ksearch.report.tables import STATUS_STYLE, compact_table, fmt_time, fmt_x
 from ksearch.report.tree import rich_tree
 from ksearch.report.workers import workers_text
 
@@ -151,8 +151,7 @@ def workload_table(run: RunData) -> Table:
     # Tight padding and short headers: the table fits an 80-column terminal without truncating numbers.
     whose = "best candidate" if run.chosen_candidate == run.best_candidate else "the run's pick"
     title = f"{whose} per workload" + (" (emulator times, not the device's)" if emulation_note(run.backend) else "")
-    t = Table(title=title, title_justify="left", box=None, padding=(0, 1), header_style="bold underline",
-              pad_edge=False)
+    t = compact_table(title)
     for c in cols:
         t.add_column({"max abs err": "max err"}.get(c, c), no_wrap=True, justify="left" if c in ("workload", "split", "status") else "right")
     for r in rows:
@@ -175,8 +174,7 @@ def cycles_table(run: RunData) -> Table | None:
     cycles = run.cycles()
     if not cycles:
         return None
-    t = Table(title="refinement cycles", title_justify="left", box=None, padding=(0, 1), header_style="bold underline",
-              pad_edge=False)
+    t = compact_table("refinement cycles")
     for col in ("#", "round", "action", "tries", "best", "outcome", "ended because", "world-model edits"):
         t.add_column(col, justify="right" if col in ("#", "round", "tries", "best") else "left",
                      no_wrap=col in ("#", "round", "tries", "best"))

@@ -33,6 +33,13 @@ def fmt_x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def compact_table(title: str | None = None, **kw: Any) -> Table:
+    """The report's table style: no box, one space between columns, underlined headers, the title on the left; an
+    80-column terminal shows every number of its tables whole."""
+    return Table(title=title, title_justify="left", box=None, padding=(0, 1), header_style="bold underline",
+                 pad_edge=False, **kw)
+
+
 def fitted_table(console: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]],
                  caption: str | None = None) -> RenderableType:
     """The rows as a table where the console is wide enough for every cell whole; otherwise each row as its first
@@ -105,9 +112,7 @@ def eval_table(r: EvalResult) -> RenderableType:
              "-" if w.max_abs_err is None else f"{w.max_abs_err:.2e}") for w in r.workloads]
     # A column with nothing in it (the roofline on the CPU) leaves its room to the workload names.
     keep = [i for i, c in enumerate(cols) if c in ("workload", "split") or any(row[i] != "-" for row in rows)]
-    # The report's workload table's style (tight padding, no box): 80 columns show every number whole.
-    t = Table(caption=caption or None, caption_justify="left", box=None, padding=(0, 1),
-              header_style="bold underline", pad_edge=False)
+    t = compact_table(caption=caption or None, caption_justify="left")
     for i in keep:
         t.add_column({"max abs err": "max err"}.get(cols[i], cols[i]), no_wrap=cols[i] != "workload",
                      overflow="fold", justify="left" if cols[i] in ("workload", "split") else "right")
