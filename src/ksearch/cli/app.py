@@ -34,7 +34,9 @@ class _App(TyperGroup):
             raise typer.Exit(2) from None
 
 
-app = typer.Typer(cls=_App, add_completion=False, no_args_is_help=True,
+# "markdown": a description is reflowed as a paragraph; typer's "rich" mode kept the docstrings' line breaks in the
+# list of commands, a line ending mid-sentence with its rest below a gap (tests/test_cli_help.py).
+app = typer.Typer(cls=_App, add_completion=False, no_args_is_help=True, rich_markup_mode="markdown",
                   help="ksearch: K-Search for fast MLX kernels.")
 
 

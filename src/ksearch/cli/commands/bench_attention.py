@@ -61,12 +61,12 @@ def register(bench_app: typer.Typer) -> None:
                       calls: str = typer.Option("independent", help="independent: the same inputs every call, calls "
                                                 "free to overlap on the device; chained: each call's query the "
                                                 "previous call's output, as a model's layers wait for each other "
-                                                "(attention-prefill-*-chained-*.json)"),
+                                                "(`attention-prefill-*-chained-*.json`)"),
                       lengths: str = typer.Option("", help="only the shapes at these L, comma-separated (e.g. "
-                                                  "'2048'; attention-prefill-*-l2048-*.json)"),
+                                                  "'2048'; `attention-prefill-*-l2048-*.json`)"),
                       dtypes: str = typer.Option("", help="the shapes at these dtypes instead of float16 and "
                                                  "bfloat16, comma-separated, of float16, bfloat16, float32 (e.g. "
-                                                 "'float32'; attention-prefill-*-float32-*.json)")
+                                                 "'float32'; `attention-prefill-*-float32-*.json`)")
                       ) -> None:
         """Prefill attention: ksearch.kernels.attention (wgmma on Hopper, mma.sync elsewhere, the Metal kernels on a Mac
         with KSEARCH_METAL_KERNELS=1) vs MLX native attention."""
@@ -107,7 +107,7 @@ def register(bench_app: typer.Typer) -> None:
                    calls: str = typer.Option("chained", help="chained: each call's query is the previous call's "
                                              "output, caches read in turn (a model's layers); independent: the same "
                                              "inputs every call, calls free to overlap on the device "
-                                             "(decode-*-independent-*.json)"),
+                                             "(`decode-*-independent-*.json`)"),
                    stream: bool = typer.Option(True, help="also time the calls as a stream, handed to the device "
                                                "8 at a time, the next 8 built while the device runs them (a model's "
                                                "generate loop): the rows' stream_* figures beside the queued rounds'")

@@ -17,7 +17,7 @@ def naive_cmd(
     out: Annotated[str, typer.Option(help="Directory for the JSON result.")] = "benchmarks/results",
     timeout: Annotated[float | None, typer.Option(help="Per-task evaluation limit (s).")] = None,
 ) -> None:
-    """Judge every task's naive starting candidate and write benchmarks/results/naive-<backend>-<device>.json."""
+    """Judge every task's naive starting candidate and write benchmarks/results/naive-BACKEND-DEVICE.json."""
     from ksearch.bench.naive import run_naive
     from ksearch.report.tables import eval_table
 

@@ -103,7 +103,7 @@ def compare_cmd(
 def export_cmd(
     run: RunArg,
     out: Annotated[Path | None, typer.Option("--out", help="Module file (default kernel.py) or, for "
-                                             "flashinfer-trace, a folder (default <run-id>-flashinfer-trace).")] = None,
+                                             "flashinfer-trace, a folder (default RUN-ID-flashinfer-trace).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="module | flashinfer-trace")] = "module",
     force: Annotated[bool, typer.Option(help="Overwrite an existing file or folder.")] = False,
     runs_dir: RunsDir = None,
