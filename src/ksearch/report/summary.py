@@ -14,6 +14,7 @@ from rich.text import Text
 from ksearch.backends import emulation_note
 from ksearch.harness.result import EvalResult
 from ksearch.report.rundata import RunData
+from ksearch.report.start_check import start_check
 from ksearch.report.tables import STATUS_STYLE, compact_table, fmt_time, fmt_x
 from ksearch.report.tree import rich_tree
 from ksearch.report.workers import workers_text
@@ -102,7 +103,8 @@ def headline(run: RunData) -> list[tuple[str, str]]:
         ("loop events", events_text(run)),
         ("seed", str(m.get("seed", "-"))),
     ] + ([("workers", workers)] if (workers := workers_text(run)) else []) + (
-        [("timing", note)] if (note := emulation_note(run.backend)) else [])
+        [("timing", note)] if (note := emulation_note(run.backend)) else []) + (
+        [("timing check", check)] if (check := start_check(run)) else [])
 
 
 def confirmation_text(run: RunData) -> str | None:
