@@ -19,6 +19,8 @@ KS = [sys.executable, "-m", "ksearch.cli"]
     (["run", "softmax", "--strategy", "sideways"], "unknown strategy 'sideways'"),
     (["run", "softmax", "--backend", "mlx-tpu"], "unknown backend 'mlx-tpu'"),
     (["run"], "name a task"),
+    (["run", "softmax", "--reevaluate"], "--reevaluate goes with --replay RUN"),
+    (["run", "softmax", "--stop-after", "0"], "--stop-after 0: pause after 1 or more evaluations"),
 ])
 def test_one_line_errors(args: list[str], needle: str, tmp_path) -> None:
     res = subprocess.run([*KS, *args, *(["--runs-dir", str(tmp_path)] if args[0] == "run" else [])],

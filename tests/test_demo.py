@@ -27,3 +27,15 @@ def test_demo_command_runs_a_search(tmp_path: Path) -> None:
     assert "timed again 2 times each" in res.stdout and "pick:" in res.stdout  # its best timed again
     assert re.search(r"2 evaluations", res.stdout)
     assert any((d / "run.db").is_file() for d in tmp_path.iterdir())
+
+
+def test_the_demo_searches_the_budget_it_is_given(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from ksearch.cli import app, demo
+
+    asked: list[int] = []
+    monkeypatch.setattr(demo, "run_demo", lambda backend, budget, *a, **k: asked.append(budget))
+    res = CliRunner().invoke(app, ["demo", "--budget", "50", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert asked == [50]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 from ksearch.errors import ConfigError, RunError
 
@@ -85,61 +86,103 @@ class RunConfig:
         return asdict(self)
 
 
-def _coerce(name: str, value: Any, current: Any, typ: Any) -> Any:
-    if value is None:
-        return None
-    target = type(current) if current is not None else None
-    text = str(typ)
+#: What a setting of each type takes, in words for the error line that refuses another.
+_EXPECTED = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+#: Environment values are text: the words read as true or false.
+_TRUTHY = ("1", "true", "yes", "on")
+_FALSY = ("0", "false", "no", "off")
+
+
+def _kind(typ: Any) -> Any:
+    """A field's type without its `| None`: bool, int, float, str or a settings dataclass."""
+    args = [a for a in get_args(typ) if a is not type(None)]
+    return args[0] if args else typ
+
+
+def _shown(value: Any) -> str:
+    """A value as its TOML spelling (true, "text", a table), for an error line."""
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return json.dumps(value) if isinstance(value, bool | str) else repr(value)
+
+
+def _from_text(value: str, kind: Any) -> Any:
+    """An environment value read as the setting's type; the text itself where it does not read as one (refused by
+    the type check that follows)."""
+    if kind is bool:
+        word = value.strip().lower()
+        return True if word in _TRUTHY else False if word in _FALSY else value
     try:
-        if target is bool or "bool" in text:
-            if isinstance(value, str):
-                return value.strip().lower() in ("1", "true", "yes", "on")
-            return bool(value)
-        if target is int or text.startswith("int"):
-            return int(value)
-        if target is float or "float" in text:
-            return float(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"config key {name!r}: cannot read {value!r} as a number") from exc
-    return value
+        return kind(value) if kind in (int, float) else value
+    except ValueError:
+        return value
 
 
-def _apply(obj: Any, data: dict[str, Any], where: str) -> None:
-    known = {f.name: f for f in fields(obj)}
+def _is_a(value: Any, kind: Any) -> bool:
+    # bool is an int to Python, not to a setting: `budget = true` is a mistake, not 1 evaluation. An int is a
+    # number (1 for 1.0); a float is not a whole number (`budget = 3.5` would be cut to 3).
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+def _apply(obj: Any, data: dict[str, Any], where: str, prefix: str = "", text: bool = False) -> set[str]:
+    """Set obj's settings from data (a TOML table, the environment or flags), each checked against its field's type;
+    the keys set. `text`: the values are environment strings, read as their settings' types."""
+    known = {f.name for f in fields(obj)}
+    types = get_type_hints(type(obj))
     for key, value in data.items():
+        path = prefix + key
+        name = f"KSEARCH_{path.upper().replace('.', '_')}" if text else path
         if key not in known:
-            raise ConfigError(f"{where}: unknown config key {key!r}; known: {', '.join(sorted(known))}")
-        current = getattr(obj, key)
-        if isinstance(value, dict) and hasattr(current, "__dataclass_fields__"):
-            _apply(current, value, f"{where}.{key}")
-        else:
-            setattr(obj, key, _coerce(key, value, current, known[key].type))
+            raise ConfigError(f"{where}: unknown config key {path!r}; known: {', '.join(sorted(known))}")
+        kind = _kind(types[key])
+        if is_dataclass(kind):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: {name} is {_shown(value)}; expected a table of settings ([{path}] on "
+                                  "a line of its own, its keys below it)")
+            _apply(getattr(obj, key), value, where, f"{path}.", text)
+            continue
+        if text and isinstance(value, str):
+            value = _from_text(value, kind)
+        if value is not None and not _is_a(value, kind):
+            raise ConfigError(f"{where}: {name} is {_shown(value)}; expected {_EXPECTED[kind]}")
+        setattr(obj, key, float(value) if kind is float and value is not None else value)
+    return set(data)
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
-                environ: dict[str, str] | None = None) -> RunConfig:
+                environ: dict[str, str] | None = None, need_task: bool = False) -> RunConfig:
+    """The run configuration from its layers. need_task: a new run's task must come from one of them (the flag,
+    KSEARCH_TASK or `task` in the file); the default task is for code that builds a RunConfig, not for a user."""
     cfg = RunConfig()
+    given: set[str] = set()
     if path:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
         try:
-            _apply(cfg, tomllib.loads(p.read_text()), str(p))
+            given |= _apply(cfg, tomllib.loads(p.read_text()), str(p))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{p} is not valid TOML: {exc}") from exc
     env = os.environ if environ is None else environ
     from_env: dict[str, Any] = {}
     for f in fields(cfg):
         key = f"KSEARCH_{f.name.upper()}"
-        if key in env and not hasattr(getattr(cfg, f.name), "__dataclass_fields__"):
+        if key in env and not is_dataclass(getattr(cfg, f.name)):
             from_env[f.name] = env[key]
     # [llm] settings from KSEARCH_LLM_<NAME> (e.g. KSEARCH_LLM_CONTEXT_TOKENS=8192)
     from_env_llm = {f.name: env[f"KSEARCH_LLM_{f.name.upper()}"] for f in fields(cfg.llm)
                     if f"KSEARCH_LLM_{f.name.upper()}" in env}
     if from_env_llm:
         from_env["llm"] = from_env_llm
-    _apply(cfg, from_env, "environment")
-    _apply(cfg, {k: v for k, v in (overrides or {}).items() if v is not None}, "flags")
+    given |= _apply(cfg, from_env, "environment", text=True)
+    given |= _apply(cfg, {k: v for k, v in (overrides or {}).items() if v is not None}, "flags")
+    if need_task and "task" not in given:
+        raise ConfigError("name a task (see `ksearch tasks`): TASK, `task = ...` in --config or KSEARCH_TASK; or pass "
+                          "--resume RUN / --replay RUN")
     if cfg.budget < 1:
         raise ConfigError("budget must be at least 1 evaluation")
     if cfg.workers < 1:

@@ -17,7 +17,8 @@ EXIT_TERMINATED = 143  # SIGTERM
 
 
 def run_cmd(
-    task: Annotated[str | None, typer.Argument(help="Built-in task name or task file (not with --resume).")] = None,
+    task: Annotated[str | None, typer.Argument(help="Built-in task name or task file (not with --resume; default "
+                                                    "`task` in --config or $KSEARCH_TASK).")] = None,
     backend: Annotated[str | None, typer.Option(help="mlx-metal, mlx-cuda, mlx-cpu, mlx-metal-emu or auto.")] = None,
     policy: Annotated[str | None, typer.Option(help="offline (default, no network) or llm.")] = None,
     strategy: Annotated[str | None, typer.Option(help="ksearch (default), evolve or greedy.")] = None,
@@ -58,8 +59,11 @@ def run_cmd(
              "from_cuda": from_cuda, "workers": workers, "ray_address": ray_address, "profile": profile,
              "confirm_top": confirm_top, "confirm_times": confirm_times}
     llm = {"preset": preset, "model": model, "base_url": base_url, "api_key_env": api_key_env, "max_usd": max_usd}
-    if resume is None and replay is None and task is None:
-        fail("name a task (see `ksearch tasks`), or pass --resume RUN / --replay RUN")
+    if reevaluate and replay is None:
+        fail("--reevaluate goes with --replay RUN: it measures a replayed run's candidates again")
+    if stop_after is not None and stop_after < 1:
+        fail(f"--stop-after {stop_after}: pause after 1 or more evaluations in total; leave it out to run to the "
+             "budget")
     raise_limits: dict[str, float | int | None] | None = None
     if resume is not None:
         # A run keeps the settings it started with; only its limits can be raised (silently ignoring a changed
@@ -72,7 +76,8 @@ def run_cmd(
             fail(f"--resume continues a run with the settings it started with: {', '.join(fixed)} cannot change "
                  "(only --budget and --wall-time can be raised); start a new run for other settings")
         raise_limits = {"budget": budget, "wall_time_s": wall_time}
-    cfg = load_config(config, {**flags, "llm": {k: v for k, v in llm.items() if v is not None}})
+    cfg = load_config(config, {**flags, "llm": {k: v for k, v in llm.items() if v is not None}},
+                      need_task=resume is None and replay is None)
     # Configuration, resume and replay errors are UsageErrors: the app prints them as one line (exit 2).
     with LiveView(enabled=not quiet) as view:
         try:
