@@ -1,13 +1,19 @@
-"""`ksearch eval` as a user runs it: one JSON object on stdout, exit codes, seeds, holdout, a user task file."""
+"""`ksearch eval` as a user runs it: one JSON object on stdout, exit codes (0 passed, 1 any other verdict, 2 bad
+input), the verdict's table and message, seeds, holdout, a user task file."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+
+from ksearch.harness.result import EvalResult, WorkloadResult
+from ksearch.report.tables import eval_table
 
 HERE = Path(__file__).parent
 CANDIDATES = HERE / "candidates"
@@ -23,9 +29,10 @@ def run(x, y, alpha):
 """
 
 
-def ksearch(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def ksearch(*args: str, timeout: float = 180, columns: int | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": str(columns)} if columns else None
     return subprocess.run([sys.executable, "-m", "ksearch.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+                          timeout=timeout, stdin=subprocess.DEVNULL, env=env)
 
 
 def one_json_object(stdout: str) -> dict:
@@ -41,7 +48,7 @@ def one_json_object(stdout: str) -> dict:
 def test_json_is_one_object_even_when_the_candidate_forges_one():
     # The candidate prints a forged verdict on its own stdout and writes one into ours through /proc/<ppid>/fd/1.
     done = ksearch("eval", "softmax", str(CANDIDATES / "forged_parent_stdout.py"), *ONE, "--json")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr
     result = one_json_object(done.stdout)
     assert result["status"] == "wrong_answer"
     assert result["score"] == 0.0
@@ -50,14 +57,70 @@ def test_json_is_one_object_even_when_the_candidate_forges_one():
 
 def test_json_with_a_candidate_printing_on_its_stdout():
     done = ksearch("eval", "softmax", str(CANDIDATES / "forged_stdout.py"), *ONE, "--json")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr
     assert one_json_object(done.stdout)["status"] == "wrong_answer"
 
 
-def test_exit_zero_whatever_the_status_and_table_output():
-    done = ksearch("eval", "softmax", str(CANDIDATES / "exception.py"), *ONE)
+@pytest.mark.parametrize(("candidate", "status"), [
+    ("exception.py", "runtime_error"), ("syntax_error.py", "compile_error"), ("forbidden_direct.py", "forbidden"),
+])
+def test_a_candidate_that_does_not_pass_exits_1(candidate, status):
+    done = ksearch("eval", "softmax", str(CANDIDATES / candidate), *ONE, "--json")
+    assert done.returncode == 1, done.stderr
+    assert one_json_object(done.stdout)["status"] == status
+
+
+def test_the_message_prints_whole_below_the_table():
+    # As the table's caption it wrapped at the table's width: two narrow columns where nothing was timed.
+    done = ksearch("eval", "softmax", str(CANDIDATES / "exception.py"), *ONE, columns=200)
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert "runtime_error" in lines[0]
+    assert "cpu_256x1024_f32: run() raised:" in lines
+    assert "ValueError: candidate blew up on purpose" in lines
+
+
+def test_a_timeout_names_its_limit_as_given():
+    done = ksearch("eval", "softmax", str(CANDIDATES / "infinite_loop.py"), *ONE, "--timeout", "0.5")
+    assert done.returncode == 1, done.stderr
+    assert "timeout" in done.stdout.splitlines()[0]
+    assert "the candidate exceeded the 0.5s time limit" in done.stdout
+
+
+def _rendered(result: EvalResult) -> str:
+    console = Console(record=True, width=200)
+    console.print(eval_table(result))
+    return console.export_text()
+
+
+@pytest.mark.parametrize("status", ["timeout", "runtime_error", "wrong_shape"])
+def test_a_verdict_without_compared_outputs_shows_no_errors(status):
+    # The trials that finished before the candidate timed out or crashed are no correctness check it passed.
+    shown = _rendered(EvalResult(status=status, task="softmax", backend="mlx-cpu", baseline="native",
+                                 workloads=[WorkloadResult("a", max_abs_err=0.0), WorkloadResult("b", max_abs_err=2e-4)],
+                                 message="the candidate exceeded the 0.5s time limit"))
+    assert "max err" not in shown and "e+00" not in shown and "e-04" not in shown
+
+
+def test_a_wrong_answer_shows_its_errors():
+    shown = _rendered(EvalResult(status="wrong_answer", task="softmax", backend="mlx-cpu", baseline="native",
+                                 workloads=[WorkloadResult("a", max_abs_err=0.0), WorkloadResult("b", max_abs_err=13.4)],
+                                 message="b (seed 1): output out: values outside atol=0.0001 rtol=0.0001"))
+    assert "max err" in shown and "1.34e+01" in shown
+
+
+def test_holdout_workloads_alone_have_no_score():
+    starter = HERE.parent / "src" / "ksearch" / "tasks" / "starters" / "softmax_cpu.py"
+    args = ("eval", "softmax", str(starter), "--backend", "mlx-cpu", "--workloads", "cpu_100x3000_f32")
+    done = ksearch(*args, "--json")
     assert done.returncode == 0, done.stderr
-    assert "runtime_error" in done.stdout
+    result = one_json_object(done.stdout)
+    assert result["status"] == "passed", result["message"]
+    assert result["score"] is None and result["holdout_score"] > 0
+    table = ksearch(*args, columns=200)
+    assert table.returncode == 0, table.stderr
+    verdict = table.stdout.splitlines()[0]
+    assert "passed  score -  holdout " in verdict and "score 0" not in verdict
 
 
 def test_a_message_with_brackets_is_printed_as_text(tmp_path):
@@ -65,7 +128,7 @@ def test_a_message_with_brackets_is_printed_as_text(tmp_path):
     bad = tmp_path / "bracketed.py"
     bad.write_text('def run(x):\n    raise ValueError("no file at [/tmp/cache] [bold]")\n')
     done = ksearch("eval", "softmax", str(bad), *ONE)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr
     assert "runtime_error" in done.stdout and "[/tmp/cache] [bold]" in done.stdout.replace("\n", "")
 
 
@@ -85,7 +148,9 @@ def test_seed_reproduces_the_seeds_and_the_verdict():
 def test_user_task_file_with_holdout(tmp_path):
     cand = tmp_path / "cand.py"
     cand.write_text(GOOD_SCALED_ADD)
-    plain = one_json_object(ksearch("eval", str(USER_TASK), str(cand), "--backend", "mlx-cpu", "--json").stdout)
+    done = ksearch("eval", str(USER_TASK), str(cand), "--backend", "mlx-cpu", "--json")
+    assert done.returncode == 0, done.stderr
+    plain = one_json_object(done.stdout)
     assert plain["status"] == "passed", plain["message"]
     assert plain["task"] == "scaled_add"
     assert plain["score"] > 0

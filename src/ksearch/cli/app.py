@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -18,6 +18,9 @@ from ksearch import __version__
 from ksearch.cli.commands import bench, knowledge, llm, report, search
 from ksearch.cli.console import console, err, fail, print_error, say
 from ksearch.errors import UsageError
+
+if TYPE_CHECKING:
+    from ksearch.harness.result import EvalResult
 
 
 class _App(TyperGroup):
@@ -92,10 +95,11 @@ def eval_cmd(
                                                "ncu's counters on mlx-cuda, the compiler's resources, the roofline "
                                                "fraction.")] = False,
 ) -> None:
-    """Judge one candidate: correctness on secret seeds, then speed against a baseline."""
+    """Judge one candidate: correctness on secret seeds, then speed against a baseline.
+
+    Exit status: 0 when the candidate passed, 1 when it did not (any other verdict), 2 for bad input."""
     from ksearch.backends import get_backend
     from ksearch.harness import EvalOptions, evaluate
-    from ksearch.report.tables import eval_table
     from ksearch.tasks import get_task
 
     t = get_task(task)
@@ -126,11 +130,20 @@ def eval_cmd(
         report = profile_candidate(t, b, source, result, workload=names[0] if names else None,
                                    memory_limit_bytes=opts.memory_limit_bytes).to_json()
     if as_json:
-        out = result.to_json()
+        out = {**result.to_json(), "score": result.search_score()}
         if profile:
             out["profile"] = report
         sys.stdout.write(json.dumps(out, default=str) + "\n")
-        return
+    else:
+        _show_eval(result, profile, report)
+    # A script tells a failed candidate from a passed one by the exit status alone, as with `lint` and `run`.
+    raise typer.Exit(0 if result.passed else 1)
+
+
+def _show_eval(result: EvalResult, profile: bool, report: dict[str, Any] | None) -> None:
+    """`ksearch eval`'s verdict for a terminal, with the profile where one was asked for."""
+    from ksearch.report.tables import eval_table
+
     console.print(eval_table(result))
     if profile and report is None:
         say(f"profile: not profiled, the verdict is {result.status}", err)

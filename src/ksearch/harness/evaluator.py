@@ -347,7 +347,7 @@ class Evaluator:
             status = {"timeout": "timeout"}.get(died.kind, "runtime_error")
             if worker is not None and worker.forbidden_calls:
                 status = "forbidden"
-            msg = f"the candidate exceeded the {timeout:.0f}s time limit" if died.kind == "timeout" else str(died)
+            msg = f"the candidate exceeded the {timeout:g}s time limit" if died.kind == "timeout" else str(died)
             raise Fail(status, msg + (_tail(worker) if worker else "")) from died
         finally:
             if worker is not None:

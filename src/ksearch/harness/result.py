@@ -70,6 +70,11 @@ class EvalResult:
         data["workloads"] = [WorkloadResult(**w) for w in data.get("workloads", [])]
         return cls(**data)
 
+    def search_score(self) -> float | None:
+        """The score, or None where the evaluation ran no search workload (`--workloads` naming holdout workloads
+        alone): a geometric mean of no speedups measures nothing, and the 0 it is stored as would read as a verdict."""
+        return self.score if any(w.split == "search" for w in self.workloads) else None
+
     def speedups(self, split: str = "search") -> list[float]:
         return [w.speedup for w in self.workloads if w.split == split and w.speedup is not None]
 

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
-from rich.markup import escape
 from rich.measure import Measurement
 from rich.padding import Padding
 from rich.table import Table
@@ -93,33 +92,48 @@ def backends_table(rows: list[dict[str, Any]], console: Console) -> RenderableTy
                          "shared/threadgroup mem", "SIMD"), cells, "\n".join(notes) or None)
 
 
-def eval_table(r: EvalResult) -> RenderableType:
+#: The verdicts reached by comparing outputs: only theirs show errors. A candidate that timed out, crashed or was
+#: refused left its trials unfinished; errors of the few that ran would read as a correctness check it passed.
+COMPARED = ("passed", "wrong_answer")
+
+
+def _eval_verdict(r: EvalResult) -> Text:
+    """The verdict in one line: status, score (`-` where no search workload was evaluated) and holdout score."""
     style = STATUS_STYLE.get(r.status, "red")
-    title = (f"{r.task} on {r.backend}: [{style}]{r.status}[/{style}]  score {r.score:.3f} "
-             f"(geomean speedup vs {r.baseline})")
+    score = r.search_score()
+    line = Text.assemble(f"{r.task} on {r.backend}: ", (r.status, style),
+                         f"  score {'-' if score is None else f'{score:.3f}'}")
     if r.holdout_score is not None:
-        title += f"  holdout {r.holdout_score:.3f}"
-    caption = escape(r.message[:1500]) if r.message else ""  # a candidate's message is text, never markup
-    cols = ["workload", "split", "latency", "spread", "baseline", "speedup", "roofline", "max abs err"]
+        line.append(f"  holdout {r.holdout_score:.3f}")
+    line.append(f" (geomean speedup vs {r.baseline})")
     if r.timing:
         # An emulated device: the verdict counts, the times are the emulator's (never shown as the device's).
-        title += "  (emulator times, not the device's)"
-        caption = f"timing: {r.timing}" + ("\n" + caption if caption else "")
+        line.append("  (emulator times, not the device's)")
+    return line
+
+
+def eval_table(r: EvalResult) -> RenderableType:
+    """The verdict, a row per workload, then the emulator's note and the candidate's message as text of the
+    console's width (a table's caption wraps at the table's width, which a failed verdict leaves at two columns)."""
+    cols = ["workload", "split", "latency", "spread", "baseline", "speedup", "roofline", "max abs err"]
+    compared = r.status in COMPARED
     rows = [(w.name, w.split, fmt_time(w.latency_s),
              "-" if w.latency_spread is None else f"{w.latency_spread * 100:.0f}%",
              fmt_time(w.baseline_latency_s), fmt_x(w.speedup),
              "-" if w.roofline_fraction is None else f"{w.roofline_fraction * 100:.1f}%",
-             "-" if w.max_abs_err is None else f"{w.max_abs_err:.2e}") for w in r.workloads]
+             "-" if w.max_abs_err is None or not compared else f"{w.max_abs_err:.2e}") for w in r.workloads]
     # A column with nothing in it (the roofline on the CPU) leaves its room to the workload names.
     keep = [i for i, c in enumerate(cols) if c in ("workload", "split") or any(row[i] != "-" for row in rows)]
-    t = compact_table(caption=caption or None, caption_justify="left")
+    t = compact_table()
     for i in keep:
         t.add_column({"max abs err": "max err"}.get(cols[i], cols[i]), no_wrap=cols[i] != "workload",
                      overflow="fold", justify="left" if cols[i] in ("workload", "split") else "right")
     for row in rows:
         t.add_row(*[row[i] for i in keep])
+    # A candidate's message is text, never markup.
+    notes = [Text(text) for text in (f"timing: {r.timing}" if r.timing else "", r.message[:1500]) if text]
     # The verdict above the table, not as its title: a title wraps at the table's width, however wide the terminal.
-    return Group(Text.from_markup(title), t)
+    return Group(_eval_verdict(r), t, *notes)
 
 
 def confirmation_table(out: Confirmation) -> Table:
