@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 KS = [sys.executable, "-m", "ksearch.cli"]
+A_FOLDER = str(Path(__file__).parent)
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -21,6 +23,9 @@ KS = [sys.executable, "-m", "ksearch.cli"]
     (["run"], "name a task"),
     (["run", "softmax", "--reevaluate"], "--reevaluate goes with --replay RUN"),
     (["run", "softmax", "--stop-after", "0"], "--stop-after 0: pause after 1 or more evaluations"),
+    (["run", "softmax", "--config", A_FOLDER], f"config file {A_FOLDER} is a directory; pass a TOML file"),
+    (["eval", "softmax", A_FOLDER], f"candidate file {A_FOLDER} is a directory; name a file"),
+    (["port", __file__], "is not CUDA source"),
 ])
 def test_one_line_errors(args: list[str], needle: str, tmp_path) -> None:
     res = subprocess.run([*KS, *args, *(["--runs-dir", str(tmp_path)] if args[0] == "run" else [])],

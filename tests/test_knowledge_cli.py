@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,60 @@ def test_lint_exit_codes(tmp_path: Path) -> None:
 def test_lint_deep_flag_runs() -> None:
     res = _run("lint", str(STARTERS / "rmsnorm_metal.py"), "--backend", "mlx-metal", "--deep")
     assert res.exit_code == 0, res.output
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed command as a user runs it: errors are one line on stderr."""
+    return subprocess.run([sys.executable, "-m", "ksearch.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def _one_error_line(res: subprocess.CompletedProcess[str]) -> str:
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [("spec", "softmax", "--backend", "mlx-cpu"),
+                                     ("port", str(CUDA / "reduction.cu"), "--backend", "mlx-cpu")])
+@pytest.mark.parametrize("where, says", [("{tmp}", "is a directory; name a file"),
+                                         ("{tmp}/a-file/out", "is a file, not a directory"),
+                                         ("/proc/ksearch-out", "is not writable")])
+def test_an_out_that_cannot_be_written_is_one_line(command: tuple[str, ...], where: str, says: str,
+                                                   tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("kept")
+    line = _one_error_line(_cli(*command, "--out", where.format(tmp=tmp_path)))
+    assert says in line and "--out" in line
+    assert (tmp_path / "a-file").read_text() == "kept"
+
+
+@pytest.mark.parametrize("command, out", [(("spec", "softmax", "--backend", "mlx-cpu"), "spec.md"),
+                                          (("port", str(CUDA / "reduction.cu"), "--backend", "mlx-cpu"), "port.json")])
+def test_an_out_in_a_missing_folder_makes_it(command: tuple[str, ...], out: str, tmp_path: Path) -> None:
+    target = tmp_path / "new" / "deeper" / out
+    res = _cli(*command, "--out", str(target))
+    assert res.returncode == 0, res.stderr
+    assert target.read_text()
+
+
+def test_a_write_that_fails_after_the_check_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(self: Path, *args: object, **kwargs: object) -> int:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "write_text", refuse)
+    res = _run("port", str(CUDA / "reduction.cu"), "--backend", "mlx-cpu", "--out", str(tmp_path / "port.json"))
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "cannot write" in res.output and "Permission denied" in res.output
+
+
+@pytest.mark.parametrize("args", [("port", "{readme}"), ("port", "{tmp}/kernel.py"),
+                                  ("spec", "softmax", "--from-cuda", "{readme}")])
+def test_a_file_that_is_not_cuda_source_is_refused(args: tuple[str, ...], tmp_path: Path) -> None:
+    (tmp_path / "kernel.py").write_text("__global__ void k() {}\n")
+    res = _cli(*(a.format(readme=ROOT / "README.md", tmp=tmp_path) for a in args), "--backend", "mlx-cpu")
+    assert "is not CUDA source: name a .cu, .cuh or .cuda file" in _one_error_line(res)
+
+
+def test_a_directory_named_like_cuda_source_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").mkdir()
+    assert "is a directory" in _one_error_line(_cli("port", str(tmp_path / "k.cu"), "--backend", "mlx-cpu"))

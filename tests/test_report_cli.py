@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,75 @@ def test_an_output_under_a_file_is_one_line_before_anything_is_written(runs: Pat
     assert "is a file" in out or "Not a directory" in out, out
     assert "Traceback" not in out and "best re-measured" not in out  # the report's summary is not printed first
     assert blocker.read_text() == "kept"
+
+
+OUTPUTS = [
+    ["report", "--html", "{folder}/r.html"],
+    ["export", "--out", "{folder}/kernel.py"],
+    ["export", "--format", "flashinfer-trace", "--out", "{folder}/trace"],
+    ["compare", "20261129-120000-softmax-abc123", "--out", "{folder}/curves.png"],
+]
+
+
+def _refused_before_anything_is_printed(runs: Path, args: list[str], folder: Path) -> str:
+    argv = [args[0], "20261129-120000-softmax-abc123", *(a.format(folder=folder) for a in args[1:])]
+    code, out = invoke(*argv, "--runs-dir", str(runs))
+    assert code == 2, out
+    assert "Traceback" not in out and "best re-measured" not in out
+    return out
+
+
+@pytest.mark.parametrize("args", OUTPUTS)
+def test_an_output_in_a_folder_that_takes_no_files_is_one_line(runs: Path, args: list[str]) -> None:
+    # /proc is there and is a directory, and no file can be made in it, not even by root.
+    out = _refused_before_anything_is_printed(runs, args, Path("/proc"))
+    assert "is not writable" in out or "cannot be made" in out, out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+@pytest.mark.parametrize("args", OUTPUTS)
+def test_an_output_in_a_read_only_folder_is_one_line(runs: Path, tmp_path: Path, args: list[str]) -> None:
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        out = _refused_before_anything_is_printed(runs, args, folder)
+    finally:
+        folder.chmod(0o700)
+    assert "is not writable" in out or "cannot be made" in out, out
+    assert not any(folder.iterdir())
+
+
+@pytest.mark.parametrize("args, where", [
+    (["report", "--html", "{tmp}/r.html"], "ksearch.report.html.write_html"),
+    (["export", "--out", "{tmp}/kernel.py"], "ksearch.report.export.write_module"),
+    (["export", "--format", "flashinfer-trace", "--out", "{tmp}/trace"], "ksearch.report.export.write_flashinfer_trace"),
+    (["compare", "20261129-120000-softmax-abc123", "--out", "{tmp}/curves.png"], "ksearch.report.compare.write_compare"),
+])
+def test_a_write_that_fails_after_the_check_is_one_line(runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        args: list[str], where: str) -> None:
+    """The folder can change between the check and the write (or the disk fill): still one line, exit 2."""
+    def refuse(*_: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(where, refuse)
+    argv = [args[0], "20261129-120000-softmax-abc123", *(a.format(tmp=tmp_path) for a in args[1:])]
+    code, out = invoke(*argv, "--runs-dir", str(runs))
+    assert code == 2, out
+    assert "Traceback" not in out and "cannot write" in out and "Permission denied" in out, out
+
+
+def test_a_directory_as_the_html_file_is_one_line(runs: Path, tmp_path: Path) -> None:
+    code, out = invoke("report", "20261129-120000-softmax-abc123", "--runs-dir", str(runs), "--html", str(tmp_path))
+    assert code == 2 and "is a directory; name a file" in out and "report.html" in out, out
+
+
+@pytest.mark.parametrize("command", [["report", "x"], ["export", "x"], ["watch", "x", "--once"],
+                                     ["compare", "x", "y"], ["confirm", "x"]])
+def test_a_runs_dir_that_is_not_a_folder_is_named(command: list[str], tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    code, out = invoke(*command, "--runs-dir", str(a_file))
+    assert code == 2 and "is a file, not a directory" in out, out
+    code, out = invoke(*command, "--runs-dir", str(tmp_path / "missing"))
+    assert code == 2 and "no runs folder at" in out, out

@@ -90,3 +90,29 @@ def test_the_fitted_table_is_a_table_where_it_fits_and_whole_records_where_not()
         if not table:
             assert out.splitlines()[:2] == ["things", "first"]  # markup rendered, not printed
             assert "what: a value long enough" in out and "x" * 30 in out
+
+
+def _runs(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", *args], capture_output=True, text=True,
+                          timeout=60, cwd=cwd, env={**{k: v for k, v in os.environ.items() if k != "KSEARCH_RUNS_DIR"},
+                                                    **(env or {})})
+
+
+def test_a_runs_dir_that_is_a_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    res = _runs("--runs-dir", str(tmp_path / "a-file"), cwd=tmp_path)
+    assert res.returncode == 2 and "is a file, not a directory" in res.stderr and not res.stdout, res
+
+
+def test_a_runs_dir_that_is_not_there_is_one_line(tmp_path: Path) -> None:
+    for res in (_runs("--runs-dir", str(tmp_path / "missing"), cwd=tmp_path),
+                _runs(cwd=tmp_path, env={"KSEARCH_RUNS_DIR": str(tmp_path / "missing")})):
+        assert res.returncode == 2 and f"no runs folder at {tmp_path / 'missing'}" in res.stderr, res
+
+
+def test_before_the_first_run_there_are_no_runs_yet(tmp_path: Path) -> None:
+    res = _runs(cwd=tmp_path)  # the default runs/ is made by the first run
+    assert res.returncode == 0 and "no runs yet" in res.stdout, res
+    (tmp_path / "empty").mkdir()
+    res = _runs("--runs-dir", str(tmp_path / "empty"), cwd=tmp_path)
+    assert res.returncode == 0 and "no runs yet" in res.stdout, res

@@ -161,6 +161,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     given: set[str] = set()
     if path:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"config file {p} is a directory; pass a TOML file")
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
         try:

@@ -100,11 +100,13 @@ def eval_cmd(
     Exit status: 0 when the candidate passed, 1 when it did not (any other verdict), 2 for bad input."""
     from ksearch.backends import get_backend
     from ksearch.harness import EvalOptions, evaluate
+    from ksearch.store import file_problem
     from ksearch.tasks import get_task
 
     t = get_task(task)
-    if not candidate.is_file():
-        fail(f"candidate file {candidate} does not exist")
+    problem = file_problem(candidate)
+    if problem is not None:
+        fail(f"candidate file {candidate} {problem}")
     b = get_backend(backend)
     if baseline is not None and baseline not in t.baselines:
         fail(f"task {t.name} has no baseline {baseline!r}; choose one of {', '.join(t.baselines)}")

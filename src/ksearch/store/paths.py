@@ -1,9 +1,10 @@
-"""Where runs live: the runs directory, new run ids, finding a run by id or path, and whether a folder can take new
-files (the runs directory, a command's output)."""
+"""Where runs live: the runs directory, new run ids, finding a run by id or path, whether a folder can take new
+files (the runs directory, a command's output) and whether a path names a file to read."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -19,14 +20,39 @@ def runs_dir(explicit: str | Path | None = None) -> Path:
     return Path(explicit or os.environ.get("KSEARCH_RUNS_DIR") or "runs")
 
 
+def runs_dir_problem(explicit: str | Path | None = None) -> str | None:
+    """Why runs cannot be looked up in the runs directory, as a sentence (None: they can). The default folder not
+    made yet is no problem (there are no runs yet); a folder named by --runs-dir or KSEARCH_RUNS_DIR that is not
+    there is, as it is most likely mistyped."""
+    root = runs_dir(explicit)
+    if root.is_dir():
+        return None
+    if root.exists():
+        return f"the runs directory {root} is a file, not a directory; pass --runs-dir where runs are"
+    if explicit or os.environ.get("KSEARCH_RUNS_DIR"):
+        return f"no runs folder at {root}; pass --runs-dir where runs are"
+    return None
+
+
 def resolve_run(ref: str | Path, base: str | Path | None = None) -> Path:
     """A run id (looked up under the runs directory) or a path to a run directory."""
     p = Path(ref)
     for cand in (p, runs_dir(base) / str(ref)):
         if (cand / "run.db").is_file():
             return cand
-    raise RunNotFound(f"no run {ref!r}: not a run directory, and not found under {runs_dir(base)}/ "
-                      "(see `ksearch runs`, or pass --runs-dir)")
+    problem = runs_dir_problem(base)
+    raise RunNotFound(f"no run {ref!r}: not a run directory, and " + (
+        problem or f"not found under {runs_dir(base)}/ (see `ksearch runs`, or pass --runs-dir)"))
+
+
+def file_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be read as a file (None: it can), as the end of a sentence naming it."""
+    p = Path(path)
+    if p.is_dir():
+        return "is a directory; name a file"
+    if not p.is_file():
+        return "does not exist"
+    return None
 
 
 def folder_problem(folder: str | Path) -> str | None:
@@ -38,6 +64,11 @@ def folder_problem(folder: str | Path) -> str | None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return f"cannot be made ({exc.strerror})"
-    if not os.access(path, os.W_OK):
+    # A file made and removed: os.access says yes to root on a read-only mount or /proc, where writing fails.
+    try:
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".ksearch-write-check-")
+    except OSError:
         return "is not writable"
+    os.close(fd)
+    os.unlink(probe)
     return None

@@ -10,6 +10,11 @@ from typing import Annotated
 import typer
 
 from ksearch.cli.console import fail
+from ksearch.cli.out_dir import check_out_file, writing
+from ksearch.store import file_problem
+
+#: The CUDA sources `port` and `--from-cuda` read; anything else (a README, a Python file) is refused, not analysed.
+CUDA_SUFFIXES = (".cu", ".cuh", ".cuda")
 
 BACKEND_HELP = ("mlx-cuda, mlx-metal, mlx-cpu or mlx-metal-emu (need not be present here); default: the best one "
                 "here.")
@@ -32,18 +37,26 @@ def _check_backend(backend: str | None) -> str:
 
 
 def _read(path: Path, what: str) -> str:
-    if not path.is_file():
-        fail(f"{what} {path} does not exist")
+    problem = file_problem(path)
+    if problem is not None:
+        fail(f"{what} {path} {problem}")
     try:
         return path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"cannot read {what} {path}: {exc}")
 
 
+def _read_cuda(path: Path) -> str:
+    if path.suffix.lower() not in CUDA_SUFFIXES:
+        fail(f"{path} is not CUDA source: name a .cu, .cuh or .cuda file")
+    return _read(path, "CUDA file")
+
+
 def spec_cmd(
     task: Annotated[str, typer.Argument(help="Built-in task name or a task file (.py exporting TASK).")],
     backend: Annotated[str | None, typer.Option(help=BACKEND_HELP)] = None,
-    from_cuda: Annotated[Path | None, typer.Option("--from-cuda", help="Add the port context of a .cu file.")] = None,
+    from_cuda: Annotated[Path | None, typer.Option("--from-cuda", help="Add the port context of a CUDA file (.cu, "
+                                                   ".cuh, .cuda).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the spec here instead of stdout.")] = None,
 ) -> None:
     """Print the spec a proposer receives: task contract, dialect API, knowledge, hardware, pitfalls."""
@@ -56,18 +69,21 @@ def spec_cmd(
     if from_cuda is not None:
         from ksearch.knowledge.analyzer import analyze_cuda
 
-        port = analyze_cuda(_read(from_cuda, "CUDA file"), backend)
+        port = analyze_cuda(_read_cuda(from_cuda), backend)
         port["file"] = str(from_cuda)
+    if out is not None:
+        check_out_file(out, "--out", "spec.md")
     text = render_spec(t, backend, port)
     if out is not None:
-        out.write_text(text)
+        with writing(out, "--out"):
+            out.write_text(text)
         print(f"wrote {out} ({len(text.splitlines())} lines)")
     else:
         sys.stdout.write(text)
 
 
 def port_cmd(
-    cuda_file: Annotated[Path, typer.Argument(help="A CUDA source file (.cu/.cuh).")],
+    cuda_file: Annotated[Path, typer.Argument(help="A CUDA source file (.cu, .cuh, .cuda).")],
     backend: Annotated[str | None, typer.Option(help=BACKEND_HELP)] = None,
     out: Annotated[Path | None, typer.Option(help="Write the port context JSON here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the port context as JSON.")] = False,
@@ -76,10 +92,14 @@ def port_cmd(
     from ksearch.knowledge.analyzer import analyze_cuda
 
     backend = _check_backend(backend)
-    ctx = analyze_cuda(_read(cuda_file, "CUDA file"), backend)
+    source = _read_cuda(cuda_file)
+    if out is not None:
+        check_out_file(out, "--out", "port.json")
+    ctx = analyze_cuda(source, backend)
     ctx["file"] = str(cuda_file)
     if out is not None:
-        out.write_text(json.dumps(ctx, indent=2) + "\n")
+        with writing(out, "--out"):
+            out.write_text(json.dumps(ctx, indent=2) + "\n")
     if as_json:
         sys.stdout.write(json.dumps(ctx, indent=2) + "\n")
         return

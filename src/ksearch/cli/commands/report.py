@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from ksearch.cli.console import console, err, fail, say
-from ksearch.cli.out_dir import check_out_dir, check_out_file
+from ksearch.cli.out_dir import check_out_dir, check_out_file, writing
 
 RunArg = Annotated[str, typer.Argument(help="A run id under --runs-dir, or a path to a run directory.")]
 RunsDir = Annotated[Path | None, typer.Option("--runs-dir", help="Where run ids are looked up "
@@ -49,9 +49,7 @@ def report_cmd(
         return
     data = _load(run, runs_dir)
     if html is not None:  # before anything is printed: a bad --html is the command's one line
-        if html.is_dir():
-            fail(f"--html {html} is a directory; name a file, e.g. {html / 'report.html'}")
-        check_out_file(html, "--html")
+        check_out_file(html, "--html", "report.html")
     if evaluations and as_json:
         typer.echo(evaluations_json(data))
     else:
@@ -59,7 +57,8 @@ def report_cmd(
     if html is not None:
         from ksearch.report.html import write_html
 
-        write_html(data, html)
+        with writing(html, "--html"):
+            write_html(data, html)
         (err if as_json else console).print(f"HTML report: {html}")  # stdout stays one JSON document
 
 
@@ -91,12 +90,13 @@ def compare_cmd(
         fail(f"--out {out}: use a .png, .svg or .html file")
     lines = lines_for([_load(r, runs_dir) for r in runs])
     if out is not None:
-        check_out_file(out, "--out")
+        check_out_file(out, "--out", "compare.png")
     for w in warnings_for(lines):
         err.print(f"[yellow]warning:[/yellow] {escape(w)}")
     console.print(compare_table(lines))
     if out is not None:
-        write_compare(lines, out)
+        with writing(out, "--out"):
+            write_compare(lines, out)
         say(f"written: {out}")
 
 
@@ -117,21 +117,21 @@ def export_cmd(
     # An ExportError (nothing passed, the task does not load) is a UsageError: one line, exit 2.
     if fmt == "module":
         target = out or Path("kernel.py")
-        if target.is_dir():
-            fail(f"--out {target} is a directory; name a .py file")
+        check_out_file(target, "--out", "kernel.py")
         if target.exists() and not force:
             fail(f"{target} exists; pass --force to overwrite it")
-        check_out_file(target, "--out")
-        write_module(data, target)
+        with writing(target, "--out"):
+            write_module(data, target)
         say(f"exported {data.chosen_candidate} of {data.run_id} to {target}")
         return
     folder = out or Path(f"{data.run_id}-flashinfer-trace")
     if folder.exists() and not folder.is_dir():
         fail(f"--out {folder} is a file; flashinfer-trace writes a folder")
-    if folder.is_dir() and any(folder.iterdir()) and not force:
-        fail(f"{folder} is not empty; pass --force to write into it")
     check_out_dir(folder)
-    written = write_flashinfer_trace(data, folder)
+    if any(folder.iterdir()) and not force:
+        fail(f"{folder} is not empty; pass --force to write into it")
+    with writing(folder, "--out"):
+        written = write_flashinfer_trace(data, folder)
     say(f"exported {data.chosen_candidate} of {data.run_id} as FlashInfer-Trace: {len(written)} files under {folder}")
 
 

@@ -110,9 +110,16 @@ def runs_cmd(
     from ksearch.harness.result import EvalResult
     from ksearch.report.tables import fitted_table
     from ksearch.search.confirm import read_confirmation
-    from ksearch.store import list_runs
+    from ksearch.store import list_runs, runs_dir_problem
+    from ksearch.store import runs_dir as runs_root
 
+    problem = runs_dir_problem(runs_dir)
+    if problem is not None:
+        fail(problem)
     rows = list_runs(runs_dir)
+    if not rows:
+        say(f"no runs yet under {runs_root(runs_dir)}: `ksearch run TASK` starts one")
+        return
     cells = []
     for r in rows:
         usage = r.get("llm_usage") or {}
