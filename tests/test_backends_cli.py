@@ -30,6 +30,32 @@ def test_tasks_json_lists_every_builtin_task() -> None:
     assert names == {"softmax", "rmsnorm", "selective_scan", "selective_state_update", "attention", "gqa_decode"}
 
 
+def test_tasks_says_which_baseline_is_the_default_in_words() -> None:
+    import os
+
+    # Piped, no colour: the bold that marks the default is gone, so the words have to say it.
+    res = subprocess.run([*KS, "tasks"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"})
+    assert res.returncode == 0, res.stderr
+    rows = {line.split("│")[1].strip(): line for line in res.stdout.splitlines() if line.count("│") > 2}
+    assert "naive, native (default)" in rows["softmax"] and "naive (default), community" in rows["selective_scan"]
+
+
+def test_the_readme_task_table_agrees_with_the_tasks() -> None:
+    from pathlib import Path
+
+    from ksearch.tasks import all_tasks
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    table = {cells[0].strip("`"): (cells[1], cells[3]) for line in readme.splitlines()
+             if line.startswith("| `") and len(cells := line.strip("| ").split(" | ")) == 4 and "run(" in cells[2]}
+    assert len(table) == len(all_tasks())
+    for task in all_tasks():
+        kind, default = table[task.name]
+        assert kind == task.kind, task.name
+        assert default.startswith(f"`{task.default_baseline}`"), task.name
+
+
 def test_a_mac_profile_counts_the_memory_this_machine_has() -> None:
     # A chip's profile gives its largest configuration (an M3 Max: 128 GB); unified memory is what the OS counts, and
     # the timing pools are sized from it (timing.pool_bytes).

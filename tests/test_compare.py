@@ -57,7 +57,7 @@ def test_outputs(runs: list[Path], tmp_path: Path, suffix: str, magic: bytes) ->
         assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "the page must not fetch anything"
 
 
-def test_the_table_cuts_nothing_short_in_80_columns(tmp_path: Path) -> None:
+def test_the_table_cuts_nothing_short_and_breaks_no_run_id_in_80_columns(tmp_path: Path) -> None:
     # Run directories named as `ksearch run` names them; a process of its own, since the CLI's console takes its
     # width once a process.
     runs = [make_fake_run(tmp_path, f"20261207-0457{i}6-selective_scan-a8e0a{i}") for i in range(2)]
@@ -66,6 +66,9 @@ def test_the_table_cuts_nothing_short_in_80_columns(tmp_path: Path) -> None:
                        env={**os.environ, "COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
     assert "…" not in r.stdout and "ksearch / llm" in r.stdout and "1.310" in r.stdout, r.stdout
+    # A run id is what users copy: whole on one line, never folded.
+    assert all(any(p.name in line for line in r.stdout.splitlines()) for p in runs), r.stdout
+    assert all(len(line.rstrip()) <= 80 for line in r.stdout.splitlines())
 
 
 def test_html_renders_in_chromium(runs: list[Path], tmp_path: Path) -> None:

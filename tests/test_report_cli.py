@@ -109,8 +109,9 @@ def test_evaluations_json(runs: Path) -> None:
     assert data["run"] == "20261129-120000-softmax-abc123" and data["task"] == "softmax"
     evals = data["evaluations"]
     assert [e["kind"] for e in evals] == ["search"] * 12 + ["holdout"]
-    assert evals[7] == {"index": 7, "kind": "search", "candidate": "c0007", "status": "passed",
-                        "score": pytest.approx(1.31), "seconds": 2.5}
+    assert evals[7] == {"n": 7, "kind": "search", "candidate": "c0007", "status": "passed",
+                        "score": pytest.approx(1.31), "seconds": 2.5, "index": 7}
+    assert evals[-1]["score"] == pytest.approx(1.25)  # the holdout score, as the summary's
 
 
 def test_json_needs_evaluations(runs: Path) -> None:

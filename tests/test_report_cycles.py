@@ -3,6 +3,10 @@ budget) and which world-model edits were applied or rejected, with their reasons
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +74,20 @@ def test_the_terminal_report_lists_the_cycles(run_dir: Path) -> None:
     for text in ("stagnation", "could not beat the parent", "budget spent", "rejected", "does not exist",
                  "inserted"):
         assert text in out, text
+
+
+def test_the_edits_read_whole_in_80_columns(run_dir: Path) -> None:
+    # A process of its own: the CLI's console takes its width once a process.
+    r = subprocess.run([sys.executable, "-m", "ksearch.cli", "report", str(run_dir), "--no-tree"], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout[r.stdout.index("refinement cycles"):].splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines)
+    assert not re.search(r"\w…", r.stdout), r.stdout  # no word cut short
+    edits = " ".join(" ".join(lines[next(i for i, ln in enumerate(lines) if "world-model edits" in ln):]).split())
+    assert "cycle 1 ✓ frontier refresh before the cycle: no change ✗ rejected: after the cycle: ops[0] (insert_node): " \
+           "parent_id 'ghost' does not exist; existing ids: root, n1 ✓ after the cycle: inserted n2 'follow n1' " \
+           "under n1 cycle 2" in edits, edits
 
 
 def test_the_html_page_lists_the_cycles(run_dir: Path) -> None:

@@ -127,3 +127,20 @@ def test_the_final_table_names_the_pick_where_it_is_not_the_search_best(tmp_path
     assert "pick re-measured" in picked and "0.922x (passed, c0004)" in picked
     assert "the run's pick" not in same and f"c0008 ({tmp_path / 'best.py'})" in same
     assert "best re-measured" in same and "0.922x (passed)" in same
+
+
+def test_the_final_table_prints_best_py_whole_in_80_columns(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from ksearch.cli.live import final_table
+    from ksearch.search.start import RunOutcome
+
+    run = tmp_path / "runs" / "20261207-070357-selective_scan-53e8de"  # a path longer than its column
+    state = LoopState(best_candidate="c0008", best_score=0.982)
+    for chosen in ("c0004", "c0008"):  # the pick's row, and the best's where it is the pick
+        console = Console(width=80, record=True)
+        console.print(final_table(RunOutcome(run, state, _verdict(0.916, holdout=0.922), _verdict(0.982).to_json(),
+                                             chosen=chosen)))
+        text = console.export_text()
+        cells = "".join(line.split("│")[2].strip() for line in text.splitlines() if line.count("│") == 3)
+        assert "…" not in text and str(run / "best.py") in cells, text

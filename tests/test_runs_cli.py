@@ -14,16 +14,24 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_search_loop import ScriptedPolicy, scripted_judge  # noqa: E402
 
 
+def runs_cli(runs_dir: Path, columns: int) -> subprocess.CompletedProcess[str]:
+    """`ksearch runs` in a terminal that many columns wide, in a bare environment but for the import path (the
+    ksearch under test)."""
+    env = {"COLUMNS": str(columns), "PATH": "/usr/bin:/bin"}
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    res = subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", "--runs-dir", str(runs_dir)],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr
+    return res
+
+
 def listed_run(tmp_path: Path, columns: int) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """A finished three-evaluation run, and `ksearch runs` in a terminal that many columns wide."""
     cfg = RunConfig(task="rmsnorm", backend="mlx-cpu", budget=3, runs_dir=str(tmp_path))
     store, _, _ = create_run(cfg)
     execute(store, cfg, evaluate=scripted_judge, policy=ScriptedPolicy({"A": [("passed", 1.5), ("passed", 1.7)]}))
-    res = subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", "--runs-dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60,
-                         env={"COLUMNS": str(columns), "PATH": "/usr/bin:/bin"})
-    assert res.returncode == 0, res.stderr
-    return store.path, res
+    return store.path, runs_cli(tmp_path, columns)
 
 
 def test_runs_lists_task_backend_policy_budget_and_best(tmp_path: Path) -> None:
@@ -42,9 +50,7 @@ def test_runs_shows_the_best_re_measured_where_the_holdout_timed_it_again(tmp_pa
     again = EvalResult("passed", workloads=[WorkloadResult("a", "search", speedup=1.25),
                                             WorkloadResult("h", "holdout", speedup=2.0)])
     store.set_meta("holdout", again.to_json())
-    res = subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", "--runs-dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60, env={"COLUMNS": "220", "PATH": "/usr/bin:/bin"})
-    assert res.returncode == 0, res.stderr
+    res = runs_cli(tmp_path, 220)
     row = next(line for line in res.stdout.splitlines() if store.path.name in line)
     assert "re-measured" in res.stdout and "1.250" in row and "2.000" not in row
 
@@ -57,9 +63,7 @@ def test_runs_shows_the_pick_of_its_best_timed_again(tmp_path: Path) -> None:
     execute(store, cfg, evaluate=scripted_judge, policy=ScriptedPolicy({"A": [("passed", 1.5), ("passed", 1.7)]}))
     store.close()
     out = confirm_run(store.path, top=2, times=1, evaluate=scripted_judge)
-    res = subprocess.run([sys.executable, "-m", "ksearch.cli", "runs", "--runs-dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60, env={"COLUMNS": "240", "PATH": "/usr/bin:/bin"})
-    assert res.returncode == 0, res.stderr
+    res = runs_cli(tmp_path, 240)
     row = next(line for line in res.stdout.splitlines() if store.path.name in line)
     assert out.pick is not None and f"{out.pick.candidate} {out.pick.median:.3f}" in row
 
@@ -71,7 +75,7 @@ def test_a_terminal_too_narrow_for_the_table_gets_each_run_whole(tmp_path: Path)
     assert lines[1] == path.name  # the run's name on a line of its own, never cut
     text = " ".join(line.strip() for line in lines[2:])
     assert "task: rmsnorm; backend: mlx-cpu; policy: offline; strategy: ksearch; budget used: 3/3; " in text
-    assert "best score: 1.700" in text and "status: finished; reason: budget; retries: -" in text
+    assert "search best: c0002 1.700" in text and "status: finished; reason: budget; retries: -" in text
 
 
 def test_the_fitted_table_is_a_table_where_it_fits_and_whole_records_where_not() -> None:

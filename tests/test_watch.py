@@ -63,3 +63,15 @@ def test_holdout_phase_is_shown(tmp_path: Path) -> None:
     console = Console(record=True, width=120)
     console.print(frame(run))
     assert "re-measuring the best" in console.export_text()
+
+
+def test_an_ended_run_shows_its_final_state_not_a_current_action(tmp_path: Path) -> None:
+    for status in ("finished", "stopped"):
+        run_dir = make_fake_run(tmp_path, status, status=status)
+        r = CliRunner().invoke(app, ["watch", str(run_dir), "--once"], env={"COLUMNS": "120"})
+        assert r.exit_code == 0, r.output
+        out = " ".join(r.output.split())
+        assert "current action" not in out and f"final state {status}" in out
+        assert "result c0007 (best.py), holdout 1.250 (passed)" in out
+        # A run cut short says what it was working on; a finished one was working on nothing.
+        assert ("stopped while on Multiply by the reciprocal of the sum" in out) == (status == "stopped")

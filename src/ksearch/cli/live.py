@@ -127,7 +127,7 @@ def final_table(o: RunOutcome) -> Table:
                     f"({s.duplicates_skipped} duplicates skipped, {s.policy_errors} proposer errors)",
               show_header=False)
     t.add_column("")
-    t.add_column("")
+    t.add_column("", overflow="fold")  # paths print whole, folded where the terminal is narrow, never cut
     t.add_row("status", Text(f"{o.status}: {o.stop_reason}" if o.stop_reason else o.status))
     u = o.llm_usage or {}
     if u.get("calls") or u.get("lost_calls"):

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from rich.table import Table
-from rich.text import Text
+from rich.console import Console, RenderableType
+from rich.markup import escape as markup_escape
 
 from ksearch import __version__
 from ksearch.report.plots import compare_svg, save_compare
 from ksearch.report.rundata import RunData
-from ksearch.report.tables import compact_table
+from ksearch.report.tables import fitted_table, scored
 
 REACH = 0.9
 
@@ -33,7 +33,9 @@ class RunLine:
     budget: int | None
     evaluations: int
     best: float
+    best_candidate: str | None  # the candidate that scored `best` in the search
     holdout: float | None
+    holdout_candidate: str | None  # the run's pick, which the holdout judged (not always the search's best)
     to_reach: int | None  # evaluations until best-so-far >= REACH * best; None when nothing passed
     curve: list[float]
 
@@ -58,13 +60,17 @@ def lines_for(runs: list[RunData]) -> list[RunLine]:
     out = []
     for label, r in zip(labels_for(runs), runs, strict=True):
         curve = [a.best_so_far for a in r.attempts]
+        best = max(curve, default=0.0)
+        # The candidate of the curve's top, so that the number and the name always go together.
+        top = next((a.candidate_id for a in r.attempts if a.status == "passed" and a.score == best > 0), None)
         hold = r.holdout_result()
         hs = None
         if hold is not None:
             hs = hold.holdout_score if hold.holdout_score is not None else hold.score
         out.append(RunLine(label, r.run_id, r.task, r.backend, str(r.meta.get("strategy") or "-"),
-                           str(r.meta.get("policy") or "-"), r.budget, len(r.attempts),
-                           max(curve, default=0.0), hs, evaluations_to_reach(curve), curve))
+                           str(r.meta.get("policy") or "-"), r.budget, len(r.attempts), best, top, hs,
+                           (r.holdout_candidate or r.chosen_candidate) if hold is not None else None,
+                           evaluations_to_reach(curve), curve))
     return out
 
 
@@ -78,20 +84,20 @@ def warnings_for(lines: list[RunLine]) -> list[str]:
     return out
 
 
-def compare_table(lines: list[RunLine]) -> Table:
-    t = compact_table(_title(lines))  # a run's name folded below rather than cut: 80 columns show every run whole
-    for c in ("run", "strategy", "evals", "best", "holdout", f"evals to {REACH:.0%}"):
-        t.add_column(c, justify="left" if c in ("run", "strategy") else "right", overflow="fold",
-                     no_wrap=c not in ("run", "strategy"))
+def compare_table(lines: list[RunLine], console: Console) -> RenderableType:
+    """A table where the terminal fits it whole, else each run's label on a line of its own with its figures below:
+    a run id is what users copy, so it is never broken."""
     top = max((ln.best for ln in lines), default=0.0)
+    rows = []
     for ln in lines:
-        best = f"{ln.best:.3f}"
-        t.add_row(Text(ln.label), f"{ln.strategy} / {ln.policy}",
-                  f"{ln.evaluations}/{ln.budget}" if ln.budget else str(ln.evaluations),
-                  f"[b green]{best}[/b green]" if ln.best == top and top > 0 else best,
-                  "-" if ln.holdout is None else f"{ln.holdout:.3f}",
-                  "-" if ln.to_reach is None else str(ln.to_reach))
-    return t
+        best = markup_escape(scored(ln.best_candidate, ln.best))
+        rows.append((markup_escape(ln.label), markup_escape(f"{ln.strategy} / {ln.policy}"),
+                     f"{ln.evaluations}/{ln.budget}" if ln.budget else str(ln.evaluations),
+                     f"[b green]{best}[/b green]" if ln.best == top and top > 0 else best,
+                     markup_escape(scored(ln.holdout_candidate, ln.holdout)),
+                     "-" if ln.to_reach is None else str(ln.to_reach)))
+    return fitted_table(console, _title(lines), ("run", "strategy", "evals", "search best", "pick's holdout",
+                                                 f"evals to {REACH:.0%}"), rows)
 
 
 def _title(lines: list[RunLine]) -> str:
@@ -104,7 +110,8 @@ def compare_html(lines: list[RunLine]) -> str:
         f"<tr><td>{escape(ln.label)}</td><td>{escape(ln.run_id)}</td><td>{escape(ln.strategy)} / "
         f"{escape(ln.policy)}</td><td>{escape(ln.task)} / {escape(ln.backend)}</td>"
         f"<td class=num>{ln.evaluations}{'/' + str(ln.budget) if ln.budget else ''}</td>"
-        f"<td class=num>{ln.best:.3f}</td><td class=num>{'-' if ln.holdout is None else f'{ln.holdout:.3f}'}</td>"
+        f"<td class=num>{escape(scored(ln.best_candidate, ln.best))}</td>"
+        f"<td class=num>{escape(scored(ln.holdout_candidate, ln.holdout))}</td>"
         f"<td class=num>{'-' if ln.to_reach is None else ln.to_reach}</td></tr>" for ln in lines)
     warn = "".join(f'<p class="warn">{escape(w)}</p>' for w in warnings_for(lines))
     when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -121,7 +128,7 @@ th {{ background: #f0f3f6; }} .warn {{ color: #b26a00; }} footer {{ margin-top: 
 <h1>ksearch compare</h1>{warn}
 <div class="chart" id="compare-chart">{compare_svg([(ln.label, ln.curve) for ln in lines], _title(lines))}</div>
 <table><thead><tr><th>label</th><th>run</th><th>strategy / policy</th><th>task / backend</th><th>evaluations</th>
-<th>best score</th><th>holdout</th><th>evals to {REACH:.0%} of best</th></tr></thead><tbody>{rows}</tbody></table>
+<th>search best</th><th>pick's holdout</th><th>evals to {REACH:.0%} of best</th></tr></thead><tbody>{rows}</tbody></table>
 <footer>Generated by ksearch {escape(__version__)} on {when}.</footer>
 </main></body></html>
 """

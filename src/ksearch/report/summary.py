@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ksearch.backends import emulation_note
 from ksearch.harness.result import EvalResult
+from ksearch.report.cycles import Cycle
 from ksearch.report.rundata import RunData
 from ksearch.report.start_check import start_check
 from ksearch.report.tables import STATUS_STYLE, compact_table, fmt_time, fmt_x
@@ -93,7 +94,7 @@ def headline(run: RunData) -> list[tuple[str, str]]:
         [(f"{'best' if held in (None, best) else 'pick'} re-measured",
           f"{again:.3f} (its search workloads timed again in the holdout evaluation)")]
         if hold is not None and (again := hold.search_score_again()) is not None else []) + [
-        ("holdout score", _holdout(hold) + (f" ({held})" if hold is not None and held not in (None, best) else "")),
+        ("holdout score", holdout_text(hold) + (f" ({held})" if hold is not None and held not in (None, best) else "")),
     ] + ([("timed again", confirmed)] if (confirmed := confirmation_text(run)) else []) + [
         ("budget used", budget_text(run)),
         ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "-"),
@@ -118,7 +119,8 @@ def confirmation_text(run: RunData) -> str | None:
     return f"{c['pick']} at {float(c.get('pick_median') or 0):.3f} (median; {among})"
 
 
-def _holdout(hold: EvalResult | None) -> str:
+def holdout_text(hold: EvalResult | None) -> str:
+    """The holdout score and the verdict's status, `2.646 (passed)`."""
     if hold is None:
         return "not evaluated"
     score = hold.holdout_score if hold.holdout_score is not None else hold.score
@@ -167,31 +169,45 @@ TERMINAL_EDITS, EDIT_CHARS = 6, 220
 
 
 def _short(text: str, limit: int = EDIT_CHARS) -> str:
+    """The text on one line, cut at a word's end where it is longer than `limit`: a cut word reads as another."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut) + " …"
 
 
-def cycles_table(run: RunData) -> Table | None:
-    """One row per refinement cycle: the action, attempts, best, why it ended, and its world-model edits."""
+def cycles_table(run: RunData) -> RenderableType | None:
+    """One row per refinement cycle (the action, attempts, best, why it ended), then each cycle's world-model edits
+    on lines of their own below the table: in a column of the table they were squeezed into a few characters."""
     cycles = run.cycles()
     if not cycles:
         return None
     t = compact_table("refinement cycles")
-    for col in ("#", "round", "action", "tries", "best", "outcome", "ended because", "world-model edits"):
+    for col in ("#", "round", "action", "tries", "best", "outcome", "ended because"):
         t.add_column(col, justify="right" if col in ("#", "round", "tries", "best") else "left",
                      no_wrap=col in ("#", "round", "tries", "best"))
     for c in cycles:
-        lines = []
-        for e in c.edits[:TERMINAL_EDITS]:
-            mark = "[green]✓[/green]" if e.applied else "[red]✗ rejected:[/red]"
-            lines.append(f"{mark} [dim]{e.when}:[/dim] {escape(_short(e.text))}")
-        if len(c.edits) > TERMINAL_EDITS:
-            lines.append(f"[dim]… {len(c.edits) - TERMINAL_EDITS} more (see --html)[/dim]")
         ended = c.reason_text + (f": {c.why}" if c.why else "")
         t.add_row(str(c.n), str(c.round), escape(f"{c.node_id} {c.title}"), str(c.attempts),
-                  "-" if c.best_score is None else f"{c.best_score:.3f}", c.outcome, escape(ended),
-                  "\n".join(lines) or "[dim]none[/dim]")
-    return t
+                  "-" if c.best_score is None else f"{c.best_score:.3f}", c.outcome, escape(ended))
+    edits = compact_table("world-model edits by cycle", show_header=False)
+    edits.add_column(no_wrap=True, justify="right")
+    edits.add_column(overflow="fold")
+    for c in cycles:
+        edits.add_row(f"cycle {c.n}", "\n".join(_edit_lines(c)) or "[dim]none[/dim]")
+    return Group(t, Text(), edits)
+
+
+def _edit_lines(c: Cycle) -> list[str]:
+    """A cycle's edits as markup lines: applied or rejected, when, what (shortened; --html has them whole)."""
+    lines = []
+    for e in c.edits[:TERMINAL_EDITS]:
+        mark = "[green]✓[/green]" if e.applied else "[red]✗ rejected:[/red]"
+        lines.append(f"{mark} [dim]{e.when}:[/dim] {escape(_short(e.text))}")
+    if len(c.edits) > TERMINAL_EDITS:
+        lines.append(f"[dim]… {len(c.edits) - TERMINAL_EDITS} more (see --html)[/dim]")
+    return lines
 
 
 def profile_renderables(run: RunData) -> list[RenderableType]:

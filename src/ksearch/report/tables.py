@@ -32,6 +32,14 @@ def fmt_x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def scored(candidate: str | None, score: float | None) -> str:
+    """A score with the candidate it belongs to, `c0001 1.085`: a run's search best and its pick (the result, which
+    the holdout judges) may be two candidates, so a score without its name is ambiguous."""
+    if score is None:
+        return "-"
+    return f"{candidate} {score:.3f}" if candidate else f"{score:.3f}"
+
+
 def compact_table(title: str | None = None, **kw: Any) -> Table:
     """The report's table style: no box, one space between columns, underlined headers, the title on the left; an
     80-column terminal shows every number of its tables whole."""
@@ -66,9 +74,10 @@ def tasks_table(tasks: list[Task], console: Console) -> RenderableType:
     for task in tasks:
         cpu = [w.name for w in task.workloads if w.tier == "cpu"]
         gpu = [w.name for w in task.workloads if w.tier == "gpu"]
-        bases = ", ".join(f"[b]{b}[/b]" if b == task.default_baseline else b for b in task.baselines)
+        # The default said in words as well as in bold: piped or without colour, bold is gone.
+        bases = ", ".join(f"[b]{b} (default)[/b]" if b == task.default_baseline else b for b in task.baselines)
         rows.append((task.name, task.kind, str(len(cpu)), str(len(gpu)), bases, ", ".join(task.forbidden) or "-"))
-    return fitted_table(console, "tasks", ("task", "kind", "cpu workloads", "gpu workloads", "baselines (default)",
+    return fitted_table(console, "tasks", ("task", "kind", "cpu workloads", "gpu workloads", "baselines",
                                            "forbidden"), rows)
 
 

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ksearch.report.plots import STATUS_COLORS
 from ksearch.report.rundata import RunData, load_run
-from ksearch.report.summary import spend_text
+from ksearch.report.summary import holdout_text, spend_text, status_text
 from ksearch.store import RunUnreadable
 
 LAST = 8
@@ -34,9 +34,7 @@ def frame(run: RunData, now: float | None = None) -> RenderableType:
     head.append(f"  {run.task} on {run.backend}  ")
     style = {"running": "cyan", "holdout": "cyan", "finished": "green", "stopped": "yellow",
              "failed": "red", "interrupted": "red"}.get(run.status, "dim")
-    head.append(run.status, style=f"bold {style}")
-    if run.stop_reason:
-        head.append(f"  ({run.stop_reason})", style="dim")
+    head.append(run.status, style=f"bold {style}")  # why it ended: the final state row
     if run.status == "holdout":
         head.append("  (re-measuring the best on unseen workloads)", style="dim")
 
@@ -53,7 +51,11 @@ def frame(run: RunData, now: float | None = None) -> RenderableType:
     facts.add_column()
     best = run.best_candidate
     facts.add_row("best score", f"[b green]{run.best_score:.3f}[/b green]" + (f"  ({best})" if best else ""))
-    facts.add_row("current action", Text(run.current_action() or "-"))
+    if run.status in DONE:  # an ended run works on nothing: what it left instead
+        for label, value in final_state(run):
+            facts.add_row(label, Text(value))
+    else:
+        facts.add_row("current action", Text(run.current_action() or "-"))
     facts.add_row("LLM spend", spend_text(run))
     last_at = max((e.created_at for e in run.evaluations), default=None)
     if run.status not in DONE and last_at is not None and now - last_at > STALE_S:
@@ -68,6 +70,19 @@ def frame(run: RunData, now: float | None = None) -> RenderableType:
         recent.add_row(str(a.n), a.candidate_id, Text(a.action or "-", overflow="ellipsis", no_wrap=True),
                        f"[{color}]{a.status}[/{color}]", f"{a.score:.3f}")
     return Group(head, bar, facts, recent)
+
+
+def final_state(run: RunData) -> list[tuple[str, str]]:
+    """A run in a final state, as (label, value) rows: its status and why, its result (the pick, or the search's best,
+    in best.py) with the holdout score, and for a run cut short the action it was working on."""
+    rows = [("final state", status_text(run))]
+    chosen = run.chosen_candidate
+    if chosen is not None:
+        hold = run.holdout_result()
+        rows.append(("result", f"{chosen} (best.py)" + (f", holdout {holdout_text(hold)}" if hold is not None else "")))
+    if run.status in ("stopped", "interrupted") and (action := run.current_action()):
+        rows.append(("stopped while on", action))
+    return rows
 
 
 def watch(path: Path, console: Console, interval: float = 1.0, once: bool = False,

@@ -93,7 +93,7 @@ def compare_cmd(
         check_out_file(out, "--out", "compare.png")
     for w in warnings_for(lines):
         err.print(f"[yellow]warning:[/yellow] {escape(w)}")
-    console.print(compare_table(lines))
+    console.print(compare_table(lines, console))
     if out is not None:
         with writing(out, "--out"):
             write_compare(lines, out)

@@ -105,10 +105,10 @@ def run_cmd(
 def runs_cmd(
     runs_dir: Annotated[str | None, typer.Option(help="Where runs live (default runs/ or $KSEARCH_RUNS_DIR).")] = None,
 ) -> None:
-    """List runs: task, backend, policy, budget used, best score and the best re-measured, the pick of its best timed
-    again, status and why it ended, LLM retries."""
+    """List runs: task, backend, policy, budget used, the search's best, the pick of its best timed again and the
+    run's result re-measured (each score with its candidate), status and why it ended, LLM retries."""
     from ksearch.harness.result import EvalResult
-    from ksearch.report.tables import fitted_table
+    from ksearch.report.tables import fitted_table, scored
     from ksearch.search.confirm import read_confirmation
     from ksearch.store import list_runs, runs_dir_problem
     from ksearch.store import runs_dir as runs_root
@@ -124,20 +124,22 @@ def runs_cmd(
     for r in rows:
         usage = r.get("llm_usage") or {}
         retries = str(usage.get("retries", "?")) if r.get("policy") == "llm" else "-"
-        # the best's search workloads timed again in its holdout evaluation (the best score leans high)
+        # the result's search workloads timed again in its holdout evaluation (the best score leans high); the
+        # result is the pick where the run's best few were timed again, else the search's best
         again = EvalResult.from_json(r["holdout"]).search_score_again() if r.get("holdout") else None
+        result = r.get("chosen_candidate") or r.get("best_candidate")
         # the run's best few timed again at its end (or by `ksearch confirm`): the pick and its median
         confirmed = read_confirmation(Path(r["path"])) or {}
-        pick = (f"{confirmed['pick']} {float(confirmed.get('pick_median') or 0.0):.3f}" if confirmed.get("pick")
-                else "-")
+        pick = scored(confirmed["pick"], float(confirmed.get("pick_median") or 0.0)) if confirmed.get("pick") else "-"
         cells.append(tuple(escape(c) for c in (
             r["id"], str(r.get("task")), str(r.get("backend")), str(r.get("policy")), str(r.get("strategy")),
-            f"{r.get('evaluations_done') or 0}/{r.get('budget')}", f"{(r.get('best_score') or 0):.3f}",
-            "-" if again is None else f"{again:.3f}", pick, str(r.get("status")),
-            REASONS.get(str(r.get("stop_kind")), str(r.get("stop_kind") or "-")), retries)))
+            f"{r.get('evaluations_done') or 0}/{r.get('budget')}",
+            scored(r.get("best_candidate"), float(r.get("best_score") or 0)), pick, scored(result, again),
+            str(r.get("status")), REASONS.get(str(r.get("stop_kind")), str(r.get("stop_kind") or "-")), retries)))
+    # Each score names its candidate: the search's best and the pick (which the holdout re-measures) may differ.
     console.print(fitted_table(console, f"runs ({len(rows)})", (
-        "run", "task", "backend", "policy", "strategy", "budget used", "best score", "re-measured", "pick", "status",
-        "reason", "retries"), cells))
+        "run", "task", "backend", "policy", "strategy", "budget used", "search best", "pick (median)",
+        "re-measured", "status", "reason", "retries"), cells))
 
 
 def confirm_cmd(
