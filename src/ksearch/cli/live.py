@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from ksearch.report.start_check import start_line
 from ksearch.report.summary import usage_line
 from ksearch.search.start import RunOutcome
 
@@ -152,5 +153,8 @@ def final_table(o: RunOutcome) -> Table:
                   + (f", {o.chosen})" if picked else ")"))
     if o.best_result and o.best_result.get("timing"):
         t.add_row("timing", Text(str(o.best_result["timing"])))
+    baseline = (o.best_result or {}).get("baseline")  # a run scores every candidate against one baseline
+    if (check := start_line(s.start_candidate, s.start_score, baseline)) is not None:
+        t.add_row("timing check", Text(check, style="yellow"))
     t.add_row("run directory", Text(str(o.path)))
     return t

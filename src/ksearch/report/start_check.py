@@ -16,10 +16,15 @@ def start_check(run: RunData) -> str | None:
     near 1.0x, another baseline, or no passed start)."""
     start = next((c for c in run.candidates if c.params.get("family") == "start"), None)
     result = run.search_result(start.id) if start is not None else None
-    if start is None or result is None or not result.passed or result.baseline != "naive" or result.score <= 0:
+    if start is None or result is None or not result.passed:
         return None
-    if 1 / SPREAD <= result.score <= SPREAD:
+    return start_line(start.id, result.score, result.baseline)
+
+
+def start_line(candidate: str | None, score: float, baseline: str | None) -> str | None:
+    """start_check's line from the start's candidate, score (0 where it did not pass) and baseline."""
+    if candidate is None or baseline != "naive" or score <= 0 or 1 / SPREAD <= score <= SPREAD:
         return None
-    return (f"{start.id}, the starting kernel, is the naive baseline's own code, yet scored {result.score:.3f}x "
-            f"against it: the same code timed twice came out that far apart, and every score of this run divides by "
-            f"that baseline timing (run again on a quieter machine)")
+    return (f"{candidate}, the starting kernel, is the naive baseline's own code, yet scored {score:.3f}x against "
+            f"it: the same code timed twice came out that far apart, and every score of this run divides by that "
+            f"baseline timing (run again on a quieter machine)")
