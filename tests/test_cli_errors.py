@@ -26,6 +26,9 @@ A_FOLDER = str(Path(__file__).parent)
     (["run", "softmax", "--config", A_FOLDER], f"config file {A_FOLDER} is a directory; pass a TOML file"),
     (["eval", "softmax", A_FOLDER], f"candidate file {A_FOLDER} is a directory; name a file"),
     (["port", __file__], "is not CUDA source"),
+    (["run", "softmax", "--from-cuda", __file__], "is not CUDA source: name a .cu, .cuh or .cuda file"),
+    (["run", "softmax", "--from-cuda", A_FOLDER], f"--from-cuda file {A_FOLDER} is a directory; name a file"),
+    (["run", A_FOLDER], f"task file {A_FOLDER} is a directory"),
 ])
 def test_one_line_errors(args: list[str], needle: str, tmp_path) -> None:
     res = subprocess.run([*KS, *args, *(["--runs-dir", str(tmp_path)] if args[0] == "run" else [])],

@@ -102,6 +102,15 @@ def test_a_verdict_without_compared_outputs_shows_no_errors(status):
     assert "max err" not in shown and "e+00" not in shown and "e-04" not in shown
 
 
+def test_a_nan_output_has_no_error_to_show():
+    # An error of 0.00e+00 beside "NaN or Inf" would read as exact: the JSON has none (null), the table "-".
+    done = ksearch("eval", "softmax", str(CANDIDATES / "nan_output.py"), *ONE, "--json")
+    assert done.returncode == 1, done.stderr
+    result = one_json_object(done.stdout)
+    assert result["status"] == "wrong_answer" and "NaN or Inf" in result["message"]
+    assert [(w["max_abs_err"], w["max_rel_err"]) for w in result["workloads"]] == [(None, None)]
+
+
 def test_a_wrong_answer_shows_its_errors():
     shown = _rendered(EvalResult(status="wrong_answer", task="softmax", backend="mlx-cpu", baseline="native",
                                  workloads=[WorkloadResult("a", max_abs_err=0.0), WorkloadResult("b", max_abs_err=13.4)],

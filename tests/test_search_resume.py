@@ -104,9 +104,12 @@ def test_a_run_that_spends_its_wall_time_is_judged_on_the_holdout(tmp_path: Path
 
     # Finished on its wall time: a plain resume says how to continue; a limit it has already used is refused.
     for extra, words in (((), "--wall-time"), (("--budget", "1"), "not above the 1 evaluations"),
-                         (("--wall-time", "0.5"), "not above the")):
+                         (("--wall-time", "0.5"), "not above the"),
+                         # --stop-after counts the run's evaluations: at or below those done, it would do nothing
+                         (("--budget", "5", "--wall-time", "900", "--stop-after", "1"), "has done 1 evaluations")):
         res = resume(*extra)
         assert res.returncode == 2 and words in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert read_run(run).meta.get("config")["budget"] == 50  # nothing refused changed the run
     # Raised limits: it continues to the new budget (one evaluation past the first shows it) and is judged on the
     # holdout again.
     res = resume("--budget", "2", "--wall-time", "900")

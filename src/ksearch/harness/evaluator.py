@@ -442,8 +442,11 @@ class Evaluator:
             verdict = judge(self.task, w, outs, dtypes, ref)
             if not first:
                 self._tally("trials > judging", time.perf_counter() - t1)
-            wr.max_abs_err = max(wr.max_abs_err or 0.0, verdict.max_abs)
-            wr.max_rel_err = max(wr.max_rel_err or 0.0, verdict.max_rel)
+            if verdict.max_abs is None or verdict.max_rel is None:  # NaN or Inf in the output: no error to give
+                wr.max_abs_err = wr.max_rel_err = None
+            else:
+                wr.max_abs_err = max(wr.max_abs_err or 0.0, verdict.max_abs)
+                wr.max_rel_err = max(wr.max_rel_err or 0.0, verdict.max_rel)
             if verdict.status != "passed":
                 wr.status = verdict.status
                 raise Fail(verdict.status, f"{w.name} (seed {seed}): {verdict.message}")

@@ -14,8 +14,9 @@ from ksearch.tasks.base import Task, Workload
 class Verdict:
     status: str  # passed | wrong_shape | wrong_answer
     message: str = ""
-    max_abs: float = 0.0
-    max_rel: float = 0.0
+    #: None where some output value is NaN or Inf: no error can be given (0 would read as exact).
+    max_abs: float | None = 0.0
+    max_rel: float | None = 0.0
 
 
 def judge(task: Task, workload: Workload, outputs: list[np.ndarray], dtypes: list[str],
@@ -50,7 +51,8 @@ def judge(task: Task, workload: Workload, outputs: list[np.ndarray], dtypes: lis
             finite = np.isfinite(o)
             if not finite.all():
                 bad = int((~finite).sum())
-                return Verdict("wrong_answer", f"output {spec.name}: {bad} of {o.size} values are NaN or Inf")
+                return Verdict("wrong_answer", f"output {spec.name}: {bad} of {o.size} values are NaN or Inf", None,
+                               None)
             idx = np.unravel_index(int(np.argmax(diff - allowed)), diff.shape)
             max_abs = float(diff.max())
             return Verdict(

@@ -18,6 +18,16 @@ from ksearch.knowledge.lint_rules import line_of, strip_comments
 
 FORM_KEY = {"mlx-cuda": "mlx_cuda", "mlx-metal": "metal", "mlx-cpu": "mlx_cuda"}
 
+#: The file names the analyzer takes as CUDA source (`ksearch port`, `spec --from-cuda`, `run --from-cuda`).
+CUDA_SUFFIXES = (".cu", ".cuh", ".cuda")
+
+
+def cuda_suffix_problem(name: str) -> str | None:
+    """Why a file of this name is not taken as CUDA source, as the end of a sentence naming it; None: it is."""
+    if name.lower().endswith(CUDA_SUFFIXES):
+        return None
+    return "is not CUDA source: name a .cu, .cuh or .cuda file"
+
 # Idioms: (id, regexes that must ALL match somewhere, patterns that carry the idiom, kind hint, description).
 IDIOMS: list[tuple[str, list[str], list[str], str, str]] = [
     ("shared_tiling", [r"__shared__[^;]*\[[^\]]+\]\s*\[", r"__syncthreads"],

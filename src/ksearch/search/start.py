@@ -39,7 +39,7 @@ from ksearch.search.judge import Judge
 from ksearch.search.pool import EvaluatorPool, InlinePool, device_kind
 from ksearch.search.run_end import CHOSEN, judge_end, reopen
 from ksearch.search.state import LoopState, restore_rng
-from ksearch.store import RunReader, RunStore, folder_problem, new_run_id, resolve_run, runs_dir
+from ksearch.store import RunReader, RunStore, file_problem, folder_problem, new_run_id, resolve_run, runs_dir
 from ksearch.store.owner import ACTIVE, current_owner, effective_status, owner_liveness
 from ksearch.tasks import Task, get_task
 
@@ -80,6 +80,10 @@ def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = No
     if resume is not None:
         store = RunStore(resolve_run(resume, cfg.runs_dir))
         try:
+            done = int(store.get_meta("evaluations_done") or 0)
+            if stop_after is not None and stop_after <= done:  # it counts the run's evaluations, not this sitting's
+                raise RunError(f"--stop-after {stop_after}: run {store.path.name} has done {done} evaluations "
+                               f"already; pass more than {done} to go on")
             run_cfg = _resume_config(store, cfg, {k: v for k, v in (raise_limits or {}).items() if v is not None})
             for key, value in (placement or {}).items():
                 if value is not None:
@@ -258,12 +262,12 @@ def _port(path: str | None, backend: Backend) -> dict[str, Any] | None:
     if not path:
         return None
     p = Path(path)
-    if not p.is_file():
-        raise RunError(f"--from-cuda file {path} does not exist")
     try:
-        from ksearch.knowledge.analyzer import analyze_cuda
+        from ksearch.knowledge.analyzer import analyze_cuda, cuda_suffix_problem
     except ImportError as exc:
         raise RunError("the CUDA analyzer is unavailable in this installation") from exc
+    if (problem := file_problem(p) or cuda_suffix_problem(p.name)) is not None:
+        raise RunError(f"--from-cuda file {path} {problem}")
     return analyze_cuda(p.read_text(), backend.name)  # type: ignore[no-any-return]
 
 
@@ -297,8 +301,11 @@ def create_run(cfg: RunConfig) -> tuple[RunStore, Task, Backend]:
     backend = _backend(cfg.backend, cfg)
     if cfg.baseline is not None and cfg.baseline not in task.baselines:
         raise RunError(f"task {task.name} has no baseline {cfg.baseline!r}; choose one of {', '.join(task.baselines)}")
-    if cfg.from_cuda and not Path(cfg.from_cuda).is_file():
-        raise RunError(f"--from-cuda file {cfg.from_cuda} does not exist")
+    if cfg.from_cuda:
+        from ksearch.knowledge.analyzer import cuda_suffix_problem
+
+        if (problem := file_problem(cfg.from_cuda) or cuda_suffix_problem(cfg.from_cuda)) is not None:
+            raise RunError(f"--from-cuda file {cfg.from_cuda} {problem}")
     base = runs_dir(cfg.runs_dir)
     problem = folder_problem(base)
     if problem is not None:

@@ -30,6 +30,9 @@ def builtin_names() -> list[str]:
 
 def load_task_file(path: str | Path) -> Task:
     p = Path(path).resolve()
+    if p.is_dir():
+        raise TaskNotFound(f"task file {path} is a directory; pass a built-in name ({', '.join(builtin_names())}) or "
+                           "a .py file")
     if not p.is_file():
         raise TaskNotFound(f"task file {path} does not exist; pass a built-in name ({', '.join(builtin_names())}) or a .py file")
     spec = importlib.util.spec_from_file_location(f"ksearch_user_task_{abs(hash(str(p)))}", p)

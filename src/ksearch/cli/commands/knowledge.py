@@ -13,9 +13,6 @@ from ksearch.cli.console import fail
 from ksearch.cli.out_dir import check_out_file, writing
 from ksearch.store import file_problem
 
-#: The CUDA sources `port` and `--from-cuda` read; anything else (a README, a Python file) is refused, not analysed.
-CUDA_SUFFIXES = (".cu", ".cuh", ".cuda")
-
 BACKEND_HELP = ("mlx-cuda, mlx-metal, mlx-cpu or mlx-metal-emu (need not be present here); default: the best one "
                 "here.")
 
@@ -47,8 +44,11 @@ def _read(path: Path, what: str) -> str:
 
 
 def _read_cuda(path: Path) -> str:
-    if path.suffix.lower() not in CUDA_SUFFIXES:
-        fail(f"{path} is not CUDA source: name a .cu, .cuh or .cuda file")
+    """A CUDA source's text; anything else (a README, a Python file) is refused, not analysed."""
+    from ksearch.knowledge.analyzer import cuda_suffix_problem
+
+    if (problem := cuda_suffix_problem(path.name)) is not None:
+        fail(f"{path} {problem}")
     return _read(path, "CUDA file")
 
 
