@@ -185,6 +185,7 @@ def test_uncontained_is_recorded(cpu_backend):
     result = judge(cpu_backend, "honest", sandbox="off")
     assert result.status == "passed", result.message
     assert _applied(result)["filesystem"] == "none: disabled by KSEARCH_SANDBOX=off"
+    assert _applied(result)["environment"] == "allowlist"  # worker_env's, with or without the sandbox
 
 
 # -- processes -----------------------------------------------------------------------------------------------------

@@ -135,8 +135,10 @@ def _tail(fd: int, limit: int = 2000) -> str:
 
 
 def _uncontained(why: str) -> dict[str, str]:
+    # worker_env's allowlist applies with or without the sandbox.
     return {"filesystem": why, "network": why, "other_processes": why,
-            "processes": "process group and polled descendants (a daemon that leaves both may survive)"}
+            "processes": "process group and polled descendants (a daemon that leaves both may survive)",
+            "environment": "allowlist"}
 
 
 class WorkerProcess:

@@ -86,7 +86,8 @@ class Baseline:
 
 @dataclass
 class Task:
-    """A kernel to optimise. See README "Writing a task file" for a worked example."""
+    """A kernel to optimise. A task file exports one as TASK: tests/data/user_task.py is a complete example (README, "A
+    short tour")."""
 
     name: str
     kind: str
