@@ -159,6 +159,9 @@ def test_the_report_shows_the_pick_and_ignores_a_file_it_cannot_read(tmp_path: P
     out = confirm_run(run, top=2, times=1, evaluate=scripted_judge)
     rows = dict(headline(load_run(run)))
     assert out.pick is not None and rows["timed again"].startswith(f"{out.pick.candidate} at 1.000 (median; its 2 best")
+    assert rows["timed again"].endswith("in turns (ksearch confirm))")
+    confirm_run(run, top=2, times=1, evaluate=scripted_judge, in_run=True)  # as a run's end times them
+    assert dict(headline(load_run(run)))["timed again"].endswith("in turns (the run's end))")
     (run / CONFIRM_FILE).write_text("{not json")
     assert "timed again" not in dict(headline(load_run(run)))
 
@@ -172,6 +175,7 @@ def test_a_finished_run_times_its_best_again_at_its_end(real_run: Path) -> None:
     # its best two, once each, by the run's own judge, before the run was marked finished
     assert len(rows) == 2 and {r.candidate_id for r in rows} == {c["candidate"] for c in confirmation["candidates"]}
     assert confirmation["times"] == 1 and confirmation["pick"] in {r.candidate_id for r in rows}
+    assert confirmation["by"] == "the run's end"  # the report names it so, not as `ksearch confirm`
     assert meta.get("status") == "finished" and len(end) == 1
     assert rows[-1].created_at <= end[0].created_at
     # the pick is the run's result: best.py holds it and the holdout, after the confirmation, judged it

@@ -109,11 +109,13 @@ def headline(run: RunData) -> list[tuple[str, str]]:
 
 
 def confirmation_text(run: RunData) -> str | None:
-    """`ksearch confirm`'s pick in a line: its median and what it was chosen from."""
+    """The confirmation's pick in a line (the run's end's or `ksearch confirm`'s): its median and what it was chosen
+    from."""
     c = run.confirmation()
     if c is None:
         return None
-    among = f"its {len(c['candidates'])} best {c.get('times')} times each, in turns (ksearch confirm)"
+    by = f" ({c['by']})" if c.get("by") else ""  # confirm.json written before it named who timed them: neither
+    among = f"its {len(c['candidates'])} best {c.get('times')} times each, in turns{by}"
     if not c.get("pick"):
         return f"none passed every evaluation again ({among})"
     return f"{c['pick']} at {float(c.get('pick_median') or 0):.3f} (median; {among})"

@@ -60,6 +60,7 @@ class Confirmation:
     candidates: list[Retimed]
     machine: dict[str, Any] = field(default_factory=dict)  # MACHINE_KEYS of the first new evaluation that has them
     date: str = ""  # when the last new evaluation ended, UTC
+    by: str = "ksearch confirm"  # or "the run's end" (confirm_at_end): the report names which timed them
 
     @property
     def pick(self) -> Retimed | None:
@@ -69,7 +70,7 @@ class Confirmation:
     def to_json(self) -> dict[str, Any]:
         pick = self.pick
         return {"run": self.run, "task": self.task, "backend": self.backend, "times": self.times,
-                "date": self.date, "machine": self.machine,
+                "date": self.date, "machine": self.machine, "by": self.by,
                 "pick": pick.candidate if pick else None, "pick_median": pick.median if pick else None,
                 "candidates": [{**asdict(c), "median": c.median} for c in self.candidates]}
 
@@ -108,7 +109,7 @@ def confirm_run(path: Path, top: int, times: int, evaluate: Callable[[str], Eval
     if not chosen:
         raise RunError(f"run {path.name} has no passed candidate to time again")
     out = Confirmation(path.name, str(meta.get("task")), str(meta.get("backend")), times,
-                       [Retimed(cid, score) for cid, score in chosen])
+                       [Retimed(cid, score) for cid, score in chosen], by="the run's end" if in_run else "ksearch confirm")
     for _ in range(times):
         for item in out.candidates:  # in turns: drift falls on every candidate alike
             result = evaluate(sources[item.candidate])
