@@ -109,7 +109,8 @@ def confirm_run(path: Path, top: int, times: int, evaluate: Callable[[str], Eval
     if not chosen:
         raise RunError(f"run {path.name} has no passed candidate to time again")
     out = Confirmation(path.name, str(meta.get("task")), str(meta.get("backend")), times,
-                       [Retimed(cid, score) for cid, score in chosen], by="the run's end" if in_run else "ksearch confirm")
+                       [Retimed(cid, score) for cid, score in chosen],
+                       by="the run's end" if in_run else "ksearch confirm")
     for _ in range(times):
         for item in out.candidates:  # in turns: drift falls on every candidate alike
             result = evaluate(sources[item.candidate])

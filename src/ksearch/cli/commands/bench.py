@@ -13,7 +13,8 @@ BENCH_MODULES = ("ksearch.cli.commands.bench_mamba", "ksearch.cli.commands.bench
 
 
 def register(app: typer.Typer) -> None:
-    bench_app = typer.Typer(no_args_is_help=True, rich_markup_mode="markdown", help="Benchmarks: ours vs baselines side by side, JSON results.")
+    bench_app = typer.Typer(no_args_is_help=True, rich_markup_mode="markdown",
+                            help="Benchmarks: ours vs baselines side by side, JSON results.")
     for name in BENCH_MODULES:
         if importlib.util.find_spec(name) is not None:
             importlib.import_module(name).register(bench_app)

@@ -12,7 +12,8 @@ from rich.table import Table
 from ksearch.cli.console import console, err, fail
 from ksearch.report.tables import fitted_table
 
-llm_app = typer.Typer(no_args_is_help=True, rich_markup_mode="markdown", help="LLM endpoints: presets, prices, a connectivity check.")
+llm_app = typer.Typer(no_args_is_help=True, rich_markup_mode="markdown",
+                      help="LLM endpoints: presets, prices, a connectivity check.")
 
 
 @llm_app.command("presets")

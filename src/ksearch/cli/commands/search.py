@@ -155,9 +155,10 @@ def confirm_cmd(
     ray_address: Annotated[str | None, typer.Option(help="The pool on a running Ray cluster (auto or HOST:PORT): "
                                                          "for a run a cluster judged.")] = None,
 ) -> None:
-    """Time an ended run's best candidates again (finished, stopped or interrupted), in turns, each in a fresh process as the search judged them; the
-    pick is the highest median (a search's best is the highest of single measurements and leans high). Writes
-    confirm.json in the run's directory; with --adopt the pick becomes the run's result, as at a run's end."""
+    """Time an ended run's best candidates again (finished, stopped or interrupted), in turns, each in a fresh
+    process as the search judged them; the pick is the highest median (a search's best is the highest of single
+    measurements and leans high). Writes confirm.json in the run's directory; with --adopt the pick becomes the run's
+    result, as at a run's end."""
     import json
 
     from ksearch.search.confirm import CONFIRM_FILE, confirm_run
