@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from ksearch.backends.profiles import load_profiles
 from ksearch.errors import KSearchError
@@ -60,7 +62,10 @@ def profile_row(candidate: str | None, report: dict[str, Any]) -> dict[str, str]
     }
 
 
-def profile_table(items: list[tuple[str | None, dict[str, Any]]], title: str = "profiled candidates") -> Table:
+def profile_table(items: list[tuple[str | None, dict[str, Any]]],
+                  title: str = "profiled candidates") -> RenderableType:
+    """A row per profiled candidate, then why counters are missing, as text of the console's width (a table's
+    caption wraps at the table's width: a paragraph in a 45-column strip)."""
     rows = [profile_row(c, r) for c, r in items]
     cols = [c for c in COLUMNS if any(r[c] != "-" for r in rows) or c in ("candidate", "profile")]
     t = compact_table(title)
@@ -70,10 +75,7 @@ def profile_table(items: list[tuple[str | None, dict[str, Any]]], title: str = "
     for r in rows:
         t.add_row(*[r[c] for c in cols])
     notes = {str(r.get("note")) for _, r in items if r.get("note")}
-    if notes:
-        t.caption = "; ".join(sorted(notes))
-        t.caption_justify = "left"
-    return t
+    return Group(t, Text("; ".join(sorted(notes)), style="dim")) if notes else t
 
 
 def _ridge(run: RunData) -> dict[str, float] | None:
@@ -129,10 +131,12 @@ def roofline_table(run: RunData) -> Table | None:
     if not rows:
         return None
     t = compact_table(f"roofline position of the best {TOP} candidates")
-    for c in rows[0]:
+    # A column with nothing in it (the bound and the fraction on the CPU, which has no profile's roofs) is left out.
+    cols = [c for c in rows[0] if c in ("candidate", "score", "workload") or any(r[c] != "-" for r in rows)]
+    for c in cols:
         t.add_column(c, no_wrap=True, justify="left" if c in ("candidate", "workload", "bound") else "right")
     for r in rows:
-        t.add_row(*r.values())
+        t.add_row(*[r[c] for c in cols])
     return t
 
 
