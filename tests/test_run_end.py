@@ -14,7 +14,7 @@ from ksearch.report.rundata import load_run
 from ksearch.report.summary import headline, workload_rows
 from ksearch.search.run_end import CHOSEN, judge_end, reopen
 from ksearch.search.state import LoopState
-from ksearch.store import RunStore
+from ksearch.store import RunStore, list_runs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_start import recorded_run  # noqa: E402
@@ -91,10 +91,15 @@ def test_a_resume_clears_the_result_and_best_py_is_the_search_best_again(tmp_pat
     run, best, pick, _ = _ended(tmp_path, confirm_top=2)
     store = RunStore(run)
     reopen(store, best)
-    assert store.get_meta(CHOSEN) is None
+    assert store.get_meta(CHOSEN) is None and store.get_meta("holdout") is None
     assert (run / "best.py").read_text() == store.candidate(best).source(store.path)
+    assert [e["candidate_id"] for e in store.evaluations("holdout")] == [pick]  # the record keeps the old verdict
     store.close()
-    assert load_run(run).chosen_candidate == best
+    data = load_run(run)
+    assert data.chosen_candidate == best
+    assert data.holdout_result() is None  # the old pick's verdict is not the search best's
+    listed = next(r for r in list_runs(str(run.parent)) if r["id"] == run.name)
+    assert listed.get("holdout") is None
 
 
 def test_search_summary_names_the_result_and_the_holdout_candidate(tmp_path: Path) -> None:

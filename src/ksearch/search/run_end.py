@@ -73,8 +73,11 @@ def adopt_pick(path: Path, pick: str, holdout: Callable[[str], EvalResult] | Non
 
 
 def reopen(store: RunStore, best: str | None) -> None:
-    """A resumed run searches again: no result is chosen until its next end, and `best.py` is the search's best so
-    far again (the bookkeeping rewrites it only when the best changes)."""
+    """A resumed run searches again: no result is chosen until its next end, so no holdout verdict stands for one
+    (its `holdout` evaluation stays in the run's record; `ksearch runs` would put the old pick's figures beside the
+    search's best), and `best.py` is the search's best so far again (the bookkeeping rewrites it only when the best
+    changes)."""
     store.delete_meta(CHOSEN)
+    store.delete_meta("holdout")
     if best is not None:
         store.write_best(store.candidate(best).source(store.path))
