@@ -87,6 +87,13 @@ def test_a_timeout_names_its_limit_as_given():
     assert "the candidate exceeded the 0.5s time limit" in done.stdout
 
 
+def test_a_workload_not_judged_to_the_end_does_not_read_as_passed():
+    done = ksearch("eval", "softmax", str(CANDIDATES / "infinite_loop.py"), *ONE, "--timeout", "0.5", "--json")
+    assert done.returncode == 1, done.stderr
+    result = one_json_object(done.stdout)
+    assert result["status"] == "timeout" and [w["status"] for w in result["workloads"]] == ["timeout"]
+
+
 def _rendered(result: EvalResult) -> str:
     console = Console(record=True, width=200)
     console.print(eval_table(result))

@@ -249,6 +249,9 @@ class Evaluator:
             self._run_candidate(source, opts, workloads, seeds, result, t_start)
         except Fail as fail:
             result.status, result.message = fail.status, fail.message
+            for w in result.workloads:  # not judged to the end: "passed" there read as a verdict it never had
+                if w.status == "passed" and w.speedup is None:
+                    w.status = fail.status
         result.duration_s = time.monotonic() - t_start
         if self._spare_wanted:
             self._spawn_spare(opts)
