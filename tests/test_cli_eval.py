@@ -80,6 +80,21 @@ def test_the_message_prints_whole_below_the_table():
     assert "ValueError: candidate blew up on purpose" in lines
 
 
+@pytest.mark.parametrize(("source", "message"), [
+    (b"", "the candidate defines no top-level run(**inputs)"),
+    ((CANDIDATES / "syntax_error.py").read_bytes(), "syntax error at line 5: expected ':'"),
+    (b"def run(x):\n    return x\0\n", "the source contains a NUL byte (line 2); a candidate is Python text"),
+], ids=["empty", "syntax_error", "nul_byte"])
+def test_a_candidate_that_does_not_compile_has_its_verdict_and_message_and_no_table(tmp_path, source, message):
+    # No workload has a figure: a table of bare workload names says nothing.
+    cand = tmp_path / "cand.py"
+    cand.write_bytes(source)
+    done = ksearch("eval", "softmax", str(cand), *ONE, columns=200)
+    assert done.returncode == 1, done.stderr
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 2 and "compile_error" in lines[0] and lines[1] == message, done.stdout
+
+
 def test_a_timeout_names_its_limit_as_given():
     done = ksearch("eval", "softmax", str(CANDIDATES / "infinite_loop.py"), *ONE, "--timeout", "0.5")
     assert done.returncode == 1, done.stderr

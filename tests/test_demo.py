@@ -39,3 +39,24 @@ def test_the_demo_searches_the_budget_it_is_given(monkeypatch) -> None:  # type:
     res = CliRunner().invoke(app, ["demo", "--budget", "50", "--quiet"])
     assert res.exit_code == 0, res.output
     assert asked == [50]
+
+
+def test_the_demo_writes_where_ksearch_run_does(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from ksearch.cli import app, demo
+    from ksearch.errors import UsageError
+
+    given: list[str] = []
+
+    def start_run(cfg, **_kwargs):  # type: ignore[no-untyped-def]
+        given.append(cfg.runs_dir)
+        raise UsageError("stopped before the search")
+
+    monkeypatch.setattr(demo, "start_run", start_run)
+    monkeypatch.setenv("KSEARCH_RUNS_DIR", str(tmp_path / "from-env"))
+    assert CliRunner().invoke(app, ["demo", "--budget", "1", "--quiet"]).exit_code == 2
+    assert CliRunner().invoke(app, ["demo", "--budget", "1", "--quiet", "--runs-dir", "flag"]).exit_code == 2
+    monkeypatch.delenv("KSEARCH_RUNS_DIR")
+    assert CliRunner().invoke(app, ["demo", "--budget", "1", "--quiet"]).exit_code == 2
+    assert given == [str(tmp_path / "from-env"), "flag", "runs"]

@@ -23,7 +23,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 # Lowest first. "__init__" is the ksearch package module itself (version only).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "__init__"),
+    ("errors", "__init__", "files"),
     ("config",),
     ("tasks", "backends"),
     ("kernels",),

@@ -181,6 +181,9 @@ def test_offline_runs_state_their_end_too(tmp_path):
                     str(tmp_path / "p"), "--quiet")
     assert paused.exit_code == 0
     assert "stopped: paused after 1 evaluation (--stop-after)" in " ".join(paused.output.split())
+    # the command that continues it, as pasted in any folder
+    run = next((tmp_path / "p").iterdir()).resolve()
+    assert f"--resume continues it (`ksearch run --resume {run}`)" in " ".join(paused.output.split())
     rows = {r["id"]: r for r in list_runs(tmp_path)} | {r["id"]: r for r in list_runs(tmp_path / "p")}
     assert sorted(r["stop_kind"] for r in rows.values()) == ["budget", "paused"]
 

@@ -130,3 +130,49 @@ def test_resume_refuses_settings_a_run_started_with(tmp_path: Path) -> None:
                           str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
     assert "--backend, --policy cannot change" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+@pytest.mark.parametrize("stop, code, how", [(KeyboardInterrupt, 130, "Ctrl-C"), ("terminated", 143, "SIGTERM")])
+def test_an_interrupted_runs_hint_works_as_pasted_in_another_folder(stop: type[BaseException] | str, code: int,
+                                                                    how: str, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from ksearch.cli import app
+    from ksearch.search import start
+    from ksearch.store import resolve_run
+
+    made: list[Path] = []
+
+    def interrupted(cfg, on_event=None, **_kwargs):  # type: ignore[no-untyped-def]
+        store, _, _ = start.create_run(cfg)
+        made.append(store.path)
+        store.close()
+        on_event("run_start", {"strategy": cfg.strategy, "task": "softmax", "backend": cfg.backend,
+                               "policy": cfg.policy, "budget": cfg.budget, "path": str(store.path), "workers": 1})
+        raise start.Terminated() if stop == "terminated" else stop()
+
+    monkeypatch.setattr(start, "start_run", interrupted)
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    res = CliRunner().invoke(app, ["run", "softmax", "--backend", "mlx-cpu", "--runs-dir", str(tmp_path / "runs"),
+                                   "--quiet"])
+    assert res.exit_code == code, res.output
+    line = " ".join(res.output.split())
+    assert f"run {made[0].name} stopped: interrupted ({how}); `" in line, res.output
+    pasted = shlex.split(line.split("`")[1])
+    assert pasted[:3] == ["ksearch", "run", "--resume"], pasted
+
+    resumed: list[Path] = []
+
+    def resume(cfg, resume=None, **_kwargs):  # type: ignore[no-untyped-def]
+        resumed.append(resolve_run(resume, cfg.runs_dir))
+        raise start.RunError("looked up")
+
+    monkeypatch.setattr(start, "start_run", resume)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert CliRunner().invoke(app, pasted[1:]).exit_code == 2
+    assert resumed == [made[0]]

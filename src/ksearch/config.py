@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
 from ksearch.errors import ConfigError, RunError
+from ksearch.files import read_text
 
 SELECTION_RULES = ("weighted", "published")
 #: The `profile` setting: profile each refinement cycle's best candidate, every passed candidate, or none.
@@ -166,7 +167,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
         try:
-            given |= _apply(cfg, tomllib.loads(p.read_text()), str(p))
+            given |= _apply(cfg, tomllib.loads(read_text(p, "config file", ConfigError)), str(p))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{p} is not valid TOML: {exc}") from exc
     env = os.environ if environ is None else environ

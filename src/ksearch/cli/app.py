@@ -99,14 +99,12 @@ def eval_cmd(
 
     Exit status: 0 when the candidate passed, 1 when it did not (any other verdict), 2 for bad input."""
     from ksearch.backends import get_backend
+    from ksearch.files import read_text
     from ksearch.harness import EvalOptions, evaluate
-    from ksearch.store import file_problem
     from ksearch.tasks import get_task
 
     t = get_task(task)
-    problem = file_problem(candidate)
-    if problem is not None:
-        fail(f"candidate file {candidate} {problem}")
+    source = read_text(candidate, "candidate file")
     b = get_backend(backend)
     if baseline is not None and baseline not in t.baselines:
         fail(f"task {t.name} has no baseline {baseline!r}; choose one of {', '.join(t.baselines)}")
@@ -122,7 +120,6 @@ def eval_cmd(
         fail("--memory-limit-gb must be positive (GiB)")
     opts = EvalOptions(baseline=baseline, workloads=names, holdout=holdout, timeout_s=timeout,
                        memory_limit_bytes=int(memory_limit_gb * (1 << 30)), seed=seed)
-    source = candidate.read_text()
     result = evaluate(t, source, b, opts)
     report = None
     if profile and result.passed:
@@ -162,7 +159,8 @@ def demo_cmd(
     budget: Annotated[int, typer.Option(help="Evaluations for the search (30: about two minutes on 2 CPU cores; "
                                              "a search that has tried every template ends sooner).")] = 30,
     backend: Annotated[str | None, typer.Option(help="Backend (default: the best here).")] = None,
-    runs_dir: Annotated[str, typer.Option(help="Where the run is written.")] = "runs",
+    runs_dir: Annotated[str | None, typer.Option(help="Where the run is written (default runs/ or "
+                                                      "$KSEARCH_RUNS_DIR).")] = None,
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
 ) -> None:
     """The main job on the embedded default: the best local backend, the offline proposer, no network."""

@@ -10,15 +10,17 @@ from ksearch.cli.live import LiveView, final_table
 from ksearch.config import RunConfig
 from ksearch.report.tables import confirmation_table
 from ksearch.search.start import start_run
+from ksearch.store import runs_dir as runs_root
 
 #: The scan gives the offline proposer the most room on every backend: the naive start walks L token by token.
 DEMO_TASK = "selective_scan"
 
 
-def run_demo(backend: Backend, budget: int, console: Console, runs_dir: str = "runs", quiet: bool = False,
+def run_demo(backend: Backend, budget: int, console: Console, runs_dir: str | None = None, quiet: bool = False,
              task: str = DEMO_TASK) -> None:
+    """The demo's run, in `runs_dir` (None: where `ksearch run` writes, $KSEARCH_RUNS_DIR or runs/)."""
     cfg = RunConfig(task=task, backend=backend.name, policy="offline", strategy="ksearch", budget=budget,
-                    runs_dir=runs_dir, seed=0)
+                    runs_dir=str(runs_root(runs_dir)), seed=0)
     with LiveView(enabled=not quiet) as view:
         outcome = start_run(cfg, on_event=view)
     console.print(final_table(outcome))

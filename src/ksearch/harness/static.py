@@ -16,10 +16,15 @@ class StaticVerdict:
 
 
 def check_source(source: str, forbidden: tuple[str, ...] = ()) -> StaticVerdict:
+    if "\0" in source:  # the parser refuses it with no line to point at
+        line = source.count("\n", 0, source.index("\0")) + 1
+        return StaticVerdict("compile_error", f"the source contains a NUL byte (line {line}); a candidate is Python "
+                                              "text")
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        return StaticVerdict("compile_error", f"syntax error at line {exc.lineno}: {exc.msg}")
+        where = "" if exc.lineno is None else f" at line {exc.lineno}"
+        return StaticVerdict("compile_error", f"syntax error{where}: {exc.msg}")
     uses = scan_forbidden(tree, forbidden)
     if uses:
         return StaticVerdict("forbidden", f"line {uses[0].line}: {uses[0].message}", uses)

@@ -9,9 +9,12 @@ rows and patterns that carry them over, and warnings for constructs without an e
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from ksearch.backends import code_backend
+from ksearch.errors import UsageError
+from ksearch.files import file_problem, read_text
 from ksearch.knowledge import by_id, load_concepts, load_patterns
 from ksearch.knowledge.lint import BACKENDS
 from ksearch.knowledge.lint_rules import line_of, strip_comments
@@ -27,6 +30,14 @@ def cuda_suffix_problem(name: str) -> str | None:
     if name.lower().endswith(CUDA_SUFFIXES):
         return None
     return "is not CUDA source: name a .cu, .cuh or .cuda file"
+
+
+def read_cuda(path: str | Path, what: str, error: type[UsageError] = UsageError) -> str:
+    """The text of a CUDA source a user named as `what`; anything else (a folder, a README, a Python file, bytes
+    that are not UTF-8) raises `error`, one line naming the file, and is never analysed."""
+    if (problem := file_problem(path) or cuda_suffix_problem(Path(path).name)) is not None:
+        raise error(f"{what} {path} {problem}")
+    return read_text(path, what, error)
 
 # Idioms: (id, regexes that must ALL match somewhere, patterns that carry the idiom, kind hint, description).
 IDIOMS: list[tuple[str, list[str], list[str], str, str]] = [

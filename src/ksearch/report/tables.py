@@ -123,7 +123,9 @@ def _eval_verdict(r: EvalResult) -> Text:
 
 def eval_table(r: EvalResult) -> RenderableType:
     """The verdict, a row per workload, then the emulator's note and the candidate's message as text of the
-    console's width (a table's caption wraps at the table's width, which a failed verdict leaves at two columns)."""
+    console's width (a table's caption wraps at the table's width, which a failed verdict leaves at two columns).
+    Where no workload has a figure (a candidate that did not compile or run), there is no table: names alone say
+    nothing."""
     cols = ["workload", "split", "latency", "spread", "baseline", "speedup", "roofline", "max abs err"]
     compared = r.status in COMPARED
     rows = [(w.name, w.split, fmt_time(w.latency_s),
@@ -133,14 +135,16 @@ def eval_table(r: EvalResult) -> RenderableType:
              "-" if w.max_abs_err is None or not compared else f"{w.max_abs_err:.2e}") for w in r.workloads]
     # A column with nothing in it (the roofline on the CPU) leaves its room to the workload names.
     keep = [i for i, c in enumerate(cols) if c in ("workload", "split") or any(row[i] != "-" for row in rows)]
+    # A candidate's message is text, never markup.
+    notes = [Text(text) for text in (f"timing: {r.timing}" if r.timing else "", r.message[:1500]) if text]
+    if len(keep) == 2:
+        return Group(_eval_verdict(r), *notes)
     t = compact_table()
     for i in keep:
         t.add_column({"max abs err": "max err"}.get(cols[i], cols[i]), no_wrap=cols[i] != "workload",
                      overflow="fold", justify="left" if cols[i] in ("workload", "split") else "right")
     for row in rows:
         t.add_row(*[row[i] for i in keep])
-    # A candidate's message is text, never markup.
-    notes = [Text(text) for text in (f"timing: {r.timing}" if r.timing else "", r.message[:1500]) if text]
     # The verdict above the table, not as its title: a title wraps at the table's width, however wide the terminal.
     return Group(_eval_verdict(r), t, *notes)
 

@@ -39,7 +39,7 @@ from ksearch.search.judge import Judge
 from ksearch.search.pool import EvaluatorPool, InlinePool, device_kind
 from ksearch.search.run_end import CHOSEN, judge_end, reopen
 from ksearch.search.state import LoopState, restore_rng
-from ksearch.store import RunReader, RunStore, file_problem, folder_problem, new_run_id, resolve_run, runs_dir
+from ksearch.store import RunReader, RunStore, folder_problem, new_run_id, resolve_run, runs_dir
 from ksearch.store.owner import ACTIVE, current_owner, effective_status, owner_liveness
 from ksearch.tasks import Task, get_task
 
@@ -261,14 +261,11 @@ def _spec(task: Task, backend: Backend, port: dict[str, Any] | None) -> str:
 def _port(path: str | None, backend: Backend) -> dict[str, Any] | None:
     if not path:
         return None
-    p = Path(path)
     try:
-        from ksearch.knowledge.analyzer import analyze_cuda, cuda_suffix_problem
+        from ksearch.knowledge.analyzer import analyze_cuda, read_cuda
     except ImportError as exc:
         raise RunError("the CUDA analyzer is unavailable in this installation") from exc
-    if (problem := file_problem(p) or cuda_suffix_problem(p.name)) is not None:
-        raise RunError(f"--from-cuda file {path} {problem}")
-    return analyze_cuda(p.read_text(), backend.name)  # type: ignore[no-any-return]
+    return analyze_cuda(read_cuda(path, "--from-cuda file", RunError), backend.name)  # type: ignore[no-any-return]
 
 
 def _strategy(strategy: str, setup: SearchSetup, state: LoopState, wm: dict[str, Any] | None,
@@ -302,10 +299,9 @@ def create_run(cfg: RunConfig) -> tuple[RunStore, Task, Backend]:
     if cfg.baseline is not None and cfg.baseline not in task.baselines:
         raise RunError(f"task {task.name} has no baseline {cfg.baseline!r}; choose one of {', '.join(task.baselines)}")
     if cfg.from_cuda:
-        from ksearch.knowledge.analyzer import cuda_suffix_problem
+        from ksearch.knowledge.analyzer import read_cuda
 
-        if (problem := file_problem(cfg.from_cuda) or cuda_suffix_problem(cfg.from_cuda)) is not None:
-            raise RunError(f"--from-cuda file {cfg.from_cuda} {problem}")
+        read_cuda(cfg.from_cuda, "--from-cuda file", RunError)  # refused here, before the run directory exists
     base = runs_dir(cfg.runs_dir)
     problem = folder_problem(base)
     if problem is not None:

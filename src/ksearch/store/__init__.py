@@ -6,7 +6,6 @@ Writing (the search process): RunStore. Reading (every other process, read-only)
 from ksearch.store.db import RunStore
 from ksearch.store.paths import (
     RunNotFound,
-    file_problem,
     folder_problem,
     new_run_id,
     resolve_run,
@@ -18,6 +17,6 @@ from ksearch.store.records import CallRow, CandidateRow, EvaluationRow, EventRow
 
 __all__ = [
     "CallRow", "CandidateRow", "EvaluationRow", "EventRow", "RunMeta", "RunNotFound", "RunReader", "RunRecords",
-    "RunStore", "RunUnreadable", "WorldModelRow", "file_problem", "folder_problem", "list_runs", "new_run_id",
+    "RunStore", "RunUnreadable", "WorldModelRow", "folder_problem", "list_runs", "new_run_id",
     "read_run", "resolve_run", "runs_dir", "runs_dir_problem",
 ]

@@ -1,5 +1,5 @@
-"""Where runs live: the runs directory, new run ids, finding a run by id or path, whether a folder can take new
-files (the runs directory, a command's output) and whether a path names a file to read."""
+"""Where runs live: the runs directory, new run ids, finding a run by id or path, and whether a folder can take new
+files (the runs directory, a command's output)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,16 @@ import time
 import uuid
 from pathlib import Path
 
-from ksearch.errors import RunNotFound
+from ksearch.errors import RunError, RunNotFound
+from ksearch.tasks.base import name_problem
 
 
 def new_run_id(task: str) -> str:
+    """A new run's id, the name of its directory under the runs directory: time, task name, random suffix. A task
+    name that could not stand in a directory's name (a path separator, "..", too long) is refused: the run would
+    land elsewhere, or nowhere."""
+    if (problem := name_problem(task)) is not None:
+        raise RunError(f"task {task[:72]!r} {problem}")
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{task}-{uuid.uuid4().hex[:6]}"
 
 
@@ -43,16 +49,6 @@ def resolve_run(ref: str | Path, base: str | Path | None = None) -> Path:
     problem = runs_dir_problem(base)
     raise RunNotFound(f"no run {ref!r}: not a run directory, and " + (
         problem or f"not found under {runs_dir(base)}/ (see `ksearch runs`, or pass --runs-dir)"))
-
-
-def file_problem(path: str | Path) -> str | None:
-    """Why `path` cannot be read as a file (None: it can), as the end of a sentence naming it."""
-    p = Path(path)
-    if p.is_dir():
-        return "is a directory; name a file"
-    if not p.is_file():
-        return "does not exist"
-    return None
 
 
 def folder_problem(folder: str | Path) -> str | None:

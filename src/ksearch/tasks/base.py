@@ -8,6 +8,7 @@ able to read a task without loading a GPU runtime.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,18 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "float16": (1e-2, 1e-2),
     "bfloat16": (2e-2, 2e-2),
 }
+
+#: A task's name is part of the name of each of its runs' directories: no path separator, no leading dot, short.
+NAME_RULE = "letters, digits, _, - and . only, starting with a letter or digit, at most 64 characters"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def name_problem(name: object) -> str | None:
+    """Why `name` cannot name a task (None: it can), as the end of a sentence naming it."""
+    if isinstance(name, str) and _NAME.fullmatch(name):
+        return None
+    return f"is not a task name: use {NAME_RULE}"
+
 
 BYTES_PER_DTYPE = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "bool": 1}
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ksearch.errors import TaskNotFound
-from ksearch.tasks.base import Task
+from ksearch.tasks.base import Task, name_problem
 
 BUILTIN = {
     "softmax": "ksearch.tasks.softmax",
@@ -47,8 +47,17 @@ def load_task_file(path: str | Path) -> Task:
     task = getattr(module, "TASK", None)
     if not isinstance(task, Task):
         raise TaskNotFound(f"task file {path} must export TASK = ksearch.tasks.Task(...)")
+    if (problem := name_problem(task.name)) is not None:
+        raise TaskNotFound(f"task file {path}: TASK's name {_shown(task.name)} {problem}")
     task.origin = str(p)
     return task
+
+
+def _shown(name: object) -> str:
+    """A name as the error line shows it: quoted, and cut short (with its length) where it is long."""
+    if isinstance(name, str) and len(name) > 72:
+        return f"{name[:40]!r}... ({len(name)} characters)"
+    return repr(name)
 
 
 def get_task(name_or_path: str) -> Task:

@@ -11,7 +11,7 @@ import typer
 
 from ksearch.cli.console import fail
 from ksearch.cli.out_dir import check_out_file, writing
-from ksearch.store import file_problem
+from ksearch.files import read_text
 
 BACKEND_HELP = ("mlx-cuda, mlx-metal, mlx-cpu or mlx-metal-emu (need not be present here); default: the best one "
                 "here.")
@@ -33,25 +33,6 @@ def _check_backend(backend: str | None) -> str:
     return backend
 
 
-def _read(path: Path, what: str) -> str:
-    problem = file_problem(path)
-    if problem is not None:
-        fail(f"{what} {path} {problem}")
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        fail(f"cannot read {what} {path}: {exc}")
-
-
-def _read_cuda(path: Path) -> str:
-    """A CUDA source's text; anything else (a README, a Python file) is refused, not analysed."""
-    from ksearch.knowledge.analyzer import cuda_suffix_problem
-
-    if (problem := cuda_suffix_problem(path.name)) is not None:
-        fail(f"{path} {problem}")
-    return _read(path, "CUDA file")
-
-
 def spec_cmd(
     task: Annotated[str, typer.Argument(help="Built-in task name or a task file (.py exporting TASK).")],
     backend: Annotated[str | None, typer.Option(help=BACKEND_HELP)] = None,
@@ -67,9 +48,9 @@ def spec_cmd(
     t = get_task(task)
     port = None
     if from_cuda is not None:
-        from ksearch.knowledge.analyzer import analyze_cuda
+        from ksearch.knowledge.analyzer import analyze_cuda, read_cuda
 
-        port = analyze_cuda(_read_cuda(from_cuda), backend)
+        port = analyze_cuda(read_cuda(from_cuda, "--from-cuda file"), backend)
         port["file"] = str(from_cuda)
     if out is not None:
         check_out_file(out, "--out", "spec.md")
@@ -89,10 +70,10 @@ def port_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the port context as JSON.")] = False,
 ) -> None:
     """Analyse a CUDA kernel: primitives found, how they carry over, constructs without an equivalent."""
-    from ksearch.knowledge.analyzer import analyze_cuda
+    from ksearch.knowledge.analyzer import analyze_cuda, read_cuda
 
     backend = _check_backend(backend)
-    source = _read_cuda(cuda_file)
+    source = read_cuda(cuda_file, "CUDA file")
     if out is not None:
         check_out_file(out, "--out", "port.json")
     ctx = analyze_cuda(source, backend)
@@ -125,7 +106,7 @@ def lint_cmd(
     from ksearch.tasks import get_task
 
     backend = _check_backend(backend)
-    source = _read(candidate, "candidate file")
+    source = read_text(candidate, "candidate file")
     t = get_task(task) if task else None
     diags = lint_source(source, backend, t, deep=deep)
     errors = [d for d in diags if d.severity == "error"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -87,8 +88,8 @@ def run_cmd(
         except (KeyboardInterrupt, Terminated) as exc:
             if view.path is not None:
                 how = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
-                err.print(f"run {view.path.name} stopped: interrupted ({how}); `ksearch run --resume "
-                          f"{view.path.name}` continues it", highlight=False, soft_wrap=True)
+                say(f"run {view.path.name} stopped: interrupted ({how}); `{resume_command(view.path)}` continues it",
+                    err)
             raise typer.Exit(EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_TERMINATED) from None
     console.print(final_table(outcome))
     if outcome.confirmation is not None:
@@ -96,10 +97,18 @@ def run_cmd(
 
         console.print(confirmation_table(outcome.confirmation))
     line = f"run {outcome.path.name} {outcome.status}: {outcome.stop_reason}"
+    if outcome.status == "stopped":  # paused: its reason says --resume continues it; this is the command that does
+        line += f" (`{resume_command(outcome.path)}`)"
     if outcome.status == "failed":
         err.print(f"[red]{escape(line)}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
     console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def resume_command(path: Path) -> str:
+    """The command that continues the run in `path`, as pasted in any folder: the run's directory, not its id (an
+    id is looked up under the runs directory of where the command runs)."""
+    return f"ksearch run --resume {shlex.quote(str(path.resolve()))}"
 
 
 def runs_cmd(
