@@ -72,6 +72,17 @@ def test_lint_exit_codes(tmp_path: Path) -> None:
     assert _run("lint", str(forbidden), "--backend", "mlx-cpu").exit_code == 0
 
 
+@pytest.mark.parametrize(("source", "code"), [("", "no-run"), ("def main(x):\n    return x\n", "no-run"),
+                                            ("def run(y):\n    return y\n", "run-signature"),
+                                            ("run = 5\n", "run-not-callable")])
+def test_lint_refuses_a_run_the_harness_cannot_call(tmp_path: Path, source: str, code: str) -> None:
+    cand = tmp_path / "cand.py"
+    cand.write_text(source)
+    res = _run("lint", str(cand), "--backend", "mlx-cpu", "--task", "softmax")
+    assert res.exit_code == 1 and f"error [{code}]" in res.output, res.output
+    assert "0 error(s)" not in res.output
+
+
 def test_lint_deep_flag_runs() -> None:
     res = _run("lint", str(STARTERS / "rmsnorm_metal.py"), "--backend", "mlx-metal", "--deep")
     assert res.exit_code == 0, res.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from ksearch.knowledge.entry import run_bindings
 from ksearch.knowledge.forbidden import ForbiddenUse, scan_forbidden
 
 
@@ -28,13 +29,7 @@ def check_source(source: str, forbidden: tuple[str, ...] = ()) -> StaticVerdict:
     uses = scan_forbidden(tree, forbidden)
     if uses:
         return StaticVerdict("forbidden", f"line {uses[0].line}: {uses[0].message}", uses)
-    defines_run = any(
-        (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "run")
-        or (isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "run" for t in n.targets))
-        or (isinstance(n, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == "run" for a in n.names))
-        for n in tree.body
-    )
-    if not defines_run:
+    if not run_bindings(tree):
         return StaticVerdict("compile_error", "the candidate defines no top-level run(**inputs)")
     return StaticVerdict(None)
 

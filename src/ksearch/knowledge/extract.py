@@ -217,9 +217,11 @@ def _local_bindings(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, a
     return local
 
 
-def find_kernels(source: str, tensor_dtypes: dict[str, str] | None = None) -> list[KernelUse]:
-    """Every kernel built in `source`. `tensor_dtypes` maps run() parameter names to dtypes ("T" = workload dtype)."""
-    tree = ast.parse(source)
+def find_kernels(source: str, tensor_dtypes: dict[str, str] | None = None,
+                 tree: ast.Module | None = None) -> list[KernelUse]:
+    """Every kernel built in `source`. `tensor_dtypes` maps run() parameter names to dtypes ("T" = workload dtype);
+    `tree` is `source` parsed, when the caller has it already."""
+    tree = tree or ast.parse(source)
     env = _Env(tree)
     kernels: list[KernelUse] = []
     by_var: dict[str, KernelUse] = {}

@@ -3,7 +3,8 @@
 `lint_source(source, backend, task)` is what the harness calls before every evaluation, so the default path is pure
 Python (AST + regexes, milliseconds). `deep=True` adds the real compilers: clang over our MSL shim for Metal bodies,
 nvcc -arch=sm_90a over an MLX-equivalent wrapper for MLX-CUDA bodies. Errors mean the candidate cannot work as
-written (wrong dialect, over the hardware's memory limit, forbidden API); warnings are heuristics.
+written (wrong dialect, over the hardware's memory limit, forbidden API, a `run` the harness cannot call: see
+entry.py); warnings are heuristics.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ksearch.backends import code_backend
 from ksearch.knowledge.diagnostic import Diagnostic, py_line
+from ksearch.knowledge.entry import check_entry
 from ksearch.knowledge.extract import KernelUse, find_kernels
 from ksearch.knowledge.forbidden import ForbiddenUse, scan_forbidden
 from ksearch.knowledge.lint_rules import (
@@ -243,19 +245,28 @@ def _lint_cuda(k: KernelUse) -> list[Diagnostic]:
     return diags
 
 
-def _kernels(source: str, task: Task | None) -> tuple[list[KernelUse], list[Diagnostic]]:
+def _parse(source: str) -> tuple[ast.Module | None, list[Diagnostic]]:
     try:
-        return find_kernels(source, _tensor_dtypes(task)), []
+        return ast.parse(source), []
     except SyntaxError as exc:
-        return [], [Diagnostic("error", "syntax", f"Python syntax error: {exc.msg}", exc.lineno)]
+        return None, [Diagnostic("error", "syntax", f"Python syntax error: {exc.msg}", exc.lineno)]
 
 
-def _forbidden(source: str, task: Task | None, uses: list[ForbiddenUse] | None) -> list[Diagnostic]:
+def _kernels(source: str, task: Task | None) -> tuple[list[KernelUse], list[Diagnostic]]:
+    tree, diags = _parse(source)
+    return (find_kernels(source, _tensor_dtypes(task), tree) if tree else []), diags
+
+
+def _forbidden(tree: ast.Module, task: Task | None, uses: list[ForbiddenUse] | None) -> list[Diagnostic]:
     if uses is None:
         if task is None or not task.forbidden:
             return []
-        uses = scan_forbidden(ast.parse(source), task.forbidden)
+        uses = scan_forbidden(tree, task.forbidden)
     return [Diagnostic("error", "forbidden-api", uses[0].message, uses[0].line)] if uses else []
+
+
+def _entry(tree: ast.Module, task: Task | None) -> list[Diagnostic]:
+    return [Diagnostic("error", p.code, p.message, p.line) for p in check_entry(tree, task)]
 
 
 def lint_source(source: str, backend: str, task: Task | None = None, deep: bool = False,
@@ -266,10 +277,11 @@ def lint_source(source: str, backend: str, task: Task | None = None, deep: bool 
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     backend = code_backend(backend)
-    kernels, diags = _kernels(source, task)
-    if diags:
+    tree, diags = _parse(source)
+    if tree is None:
         return diags
-    diags = _forbidden(source, task, forbidden_uses)
+    kernels = find_kernels(source, _tensor_dtypes(task), tree)
+    diags = _forbidden(tree, task, forbidden_uses) + _entry(tree, task)
     for k in kernels:
         if backend == "mlx-cpu":
             diags.append(Diagnostic("error", "no-custom-kernels", f"{k.dialect}_kernel {k.name!r}: MLX has no custom "

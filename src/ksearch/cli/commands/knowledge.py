@@ -96,8 +96,8 @@ def port_cmd(
 def lint_cmd(
     candidate: Annotated[Path, typer.Argument(help="Candidate source file defining run(**inputs).")],
     backend: Annotated[str | None, typer.Option(help=BACKEND_HELP)] = None,
-    task: Annotated[str | None, typer.Option(help="Task (built-in or file): checks its forbidden APIs and dtypes.")]
-    = None,
+    task: Annotated[str | None, typer.Option(help="Task (built-in or file): checks its forbidden APIs, dtypes and "
+                                             "run()'s parameters.")] = None,
     deep: Annotated[bool, typer.Option("--deep/--no-deep", help="Also compile: clang (Metal) / nvcc (CUDA).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print diagnostics as JSON.")] = False,
 ) -> None:
