@@ -120,3 +120,15 @@ def test_before_the_first_run_there_are_no_runs_yet(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     res = _runs("--runs-dir", str(tmp_path / "empty"), cwd=tmp_path)
     assert res.returncode == 0 and "no runs yet" in res.stdout, res
+
+
+def test_a_run_whose_database_cannot_be_read_is_listed_as_unreadable_with_why(tmp_path: Path) -> None:
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "run.db").write_bytes(b"x" * 4096)
+    alone = runs_cli(tmp_path, 200)
+    assert "no runs yet" not in alone.stdout and "runs (1, 1 unreadable)" in alone.stdout, alone.stdout
+    row = next(line for line in alone.stdout.splitlines() if "broken" in line)
+    assert "unreadable" in row and "file is not a database" in row, alone.stdout
+    path, res = listed_run(tmp_path, 240)  # beside a readable run, still listed
+    assert "runs (2, 1 unreadable)" in res.stdout and path.name in res.stdout, res.stdout
+    assert "file is not a database" in next(line for line in res.stdout.splitlines() if "broken" in line)

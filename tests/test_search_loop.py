@@ -178,9 +178,35 @@ def test_a_spent_wall_time_finishes_the_run_and_a_pause_does_not(tmp_path: Any) 
     with pytest.raises(RunError, match="wall time"):
         start_run(cfg, resume=str(store.path))
     # A larger budget alone leaves the spent wall time: refused, and nothing is written to the run.
-    with pytest.raises(RunError, match="raise that limit too"):
+    with pytest.raises(RunError, match="also pass a larger --wall-time with --resume"):
         start_run(cfg, resume=str(store.path), raise_limits={"budget": 500})
     assert store.get_meta("config")["budget"] == 100
+
+
+@pytest.mark.parametrize("spent", [["--budget"], ["--budget", "--wall-time"]])
+def test_a_finished_run_refused_a_resume_names_each_limit_to_raise(tmp_path: Any, spent: list[str]) -> None:
+    """A plain resume of a run that finished at its budget names the limits it used up, no other: raising only one
+    named is enough (a run that ended at its budget was told `--budget or --wall-time`, and --wall-time alone was
+    then refused)."""
+    from ksearch.errors import RunError
+    from ksearch.search.start import start_run
+
+    cfg = RunConfig(task="softmax", backend="mlx-cpu", budget=1, runs_dir=str(tmp_path), wall_time_s=900)
+    store, _, _ = create_run(cfg)
+    execute(store, cfg, evaluate=scripted_judge, policy=ScriptedPolicy({"A": [("passed", 1.5)]}))
+    assert store.get_meta("status") == "finished" and store.get_meta("evaluations_done") == 1
+    if "--wall-time" in spent:  # its wall time ran out with its last evaluation, as its budget did
+        used = store.get_state("loop_state")["wall_time_used_s"]
+        store.set_meta("config", {**store.get_meta("config"), "wall_time_s": used})
+    with pytest.raises(RunError) as plain:
+        start_run(cfg, resume=str(store.path))
+    assert f"pass a larger {' and '.join(spent)} with --resume" in str(plain.value), plain.value
+    assert ("--wall-time" in str(plain.value)) is ("--wall-time" in spent), plain.value
+    if spent == ["--budget"]:
+        # Only a larger wall time: the budget is still used up, and nothing is written to the run.
+        with pytest.raises(RunError, match="reached the budget of 1; also pass a larger --budget with --resume"):
+            start_run(cfg, resume=str(store.path), raise_limits={"wall_time_s": 1800})
+        assert store.get_meta("config")["wall_time_s"] == 900
 
 
 def test_a_spent_llm_budget_finishes_the_run(tmp_path: Any) -> None:

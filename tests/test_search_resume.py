@@ -176,3 +176,16 @@ def test_an_interrupted_runs_hint_works_as_pasted_in_another_folder(stop: type[B
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert CliRunner().invoke(app, pasted[1:]).exit_code == 2
     assert resumed == [made[0]]
+
+
+def test_resume_with_the_runs_task_named_says_to_leave_task_out(tmp_path: Path) -> None:
+    """TASK given with --resume (most often the run's own) is left out, not a setting that cannot change."""
+    alone = subprocess.run([*KS, "run", "--resume", "any", "selective_scan", "--runs-dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 2 and len(alone.stderr.strip().splitlines()) == 1, alone.stderr
+    assert "TASK is left out with --resume: the run keeps its task" in alone.stderr, alone.stderr
+    assert "cannot change" not in alone.stderr
+    both = subprocess.run([*KS, "run", "--resume", "any", "selective_scan", "--backend", "mlx-cpu", "--runs-dir",
+                           str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 1, both.stderr
+    assert "--backend cannot change" in both.stderr and "TASK is left out (the run keeps its task)" in both.stderr

@@ -117,14 +117,15 @@ def test_reading_never_writes(tmp_path: Path) -> None:
     assert not (tmp_path / "run.db-wal").exists()
 
 
-def test_list_runs_leaves_out_unreadable_ones(tmp_path: Path) -> None:
+def test_list_runs_lists_unreadable_ones_with_why(tmp_path: Path) -> None:
     make_fake_run(tmp_path, "good")
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "run.db").write_bytes(b"x" * 4096)
     (tmp_path / "not-a-run").mkdir()
     rows = list_runs(tmp_path)
-    assert [r["id"] for r in rows] == ["good"]
-    assert rows[0]["task"] == "softmax" and rows[0]["evaluations_done"] == len(PLAN)
+    assert [r["id"] for r in rows] == ["broken", "good"]
+    assert rows[0] == {"id": "broken", "path": str(tmp_path / "broken"), "unreadable": "file is not a database"}
+    assert rows[1]["task"] == "softmax" and rows[1]["evaluations_done"] == len(PLAN) and "unreadable" not in rows[1]
 
 
 WRITER = """

@@ -176,22 +176,44 @@ def _used(store: RunStore) -> tuple[int, float]:
     return int(store.get_meta("evaluations_done") or 0), float(state.get("wall_time_used_s") or 0.0)
 
 
-def _room(store: RunStore, run_cfg: RunConfig) -> str | None:
-    """Which of a run's limits leaves it no room to go on (None if none does): a resume would stop at once."""
+def _spent_limits(store: RunStore, run_cfg: RunConfig) -> dict[str, str]:
+    """The raisable limits a run has used up, by flag (--budget, --wall-time), each with its line."""
     done, used = _used(store)
-    usage = store.get_meta("llm_usage") or {}
-    if run_cfg.policy == "llm" and usage.get("stop_note"):
-        return f"its endpoint claimed more than a call's bound and broke a cap ({usage['stop_note']})"
+    spent = {}
     if done >= run_cfg.budget:
-        return f"its {done} evaluations reached the budget of {run_cfg.budget}"
+        spent["--budget"] = f"its {done} evaluations reached the budget of {run_cfg.budget}"
     if run_cfg.wall_time_s is not None and used >= run_cfg.wall_time_s:
-        return f"its {used:.3g} s reached the wall time of {run_cfg.wall_time_s:g} s"
-    if run_cfg.policy == "llm" and run_cfg.llm.max_usd is not None and usage.get("cost_usd", 0) >= run_cfg.llm.max_usd:
+        spent["--wall-time"] = f"its {used:.3g} s reached the wall time of {run_cfg.wall_time_s:g} s"
+    return spent
+
+
+def _llm_cap_spent(store: RunStore, run_cfg: RunConfig) -> str | None:
+    """Which LLM cap leaves a run no room to go on (None if none does); these cannot change on resume."""
+    if run_cfg.policy != "llm":
+        return None
+    usage = store.get_meta("llm_usage") or {}
+    if usage.get("stop_note"):
+        return f"its endpoint claimed more than a call's bound and broke a cap ({usage['stop_note']})"
+    if run_cfg.llm.max_usd is not None and usage.get("cost_usd", 0) >= run_cfg.llm.max_usd:
         return f"its LLM spend reached the cap of {run_cfg.llm.max_usd:g} USD"
     tokens = int(usage.get("tokens_in", 0)) + int(usage.get("tokens_out", 0))
-    if run_cfg.policy == "llm" and run_cfg.llm.max_tokens_total is not None and tokens >= run_cfg.llm.max_tokens_total:
+    if run_cfg.llm.max_tokens_total is not None and tokens >= run_cfg.llm.max_tokens_total:
         return f"its LLM tokens reached the cap of {run_cfg.llm.max_tokens_total}"
     return None
+
+
+def _no_room(store: RunStore, run_cfg: RunConfig, raised: bool) -> str | None:
+    """Why a run has no room to go on (a resume would stop at once) and what to do, or None where it has room.
+    It names every limit still used up, so that raising those named is enough (`raised`: some were raised already)."""
+    cap = _llm_cap_spent(store, run_cfg)
+    if cap is not None:
+        return f"{cap}; the LLM caps cannot change on resume; start a new run"
+    spent = _spent_limits(store, run_cfg)
+    if not spent:
+        return None
+    flags = " and ".join(spent)
+    return (f"{' and '.join(spent.values())}; {'also ' if raised else ''}pass a larger {flags} with --resume to "
+            "continue it, or start a new run")
 
 
 def _resume_config(store: RunStore, cfg: RunConfig, limits: dict[str, float | int]) -> RunConfig:
@@ -216,15 +238,10 @@ def _resume_config(store: RunStore, cfg: RunConfig, limits: dict[str, float | in
             flag = "--budget" if key == "budget" else "--wall-time"
             raise RunError(f"{flag} {value:g} is not above {what} run {name} has used; pass a larger one")
         setattr(run_cfg, key, value)
-    after = _room(store, run_cfg)
-    if store.get_meta("status") == "finished" and after is not None:
-        if after.startswith(("its LLM", "its endpoint")):
-            hint = "the LLM caps cannot change on resume; start a new run"
-        elif not limits:
-            hint = "pass a larger --budget or --wall-time with --resume to continue it, or start a new run"
-        else:
-            hint = "raise that limit too to continue it, or start a new run"
-        raise RunError(f"run {name} is finished: {after}; {hint}")
+    if store.get_meta("status") == "finished":
+        no_room = _no_room(store, run_cfg, raised=bool(limits))
+        if no_room is not None:
+            raise RunError(f"run {name} is finished: {no_room}")
     if limits:
         with store.transaction():
             store.set_meta("config", run_cfg.to_json())

@@ -171,7 +171,8 @@ LISTED = ("task", "backend", "policy", "strategy", "budget", "evaluations_done",
 
 
 def list_runs(base: str | Path | None = None) -> list[dict[str, Any]]:
-    """The runs under the runs directory, by name, with their listed meta; unreadable ones are left out."""
+    """The runs under the runs directory, by name, with their listed meta. A run whose run.db cannot be read is
+    listed too, with only `id`, `path` and `unreadable` (why, without the path the row already names)."""
     out: list[dict[str, Any]] = []
     root = runs_dir(base)
     if not root.is_dir():
@@ -182,7 +183,11 @@ def list_runs(base: str | Path | None = None) -> list[dict[str, Any]]:
         try:
             with RunReader(d) as reader:
                 m = reader.meta()
-        except (RunNotFound, RunUnreadable):
+        except RunNotFound:  # removed since the look above
+            continue
+        except RunUnreadable as exc:
+            why = str(exc).removeprefix(f"cannot read {d}/run.db: ")
+            out.append({"id": d.name, "path": str(d), "unreadable": why})
             continue
         shown = {"status": m.shown_status, "stop_kind": m.stop_kind, "stop_reason": m.stop_reason,
                  "llm_usage": m.llm_usage}

@@ -69,13 +69,17 @@ def run_cmd(
     if resume is not None:
         # A run keeps the settings it started with; only its limits can be raised (silently ignoring a changed
         # --backend or --policy would run something other than what was asked).
-        fixed = ["TASK" if k == "task" else f"--{k.removesuffix('_s').replace('_', '-')}" for k, v in flags.items()
-                 if v is not None and k not in (*RAISABLE, "runs_dir", "workers", "ray_address")]
+        fixed = [f"--{k.removesuffix('_s').replace('_', '-')}" for k, v in flags.items()
+                 if v is not None and k not in (*RAISABLE, "task", "runs_dir", "workers", "ray_address")]
         fixed += [f"--{k.replace('_', '-')}" for k, v in llm.items() if v is not None]
         fixed += ["--config"] if config is not None else []
+        # A TASK given is most often the run's own: not a setting that cannot change but one to leave out.
+        left_out = ", and TASK is left out (the run keeps its task)" if task is not None else ""
         if fixed:
             fail(f"--resume continues a run with the settings it started with: {', '.join(fixed)} cannot change "
-                 "(only --budget and --wall-time can be raised); start a new run for other settings")
+                 f"(only --budget and --wall-time can be raised){left_out}; start a new run for other settings")
+        if task is not None:
+            fail("TASK is left out with --resume: the run keeps its task; start a new run for another task")
         raise_limits = {"budget": budget, "wall_time_s": wall_time}
     cfg = load_config(config, {**flags, "llm": {k: v for k, v in llm.items() if v is not None}},
                       need_task=resume is None and replay is None)
@@ -131,6 +135,10 @@ def runs_cmd(
         return
     cells = []
     for r in rows:
+        if "unreadable" in r:  # listed, never left out: `ksearch report` on it would fail with the same reason
+            known = {"run": r["id"], "status": "unreadable", "reason": r["unreadable"]}
+            cells.append(tuple(escape(known.get(c, "-")) for c in RUNS_COLUMNS))
+            continue
         usage = r.get("llm_usage") or {}
         retries = str(usage.get("retries", "?")) if r.get("policy") == "llm" else "-"
         # the result's search workloads timed again in its holdout evaluation (the best score leans high); the
@@ -145,10 +153,9 @@ def runs_cmd(
             f"{r.get('evaluations_done') or 0}/{r.get('budget')}",
             scored(r.get("best_candidate"), float(r.get("best_score") or 0)), pick, scored(result, again),
             str(r.get("status")), REASONS.get(str(r.get("stop_kind")), str(r.get("stop_kind") or "-")), retries)))
-    # Each score names its candidate: the search's best and the pick (which the holdout re-measures) may differ.
-    console.print(fitted_table(console, f"runs ({len(rows)})", (
-        "run", "task", "backend", "policy", "strategy", "budget used", "search best", "pick (median)",
-        "re-measured", "status", "reason", "retries"), cells))
+    unreadable = sum("unreadable" in r for r in rows)
+    title = f"runs ({len(rows)}{f', {unreadable} unreadable' if unreadable else ''})"
+    console.print(fitted_table(console, title, RUNS_COLUMNS, cells))
 
 
 def confirm_cmd(
@@ -219,6 +226,11 @@ def _adopted_line(adopted: dict[str, Any] | None) -> str:
     judged = f"holdout {hold.get('holdout_score') or 0:.3f}x ({hold.get('status')})" if hold else "no holdout workloads"
     return f"adopted {adopted['candidate']} as the run's result (best.py; {judged})"
 
+
+#: `ksearch runs`' columns. Each score names its candidate: the search's best and the pick (which the holdout
+#: re-measures) may differ.
+RUNS_COLUMNS = ("run", "task", "backend", "policy", "strategy", "budget used", "search best", "pick (median)",
+                "re-measured", "status", "reason", "retries")
 
 #: `ksearch runs`' reason column: the end's kind in a few words (the report gives the whole line).
 REASONS = {"budget": "budget", "wall_time": "wall time", "usd_cap": "USD cap", "token_cap": "token cap",
