@@ -67,3 +67,17 @@ def test_the_help_keeps_every_word_markdown_could_take() -> None:
         for text in [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]:
             for word in re.sub(r"\s+", " ", text.replace("`", "")).split():
                 assert word in shown, f"ksearch {' '.join(path)}: {word!r} is not in its help"
+
+
+def test_every_option_has_a_description() -> None:
+    for path, command in COMMANDS:
+        for param in command.params:
+            if getattr(param, "param_type_name", "") == "option" and not param.help:
+                raise AssertionError(f"ksearch {' '.join(path)} {param.opts[0]}: no help text")
+
+
+def test_the_json_flags_of_tasks_and_backends_say_what_they_print() -> None:
+    """Each prints one JSON array (an object per task or backend), not the one object `ksearch eval --json` prints."""
+    for command, each in (("tasks", "one object per task"), ("backends", "one object per backend")):
+        text = " ".join(_help([command]).split())
+        assert f"--json Print exactly one JSON array: {each}" in text, text

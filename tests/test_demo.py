@@ -60,3 +60,13 @@ def test_the_demo_writes_where_ksearch_run_does(monkeypatch, tmp_path: Path) -> 
     monkeypatch.delenv("KSEARCH_RUNS_DIR")
     assert CliRunner().invoke(app, ["demo", "--budget", "1", "--quiet"]).exit_code == 2
     assert given == [str(tmp_path / "from-env"), "flag", "runs"]
+
+
+def test_the_next_step_pastes_into_a_shell_as_it_is() -> None:
+    import shlex
+
+    from ksearch.cli.demo import next_step
+
+    run = Path("/tmp/my runs/20261201-120000-selective_scan-abc")
+    command = next_step(run).removeprefix("next: ").split("  (see README")[0]
+    assert shlex.split(command) == ["ksearch", "report", str(run)]

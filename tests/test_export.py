@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +46,27 @@ def test_module_has_provenance_and_the_source(run_dir: Path, tmp_path: Path) -> 
     r = CliRunner().invoke(app, ["export", str(run_dir), "--out", str(out)])
     assert r.exit_code == 2 and "--force" in r.output
     export(str(run_dir), "--out", str(out), "--force")
+
+
+def test_the_re_check_line_pastes_into_a_shell_as_it_is(run_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "my kernel é.py"
+    export(str(run_dir), "--out", str(out))
+    line = next(line for line in out.read_text().splitlines() if line.startswith("#   re-check:"))
+    assert shlex.split(line.removeprefix("#   re-check:")) == ["ksearch", "eval", "softmax", out.name, "--backend",
+                                                               "mlx-cpu"], line
+
+
+@pytest.mark.parametrize("status", ["stopped", "finished"])
+def test_a_run_that_did_not_finish_is_exported_with_a_warning(tmp_path: Path, status: str) -> None:
+    run = make_fake_run(tmp_path / "runs", status=status)
+    warning = f"warning: run {run.name} did not finish (stopped): c0007 is its best so far, not judged on the holdout"
+    for fmt, out in (("module", tmp_path / "k.py"), ("flashinfer-trace", tmp_path / "fib")):
+        res = subprocess.run([sys.executable, "-m", "ksearch.cli", "export", str(run), "--format", fmt, "--out",
+                              str(out)], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "COLUMNS": "80"})
+        assert res.returncode == 0 and out.exists(), res.stderr  # exported all the same
+        # one line, however narrow the terminal
+        assert res.stderr.strip() == ("" if status == "finished" else warning), res.stderr
 
 
 def test_exported_module_passes_ksearch_eval(run_dir: Path, tmp_path: Path) -> None:

@@ -143,3 +143,15 @@ def test_a_file_that_is_not_cuda_source_is_refused(args: tuple[str, ...], tmp_pa
 def test_a_directory_named_like_cuda_source_is_refused(tmp_path: Path) -> None:
     (tmp_path / "k.cu").mkdir()
     assert "is a directory" in _one_error_line(_cli("port", str(tmp_path / "k.cu"), "--backend", "mlx-cpu"))
+
+
+def test_port_names_the_cuda_file_in_a_command_that_pastes_as_it_is(tmp_path: Path) -> None:
+    import shlex
+
+    cuda = tmp_path / "my kernels" / "reduction é.cu"
+    cuda.parent.mkdir()
+    cuda.write_text((CUDA / "reduction.cu").read_text())
+    res = _run("port", str(cuda), "--backend", "mlx-cpu", "--out", str(tmp_path / "port.json"))
+    assert res.exit_code == 0, res.output
+    command = res.output.strip().splitlines()[-1].split("pass it to `")[1].rstrip("`")
+    assert shlex.split(command) == ["ksearch", "run", "TASK", "--from-cuda", str(cuda)], res.output

@@ -115,6 +115,17 @@ def test_the_reason_for_no_counters_is_said_once(tmp_path: Path) -> None:
     assert "bound" not in header and "roofline" in header, r.output
 
 
+def test_the_roofline_table_names_how_many_candidates_it_shows(tmp_path: Path) -> None:
+    """A run with fewer passed candidates than the table's five says how many it shows (text and HTML)."""
+    html = tmp_path / "report.html"
+    for n_evals, title in ((8, "best 4 candidates"), (1, "best candidate")):  # passed: c0000, c0002, c0005, c0007
+        path = make_fake_run(tmp_path / str(n_evals), n_evals=n_evals)
+        r = CliRunner().invoke(app, ["report", str(path), "--no-tree", "--html", str(html)], env={"COLUMNS": "200"})
+        assert r.exit_code == 0, r.output
+        assert f"roofline position of the {title}" in r.output and "best 5" not in r.output, r.output
+        assert f"<h3>Roofline position of the {title}</h3>" in html.read_text()
+
+
 class Recording(ScriptedPolicy):
     def __init__(self, plan: dict[str, list[tuple[str, float]]]) -> None:
         super().__init__(plan)

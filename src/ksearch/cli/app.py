@@ -51,7 +51,9 @@ def _root(version: Annotated[bool, typer.Option("--version", help="Print the ver
 
 
 @app.command("tasks")
-def tasks_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def tasks_cmd(as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON array: one object per "
+                                                    "task (name, kind, inputs, outputs, workloads, forbidden, "
+                                                    "baselines, default_baseline).")] = False) -> None:
     """List the built-in tasks with their workloads and baselines."""
     from ksearch.report.tables import tasks_table
     from ksearch.tasks import all_tasks
@@ -64,7 +66,9 @@ def tasks_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 
 
 @app.command("backends")
-def backends_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def backends_cmd(as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON array: one object per "
+                                                       "backend here (backend, environment, profile); [] without "
+                                                       "MLX.")] = False) -> None:
     """List the MLX backends on this machine with their hardware profiles."""
     from ksearch.backends import available_backends, environment
     from ksearch.report.tables import backends_table

@@ -3,6 +3,9 @@ its best few timed again (`ksearch confirm`)."""
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 from rich.console import Console
 
 from ksearch.backends import Backend
@@ -26,5 +29,10 @@ def run_demo(backend: Backend, budget: int, console: Console, runs_dir: str | No
     console.print(final_table(outcome))
     if outcome.confirmation is not None:  # its best 3 timed again twice each, as every finished run (RunConfig)
         console.print(confirmation_table(outcome.confirmation))
-    console.print(f"next: ksearch report {outcome.path}  (see README: reports, export, compare)", markup=False,
-                  highlight=False)
+    console.print(next_step(outcome.path), markup=False, highlight=False, soft_wrap=True)  # never cut mid-path
+
+
+def next_step(run: Path) -> str:
+    """The line after the demo: the command to look at its run, pasteable as it is (a runs folder's path may hold
+    spaces)."""
+    return f"next: {shlex.join(['ksearch', 'report', str(run)])}  (see README: reports, export, compare)"

@@ -26,6 +26,7 @@ import datetime as _dt
 import inspect
 import json
 import re
+import shlex
 import textwrap
 import uuid
 from pathlib import Path
@@ -63,6 +64,15 @@ def _best(run: RunData) -> tuple[str, str, EvalResult]:
     return cid, source, result
 
 
+def unfinished_warning(run: RunData) -> str | None:
+    """For a run that has not finished (interrupted, stopped, failed, still running): its exported kernel is the best
+    so far, which no end has timed again or judged on the holdout. None for a finished run."""
+    if run.status == "finished":
+        return None
+    return (f"run {run.run_id} did not finish ({run.status}): {run.chosen_candidate} is its best so far, not judged "
+            "on the holdout")
+
+
 def module_text(run: RunData, out_name: str = "kernel.py") -> str:
     """The best candidate's source, unchanged, under a provenance header (comments, so any import order holds)."""
     cid, source, result = _best(run)
@@ -87,7 +97,7 @@ def module_text(run: RunData, out_name: str = "kernel.py") -> str:
         *([f"#   timing:    {result.timing}"] if result.timing else []),
         *_profile_lines(run, cid, out_name),
         f"#   exported:  {_now()} by ksearch {__version__}",
-        f"#   re-check:  ksearch eval {run.task} {out_name} --backend {run.backend}",
+        f"#   re-check:  {shlex.join(['ksearch', 'eval', run.task, out_name, '--backend', run.backend])}",
         "",
     ]
     return "\n".join(lines) + source

@@ -186,7 +186,14 @@ def _evaluations(run: RunData) -> str:
 
 def _profiles(run: RunData) -> str:
     """The counter table of the profiled candidates and the roofline position of the best candidates."""
-    from ksearch.report.profiles import COLUMNS, counters_note, profile_row, profiles_by_candidate, roofline_rows
+    from ksearch.report.profiles import (
+        COLUMNS,
+        counters_note,
+        profile_row,
+        profiles_by_candidate,
+        roofline_rows,
+        roofline_title,
+    )
 
     parts = []
     note = counters_note(run.backend)
@@ -202,7 +209,7 @@ def _profiles(run: RunData) -> str:
         parts.append('<p class="muted">No candidate was profiled (profile = "off", or none passed).</p>')
     roof = roofline_rows(run)
     if roof:
-        parts.append("<h3>Roofline position of the best candidates</h3>"
+        parts.append(f"<h3>{escape(roofline_title(roof).capitalize())}</h3>"
                      + _table(roof, list(roof[0]), {"score", "flop/byte", "roofline"}, cls="data roofline"))
     return "\n".join(parts)
 

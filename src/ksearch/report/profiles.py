@@ -126,11 +126,17 @@ def roofline_rows(run: RunData, top: int = TOP) -> list[dict[str, str]]:
     return rows
 
 
+def roofline_title(rows: list[dict[str, str]]) -> str:
+    """The roofline table's title, with the number of candidates it shows (a run may have fewer than TOP passed)."""
+    n = len({r["candidate"] for r in rows})
+    return f"roofline position of the best {n} candidates" if n > 1 else "roofline position of the best candidate"
+
+
 def roofline_table(run: RunData) -> Table | None:
     rows = roofline_rows(run)
     if not rows:
         return None
-    t = compact_table(f"roofline position of the best {TOP} candidates")
+    t = compact_table(roofline_title(rows))
     # A column with nothing in it (the bound and the fraction on the CPU, which has no profile's roofs) is left out.
     cols = [c for c in rows[0] if c in ("candidate", "score", "workload") or any(r[c] != "-" for r in rows)]
     for c in cols:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -90,7 +91,7 @@ def port_cmd(
     for w in ctx["warnings"]:
         print(f"  line {w['line']:>4}  WARNING {w['message']}")
     if out is not None:
-        print(f"wrote {out}: pass it to `ksearch run TASK --from-cuda {cuda_file}`")
+        print(f"wrote {out}: pass it to `ksearch run TASK --from-cuda {shlex.quote(str(cuda_file))}`")
 
 
 def lint_cmd(

@@ -17,7 +17,8 @@ llm_app = typer.Typer(no_args_is_help=True, rich_markup_mode="markdown",
 
 
 @llm_app.command("presets")
-def presets_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def presets_cmd(as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON array: one object per "
+                                                      "preset.")] = False) -> None:
     """The endpoint presets: base URL, key variable (the NAME; keys are never shown), default models."""
     from ksearch.policy.llm import PRESETS
 
@@ -33,7 +34,8 @@ def presets_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
 
 
 @llm_app.command("prices")
-def prices_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def prices_cmd(as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object: each model's "
+                                                     "input and output price.")] = False) -> None:
     """The price table in use (built-in, overlaid with $KSEARCH_LLM_PRICES): USD per million tokens."""
     from ksearch.policy.llm.pricing import load_prices
 
@@ -58,7 +60,7 @@ def ping_cmd(
     api_key_env: Annotated[str | None, typer.Option(help="NAME of the env variable holding the key.")] = None,
     timeout: Annotated[float, typer.Option(help="Deadline for the whole check (s), connect to last byte.")] = 60.0,
     context_tokens: Annotated[int | None, typer.Option(help="The model's context, if the server does not say.")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
 ) -> None:
     """Send one tiny request with these settings: model served, latency, tokens, cost, the model's context and
     whether ksearch's prompts fit it."""

@@ -122,6 +122,7 @@ def export_cmd(
             fail(f"{target} exists; pass --force to overwrite it")
         with writing(target, "--out"):
             write_module(data, target)
+        _warn_unfinished(data)
         say(f"exported {data.chosen_candidate} of {data.run_id} to {target}")
         return
     folder = out or Path(f"{data.run_id}-flashinfer-trace")
@@ -132,7 +133,16 @@ def export_cmd(
         fail(f"{folder} is not empty; pass --force to write into it")
     with writing(folder, "--out"):
         written = write_flashinfer_trace(data, folder)
+    _warn_unfinished(data)
     say(f"exported {data.chosen_candidate} of {data.run_id} as FlashInfer-Trace: {len(written)} files under {folder}")
+
+
+def _warn_unfinished(data) -> None:  # type: ignore[no-untyped-def]
+    from ksearch.report.export import unfinished_warning
+
+    warning = unfinished_warning(data)
+    if warning is not None:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
 def watch_cmd(
