@@ -96,7 +96,7 @@
 #   confirm RUN [TOP] [TIMES]       the run's TOP best (3) timed again TIMES times each (3), in turns; the pick by
 #                                   median (ksearch confirm; RUN as for resume, e.g. a run-NAME.tar.gz of
 #                                   benchmarks/results/search-runs/; ADOPT=1: the pick as the run's result, its
-#                                   holdout judged again, --adopt)
+#                                   holdout judged again, --adopt); keeps the JSON it wrote
 set -uo pipefail
 cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
 OUT=${OUT:-$PWD/gpu-suite-out}
@@ -433,7 +433,10 @@ confirm() {
   [ -n "${ADOPT:-}" ] && adopt=(--adopt)  # the pick as the run's result, its holdout judged again
   timeout -k 10 540 "${KS[@]}" confirm "$run" --top "${2:-3}" --times "${3:-3}" ${adopt[@]+"${adopt[@]}"} 2>&1 \
     | tee "$OUT/search-$task-confirm.log" | tail -12
-  [ -f "$run/confirm.json" ] && cp "$run/confirm.json" "$OUT/search-$task-confirm.json"
+  # Its result: confirm.json where adopted (the run's confirmation now), else confirm-later.json beside the run's own.
+  local kept
+  kept=$(ls -t "$run/confirm-later.json" "$run/confirm.json" 2>/dev/null | head -1)
+  [ -n "$kept" ] && cp "$kept" "$OUT/search-$task-confirm.json"
 }
 
 profile_capture() {

@@ -91,3 +91,23 @@ def test_mismatched_runs_warn(runs: list[Path], tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["compare", str(runs[0]), str(other)])
     assert r.exit_code == 0
     assert "not comparable" in r.output
+
+
+def test_a_run_not_finished_shows_its_status_in_the_table_and_the_page(runs: list[Path], tmp_path: Path) -> None:
+    live = make_fake_run(tmp_path, "r-live", status="running", n_evals=4)
+    store = RunStore(live)
+    store.set_meta("strategy", "evolve")
+    store.close()
+    out = tmp_path / "cmp.html"
+    r = CliRunner().invoke(app, ["compare", str(runs[0]), str(live), "--out", str(out)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    def cells(line: str) -> list[str]:
+        return [c.strip() for c in line.strip().strip("┃│").replace("┃", "│").split("│")]
+
+    header = cells(next(line for line in r.output.splitlines() if "search best" in line))
+    row = cells(next(line for line in r.output.splitlines() if "evolve /" in line))
+    assert (header[-1], row[-1], row[2]) == ("status", "running", "4/12")
+    assert "<th>status</th>" in (html := out.read_text()) and "<td>running</td>" in html and "<td>finished</td>" in html
+    # finished runs only: no status column
+    r = CliRunner().invoke(app, ["compare", *map(str, runs), "--out", str(out)], env={"COLUMNS": "200"})
+    assert "status" not in r.output and "<th>status</th>" not in out.read_text()

@@ -55,17 +55,25 @@ def test_runs_shows_the_best_re_measured_where_the_holdout_timed_it_again(tmp_pa
     assert "re-measured" in res.stdout and "1.250" in row and "2.000" not in row
 
 
-def test_runs_shows_the_pick_of_its_best_timed_again(tmp_path: Path) -> None:
-    from ksearch.search.confirm import confirm_run
+def test_runs_shows_the_pick_of_the_confirmation_that_chose_the_result(tmp_path: Path) -> None:
+    from ksearch.search.run_end import check_again
 
     cfg = RunConfig(task="rmsnorm", backend="mlx-cpu", budget=3, runs_dir=str(tmp_path))
     store, _, _ = create_run(cfg)
     execute(store, cfg, evaluate=scripted_judge, policy=ScriptedPolicy({"A": [("passed", 1.5), ("passed", 1.7)]}))
     store.close()
-    out = confirm_run(store.path, top=2, times=1, evaluate=scripted_judge)
+    adopted = check_again(store.path, 2, 1, scripted_judge, None, adopt=True)
     res = runs_cli(tmp_path, 240)
     row = next(line for line in res.stdout.splitlines() if store.path.name in line)
-    assert out.pick is not None and f"{out.pick.candidate} {out.pick.median:.3f}" in row
+    pick = adopted.confirmation.pick
+    assert pick is not None and f"{pick.candidate} {pick.median:.3f}" in row
+    # a later check that is not adopted (here every candidate timed at 2.000) leaves the run's pick as it was
+    later = check_again(store.path, 2, 1, lambda source: scripted_judge(f"SCORE = 2.0\n{source}"), None,
+                        adopt=False)
+    assert not later.adopted and later.confirmation.pick is not None
+    res = runs_cli(tmp_path, 240)
+    row = next(line for line in res.stdout.splitlines() if store.path.name in line)
+    assert f"{pick.candidate} {pick.median:.3f}" in row and "2.000" not in row
 
 
 def test_a_terminal_too_narrow_for_the_table_gets_each_run_whole(tmp_path: Path) -> None:

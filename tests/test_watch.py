@@ -58,11 +58,30 @@ def test_follows_until_finished(tmp_path: Path) -> None:
     assert final.attempts[-1].score == 1.5
 
 
-def test_holdout_phase_is_shown(tmp_path: Path) -> None:
-    run = load_run(make_fake_run(tmp_path, "hold", status="holdout"))
-    console = Console(record=True, width=120)
-    console.print(frame(run))
-    assert "re-measuring the best" in console.export_text()
+def test_a_run_at_its_end_says_it_times_its_best_again_then_judges_the_holdout(tmp_path: Path) -> None:
+    from test_runs_cli import runs_cli
+
+    run_dir = make_fake_run(tmp_path, "end", status="holdout")  # its config has no confirm_*: the best 3, twice
+    store = RunStore(run_dir)
+    store.add_evaluation("c0007", 12, 3, "confirm", {"status": "passed", "score": 1.3})
+    store.close()
+
+    def once() -> str:
+        r = CliRunner().invoke(app, ["watch", str(run_dir), "--once"], env={"COLUMNS": "160"})
+        assert r.exit_code == 0, r.output
+        return " ".join(r.output.split())
+
+    out = once()
+    assert "mlx-cpu timing best again (the search has ended; its best are timed again to choose its result)" in out
+    assert "now timing its 3 best again, 2 times each, in turns: 1/6 evaluations" in out
+    assert "current action" not in out and "unseen workloads" not in out  # its last search action is over
+    assert "timing best again" in runs_cli(tmp_path, 400).stdout  # `ksearch runs`' status column
+    store = RunStore(run_dir)
+    store.set_meta("chosen_candidate", "c0007")  # the result taken (run_end.take_result): the holdout next
+    store.close()
+    out = once()
+    assert "mlx-cpu holdout (judging the run's result on unseen workloads)" in out
+    assert "now the holdout evaluation of c0007 (best.py)" in out and "current action" not in out
 
 
 def test_an_ended_run_shows_its_final_state_not_a_current_action(tmp_path: Path) -> None:

@@ -98,6 +98,13 @@ class RunData:
         return self.meta.shown_status
 
     @property
+    def stage(self) -> str:
+        """The status with a run's end told apart: timing its best again, then `holdout` (search.run_end)."""
+        from ksearch.search.run_end import shown_stage
+
+        return shown_stage(self.status, self.meta.values)
+
+    @property
     def stop_reason(self) -> str | None:
         """Why the run ended, in one line (None while it runs)."""
         return self.meta.stop_reason
@@ -158,12 +165,17 @@ class RunData:
         rows = [e for e in self.holdout_evaluations if e.candidate_id == self.chosen_candidate]
         return _result(rows[-1].result) if rows else None
 
-    def confirmation(self) -> dict[str, Any] | None:
-        """What `ksearch confirm` left in the run's directory (its best timed again, the pick by median); None where
-        it was not run or its file does not read as one."""
-        from ksearch.search.confirm import read_confirmation
+    def confirmations(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The confirmation that chose the run's result (its end's, or an adopted `ksearch confirm`'s: the best timed
+        again, the pick by median) and a later `ksearch confirm` not adopted; None each where there is none or its
+        file does not read as one (search.confirm.confirmations)."""
+        from ksearch.search.confirm import confirmations
 
-        return read_confirmation(self.path)
+        return confirmations(self.path, self.meta.values)
+
+    def confirmation(self) -> dict[str, Any] | None:
+        """The confirmation that chose the run's result (confirmations' first)."""
+        return self.confirmations()[0]
 
     def candidate(self, cid: str | None) -> CandidateRow | None:
         return next((c for c in self.candidates if c.id == cid), None)

@@ -63,7 +63,7 @@ def spend_text(run: RunData) -> str:
 
 def status_text(run: RunData) -> str:
     reason = run.stop_reason
-    return f"{run.status}: {reason}" if reason else run.status
+    return f"{run.stage}: {reason}" if reason else run.stage
 
 
 def events_text(run: RunData) -> str:
@@ -95,7 +95,7 @@ def headline(run: RunData) -> list[tuple[str, str]]:
           f"{again:.3f} (its search workloads timed again in the holdout evaluation)")]
         if hold is not None and (again := hold.search_score_again()) is not None else []) + [
         ("holdout score", holdout_text(hold) + (f" ({held})" if hold is not None and held not in (None, best) else "")),
-    ] + ([("timed again", confirmed)] if (confirmed := confirmation_text(run)) else []) + [
+    ] + confirmation_rows(run) + [
         ("budget used", budget_text(run)),
         ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "-"),
         ("LLM spend", spend_text(run)),
@@ -108,14 +108,22 @@ def headline(run: RunData) -> list[tuple[str, str]]:
         [("timing check", check)] if (check := start_check(run)) else [])
 
 
-def confirmation_text(run: RunData) -> str | None:
-    """The confirmation's pick in a line (the run's end's or `ksearch confirm`'s): its median and what it was chosen
-    from."""
-    c = run.confirmation()
-    if c is None:
-        return None
-    by = f" ({c['by']})" if c.get("by") else ""  # confirm.json written before it named who timed them: neither
-    among = f"its {len(c['candidates'])} best {c.get('times')} times each, in turns{by}"
+def confirmation_rows(run: RunData) -> list[tuple[str, str]]:
+    """"timed again": the confirmation that chose the run's result; "timed again later": a `ksearch confirm` after
+    it that was not adopted, a check beside the result."""
+    own, later = run.confirmations()
+    return ([("timed again", confirmation_text(own))] if own else []) + (
+        [("timed again later", confirmation_text(later, run.chosen_candidate))] if later else [])
+
+
+def confirmation_text(c: dict[str, Any], stays: str | None = None) -> str:
+    """A confirmation's pick in a line: its median, what it was chosen from and who timed it (the run's end, `ksearch
+    confirm`). `stays`: the run's result, where this is a later check that was not adopted."""
+    by = c.get("by") or ""  # files written before they named who timed them: none
+    if stays is not None:
+        by = f"{by or 'ksearch confirm'}, not adopted"
+    among = f"its {len(c['candidates'])} best {c.get('times')} times each, in turns" + (f" ({by})" if by else "")
+    among += f"; the run's result stays {stays}" if stays is not None else ""
     if not c.get("pick"):
         return f"none passed every evaluation again ({among})"
     return f"{c['pick']} at {float(c.get('pick_median') or 0):.3f} (median; {among})"

@@ -18,11 +18,17 @@ from rich.text import Text
 from ksearch.report.plots import STATUS_COLORS
 from ksearch.report.rundata import RunData, load_run
 from ksearch.report.summary import holdout_text, spend_text, status_text
+from ksearch.search.confirm import own_counts, top_candidates
+from ksearch.search.run_end import TIMING_AGAIN
 from ksearch.store import RunUnreadable
 
 LAST = 8
-#: The loop's final states; any other ("running", "holdout" while the best is re-measured) is still going.
+#: The loop's final states; any other ("running", "holdout" while the run's end times its best again, then judges its
+#: result on the holdout workloads) is still going.
 DONE = {"finished", "stopped", "failed", "interrupted"}
+#: A run at its end (RunData.stage), under its status in the frame's head.
+END_NOTES = {TIMING_AGAIN: "the search has ended; its best are timed again to choose its result",
+             "holdout": "judging the run's result on unseen workloads"}
 #: After this long without a new evaluation a "running" run is flagged: its process may have died without a word.
 STALE_S = 600.0
 
@@ -32,11 +38,12 @@ def frame(run: RunData, now: float | None = None) -> RenderableType:
     head = Text()
     head.append(f"{run.run_id}", style="bold")
     head.append(f"  {run.task} on {run.backend}  ")
-    style = {"running": "cyan", "holdout": "cyan", "finished": "green", "stopped": "yellow",
-             "failed": "red", "interrupted": "red"}.get(run.status, "dim")
-    head.append(run.status, style=f"bold {style}")  # why it ended: the final state row
-    if run.status == "holdout":
-        head.append("  (re-measuring the best on unseen workloads)", style="dim")
+    stage = run.stage
+    style = {"running": "cyan", TIMING_AGAIN: "cyan", "holdout": "cyan", "finished": "green", "stopped": "yellow",
+             "failed": "red", "interrupted": "red"}.get(stage, "dim")
+    head.append(stage, style=f"bold {style}")  # why it ended: the final state row
+    if stage in END_NOTES:
+        head.append(f"  ({END_NOTES[stage]})", style="dim")
 
     done, budget = run.evaluations_done, run.budget
     bar = Table.grid(padding=(0, 1))
@@ -54,6 +61,8 @@ def frame(run: RunData, now: float | None = None) -> RenderableType:
     if run.status in DONE:  # an ended run works on nothing: what it left instead
         for label, value in final_state(run):
             facts.add_row(label, Text(value))
+    elif stage in END_NOTES:  # the search's last action is over
+        facts.add_row("now", Text(end_activity(run)))
     else:
         facts.add_row("current action", Text(run.current_action() or "-"))
     facts.add_row("LLM spend", spend_text(run))
@@ -70,6 +79,19 @@ def frame(run: RunData, now: float | None = None) -> RenderableType:
         recent.add_row(str(a.n), a.candidate_id, Text(a.action or "-", overflow="ellipsis", no_wrap=True),
                        f"[{color}]{a.status}[/{color}]", f"{a.score:.3f}")
     return Group(head, bar, facts, recent)
+
+
+def end_activity(run: RunData) -> str:
+    """A run at its end in a line: how far the timing of its best again has come (the `confirm` evaluations since its
+    last search evaluation), or the candidate the holdout judges."""
+    if run.stage != TIMING_AGAIN:
+        return f"the holdout evaluation of {run.chosen_candidate} (best.py)"
+    top, times = own_counts(run.meta.get("config"))
+    count = len(top_candidates(run.evaluations, run.best_candidate, top))
+    evals = run.all_evaluations
+    last = max((i for i, e in enumerate(evals) if e.kind == "search"), default=-1)
+    done = sum(1 for e in evals[last + 1:] if e.kind == "confirm")
+    return f"timing its {count} best again, {times} times each, in turns: {done}/{count * times} evaluations"
 
 
 def final_state(run: RunData) -> list[tuple[str, str]]:

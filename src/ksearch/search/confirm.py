@@ -1,10 +1,15 @@
-"""Timing a run's best candidates again (`ksearch confirm`).
+"""Timing a run's best candidates again (at a finished run's end, and `ksearch confirm`).
 
 A search keeps the highest of its single measurements, so its best leans high by about the harness's spread between
 evaluations (an attention search on an H100 kept 0.966x and timed the same kernel again at 0.887x; docs/search.md).
 Here the top K candidates by search score are evaluated again N times each, in turns (1, 2, ..., K, then again), so
 that a machine's drift falls on all of them alike, each time in a fresh candidate process as the search judged them.
 The pick is the highest median of the new scores: a choice by measurements the search's selection did not see.
+
+A run keeps two files of them. CONFIRM_FILE (with meta `confirmation`) is the run's confirmation, the one that chose
+its result: its end's, or a `ksearch confirm --adopt` whose pick was taken. LATER_FILE is the last `ksearch confirm`
+not adopted: a check beside the run's result, which it leaves as it was. Each new verdict is a `confirm` evaluation of
+the run, whichever wrote it.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +30,19 @@ from ksearch.store import RunReader, RunStore
 from ksearch.store.owner import ACTIVE, effective_status
 from ksearch.store.records import EvaluationRow
 
-#: Where `ksearch confirm` leaves its result, in the run's directory.
+#: The run's confirmation, the one that chose its result (the run's end's, or an adopted `ksearch confirm`'s), in the
+#: run's directory.
 CONFIRM_FILE = "confirm.json"
+#: The last `ksearch confirm` whose pick was not adopted, beside CONFIRM_FILE: it never replaces the run's own.
+LATER_FILE = "confirm-later.json"
+
+#: The meta key naming the run's result (set at its end, search/run_end.py; a resume clears it until the next end).
+CHOSEN = "chosen_candidate"
+
+#: Who timed the candidates again (confirm.json's `by`; files written before it had none).
+BY_END = "the run's end"
+BY_CONFIRM = "ksearch confirm"  # not adopted: LATER_FILE
+BY_ADOPT = "ksearch confirm --adopt"
 
 #: What confirm.json keeps of the machine that timed the candidates again (an evaluation's `environment`): the
 #: device and versions its numbers belong to, as every benchmark file records them.
@@ -60,7 +76,8 @@ class Confirmation:
     candidates: list[Retimed]
     machine: dict[str, Any] = field(default_factory=dict)  # MACHINE_KEYS of the first new evaluation that has them
     date: str = ""  # when the last new evaluation ended, UTC
-    by: str = "ksearch confirm"  # or "the run's end" (confirm_at_end): the report names which timed them
+    by: str = BY_CONFIRM  # BY_END (confirm_at_end) or BY_ADOPT: the report names which timed them
+    beside: str | None = None  # a later check's: the `date` of the run's confirmation it was made beside, if any
 
     @property
     def pick(self) -> Retimed | None:
@@ -72,7 +89,8 @@ class Confirmation:
         return {"run": self.run, "task": self.task, "backend": self.backend, "times": self.times,
                 "date": self.date, "machine": self.machine, "by": self.by,
                 "pick": pick.candidate if pick else None, "pick_median": pick.median if pick else None,
-                "candidates": [{**asdict(c), "median": c.median} for c in self.candidates]}
+                "candidates": [{**asdict(c), "median": c.median} for c in self.candidates],
+                **({"beside": self.beside} if self.beside is not None else {})}
 
 
 def top_candidates(evaluations: list[EvaluationRow], best: str | None, top: int) -> list[tuple[str, float]]:
@@ -90,17 +108,33 @@ def top_candidates(evaluations: list[EvaluationRow], best: str | None, top: int)
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:top]
 
 
-def confirm_run(path: Path, top: int, times: int, evaluate: Callable[[str], EvalResult],
+def own_counts(config: Any) -> tuple[int, int]:
+    """How many of its best and how many times each a run's own end times again (its stored configuration's
+    confirm_top and confirm_times): `ksearch confirm`'s defaults. The best RunConfig.confirm_top where its end timed
+    none (confirm_top 0) or its configuration does not say."""
+    stored = config if isinstance(config, Mapping) else {}
+
+    def count(key: str, default: int) -> int:
+        value = stored.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+    return count("confirm_top", RunConfig.confirm_top), count("confirm_times", RunConfig.confirm_times)
+
+
+def confirm_run(path: Path, top: int | None, times: int | None, evaluate: Callable[[str], EvalResult],
                 on_result: Callable[[Retimed, EvalResult], None] | None = None, in_run: bool = False) -> Confirmation:
     """Evaluate the run's top candidates again with `evaluate` (the run's judge: search.start.run_judge, or the
-    search's own at its end, `in_run`); RunError in one line for a run still being searched (unless `in_run`), one
-    without a passed candidate, or a bad `top` / `times`."""
-    if top < 1 or times < 1:
+    search's own at its end, `in_run`); `top` / `times` None: the run's own (own_counts). Writes nothing: the caller
+    keeps it (confirm_at_end, run_end.check_again). RunError in one line for a run still being searched (unless
+    `in_run`), one without a passed candidate, or a bad `top` / `times`."""
+    if (top is not None and top < 1) or (times is not None and times < 1):
         raise RunError("--top and --times take 1 or more")
     with RunReader(path) as reader:
         meta = reader.meta()
         evaluations = reader.evaluations(kind="search")
         sources = {c.id: c.source(reader.path) for c in reader.candidates()}
+    own_top, own_times = own_counts(meta.get("config"))
+    top, times = top or own_top, times or own_times
     status = effective_status(meta.values)
     if status in ACTIVE and not in_run:
         raise RunError(f"run {path.name} is still being searched ({status}); confirm it when it has ended (timing it "
@@ -110,7 +144,7 @@ def confirm_run(path: Path, top: int, times: int, evaluate: Callable[[str], Eval
         raise RunError(f"run {path.name} has no passed candidate to time again")
     out = Confirmation(path.name, str(meta.get("task")), str(meta.get("backend")), times,
                        [Retimed(cid, score) for cid, score in chosen],
-                       by="the run's end" if in_run else "ksearch confirm")
+                       by=BY_END if in_run else BY_CONFIRM)
     for _ in range(times):
         for item in out.candidates:  # in turns: drift falls on every candidate alike
             result = evaluate(sources[item.candidate])
@@ -121,25 +155,66 @@ def confirm_run(path: Path, top: int, times: int, evaluate: Callable[[str], Eval
             if on_result is not None:
                 on_result(item, result)
     out.date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    write_confirmation(path, out)
     return out
 
 
-def read_confirmation(path: Path) -> dict[str, Any] | None:
-    """confirm.json of the run at `path` (its end's confirmation, or `ksearch confirm`'s later one); None where there
-    is none or it does not read as one."""
-    try:
-        data = json.loads((path / CONFIRM_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+def _readable(data: Any) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("candidates"), list) else None
 
 
-def write_confirmation(path: Path, out: Confirmation) -> None:
-    """confirm.json in the run's directory, written whole or not at all."""
-    tmp = path / (CONFIRM_FILE + ".tmp")
+def read_confirmation(path: Path, name: str = CONFIRM_FILE) -> dict[str, Any] | None:
+    """The file `name` of the run at `path` as written; None where there is none or it does not read as one."""
+    try:
+        return _readable(json.loads((path / name).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def confirmations(path: Path, meta: Mapping[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The run's confirmation (the one that chose its result) and a later `ksearch confirm` beside it that was not
+    adopted; None each where there is none. `meta` is the run's (its `confirmation` and CHOSEN).
+
+    A LATER_FILE made beside another confirmation than the run's now (one adopted since, a resumed run's end) is no
+    longer later: left out. A `ksearch confirm` once wrote CONFIRM_FILE over the end's whether adopted or not, and
+    files before `by` name no writer: a CONFIRM_FILE that is not the end's (meta `confirmation`), by another than the
+    end, whose pick is not the run's result, is such a later check, and the end's stands as the run's."""
+    own, later = read_confirmation(path), read_confirmation(path, LATER_FILE)
+    stored = _readable(meta.get("confirmation"))
+    over = None
+    if own is None:
+        own = stored
+    elif stored is not None and own.get("by") != BY_END and own.get("date") != stored.get("date") \
+            and own.get("pick") != meta.get(CHOSEN):
+        own, over = stored, own
+    if later is not None and later.get("beside") != (own.get("date") if own else None):
+        later = None
+    return own, later or over
+
+
+def write_confirmation(path: Path, out: Confirmation, name: str = CONFIRM_FILE) -> Path:
+    """`out` as the file `name` in the run's directory, written whole or not at all; returns its path."""
+    tmp = path / (name + ".tmp")
     tmp.write_text(json.dumps(out.to_json(), indent=2) + "\n")
-    tmp.replace(path / CONFIRM_FILE)
+    return tmp.replace(path / name)
+
+
+def take_confirmation(store: RunStore, out: Confirmation) -> Path:
+    """`out` as the run's confirmation, the one that chooses its result: meta `confirmation` and CONFIRM_FILE."""
+    store.set_meta("confirmation", out.to_json())
+    return write_confirmation(store.path, out)
+
+
+def recording(store: RunStore, final: LoopState,
+              then: Callable[[Retimed, EvalResult], None] | None = None) -> Callable[[Retimed, EvalResult], None]:
+    """confirm_run's `on_result` that keeps each new verdict as a `confirm` evaluation of the run (at the budget spent
+    and the round it ended with; none counts against the budget), then calls `then`."""
+    def record(item: Retimed, result: EvalResult) -> None:
+        with store.transaction():
+            store.add_evaluation(item.candidate, final.evaluations_done, final.round, "confirm", result.to_json())
+        if then is not None:
+            then(item, result)
+
+    return record
 
 
 def confirm_at_end(store: RunStore, cfg: RunConfig, judge: Callable[[str], EvalResult], final: LoopState,
@@ -148,14 +223,13 @@ def confirm_at_end(store: RunStore, cfg: RunConfig, judge: Callable[[str], EvalR
     (its own, or a worker's with several evaluators: the baseline the search timed), each verdict a `confirm`
     evaluation, the whole as meta `confirmation` and confirm.json. A kill here leaves the run `stopped`; --resume
     judges its end again."""
-    store.set_meta("status", "holdout")
+    store.set_meta("status", "holdout")  # readers tell this from the holdout by the result not chosen yet (CHOSEN)
 
-    def record(item: Retimed, result: EvalResult) -> None:
-        with store.transaction():
-            store.add_evaluation(item.candidate, final.evaluations_done, final.round, "confirm", result.to_json())
+    def tell(item: Retimed, result: EvalResult) -> None:
         if on_event is not None:
             on_event("confirm", {"candidate": item.candidate, "status": result.status, "score": result.score})
 
-    out = confirm_run(store.path, cfg.confirm_top, cfg.confirm_times, judge, on_result=record, in_run=True)
-    store.set_meta("confirmation", out.to_json())
+    out = confirm_run(store.path, cfg.confirm_top, cfg.confirm_times, judge, on_result=recording(store, final, tell),
+                      in_run=True)
+    take_confirmation(store, out)
     return out

@@ -6,22 +6,47 @@ the confirmation names a pick (the highest median of the new scores), the pick i
 its source, the holdout judges it and `ksearch export` takes it. The search's own record stays as it was measured
 (meta `best_candidate`, `best_score`, the world model's path to it); meta `chosen_candidate` names the result, the
 search's best where no confirmation ran or none passed all its new evaluations.
+
+`ksearch confirm` times an ended run's best again later (check_again): kept beside the run's own confirmation, which
+stays the one that chose its result, or with --adopt taking its place, its pick the run's result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ksearch.config import RunConfig
 from ksearch.harness import EvalResult
-from ksearch.search.confirm import Confirmation, confirm_at_end
+from ksearch.search.confirm import (
+    BY_ADOPT,
+    CHOSEN,
+    LATER_FILE,
+    Confirmation,
+    Retimed,
+    confirm_at_end,
+    confirm_run,
+    confirmations,
+    recording,
+    take_confirmation,
+    write_confirmation,
+)
 from ksearch.search.state import LoopState
 from ksearch.store import RunStore
 
-#: The meta key naming the run's result (set at its end; a resume clears it until the next end).
-CHOSEN = "chosen_candidate"
+#: How `ksearch watch`, `runs` and `compare` show a run at its end while its best few are timed again: its stored
+#: status is `holdout` (store.owner.ACTIVE) from the confirmation through the holdout evaluation, the result chosen
+#: in between.
+TIMING_AGAIN = "timing best again"
+
+
+def shown_stage(status: str, meta: Mapping[str, Any]) -> str:
+    """`status` as shown (store.owner.effective_status), a run's end told apart: TIMING_AGAIN while its best few are
+    timed again (its result not chosen yet: no meta CHOSEN, which a resume clears), `holdout` once its result is
+    judged on the holdout workloads."""
+    return TIMING_AGAIN if status == "holdout" and not meta.get(CHOSEN) else status
 
 
 def judge_end(store: RunStore, cfg: RunConfig, final: LoopState, judge: Callable[[str], EvalResult] | None,
@@ -57,19 +82,51 @@ def take_result(store: RunStore, chosen: str, final: LoopState,
     return verdict
 
 
-def adopt_pick(path: Path, pick: str, holdout: Callable[[str], EvalResult] | None) -> EvalResult | None:
-    """A later confirmation's pick (`ksearch confirm --adopt`) as a finished run's result, its holdout judged again;
-    the run stays `finished` (a kill during the holdout leaves it so, with the pick taken and the old verdict)."""
+@dataclass
+class Check:
+    """`ksearch confirm`'s outcome: its confirmation, the file it is kept in, the run's result after it, and whether
+    its pick was adopted, with the pick's holdout verdict where the task has holdout workloads."""
+
+    confirmation: Confirmation
+    written: Path
+    result: str | None
+    adopted: bool = False
+    holdout: EvalResult | None = None
+
+
+def check_again(path: Path, top: int | None, times: int | None, judge: Callable[[str], EvalResult],
+                holdout: Callable[[str], EvalResult] | None, adopt: bool,
+                on_result: Callable[[Retimed, EvalResult], None] | None = None) -> Check:
+    """An ended run's best timed again (search.confirm.confirm_run), each verdict a `confirm` evaluation of the run.
+    With `adopt` and a pick, it becomes the run's confirmation (confirm.json, meta `confirmation`) and its pick the
+    run's result, its holdout judged again (with `holdout`); otherwise it is kept as LATER_FILE and the run's own
+    confirmation and result stay."""
     store = RunStore(path)
     try:
-        status = store.get_meta("status")
         final = LoopState.from_json(store.get_state("loop_state") or {})
-        try:
-            return take_result(store, pick, final, holdout)
-        finally:
-            store.set_meta("status", status)
+        out = confirm_run(path, top, times, judge, on_result=recording(store, final, on_result))
+        if adopt and out.pick is not None:
+            out.by = BY_ADOPT
+            written = take_confirmation(store, out)
+            return Check(out, written, out.pick.candidate, True, _adopt(store, out.pick.candidate, final, holdout))
+        meta = {key: store.get_meta(key) for key in ("confirmation", CHOSEN)}
+        own = confirmations(path, meta)[0]
+        out.beside = own.get("date") if own else None
+        result = meta[CHOSEN] or store.get_meta("best_candidate")
+        return Check(out, write_confirmation(path, out, LATER_FILE), result)
     finally:
         store.close()
+
+
+def _adopt(store: RunStore, pick: str, final: LoopState,
+           holdout: Callable[[str], EvalResult] | None) -> EvalResult | None:
+    """A later confirmation's pick as an ended run's result, its holdout judged again; the run keeps its status (a
+    kill during the holdout leaves it so, with the pick taken and the old verdict)."""
+    status = store.get_meta("status")
+    try:
+        return take_result(store, pick, final, holdout)
+    finally:
+        store.set_meta("status", status)
 
 
 def reopen(store: RunStore, best: str | None) -> None:

@@ -167,7 +167,8 @@ def read_run(run_dir: str | Path, retries: int = 3) -> RunRecords:
 
 #: What `ksearch runs` shows of each run (meta keys; `status` as shown: `interrupted` for a run whose process is gone).
 LISTED = ("task", "backend", "policy", "strategy", "budget", "evaluations_done", "best_score", "best_candidate",
-          "chosen_candidate", "status", "created_at", "stop_kind", "stop_reason", "llm_usage", "holdout")
+          "chosen_candidate", "status", "created_at", "stop_kind", "stop_reason", "llm_usage", "holdout",
+          "confirmation")
 
 
 def list_runs(base: str | Path | None = None) -> list[dict[str, Any]]:

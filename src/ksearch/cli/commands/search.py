@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from ksearch.cli.console import console, err, fail, say
+
+if TYPE_CHECKING:
+    from ksearch.search.run_end import Check
 
 #: `ksearch run` exit codes besides 0 (the run finished, or paused by --stop-after) and 2 (bad input, one line).
 EXIT_FAILED = 1  # the run failed: its proposer errored max_consecutive_errors times in a row
@@ -122,7 +125,8 @@ def runs_cmd(
     run's result re-measured (each score with its candidate), status and why it ended, LLM retries."""
     from ksearch.harness.result import EvalResult
     from ksearch.report.tables import fitted_table, scored
-    from ksearch.search.confirm import read_confirmation
+    from ksearch.search.confirm import confirmations
+    from ksearch.search.run_end import shown_stage
     from ksearch.store import list_runs, runs_dir_problem
     from ksearch.store import runs_dir as runs_root
 
@@ -145,14 +149,16 @@ def runs_cmd(
         # result is the pick where the run's best few were timed again, else the search's best
         again = EvalResult.from_json(r["holdout"]).search_score_again() if r.get("holdout") else None
         result = r.get("chosen_candidate") or r.get("best_candidate")
-        # the run's best few timed again at its end (or by `ksearch confirm`): the pick and its median
-        confirmed = read_confirmation(Path(r["path"])) or {}
+        # the confirmation that chose the run's result (its end's, or an adopted `ksearch confirm`'s): the pick and its
+        # median; a later `ksearch confirm` not adopted is `ksearch report`'s to show
+        confirmed = confirmations(Path(r["path"]), r)[0] or {}
         pick = scored(confirmed["pick"], float(confirmed.get("pick_median") or 0.0)) if confirmed.get("pick") else "-"
         cells.append(tuple(escape(c) for c in (
             r["id"], str(r.get("task")), str(r.get("backend")), str(r.get("policy")), str(r.get("strategy")),
             f"{r.get('evaluations_done') or 0}/{r.get('budget')}",
             scored(r.get("best_candidate"), float(r.get("best_score") or 0)), pick, scored(result, again),
-            str(r.get("status")), REASONS.get(str(r.get("stop_kind")), str(r.get("stop_kind") or "-")), retries)))
+            shown_stage(str(r.get("status")), r),
+            REASONS.get(str(r.get("stop_kind")), str(r.get("stop_kind") or "-")), retries)))
     unreadable = sum("unreadable" in r for r in rows)
     title = f"runs ({len(rows)}{f', {unreadable} unreadable' if unreadable else ''})"
     console.print(fitted_table(console, title, RUNS_COLUMNS, cells))
@@ -160,12 +166,14 @@ def runs_cmd(
 
 def confirm_cmd(
     run: Annotated[str, typer.Argument(help="A run id under --runs-dir, or a path to a run directory.")],
-    top: Annotated[int, typer.Option(help="How many of the run's best candidates, by search score.")] = 3,
-    times: Annotated[int, typer.Option(help="Evaluations of each, in turns.")] = 3,
+    top: Annotated[int | None, typer.Option(help="How many of the run's best candidates, by search score (default: "
+                                                 "the run's own confirm_top; 3 where its end timed none).")] = None,
+    times: Annotated[int | None, typer.Option(help="Evaluations of each, in turns (default: the run's own "
+                                                   "confirm_times; 2).")] = None,
     runs_dir: Annotated[str | None, typer.Option(help="Where runs live (default runs/ or $KSEARCH_RUNS_DIR).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
     adopt: Annotated[bool, typer.Option("--adopt", help="Take the pick as the run's result: best.py, its holdout "
-                                                        "judged again.")] = False,
+                                                        "judged again, confirm.json.")] = False,
     workers: Annotated[int | None, typer.Option(help="Time them on a Ray pool of N evaluators (one of them judges, "
                                                      "against the run's recorded baseline).")] = None,
     ray_address: Annotated[str | None, typer.Option(help="The pool on a running Ray cluster (auto or HOST:PORT): "
@@ -173,16 +181,17 @@ def confirm_cmd(
 ) -> None:
     """Time an ended run's best candidates again (finished, stopped or interrupted), in turns, each in a fresh
     process as the search judged them; the pick is the highest median (a search's best is the highest of single
-    measurements and leans high). Writes confirm.json in the run's directory; with --adopt the pick becomes the run's
-    result, as at a run's end."""
+    measurements and leans high). Each verdict is a `confirm` evaluation of the run. Writes confirm-later.json in the
+    run's directory, beside the confirmation that chose the run's result (confirm.json), which stays; with --adopt
+    the pick becomes the run's result, as at a run's end, and this confirmation the run's (confirm.json)."""
     import json
 
-    from ksearch.search.confirm import CONFIRM_FILE, confirm_run
     from ksearch.search.judge import Judge, run_judge
+    from ksearch.search.run_end import check_again
     from ksearch.store import resolve_run
 
     path = resolve_run(run, runs_dir)
-    if top < 1 or times < 1:
+    if (top is not None and top < 1) or (times is not None and times < 1):
         fail("--top and --times take 1 or more")
     if workers is not None and workers < 1:
         fail("--workers takes 1 or more")
@@ -197,34 +206,38 @@ def confirm_cmd(
         judge: Judge | PoolJudge = PoolJudge(path, workers or 1, ray_address)
     else:
         judge = run_judge(path)
-    adopted = None
     try:
-        out = confirm_run(path, top, times, judge, on_result=progress)
-        if adopt and out.pick is not None:
-            from ksearch.search.run_end import adopt_pick
-
-            held = judge.holdout if judge.has_holdout() else None
-            verdict = adopt_pick(path, out.pick.candidate, held)
-            adopted = {"candidate": out.pick.candidate, "holdout": verdict.to_json() if verdict else None}
+        held = judge.holdout if adopt and judge.has_holdout() else None
+        check = check_again(path, top, times, judge, held, adopt, on_result=progress)
     finally:
         judge.close()
+    out = check.confirmation
     if as_json:
-        typer.echo(json.dumps({**out.to_json(), **({"adopted": adopted} if adopt else {})}))
+        adopted = {"candidate": check.result, "holdout": check.holdout.to_json() if check.holdout else None} \
+            if check.adopted else None
+        typer.echo(json.dumps({**out.to_json(), "written": str(check.written),
+                               **({"adopted": adopted} if adopt else {})}))
         return
     from ksearch.report.tables import confirmation_table
 
     console.print(confirmation_table(out))
-    say(f"written: {path / CONFIRM_FILE}")
-    if adopt:
-        console.print(_adopted_line(adopted), highlight=False, soft_wrap=True)
+    say(f"written: {check.written}")
+    console.print(_kept_line(check), highlight=False, soft_wrap=True)
 
 
-def _adopted_line(adopted: dict[str, Any] | None) -> str:
-    if adopted is None:
-        return "nothing adopted: no candidate passed every evaluation again; the run's result stays"
-    hold = adopted["holdout"]
-    judged = f"holdout {hold.get('holdout_score') or 0:.3f}x ({hold.get('status')})" if hold else "no holdout workloads"
-    return f"adopted {adopted['candidate']} as the run's result (best.py; {judged})"
+def _kept_line(check: Check) -> str:
+    """What became of the run's result: the pick adopted, or the result left as it was."""
+    pick = check.confirmation.pick
+    if check.adopted:
+        hold = check.holdout
+        judged = f"holdout {hold.holdout_score or 0:.3f}x ({hold.status})" if hold else "no holdout workloads"
+        return f"adopted {check.result} as the run's result (best.py; {judged})"
+    if pick is None:
+        return f"nothing to adopt: no candidate passed every evaluation again; the run's result stays {check.result}"
+    if pick.candidate == check.result:
+        return f"the pick is the run's result, {check.result}"
+    return (f"not adopted: the run's result stays {check.result}; `--adopt` takes the pick ({pick.candidate}) as "
+            "the run's result")
 
 
 #: `ksearch runs`' columns. Each score names its candidate: the search's best and the pick (which the holdout
