@@ -179,11 +179,12 @@ def confirm_cmd(
     ray_address: Annotated[str | None, typer.Option(help="The pool on a running Ray cluster (auto or HOST:PORT): "
                                                          "for a run a cluster judged.")] = None,
 ) -> None:
-    """Time an ended run's best candidates again (finished, stopped or interrupted), in turns, each in a fresh
-    process as the search judged them; the pick is the highest median (a search's best is the highest of single
-    measurements and leans high). Each verdict is a `confirm` evaluation of the run. Writes confirm-later.json in the
-    run's directory, beside the confirmation that chose the run's result (confirm.json), which stays; with --adopt
-    the pick becomes the run's result, as at a run's end, and this confirmation the run's (confirm.json)."""
+    """Time an ended run's best candidates again, in turns, each in a fresh process; the pick is the highest median.
+
+    A search's best is the highest of single measurements and leans high. The run may be finished, stopped or
+    interrupted; each verdict is a `confirm` evaluation of the run. Writes confirm-later.json in the run's directory,
+    beside the confirmation that chose the run's result (confirm.json), which stays; with --adopt the pick becomes
+    the run's result, as at a run's end, and this confirmation the run's (confirm.json)."""
     import json
 
     from ksearch.search.judge import Judge, run_judge
