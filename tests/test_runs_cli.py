@@ -140,3 +140,30 @@ def test_a_run_whose_database_cannot_be_read_is_listed_as_unreadable_with_why(tm
     path, res = listed_run(tmp_path, 240)  # beside a readable run, still listed
     assert "runs (2, 1 unreadable)" in res.stdout and path.name in res.stdout, res.stdout
     assert "file is not a database" in next(line for line in res.stdout.splitlines() if "broken" in line)
+
+
+def test_json_is_one_array_with_each_score_beside_its_candidate(tmp_path: Path) -> None:
+    import json
+
+    from ksearch.harness.result import EvalResult, WorkloadResult
+    from ksearch.store import RunStore
+
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "run.db").write_bytes(b"x" * 4096)
+    path, _ = listed_run(tmp_path, 200)
+    again = EvalResult("passed", workloads=[WorkloadResult("a", "search", speedup=1.25)])
+    store = RunStore(path)
+    store.set_meta("holdout", again.to_json())
+    store.close()
+    res = _runs("--runs-dir", str(tmp_path), "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    records = {r["run"]: r for r in json.loads(res.stdout)}  # the whole of stdout is one document
+    run = records[path.name]
+    assert (run["task"], run["evaluations_done"], run["budget"], run["status"]) == ("rmsnorm", 3, 3, "finished")
+    assert run["search_best"]["score"] == 1.7 and run["search_best"]["candidate"]
+    assert run["re_measured"] == {"candidate": run["search_best"]["candidate"], "score": 1.25}
+    assert records["broken"]["status"] == "unreadable" and "not a database" in records["broken"]["reason"]
+    empty = _runs("--runs-dir", str(tmp_path / "none-yet"), "--json", cwd=tmp_path)
+    assert empty.returncode == 2 and not empty.stdout  # a named folder that is not there: one line, as without --json
+    (tmp_path / "none-yet").mkdir()
+    assert json.loads(_runs("--runs-dir", str(tmp_path / "none-yet"), "--json", cwd=tmp_path).stdout) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -120,48 +120,73 @@ def resume_command(path: Path) -> str:
 
 def runs_cmd(
     runs_dir: Annotated[str | None, typer.Option(help="Where runs live (default runs/ or $KSEARCH_RUNS_DIR).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON array: an object per run, the "
+                                                         "table's figures with their candidates.")] = False,
 ) -> None:
     """List runs: task, backend, policy, budget used, the search's best, the pick of its best timed again and the
     run's result re-measured (each score with its candidate), status and why it ended, LLM retries."""
-    from ksearch.harness.result import EvalResult
+    import json
+
     from ksearch.report.tables import fitted_table, scored
-    from ksearch.search.confirm import confirmations
-    from ksearch.search.run_end import shown_stage
     from ksearch.store import list_runs, runs_dir_problem
     from ksearch.store import runs_dir as runs_root
 
     problem = runs_dir_problem(runs_dir)
     if problem is not None:
         fail(problem)
-    rows = list_runs(runs_dir)
-    if not rows:
+    records = [_run_record(r) for r in list_runs(runs_dir)]
+    if as_json:
+        typer.echo(json.dumps(records, indent=1))
+        return
+    if not records:
         say(f"no runs yet under {runs_root(runs_dir)}: `ksearch run TASK` starts one")
         return
     cells = []
-    for r in rows:
-        if "unreadable" in r:  # listed, never left out: `ksearch report` on it would fail with the same reason
-            known = {"run": r["id"], "status": "unreadable", "reason": r["unreadable"]}
+    for rec in records:
+        if rec["status"] == "unreadable":  # listed, never left out: `ksearch report` on it fails with the reason
+            known = {"run": rec["run"], "status": "unreadable", "reason": rec["reason"]}
             cells.append(tuple(escape(known.get(c, "-")) for c in RUNS_COLUMNS))
             continue
-        usage = r.get("llm_usage") or {}
-        retries = str(usage.get("retries", "?")) if r.get("policy") == "llm" else "-"
-        # the result's search workloads timed again in its holdout evaluation (the best score leans high); the
-        # result is the pick where the run's best few were timed again, else the search's best
-        again = EvalResult.from_json(r["holdout"]).search_score_again() if r.get("holdout") else None
-        result = r.get("chosen_candidate") or r.get("best_candidate")
-        # the confirmation that chose the run's result (its end's, or an adopted `ksearch confirm`'s): the pick and its
-        # median; a later `ksearch confirm` not adopted is `ksearch report`'s to show
-        confirmed = confirmations(Path(r["path"]), r)[0] or {}
-        pick = scored(confirmed["pick"], float(confirmed.get("pick_median") or 0.0)) if confirmed.get("pick") else "-"
+        best, pick, again = rec["search_best"], rec["pick"], rec["re_measured"]
         cells.append(tuple(escape(c) for c in (
-            r["id"], str(r.get("task")), str(r.get("backend")), str(r.get("policy")), str(r.get("strategy")),
-            f"{r.get('evaluations_done') or 0}/{r.get('budget')}",
-            scored(r.get("best_candidate"), float(r.get("best_score") or 0)), pick, scored(result, again),
-            shown_stage(str(r.get("status")), r),
-            REASONS.get(str(r.get("stop_kind")), str(r.get("stop_kind") or "-")), retries)))
-    unreadable = sum("unreadable" in r for r in rows)
-    title = f"runs ({len(rows)}{f', {unreadable} unreadable' if unreadable else ''})"
+            rec["run"], str(rec["task"]), str(rec["backend"]), str(rec["policy"]), str(rec["strategy"]),
+            f"{rec['evaluations_done']}/{rec['budget']}", scored(best["candidate"], best["score"]),
+            scored(pick["candidate"], pick["median"]) if pick else "-",
+            scored(again["candidate"], again["score"]) if again else "-", rec["stage"],
+            REASONS.get(str(rec["stop_kind"]), str(rec["stop_kind"] or "-")),
+            "-" if rec["retries"] is None else str(rec["retries"]))))
+    unreadable = sum(rec["status"] == "unreadable" for rec in records)
+    title = f"runs ({len(records)}{f', {unreadable} unreadable' if unreadable else ''})"
     console.print(fitted_table(console, title, RUNS_COLUMNS, cells))
+
+
+def _run_record(r: dict[str, Any]) -> dict[str, Any]:
+    """One run of `ksearch runs`, for the table and for --json alike: each score with the candidate it belongs to."""
+    from ksearch.harness.result import EvalResult
+    from ksearch.search.confirm import confirmations
+    from ksearch.search.run_end import shown_stage
+
+    if "unreadable" in r:
+        return {"run": r["id"], "path": r["path"], "status": "unreadable", "reason": r["unreadable"]}
+    usage = r.get("llm_usage") or {}
+    # the result's search workloads timed again in its holdout evaluation (the best score leans high); the result
+    # is the pick where the run's best few were timed again, else the search's best
+    again = EvalResult.from_json(r["holdout"]).search_score_again() if r.get("holdout") else None
+    result = r.get("chosen_candidate") or r.get("best_candidate")
+    # the confirmation that chose the run's result (its end's, or an adopted `ksearch confirm`'s): the pick and its
+    # median; a later `ksearch confirm` not adopted is `ksearch report`'s to show
+    confirmed = confirmations(Path(r["path"]), r)[0] or {}
+    return {
+        "run": r["id"], "path": r["path"], "task": r.get("task"), "backend": r.get("backend"),
+        "policy": r.get("policy"), "strategy": r.get("strategy"), "evaluations_done": r.get("evaluations_done") or 0,
+        "budget": r.get("budget"),
+        "search_best": {"candidate": r.get("best_candidate"), "score": float(r.get("best_score") or 0)},
+        "pick": {"candidate": confirmed["pick"], "median": float(confirmed.get("pick_median") or 0.0)}
+        if confirmed.get("pick") else None,
+        "re_measured": {"candidate": result, "score": again} if again is not None else None,
+        "status": r.get("status"), "stage": shown_stage(str(r.get("status")), r), "stop_kind": r.get("stop_kind"),
+        "retries": usage.get("retries") if r.get("policy") == "llm" else None,
+    }
 
 
 def confirm_cmd(
