@@ -94,6 +94,20 @@ _TRUTHY = ("1", "true", "yes", "on")
 _FALSY = ("0", "false", "no", "off")
 
 
+def env_switch(name: str, default: bool) -> bool:
+    """An on/off environment variable outside the run configuration (KSEARCH_MAMBA_COMPILE, ...): unset or empty
+    -> default; the words a boolean setting takes (1/true/yes/on, 0/false/no/off, any case); anything else a
+    ConfigError naming the variable, rather than a typo read as on."""
+    raw = os.environ.get(name, "")
+    word = raw.strip().lower()
+    if not word:
+        return default
+    if word in _TRUTHY or word in _FALSY:
+        return word in _TRUTHY
+    raise ConfigError(f"{name}={raw!r} is not on or off: set it to 1 or 0 (or unset it for the default, "
+                      f"{'1' if default else '0'})")
+
+
 def _kind(typ: Any) -> Any:
     """A field's type without its `| None`: bool, int, float, str or a settings dataclass."""
     args = [a for a in get_args(typ) if a is not type(None)]

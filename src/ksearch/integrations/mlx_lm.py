@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import mlx.core as mx
 
+from ksearch.config import env_switch
 from ksearch.errors import IntegrationError
 from ksearch.kernels.selective_scan import derive_params, mixer_decode, mixer_prefill
 
@@ -35,10 +36,12 @@ def _process_sequence(self: Any, x: mx.array, conv_cache: mx.array | None,
         return _ORIGINAL["_process_sequence"](self, x, conv_cache, state_cache)  # type: ignore[no-any-return]
     p = _params(self)
     xz = self.in_proj(x)
+    # Read strictly here (a typo is a ConfigError), not by the kernels, which take any other value as on.
+    fused = env_switch("KSEARCH_MAMBA_FUSED", False)
     if x.shape[1] == 1 and conv_cache is not None and state_cache is not None:
-        y, conv_cache, state = mixer_decode(xz, p, conv_cache, state_cache)
+        y, conv_cache, state = mixer_decode(xz, p, conv_cache, state_cache, fused=fused)
     else:
-        y, conv_cache, state = mixer_prefill(xz, p, conv_cache, state_cache)
+        y, conv_cache, state = mixer_prefill(xz, p, conv_cache, state_cache, fused=fused)
     return self.out_proj(y), (conv_cache, state)
 
 
@@ -66,18 +69,22 @@ def mamba_module() -> Any:
 
 
 def patch() -> None:
-    """Route mlx-lm's Mamba blocks through ksearch's kernels (idempotent)."""
+    """Route mlx-lm's Mamba blocks through ksearch's kernels (idempotent). IntegrationError where mlx-lm is missing
+    or too old, ConfigError for a KSEARCH_MAMBA_FUSED that is not on or off: both one line, nothing patched."""
     mamba = mamba_module()
+    env_switch("KSEARCH_MAMBA_FUSED", False)
     if "_process_sequence" not in _ORIGINAL:
         _ORIGINAL["_process_sequence"] = mamba.MambaBlock._process_sequence
     mamba.MambaBlock._process_sequence = _process_sequence  # type: ignore[method-assign]
 
 
 def unpatch() -> None:
+    """Put mlx-lm's own MambaBlock._process_sequence back; nothing to do (and mlx-lm not imported) if unpatched."""
+    if "_process_sequence" not in _ORIGINAL:
+        return
     from mlx_lm.models import mamba
 
-    if "_process_sequence" in _ORIGINAL:
-        mamba.MambaBlock._process_sequence = _ORIGINAL.pop("_process_sequence")  # type: ignore[method-assign]
+    mamba.MambaBlock._process_sequence = _ORIGINAL.pop("_process_sequence")  # type: ignore[method-assign]
 
 
 def is_patched() -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from ksearch.config import env_switch
 from ksearch.models.mamba import Model
 
 
@@ -59,9 +60,8 @@ class CompiledMamba:
 
 
 def use_compiled(flag: bool | None = None) -> bool:
-    """Compiled by default; KSEARCH_MAMBA_COMPILE=0 (or compiled=False) runs the eager model (for comparisons)."""
-    import os
-
+    """Compiled by default; KSEARCH_MAMBA_COMPILE=0 (or compiled=False) runs the eager model (for comparisons).
+    A value that is not on or off (KSEARCH_MAMBA_COMPILE=maybe) is a ConfigError."""
     if flag is not None:
         return flag
-    return os.environ.get("KSEARCH_MAMBA_COMPILE", "1") not in ("0", "false", "False")
+    return env_switch("KSEARCH_MAMBA_COMPILE", True)

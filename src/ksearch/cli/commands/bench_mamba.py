@@ -10,6 +10,8 @@ import typer
 
 from ksearch.cli.out_dir import check_out_dir
 
+DTYPES = ("float16", "bfloat16", "float32")
+
 
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("mamba")
@@ -18,7 +20,7 @@ def register(bench_app: typer.Typer) -> None:
         lengths: Annotated[str, typer.Option(help="Comma-separated prefill lengths.")] = "512,1024,2048,4096",
         decode_tokens: Annotated[int, typer.Option(help="Greedy decode steps per repetition.")] = 64,
         batch: Annotated[int, typer.Option(help="Batch size.")] = 1,
-        dtype: Annotated[str, typer.Option(help="float16, bfloat16 or float32.")] = "float16",
+        dtype: Annotated[str, typer.Option(help="float16, bfloat16 or float32.")] = DTYPES[0],
         reps: Annotated[int, typer.Option(help="Timed repetitions (interleaved) per configuration.")] = 3,
         baseline_max_length: Annotated[int, typer.Option(
             help="Longest prefill to run mlx-lm's per-token loop on (it runs ~100 tok/s on an H200).")] = 512,
@@ -38,6 +40,11 @@ def register(bench_app: typer.Typer) -> None:
         for flag, value in (("--reps", reps), ("--decode-tokens", decode_tokens), ("--batch", batch)):
             if value < 1:
                 raise typer.BadParameter(f"{value}: give 1 or more", param_hint=flag)
+        if baseline_max_length < 0:
+            raise typer.BadParameter(f"{baseline_max_length}: give 0 or more", param_hint="--baseline-max-length")
+        if dtype not in DTYPES:
+            raise typer.BadParameter(f"{dtype!r}: one of {', '.join(DTYPES)}", param_hint="--dtype")
+        mamba.fused_from_env()  # KSEARCH_MAMBA_FUSED=maybe: one line now, not after the model is built
         if not lens or min(lens) < 1:
             raise typer.BadParameter(f"--lengths must be positive integers, got {lengths!r}")
         check_out_dir(out)
