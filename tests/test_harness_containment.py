@@ -113,7 +113,7 @@ def test_the_workers_environment_is_an_allowlist(tmp_path):
               "MLX_AUTH_TOKEN": SECRET, "HF_TOKEN": SECRET, "SSH_AUTH_SOCK": "/run/agent", "DATABASE_URL": SECRET,
               "PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "CUDA_VISIBLE_DEVICES": "0",
               "MLX_USE_CUDA_GRAPHS": "0", "KSEARCH_TEST_OWNER": "x", "HOME": "/home/u", "TMPDIR": "/var/tmp",
-              "MLX_PTX_CACHE_DIR": "/shared/ptx"}
+              "MLX_PTX_CACHE_DIR": "/shared/ptx", "KSEARCH_CACHE": "/shared/ksearch"}
     trusted = worker_env({}, parent=parent)
     candidate = worker_env({"KSEARCH_WORKER_FD": "5"}, tmp_path, parent=parent)
     for env in (trusted, candidate):
@@ -121,7 +121,8 @@ def test_the_workers_environment_is_an_allowlist(tmp_path):
         assert {"PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "MLX_USE_CUDA_GRAPHS", "KSEARCH_TEST_OWNER"} <= set(env)
         assert not {"KSEARCH_LLM_BASE_URL", "KSEARCH_RUNS_DIR", "SSH_AUTH_SOCK"} & set(env)
     assert trusted["HOME"] == "/home/u" and trusted["MLX_PTX_CACHE_DIR"] == "/shared/ptx"
-    for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "CUDA_CACHE_PATH", "MLX_PTX_CACHE_DIR"):
+    assert trusted["KSEARCH_CACHE"] == "/shared/ksearch"
+    for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "CUDA_CACHE_PATH", "MLX_PTX_CACHE_DIR", "KSEARCH_CACHE"):
         assert candidate[name].startswith(str(tmp_path)), name
     assert candidate["KSEARCH_WORKER_FD"] == "5"
 

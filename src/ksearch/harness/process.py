@@ -38,8 +38,9 @@ _SRC = str(Path(__file__).resolve().parents[2])
 
 def worker_env(extra: dict[str, str], scratch: Path | None = None, parent: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a worker starts with. With `scratch` (an untrusted candidate's worker), its home, temporary
-    and cache directories all point there: MLX's PTX cache and CUDA's compute cache would otherwise be shared with
-    the trusted workers, and a candidate could plant compiled kernels in them."""
+    and cache directories all point there: MLX's PTX cache, CUDA's compute cache and the Metal emulation's library
+    cache (KSEARCH_CACHE) would otherwise be shared with the trusted workers, and a candidate could plant compiled
+    kernels in them (contained, it cannot write there at all: every kernel it compiled failed)."""
     source = os.environ if parent is None else parent
     env = {k: v for k, v in source.items()
            if (k in _ENV_NAMES or k.startswith(_ENV_PREFIXES))
@@ -50,7 +51,7 @@ def worker_env(extra: dict[str, str], scratch: Path | None = None, parent: dict[
     if scratch is not None:
         s = str(scratch)
         env.update(HOME=s, TMPDIR=s, XDG_CACHE_HOME=f"{s}/.cache", CUDA_CACHE_PATH=f"{s}/.nv/ComputeCache",
-                   MLX_PTX_CACHE_DIR=f"{s}/mlx-ptx")
+                   MLX_PTX_CACHE_DIR=f"{s}/mlx-ptx", KSEARCH_CACHE=f"{s}/.cache/ksearch")
     env.update(extra)
     return env
 
