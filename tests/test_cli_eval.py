@@ -225,3 +225,12 @@ def test_bad_flags_exit_2(args):
     assert done.returncode == 2
     assert done.stdout == ""
     assert "Error" in done.stderr or "error" in done.stderr
+
+
+def test_a_long_message_keeps_its_end_where_the_error_is():
+    # A traceback's last line is the error; the table once kept the first 1500 characters (the harness's frames).
+    frames = "".join(f'  File "/x/harness/worker.py", line {i}, in serve\n' for i in range(100))
+    message = f"cpu_256x1024_f32: run() raised:\nTraceback (most recent call last):\n{frames}ValueError: the real cause"
+    shown = _rendered(EvalResult(status="runtime_error", task="softmax", backend="mlx-cpu", baseline="native",
+                                 message=message))
+    assert "ValueError: the real cause" in shown and "cpu_256x1024_f32: run() raised:" in shown

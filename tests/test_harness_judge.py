@@ -67,3 +67,14 @@ def test_a_failure_names_the_worst_value_and_how_many() -> None:
     worst = np.unravel_index(70_000 % out.size, SHAPE)
     assert verdict.status == "wrong_answer" and "2 of" in verdict.message and str(tuple(int(i) for i in worst)) in \
         verdict.message and verdict.max_abs == pytest.approx(5.0)
+
+
+def test_nan_in_an_output_names_the_first_one() -> None:
+    # A kernel that skips a column or a row leaves NaN (uninitialised memory) there: where it starts says which.
+    ref = np.ones(SHAPE, dtype=np.float32)
+    out = ref.copy()
+    out[5:, -1] = np.nan
+    verdict = judging.judge(TASK, WORKLOAD, [out], [DTYPE], [ref])
+    assert verdict.status == "wrong_answer" and verdict.max_abs is None
+    assert verdict.message.endswith(f"{SHAPE[0] - 5} of {out.size} values are NaN or Inf, the first at "
+                                    f"(5, {SHAPE[1] - 1})"), verdict.message

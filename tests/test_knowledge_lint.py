@@ -490,3 +490,12 @@ def test_a_header_built_at_run_time_is_a_warning_not_a_compile_error(monkeypatch
     assert [d.code for d in diags] == ["unresolved-header"] and diags[0].severity == "warning"
     assert compiled == []  # nothing handed to nvcc
     assert lint_source(_CONSTANTS_CANDIDATE, "mlx-cuda") == []  # the harness's (shallow) lint: clean
+
+
+def test_deep_without_a_compiler_says_so_once_for_every_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    # softmax's GPU workloads use two dtypes; the missing compiler is one fact, not one per dtype.
+    monkeypatch.delenv("KSEARCH_CLANG", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    source = (STARTERS[0].parent / "softmax_metal.py").read_text()
+    diags = lint_source(source, "mlx-metal", get_task("softmax"), deep=True)
+    assert [d.code for d in diags] == ["deep-check-skipped"]

@@ -18,7 +18,7 @@ import numpy as np
 from ksearch.harness import timing
 from ksearch.harness.baselines import Baselines
 from ksearch.harness.digest import fingerprint_numpy, from_raw_bits
-from ksearch.harness.judge import judge
+from ksearch.harness.judge import Verdict, judge
 from ksearch.harness.measure import Check, Fail, Timed, classify_exception, time_workload
 from ksearch.harness.process import WorkerDied, WorkerProcess, initialise, spawn, start
 from ksearch.harness.result import EvalResult, WorkloadResult, geomean
@@ -143,6 +143,14 @@ class Evaluator:
     def _tally(self, name: str, seconds: float) -> None:
         """A part of a phase ("phase > part"), reported beside the phases and not added to them."""
         self.phases[name] = self.phases.get(name, 0.0) + seconds
+
+    def _unwritten(self, verdict: Verdict) -> str:
+        """Why an emulated kernel's output may hold NaN it never computed (surface.py fills floating outputs with NaN
+        where MLX leaves them uninitialised): the likeliest cause, named."""
+        if verdict.max_abs is None and self.backend.emulation:
+            return (f" ({self.backend.name} fills an output with NaN before the kernel runs unless init_value= is "
+                    "given: a NaN there may be an element the kernel never wrote)")
+        return ""
 
     # -- the next candidate's worker, spawned ahead -----------------------------------------------------------------
     def _spare_key(self, opts: EvalOptions) -> tuple[Any, ...]:
@@ -452,7 +460,7 @@ class Evaluator:
                 wr.max_rel_err = max(wr.max_rel_err or 0.0, verdict.max_rel)
             if verdict.status != "passed":
                 wr.status = verdict.status
-                raise Fail(verdict.status, f"{w.name} (seed {seed}): {verdict.message}")
+                raise Fail(verdict.status, f"{w.name} (seed {seed}): {verdict.message}{self._unwritten(verdict)}")
             # The first 4 KB of the first output (a slice first: tobytes() of the whole would copy tens of MB).
             key = "".join(a.reshape(-1)[:max(1, 4096 // max(1, a.itemsize))].tobytes().hex() for a in raw[:1])
             if key in seen:

@@ -51,8 +51,9 @@ def judge(task: Task, workload: Workload, outputs: list[np.ndarray], dtypes: lis
             finite = np.isfinite(o)
             if not finite.all():
                 bad = int((~finite).sum())
-                return Verdict("wrong_answer", f"output {spec.name}: {bad} of {o.size} values are NaN or Inf", None,
-                               None)
+                first = tuple(int(i) for i in np.unravel_index(int(np.argmin(finite)), finite.shape))
+                return Verdict("wrong_answer", f"output {spec.name}: {bad} of {o.size} values are NaN or Inf, the "
+                               f"first at {first}", None, None)
             idx = np.unravel_index(int(np.argmax(diff - allowed)), diff.shape)
             max_abs = float(diff.max())
             return Verdict(

@@ -307,7 +307,9 @@ def lint_source(source: str, backend: str, task: Task | None = None, deep: bool 
         # Each dtype the task's GPU workloads use (the wrapper's types change with it); without a task, float32:
         # every tensor is then assumed to share one dtype, and fp16 guesses would report false ambiguities.
         for dtype in _gpu_dtypes(task):
-            diags += deep_check(kernels, "metal" if backend == "mlx-metal" else "cuda", dtype)
+            # What does not depend on the dtype (no compiler here, a header not resolved) is said once.
+            diags += [d for d in deep_check(kernels, "metal" if backend == "mlx-metal" else "cuda", dtype)
+                      if d not in diags]
     return diags
 
 

@@ -121,6 +121,15 @@ def _eval_verdict(r: EvalResult) -> Text:
     return line
 
 
+def _clipped(message: str, limit: int = 1500) -> str:
+    """A long message's first line (the workload and what failed) and its end: the error itself comes last in a
+    traceback, and the start of a long one is frames of the harness."""
+    if len(message) <= limit:
+        return message
+    head = message.split("\n", 1)[0][:200]
+    return f"{head}\n[...]\n{message[-(limit - len(head)):]}"
+
+
 def eval_table(r: EvalResult) -> RenderableType:
     """The verdict, a row per workload, then the emulator's note and the candidate's message as text of the
     console's width (a table's caption wraps at the table's width, which a failed verdict leaves at two columns).
@@ -136,7 +145,7 @@ def eval_table(r: EvalResult) -> RenderableType:
     # A column with nothing in it (the roofline on the CPU) leaves its room to the workload names.
     keep = [i for i, c in enumerate(cols) if c in ("workload", "split") or any(row[i] != "-" for row in rows)]
     # A candidate's message is text, never markup.
-    notes = [Text(text) for text in (f"timing: {r.timing}" if r.timing else "", r.message[:1500]) if text]
+    notes = [Text(text) for text in (f"timing: {r.timing}" if r.timing else "", _clipped(r.message)) if text]
     if len(keep) == 2:
         return Group(_eval_verdict(r), *notes)
     t = compact_table()
