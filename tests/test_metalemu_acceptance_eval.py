@@ -180,17 +180,23 @@ def run(x):
 '''
 
 
+# FAULT is line 11 of _SRC and line 13 of the candidate's file.
+AT_FAULT = "metal_kernel 'softmax_faulty' at line 13 of candidate.py (line 11 of its source=): "
+
+
 @pytest.mark.parametrize("pad,fault,status,words", [
     (64, "if ((int)row == rows - 1) out[rows * cols] = (T)0;", "runtime_error",
-     ("custom_kernel_softmax_faulty", "out-of-bounds", "line 11 of the source= of metal_kernel 'softmax_faulty'")),
-    (64, "s = undeclared_function(s);", "compile_error",
-     ("custom_kernel_softmax_faulty", "undeclared_function", "line 11 of the source= of metal_kernel 'softmax_faulty'")),
+     (AT_FAULT + "buffer 2 (`out`): out-of-bounds", "thread (")),
+    (64, "s = undeclared_function(s);", "compile_error", (AT_FAULT + "use of undeclared identifier",)),
+    (64, "if (row > 0) return;", "wrong_answer",
+     ("values are NaN or Inf, the first at (1, 0)", "a NaN there may be an element the kernel never wrote")),
     pytest.param(12288, "", "compile_error", ("softmax_faulty", "49152 bytes", "32768"), marks=full_only),
-], ids=["a write past the output", "an undeclared function", "48 KB of threadgroup memory"])
+], ids=["a write past the output", "an undeclared function", "rows never written", "48 KB of threadgroup memory"])
 def test_faults_are_verdicts_naming_kernel_and_line(pad: int, fault: str, status: str, words: tuple[str, ...],
                                                     tmp_path: Path) -> None:
     result = eval_json("softmax", _FAULTY.replace("PAD)]", f"{pad})]").replace("FAULT", fault), tmp_path,
                        f"faulty_{pad}_{len(fault)}")
     assert result["status"] == status, result["message"][-2000:]
+    assert "Traceback" not in result["message"], result["message"]
     for w in words:
         assert w in result["message"], (w, result["message"][-2000:])

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import pytest
@@ -127,6 +128,25 @@ def test_engine_status_is_the_verdict() -> None:
     assert classify_exception(tb, [], "compile_error") == "compile_error"
     assert classify_exception(tb, [], "passed") == "runtime_error"  # only the two failure kinds pass through
     assert classify_exception(tb, ["mx.softmax"], "compile_error") == "forbidden"
+
+
+def test_an_engine_error_reaches_the_verdict_as_its_message_alone() -> None:
+    # It names the kernel and the candidate's line; a traceback added the harness's and the emulation's frames, and
+    # its length pushed the error itself out of the verdict's message.
+    from ksearch.errors import MetalEmuError
+    from ksearch.harness.worker import _failure
+
+    def failing(exc: BaseException) -> dict[str, Any]:
+        try:
+            raise exc
+        except BaseException as caught:  # noqa: BLE001 - what the worker catches
+            return _failure(caught)
+
+    said = "metal_kernel 'k' at line 8 of candidate.py (line 6 of its source=): expected ';'"
+    reply = failing(MetalEmuError(said, status="compile_error"))
+    assert reply == {"ok": False, "kind": "exception", "error": f"MetalEmuError: {said}", "status": "compile_error"}
+    other = failing(ValueError("[metal_kernel] Expected `inputs` to have size 1 but got size 2."))
+    assert "Traceback" in other["error"] and "status" not in other  # the candidate's own Python: where it raised
 
 
 def test_every_figure_says_it_is_the_emulator_s(tmp_path: Path) -> None:

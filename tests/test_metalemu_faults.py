@@ -6,6 +6,9 @@ runtime faults share one source (one compile)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from metalemu_source import mlx_source
@@ -225,18 +228,18 @@ def test_threadgroup_memory_past_the_limit() -> None:
     assert "49152 bytes" in str(e.value) and "32768" in str(e.value) and "more error" not in str(e.value)
 
 
-@pytest.mark.parametrize("header, body, construct", [
-    ("float sample(texture2d<float> t) { return 0.0f; }\n", "out[0] = x[0];", "texture2d"),
-    ("", "double d = x[0];\n    out[0] = d;", "double"),
+@pytest.mark.parametrize("header, body, construct, words", [
+    ("float sample(texture2d<float> t) { return 0.0f; }\n", "out[0] = x[0];", "texture2d", "not emulated: textures"),
+    ("", "double d = x[0];\n    out[0] = d;", "double", "Metal has no 64-bit floating point type"),
 ])
-def test_unsupported_construct(header: str, body: str, construct: str) -> None:
+def test_unsupported_construct(header: str, body: str, construct: str, words: str) -> None:
     from ksearch.metalemu.translate import translate
 
     src, _ = mlx_source("unsupported", {"x": np.zeros(64, np.float32)}, {"out": "float32"}, body, header=header)
     with pytest.raises(MetalEmuError) as e:
         translate(src)
     assert e.value.status == "compile_error"
-    assert f"`{construct}`" in str(e.value)
+    assert f"`{construct}`" in str(e.value) and words in str(e.value)
     lines = src.splitlines()
     assert construct in lines[e.value.line - 1]
 
@@ -258,3 +261,52 @@ def test_buffer_of_the_wrong_type(faults: dict) -> None:
         run_kernel(faults["source"], faults["correct"][0], [np.zeros(64), np.zeros(64, np.float32)], (64, 1, 1),
                    (64, 1, 1))
     assert e.value.kind == "arguments" and "float64" in str(e.value) and "`x`" in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int16"])
+def test_atomic_of_a_type_metal_has_no_atomic_for(dtype: str) -> None:
+    # atomic_outputs=True on a float16 output: `device atomic<float16_t>*`, which Metal does not compile.
+    from ksearch.metalemu.cpu import run_kernel
+
+    body = """
+    uint i = thread_position_in_grid.x;
+    atomic_fetch_add_explicit(&out[i], x[i], memory_order_relaxed);
+"""
+    x = np.zeros(64, dtype)
+    src, host = mlx_source("atomic_" + dtype, {"x": x}, {"out": dtype}, body, atomic=True)
+    with pytest.raises(MetalEmuError) as e:
+        run_kernel(src, host, [x, np.zeros(64, dtype)], (64, 1, 1), (64, 1, 1))
+    assert e.value.status == "compile_error" and e.value.body_line == _body_line(body, "atomic_fetch_add")
+    assert "Metal has atomic<T> only for T = int, uint, bool, ulong and float" in str(e.value)
+    assert f"(here T = {'half' if dtype == 'float16' else 'short'})" in str(e.value)
+    assert "static_assert" not in str(e.value) and "requirement" not in str(e.value)
+
+
+NEVER_ENDS = """
+    uint i = thread_position_in_grid.x;
+    float s = 0.0f;
+    for (int c = 0; c < 8; c += 0) s += x[c];
+    out[i] = s;
+"""
+
+
+def test_a_loop_that_never_ends_runs_until_stopped() -> None:
+    """C++ lets a compiler assume that a loop without side effects ends; clang then compiled this one to whatever
+    came after it, and the kernel failed at once with a misaligned read it never made. A kernel that never returns
+    must run until its caller's timeout, as on a GPU."""
+    from ksearch.metalemu.compile import build
+
+    x = np.zeros(64, np.float32)
+    src, host = mlx_source("never_ends", {"x": x}, {"out": "float32"}, NEVER_ENDS)
+    build(src)  # compiled (and cached) here: the seconds below are the run's
+    script = ("import numpy as np\nfrom ksearch.metalemu.cpu import run_kernel\n"
+              f"run_kernel({src!r}, {host!r}, [np.zeros(64, np.float32), np.zeros(64, np.float32)], (64, 1, 1), "
+              "(64, 1, 1))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=4)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return
+    pytest.fail(f"a kernel that never ends returned (exit {proc.returncode}): {err[-1500:]}")

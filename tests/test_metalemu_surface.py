@@ -14,6 +14,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from ksearch.errors import MetalEmuError
 from ksearch.metalemu import surface
 from ksearch.metalemu.surface import metal_kernel
 
@@ -248,3 +249,78 @@ def test_install_replaces_and_restores() -> None:
     assert mx.fast.metal_kernel is original
     with pytest.raises(ValueError, match="unknown Metal emulation engine"):
         surface.install("nope")
+
+
+# -- errors in the kernel author's own lines ---------------------------------------------------------------------------
+KERNEL_FILE = '''from ksearch.metalemu.surface import metal_kernel
+
+HEADER = """
+inline float twice(float v) { return 2.0f * v; }
+"""
+
+SOURCE = """
+    uint i = thread_position_in_grid.x;
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // line 3
+    out[i] = twice(x[i]);
+"""
+
+k = metal_kernel(name="mine", input_names=["x"], output_names=["out"], source=SOURCE, header=HEADER, engine="raise")
+built = metal_kernel(name="built", input_names=["x"], output_names=["out"], engine="raise",
+                     source=SOURCE.replace("x[i]", "x[i] + 1.0f"))
+'''
+
+
+def _raise_at(monkeypatch: pytest.MonkeyPatch, needle: str) -> None:
+    """An engine that fails as the real one does: at the translation unit's line holding `needle`, naming the line
+    of the kernel's last statement too, quoting its own line."""
+    def engine(source: str, kernel_name: str, *_args: Any, **_kw: Any) -> None:
+        lines = source.splitlines()
+        at = next(i + 1 for i, ln in enumerate(lines) if needle in ln)
+        last = next(i + 1 for i, ln in enumerate(lines) if "out[i] = twice" in ln)
+        raise MetalEmuError(f"{kernel_name}: line {at}: stuck; the others wait at line {last} "
+                            f"[{lines[at - 1].strip()}] (threadgroup (0, 0, 0), thread (0, 0, 0) in it)",
+                            kernel=kernel_name, line=at, kind="barrier_divergence")
+
+    monkeypatch.setitem(surface.ENGINES, "raise", lambda: engine)
+
+
+@pytest.mark.parametrize("kernel,needle,place,other,body_line", [
+    ("mine", "threadgroup_barrier", "at line 9 of kernels.py (line 3 of its source=)", "line 10", 3),
+    ("mine", "inline float twice", "at line 4 of kernels.py (line 2 of its header=)", "line 10", None),
+    ("mine", "[[kernel]]", "at line 3 of the source MLX generates around source= (verbose=True prints it)", "line 10",
+     None),
+    ("built", "threadgroup_barrier", "at line 3 of its source=", "line 4 of its source=", 3),
+], ids=["body", "header", "generated signature", "source built at run time"])
+def test_engine_errors_name_the_kernel_and_the_authors_lines(kernel: str, needle: str, place: str, other: str,
+                                                            body_line: int | None, monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Any) -> None:
+    import runpy
+
+    _raise_at(monkeypatch, needle)
+    path = tmp_path / "kernels.py"
+    path.write_text(KERNEL_FILE)
+    k = runpy.run_path(str(path))["k" if kernel == "mine" else kernel]
+    with pytest.raises(MetalEmuError) as e:
+        k(inputs=[mx.ones(4)], output_shapes=[(4,)], output_dtypes=[mx.float32], grid=(4, 1, 1),
+          threadgroup=(4, 1, 1))
+    msg = str(e.value)
+    # The other line it names is counted the same way; the name MLX generates is not the author's.
+    assert msg.startswith(f"metal_kernel {kernel!r} {place}: stuck; the others wait at {other} ["), msg
+    assert "custom_kernel_" not in msg.split(" [")[0]
+    if needle == "threadgroup_barrier":
+        assert "// line 3] (threadgroup" in msg  # the quoted source line stays as written
+    assert e.value.body_line == body_line and e.value.kind == "barrier_divergence"
+
+
+@pytest.mark.parametrize("dtype,words", [(mx.float64, "Metal has no 64-bit floating point"),
+                                         (mx.complex64, "not emulated: complex64")])
+def test_dtypes_it_does_not_run_are_compile_errors_naming_the_buffer(dtype: Any, words: str,
+                                                                      recorder: Recorder) -> None:
+    k = metal_kernel(name="cast", input_names=["x"], output_names=["out"], source="out[0] = x[0];", engine="record")
+    for inputs, out, which in (([mx.ones(4, dtype=dtype)], mx.float32, "input `x`"),
+                               ([mx.ones(4)], dtype, "output `out`")):
+        with pytest.raises(MetalEmuError) as e:
+            k(inputs=inputs, output_shapes=[(4,)], output_dtypes=[out], grid=(4, 1, 1), threadgroup=(4, 1, 1))
+        assert e.value.status == "compile_error"
+        assert str(e.value).startswith(f"metal_kernel 'cast': {which} is ") and words in str(e.value)
+    assert recorder.calls == []

@@ -32,6 +32,9 @@ KERNEL_FLAGS = _COMMON + [
     "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes", "-Wno-pragma-clang-attribute",
     # thread-private arrays indexed out of bounds: the handler is the runtime core's, no sanitizer runtime is linked
     "-fsanitize=array-bounds", "-fno-sanitize-recover=array-bounds",
+    # C++ lets the compiler assume a loop without side effects ends: a kernel's endless loop was compiled to whatever
+    # followed it and failed with an access it never made; on a GPU it runs until the caller's timeout, and so here.
+    "-fno-finite-loops",
 ]
 CORE_FLAGS = _COMMON + ["-shared", "-pthread"]
 _lock = threading.Lock()
@@ -163,6 +166,10 @@ def check(source: str, tg_limit: int = 32768) -> Translation:
 _DIAG = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): (?P<sev>error|fatal error|note|warning): "
                    r"(?P<msg>.*)$")
 _TG_LIMIT = re.compile(r"requirement '(\d+)UL <= (\d+)UL'")
+# clang 14: static_assert failed due to requirement 'R' "M"; clang 16 and later: static assertion failed due to
+# requirement 'R': M
+_STATIC_ASSERT = re.compile(r"static.assert(?:ion)? failed(?: due to requirement '(?P<req>.*)')?:? \"?(?P<msg>.*?)\"?$")
+_FIRST_TYPE = re.compile(r"is_same_v<(?:ks::)?([^,<>]+),")
 
 
 def compile_failure(stderr: str, tr: Translation, source: str) -> MetalEmuError:
@@ -194,6 +201,8 @@ def compile_failure(stderr: str, tr: Translation, source: str) -> MetalEmuError:
         kind = "threadgroup_memory_limit"
         msg = (f"threadgroup memory of {total} bytes (each variable 16-byte aligned) exceeds the limit of "
                f"{int(m.group(2))} bytes; the declaration at this line passes it")
+    elif assertion := _STATIC_ASSERT.match(msg):
+        msg = _assertion(assertion)
     text = _source_line(source, line)
     where = f"line {line}: " if line else ""
     extra = f" [{text}]" if text else ""
@@ -202,6 +211,13 @@ def compile_failure(stderr: str, tr: Translation, source: str) -> MetalEmuError:
     body = line - kernel.body_line if kernel and line and line > kernel.body_line else None
     return MetalEmuError(f"{kname}: {where}{msg}{extra}{tail}", status="compile_error", kernel=kname, line=line,
                          body_line=body, kind=kind)
+
+
+def _assertion(m: re.Match[str]) -> str:
+    """A runtime header's static_assert as its message alone (clang spells out the whole requirement), with the type
+    it was about where the requirement names one (`atomic<half>`)."""
+    first = _FIRST_TYPE.search(m.group("req") or "")
+    return m.group("msg") + (f" (here T = {first.group(1).strip()})" if first else "")
 
 
 def _source_line(source: str, line: int | None) -> str:

@@ -31,6 +31,7 @@ import numpy as np
 
 from ksearch.backends.profiles import emulated_profile
 from ksearch.errors import MetalEmuError
+from ksearch.metalemu.surface_lines import Origin, locate, origin
 from ksearch.metalemu.surface_source import TYPE_STRINGS, InputInfo, TemplateArg, generate
 
 
@@ -43,6 +44,13 @@ def limits() -> tuple[int, int]:
 
 
 MATH_MODES = ("safe", "relaxed", "fast")
+
+#: Dtypes MLX writes into a signature that the emulation does not run, and why: a compile error naming the buffer,
+#: not clang's word on a type it has never heard of.
+NOT_RUN = {
+    "float64": "Metal has no 64-bit floating point (double): use float32",
+    "complex64": "not emulated: complex64 buffers (MLX's complex64_t); judge this kernel on a Mac",
+}
 
 _CALL_SIGNATURE = ("__call__(self, *, inputs: list[scalar | array], output_shapes: list[Sequence[int]], "
                    "output_dtypes: list[Dtype], grid: tuple[int, int, int], threadgroup: tuple[int, int, int], "
@@ -213,7 +221,8 @@ class MetalKernel:
     """What `metal_kernel` returns: call it with MLX's keywords; it returns the list of output arrays."""
 
     def __init__(self, name: str, input_names: list[str], output_names: list[str], source: str, header: str,
-                 ensure_row_contiguous: bool, atomic_outputs: bool, math_mode: str, engine: str) -> None:
+                 ensure_row_contiguous: bool, atomic_outputs: bool, math_mode: str, engine: str,
+                 where: Origin | None = None) -> None:
         self.name = name
         self.input_names = input_names
         self.output_names = output_names
@@ -223,6 +232,7 @@ class MetalKernel:
         self.atomic_outputs = atomic_outputs
         self.math_mode = math_mode
         self.engine = engine
+        self.where = where or Origin()
         self._sources: dict[tuple[Any, ...], tuple[str, str]] = {}
 
     def __repr__(self) -> str:
@@ -264,6 +274,7 @@ class MetalKernel:
             if t not in TYPE_STRINGS:
                 raise ValueError(f"Unsupported compilation type {t}")
         infos = [InputInfo(_dtype_name(a.dtype), a.ndim, a.size) for a in arrays]
+        self._check_types([i.dtype for i in infos], out_types)
         func, text = self.translation_unit(infos, out_types, targs)
         if verbose:
             print(f"Generated source code for `{self.name}`:\n```\n{text}\n```", flush=True)
@@ -283,7 +294,7 @@ class MetalKernel:
             try:
                 ENGINES[self.engine]()(text, func, buffers, grid3, dims, threadgroup_memory_limit=memory)
             except MetalEmuError as exc:
-                raise self._located(exc) from None
+                raise locate(exc, self.name, text, self.source, self.header, self.where) from None
         return [self._result(o, d) for o, d in zip(outs, output_dtypes, strict=True)]
 
     def translation_unit(self, inputs: list[InputInfo], output_dtypes: list[str],
@@ -318,14 +329,12 @@ class MetalKernel:
                     out.append(np.array(a.ndim, dtype=np.int32))
         return out
 
-    def _located(self, exc: MetalEmuError) -> MetalEmuError:
-        """The engine's error, with the line counted in the kernel's own `source=` text as well as in the translation
-        unit (the one a Mac never shows): what a reader of the candidate can find."""
-        body = getattr(exc, "body_line", None)
-        if not body:
-            return exc
-        return MetalEmuError(f"{exc} (line {body} of the source= of metal_kernel {self.name!r})", status=exc.status,
-                             kernel=exc.kernel, line=exc.line, body_line=body, kind=exc.kind)
+    def _check_types(self, inputs: list[str], outputs: list[str]) -> None:
+        for what, names, types in (("input", self.input_names, inputs), ("output", self.output_names, outputs)):
+            for name, dtype in zip(names, types, strict=True):
+                if dtype in NOT_RUN:
+                    raise MetalEmuError(f"metal_kernel {self.name!r}: {what} `{name}` is {dtype}: {NOT_RUN[dtype]}",
+                                        status="compile_error", kind="compile")
 
     @staticmethod
     def _result(buf: np.ndarray, dtype: mx.Dtype) -> mx.array:
@@ -349,7 +358,8 @@ def metal_kernel(name: str, input_names: Sequence[str], output_names: Sequence[s
         raise ValueError("[metal_kernel] Must specify at least one output.")
     if engine not in ENGINES:
         raise ValueError(f"unknown Metal emulation engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    return MetalKernel(name, ins, outs, source, header, ensure_row_contiguous, atomic_outputs, mode, engine)
+    return MetalKernel(name, ins, outs, source, header, ensure_row_contiguous, atomic_outputs, mode, engine,
+                       origin(source, header))
 
 
 def install(engine: str = "cpu") -> Callable[[], None]:

@@ -49,9 +49,11 @@ UNSUPPORTED = {
     "ray_data": "ray tracing", "object_data": "mesh shading", "acceleration_structure": "ray tracing",
     "intersection_function_table": "ray tracing", "visible_function_table": "function tables",
     "indirect_command_buffer": "indirect command buffers", "simdgroup_event": "asynchronous copies",
-    "simdgroup_async_copy": "asynchronous copies", "double": "double (Metal has no 64-bit floating point)",
-    "coherent": "coherent device memory", "patch_control_point": "tessellation",
+    "simdgroup_async_copy": "asynchronous copies", "coherent": "coherent device memory",
+    "patch_control_point": "tessellation",
 }
+#: Words that are no Metal at all (a Mac rejects them too), and what to write instead.
+NOT_METAL = {"double": "Metal has no 64-bit floating point type: use float"}
 UNSUPPORTED_PARAM_ATTRS = ("threadgroup", "stage_in", "texture", "sampler", "payload", "imageblock",
                            "color", "vertex_id", "instance_id")
 # Identifiers whose presence makes threads block (barriers, SIMD-group functions): such kernels run one fiber per
@@ -152,8 +154,12 @@ def _rewrite_literals(u: Unit) -> None:
 def _check_unsupported(u: Unit) -> None:
     for k in range(len(u.sig)):
         t = u.t(k)
-        if t.kind == "id" and t.orig in UNSUPPORTED and u.s(k - 1) not in (".", "->") and u.s(k + 1) != "(":
-            raise fail(f"`{t.orig}`: {UNSUPPORTED[t.orig]} are not supported by the Metal emulation", t.line)
+        if t.kind != "id" or u.s(k - 1) in (".", "->") or u.s(k + 1) == "(":
+            continue
+        if t.orig in NOT_METAL:
+            raise fail(f"`{t.orig}`: {NOT_METAL[t.orig]}", t.line)
+        if t.orig in UNSUPPORTED:
+            raise fail(f"not emulated: {UNSUPPORTED[t.orig]} (`{t.orig}`)", t.line)
 
 
 def _rewrite_address_spaces(u: Unit, in_kernel, decls: list[int]) -> None:  # noqa: ANN001 - a position predicate
@@ -191,7 +197,7 @@ def _rewrite_address_spaces(u: Unit, in_kernel, decls: list[int]) -> None:  # no
         marker = u.s(j)
         if marker == "*":
             if u.s(j + 1) == "*":
-                raise fail(f"pointer to pointer in the {space} address space is not supported", t.line)
+                raise fail(f"not emulated: a pointer to a pointer in the {space} address space", t.line)
             if space == "thread":
                 t.kill()
                 continue
@@ -329,7 +335,7 @@ def _kernel_params(u: Unit, a: int, b: int, kernel: str) -> list[KernelParam]:
         elif spec in ATTRIBUTES:
             params.append(KernelParam(name, "attribute", ATTRIBUTES.index(spec)))
         elif spec.split("(")[0] in UNSUPPORTED_PARAM_ATTRS:
-            raise fail(f"kernel {kernel}: [[{spec}]] parameters are not supported by the Metal emulation", line, kernel)
+            raise fail(f"kernel {kernel}: not emulated: [[{spec}]] parameters", line, kernel)
         else:
             raise fail(f"kernel {kernel}: unknown parameter attribute [[{spec}]]", line, kernel)
     return params

@@ -276,7 +276,12 @@ template <class A> KS_INLINE tg_decay_t<A> tg_decl(unsigned long end, const char
 // ---------------------------------------------------------------------------------------------------------------------
 // atomics
 
-template <class T> struct atomic_cell { T v; };
+template <class T> struct atomic_cell {
+  static_assert(is_same_v<T, int> || is_same_v<T, uint> || is_same_v<T, bool> || is_same_v<T, float> ||
+                    is_same_v<T, ulong> || is_same_v<T, long>,
+                "Metal has atomic<T> only for T = int, uint, bool, ulong and float");
+  T v;
+};
 
 // The value storage behind an atomic pointer, after the checks of its address space.
 template <class A> KS_INLINE auto atomic_at(A* p, bool) { return &p->v; }
