@@ -158,7 +158,8 @@ def fresh_launches():
 @pytest.mark.parametrize("hopper", [True, False])
 def test_decode_takes_the_kernel_decode_plan_names_at_every_length(monkeypatch, fresh_launches, hopper):
     """decode() decides from one cached route a call (the tensor-core kernel past MMA_MIN_KV_BYTES on Hopper, split-K
-    within the cache, native outside it): the same kernel decode_plan names, on either side of every threshold."""
+    below it): the same kernel decode_plan names, on either side of every threshold; a length outside the cache is
+    refused by both before anything runs."""
     from ksearch.kernels.decode import cuda_cluster
 
     monkeypatch.setattr(device, "backend", lambda: "cuda")
@@ -175,13 +176,19 @@ def test_decode_takes_the_kernel_decode_plan_names_at_every_length(monkeypatch, 
     kc = mx.zeros((1, 8, 40000, 128), dtype=f16)
     per_key = 2 * 8 * 128 * 2  # bytes of K and V a position at B 1
     edge = kd.MMA_MIN_KV_BYTES // per_key
-    for length in (-1, 0, 1, 4096, edge, edge + 1, 33000, 40000, 40001):
+    for length in (1, 4096, edge, edge + 1, 33000, 40000):
         ran.clear()
         kd.decode(q, kc, kc, length)
         kd.decode_plan(q, kc, kc, length)[1]()
         assert ran[0] == ran[1], (length, ran)
-        want = "native" if not 0 < length <= 40000 else "mma_split" if hopper and length > edge else "split_k"
+        want = "mma_split" if hopper and length > edge else "split_k"
         assert ran[0] == want, (length, ran)
+    ran.clear()
+    for length in (-1, 0, 40001):
+        for call in (kd.decode, kd.decode_plan):
+            with pytest.raises(ValueError, match=r"length must lie in 1\.\.40000"):
+                call(q, kc, kc, length)
+    assert not ran
     cuda_cluster.parts_launch.cache_clear()
 
 
@@ -301,11 +308,184 @@ def test_float32_on_cuda_takes_the_3xtf32_kernel_where_it_was_measured_ahead(mon
     # TF32 off: MLX's at fp32's accuracy was behind at every shape measured
     monkeypatch.setenv("MLX_ENABLE_TF32", "0")
     assert plan(n, n, 128, False) == "mma_tf32x3_m128_n32_fl"
-    # not measured below F32_KERNEL_FROM; does not fit: the mask with L > S, D 96
-    for other in ((n - 1, n, 64, False), (n, n - 1, 64, False), (n + 1, n, 128, True), (n, n, 96, True)):
+    # not measured below F32_KERNEL_FROM; does not fit: D 96
+    for other in ((n - 1, n, 64, False), (n, n - 1, 64, False), (n, n, 96, True)):
         assert plan(*other) == "native"
     # a kernel named outright is that kernel or MLX's; float16 keeps its kernels
     assert plan(n, n, 128, True, config=mma_sync.PrefillConfig(bm=128, bn=64, db=True)) == "native"
     assert plan(n, n, 128, True, dtype=mx.float16) == "mma_sync_m128_n64_db"
     monkeypatch.setenv("MLX_ENABLE_TF32", " 1")
     assert plan(n, n, 128, False) == "native"
+
+
+def _qkv(q_shape=(2, 8, 16, 64), kv_shape=(2, 2, 16, 64), dtype=mx.float32):
+    mx.random.seed(1)
+    q = mx.random.normal(q_shape).astype(dtype)
+    k, v = (mx.random.normal(kv_shape).astype(dtype) for _ in range(2))
+    return q, k, v
+
+
+def _transposed(a):
+    """The same values as a view whose last two axes are strided, not row-contiguous."""
+    return mx.contiguous(a.swapaxes(2, 3)).swapaxes(2, 3)
+
+
+@pytest.mark.parametrize(("q_shape", "kv_shape", "causal"), [
+    ((1, 4, 1, 16), (1, 2, 9, 16), True),  # one query row
+    ((1, 4, 5, 16), (1, 2, 1, 16), False),  # one key
+    ((1, 3, 5, 3), (1, 1, 7, 3), True),  # odd head dim and heads, L < S with the mask
+    ((3, 2, 6, 8), (3, 2, 6, 8), True),  # no grouping, L = S
+])
+def test_attention_matches_mlx_on_odd_but_valid_shapes_and_strided_views(q_shape, kv_shape, causal):
+    q, k, v = _qkv(q_shape, kv_shape)
+    want = np.array(_ref(q, k, v, causal))
+    for args in ((q, k, v), (_transposed(q), _transposed(k), _transposed(v))):
+        np.testing.assert_allclose(np.array(ka.attention(*args, causal)), want, atol=1e-5)
+    out = ka.attention(*(x.astype(mx.bfloat16) for x in (q, k, v)), causal=int(causal))  # 0 / 1 read as a flag
+    assert out.dtype == mx.bfloat16 and out.shape == q.shape
+
+
+def test_decode_matches_mlx_at_every_valid_length_and_length_type():
+    q, kc, vc = _qkv((2, 4, 1, 16), (2, 2, 9, 16))
+    for length in (1, 5, 9, np.int64(9), mx.array(9)):
+        n = int(length)
+        want = np.array(_ref(q, kc[:, :, :n], vc[:, :, :n], False))
+        np.testing.assert_allclose(np.array(kd.decode(q, kc, vc, length)), want, atol=1e-5)
+        np.testing.assert_allclose(np.array(kd.decode(q, _transposed(kc), vc, length)), want, atol=1e-5)
+
+
+@pytest.mark.parametrize(("q_shape", "kv_shape"), [((0, 4, 5, 8), (0, 2, 5, 8)), ((1, 0, 5, 8), (1, 2, 5, 8)),
+                                                   ((1, 4, 0, 8), (1, 2, 5, 8)), ((1, 4, 0, 8), (1, 2, 0, 8))])
+def test_an_empty_output_is_an_empty_array_on_every_backend(monkeypatch, q_shape, kv_shape):
+    """B, Hq or L of 0: q's shape, no kernel launched (MLX 0.32's own attention fails at Hq = 0)."""
+    q, k, v = _qkv(q_shape, kv_shape, mx.float16)
+    for backend in ("cpu", "cuda"):
+        monkeypatch.setattr(device, "backend", lambda backend=backend: backend)
+        for causal in (False, True):
+            assert ka.attention(q, k, v, causal).shape == q_shape
+    q1, kc = _qkv(q_shape[:2] + (1, 8), kv_shape[:2] + (5, 8), mx.float16)[:2]
+    if q_shape[2]:  # a decode step has one query row: its empty outputs are B or Hq of 0
+        for backend in ("cpu", "cuda"):
+            monkeypatch.setattr(device, "backend", lambda backend=backend: backend)
+            assert kd.decode(q1, kc, kc, 3).shape == q1.shape
+            assert kd.decode_plan(q1, kc, kc, 3)[1]().shape == q1.shape
+
+
+ATTENTION_REFUSALS = [
+    # (what is wrong, the call's arguments from q, k, v, the exception, what the message says)
+    ("q rank 3", lambda q, k, v: (q[0], k, v), ValueError, r"q must be 4-d, \(B, Hq, L, D\); got shape \(8, 16, 64\)"),
+    ("k batch", lambda q, k, v: (q, k[:1], v[:1]), ValueError, r"k's B is 1 where q's is 2"),
+    ("q batch of 1", lambda q, k, v: (q[:1], k, v), ValueError, r"k's B is 2 where q's is 1"),
+    ("k head dim", lambda q, k, v: (q, k[..., :32], v[..., :32]), ValueError, r"k's D is 32 where q's is 64"),
+    ("v head dim", lambda q, k, v: (q, k, v[..., :32]), ValueError, r"v's D is 32 where q's is 64"),
+    ("v length", lambda q, k, v: (q, k, v[:, :, :8]), ValueError, r"v's S is 8 where k's is 16"),
+    ("v heads", lambda q, k, v: (q, k, v[:, :1]), ValueError, r"v's Hkv is 1 where k's is 2"),
+    ("heads", lambda q, k, v: (q[:, :5], k, v), ValueError, r"Hq = 5 heads must be a multiple of k and v's Hkv = 2"),
+    ("no K / V heads", lambda q, k, v: (q, k[:, :0], v[:, :0]), ValueError, r"multiple of k and v's Hkv = 0"),
+    ("head dim 0", lambda q, k, v: (q[..., :0], k[..., :0], v[..., :0]), ValueError, r"head dim D is 0"),
+    ("no keys", lambda q, k, v: (q, k[:, :, :0], v[:, :, :0]), ValueError, r"no keys \(S = 0\)"),
+    ("int32", lambda q, k, v: (q.astype(mx.int32), k, v), TypeError, r"q has dtype int32; pass float16"),
+    ("mixed", lambda q, k, v: (q.astype(mx.float16), k, v), TypeError, r"q, k and v must share one dtype"),
+    ("numpy", lambda q, k, v: (np.array(q), k, v), TypeError, r"q must be an mx.array; got a numpy.ndarray"),
+    ("float64 numpy", lambda q, k, v: (q, k, np.array(v, np.float64)), TypeError, r"v must be an mx.array"),
+    ("list", lambda q, k, v: (q, k.tolist(), v), TypeError, r"k must be an mx.array; got list"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "message"), [r[1:] for r in ATTENTION_REFUSALS],
+                         ids=[r[0] for r in ATTENTION_REFUSALS])
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_attention_refuses_what_it_cannot_take_naming_the_argument(monkeypatch, fresh_launches, backend, call, error,
+                                                                   message):
+    """One TypeError / ValueError from the library's checks on every backend (on CUDA before any kernel is chosen:
+    the kernels read the shapes they are given), never MLX's broadcast errors or its crash at Hkv = 0."""
+    monkeypatch.setattr(device, "backend", lambda: backend)
+    q, k, v = _qkv()
+    for plan in (ka.attention, lambda *a: ka.prefill_plan(*a)[1]()):
+        with pytest.raises(error, match="^attention: .*" + message):
+            plan(*call(q, k, v))
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"causal": "causal"}, TypeError, r"causal must be True or False; got str 'causal'"),
+    ({"causal": None}, TypeError, r"causal must be True or False; got None"),
+    ({"causal": mx.zeros((16, 16))}, TypeError, r"causal must be True or False; got a mlx.core.array of shape \(16, 16\) .*takes no mask array"),
+    ({"causal": True, "use_metal": "no"}, TypeError, r"use_metal must be True or False; got str 'no'"),
+    ({"config": "ws3_n64_s4"}, TypeError, r"config must be None or one of PrefillConfig, .*parse_prefill_config"),
+    ({"config": {"bm": 64}}, TypeError, r"config must be None or one of"),
+    ({"config": kd.DecodeConfig()}, TypeError, r"config must be None or one of .*got .*DecodeConfig"),
+])
+def test_attention_refuses_options_of_the_wrong_type(monkeypatch, fresh_launches, kwargs, error, message):
+    """A string or an array as `causal` is truthy: unchecked, it turns the mask on; a config of the wrong kind would
+    be ignored (on CUDA, a dict fails inside the plan's cache)."""
+    q, k, v = _qkv()
+    for backend in ("cpu", "cuda"):
+        monkeypatch.setattr(device, "backend", lambda backend=backend: backend)
+        with pytest.raises(error, match="^attention: " + message):
+            ka.attention(q, k, v, **kwargs)
+
+
+def test_attention_refuses_a_causal_mask_that_leaves_query_rows_without_keys():
+    """With the mask aligned lower right and L > S, the first L - S rows see no key: MLX's attention gives them the
+    mean of V."""
+    q, k, v = _qkv((1, 2, 6, 8), (1, 2, 4, 8))
+    assert ka.attention(q, k, v).shape == q.shape  # without the mask every row sees every key
+    with pytest.raises(ValueError, match=r"^attention: causal=True with L = 6 queries and S = 4 keys.*pass S >= L"):
+        ka.attention(q, k, v, causal=True)
+
+
+DECODE_REFUSALS = [
+    ("q with two rows", lambda q, k, v: (q[:, :, [0, 0]], k, v, 5), ValueError,
+     r"q must be \(B, Hq, 1, D\); got shape \(2, 8, 2, 64\) \(one query position a step"),
+    ("q rank 3", lambda q, k, v: (q[:, :, 0], k, v, 5), ValueError, r"q must be 4-d"),
+    ("heads", lambda q, k, v: (q[:, :5], k, v, 5), ValueError, r"Hq = 5 heads must be a multiple"),
+    ("cache batch", lambda q, k, v: (q, k[:1], v[:1], 5), ValueError, r"k_cache's B is 1 where q's is 2"),
+    ("caches differ", lambda q, k, v: (q, k, v[:, :, :16], 5), ValueError, r"v_cache's capacity is 16 where k_cache"),
+    ("mixed", lambda q, k, v: (q, k, v.astype(mx.float32), 5), TypeError, r"must share one dtype"),
+    ("int32", lambda q, k, v: (q.astype(mx.int32), k, v, 5), TypeError, r"q has dtype int32"),
+    ("numpy", lambda q, k, v: (q, np.array(k), v, 5), TypeError, r"k_cache must be an mx.array"),
+    ("length past the cache", lambda q, k, v: (q, k, v, 33), ValueError, r"length must lie in 1\.\.32 .*got 33"),
+    ("length 0", lambda q, k, v: (q, k, v, 0), ValueError, r"length must lie in 1\.\.32"),
+    ("negative length", lambda q, k, v: (q, k, v, -3), ValueError, r"length must lie in 1\.\.32 .*got -3"),
+    ("float length", lambda q, k, v: (q, k, v, 3.7), TypeError, r"length must be an int.*got float 3.7"),
+    ("str length", lambda q, k, v: (q, k, v, "3"), TypeError, r"length must be an int.*got str '3'"),
+    ("bool length", lambda q, k, v: (q, k, v, True), TypeError, r"length must be an int; got bool True"),
+    ("length None", lambda q, k, v: (q, k, v, None), TypeError, r"length must be an int.*got None"),
+    ("empty caches", lambda q, k, v: (q, k[:, :, :0], v[:, :, :0], 0), ValueError, r"caches hold no position"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "message"), [r[1:] for r in DECODE_REFUSALS],
+                         ids=[r[0] for r in DECODE_REFUSALS])
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_decode_refuses_what_it_cannot_take_naming_the_argument(monkeypatch, fresh_launches, backend, call, error,
+                                                                message):
+    """Unchecked, a length past the cache reads only the cache (native) and a negative one counts from its end; a
+    v_cache of another dtype goes to split-K on CUDA, which reads it as q's."""
+    monkeypatch.setattr(device, "backend", lambda: backend)
+    q, kc, vc = _qkv((2, 8, 1, 64), (2, 2, 32, 64), mx.float16)
+    for plan in (kd.decode, lambda *a: kd.decode_plan(*a)[1]()):
+        with pytest.raises(error, match="^decode: .*" + message):
+            plan(*call(q, kc, vc))
+
+
+def test_decode_refuses_options_of_the_wrong_type():
+    q, kc, vc = _qkv((2, 8, 1, 64), (2, 2, 32, 64), mx.float16)
+    with pytest.raises(TypeError, match=r"^decode: config must be None or one of DecodeConfig, .*parse_config"):
+        kd.decode(q, kc, vc, 5, config="ring=2")
+    with pytest.raises(TypeError, match=r"^decode: config must be .*got .*MetalConfig"):
+        kd.decode(q, kc, vc, 5, config=ka.MetalConfig("metal_rows"))
+    with pytest.raises(TypeError, match=r"^decode: use_metal must be True or False"):
+        kd.decode(q, kc, vc, 5, use_metal="yes")
+
+
+def test_the_checks_are_made_once_per_shapes():
+    """A decode loop pays a cache lookup a call for them, not the checks: the same shapes hit the cache."""
+    from ksearch.kernels import arguments
+
+    q, kc, vc = _qkv((1, 8, 1, 64), (1, 2, 32, 64), mx.float16)
+    kd.decode(q, kc, vc, 3)
+    hits = arguments.decode_shapes.cache_info().hits
+    for length in range(4, 20):
+        kd.decode(q, kc, vc, length)
+    assert arguments.decode_shapes.cache_info().hits == hits + 16

@@ -134,7 +134,8 @@ def test_metal_dispatch_is_opt_in_and_picks_by_dtype(monkeypatch: pytest.MonkeyP
     assert A.attention(q16, k16, k16, causal=True) == "mma"
     assert A.attention(q32, k32, k32) == "mma"  # float32 on the matrix units at full precision
     assert A.attention(qb, kb, kb) == "rows"  # bfloat matrices need Metal 3.1: the row kernel
-    assert A.attention(q32, k16.astype(mx.float32), k16) == "rows"  # mixed dtypes
+    with pytest.raises(TypeError, match="must share one dtype"):  # every kernel reads v as q's dtype
+        A.attention(q32, k16.astype(mx.float32), k16)
     assert not isinstance(A.attention(q16[..., :48], k16[..., :48], k16[..., :48]), str)  # D=48: no kernel fits
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import pathlib
 import re
 
@@ -299,6 +300,25 @@ def test_env_names_the_wgmma_configuration(monkeypatch: pytest.MonkeyPatch) -> N
     assert A.wgmma_config(q, q, False) == W.WgmmaConfig(3, 64, 2, "ca")
 
 
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("KSEARCH_WGMMA", "nonsense", r"^KSEARCH_WGMMA='nonsense': 0 \(the mma.sync kernel\), 1 \(wgmma\) or auto"),
+    ("KSEARCH_WGMMA_CONFIG", "nonsense", r"^KSEARCH_WGMMA_CONFIG='nonsense': 'nonsense' is not a wgmma configuration"),
+])
+def test_a_bad_setting_is_one_error_naming_it(monkeypatch: pytest.MonkeyPatch, name: str, value: str,
+                                               message: str) -> None:
+    """An unknown KSEARCH_WGMMA is not read as auto; a bad KSEARCH_WGMMA_CONFIG's error names the setting."""
+    import importlib
+
+    mx = pytest.importorskip("mlx.core")
+    A = importlib.import_module("ksearch.kernels.attention")
+    monkeypatch.setattr(device, "backend", lambda: "cuda")
+    monkeypatch.setattr(device, "hopper", lambda: True)
+    monkeypatch.setenv(name, value)
+    q = mx.zeros((1, 4, 128, 64), dtype=mx.float16)
+    with pytest.raises(ValueError, match=message):
+        A.attention(q, q[:, :2], q[:, :2])
+
+
 def test_a_named_warp_specialised_default_is_dispatched(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
@@ -313,15 +333,17 @@ def test_a_named_warp_specialised_default_is_dispatched(monkeypatch: pytest.Monk
     assert A.attention(q, k, k) == "ws"
 
 
-def test_bench_attention_rejects_a_bad_configuration_name_before_running(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(("name", "value"), [("KSEARCH_WGMMA_CONFIG", "ws3_n64_s3_p4_cb"), ("KSEARCH_WGMMA", "2")])
+def test_bench_attention_rejects_a_bad_configuration_name_before_running(tmp_path: pathlib.Path, name: str,
+                                                                          value: str) -> None:
     import subprocess
     import sys
 
-    env = {"KSEARCH_WGMMA_CONFIG": "ws3_n64_s3_p4_cb", "PATH": "/usr/bin:/bin"}
+    env = {name: value, "PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
     proc = subprocess.run([sys.executable, "-m", "ksearch.cli", "bench", "attention", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2
-    assert "KSEARCH_WGMMA_CONFIG" in proc.stderr and "Traceback" not in proc.stderr
+    assert name in proc.stderr and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []  # nothing ran, nothing written
 
 

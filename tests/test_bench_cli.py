@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,11 @@ def test_bench_mamba_refuses_counts_below_one(flag: str, value: str) -> None:
                          timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert (flag if flag != "--lengths" else "positive integers") in res.stderr
+
+
+def test_bench_mamba_refuses_a_scan_backend_that_does_not_exist(tmp_path: Path) -> None:
+    res = subprocess.run([*KS, "bench", "mamba", "--no-compare", "--out", str(tmp_path)], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "KSEARCH_SCAN_BACKEND": "gpu"})
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "KSEARCH_SCAN_BACKEND='gpu': name one of ops, cuda, metal" in res.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -9,11 +9,11 @@ from ksearch.cli.out_dir import check_out_dir
 
 
 def check_wgmma_env() -> None:
-    """A bad KSEARCH_WGMMA_CONFIG or KSEARCH_METAL_PREFILL fails here, as one line, not as a traceback from inside
-    the first kernel call."""
+    """A bad KSEARCH_WGMMA, KSEARCH_WGMMA_CONFIG or KSEARCH_METAL_PREFILL fails here, as one line, not as a traceback
+    from inside the first kernel call."""
     import os
 
-    from ksearch.kernels.attention import metal_prefill_setting
+    from ksearch.kernels.attention import metal_prefill_setting, wgmma_setting
     from ksearch.kernels.attention.wgmma_ws import parse_config
 
     name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
@@ -24,6 +24,7 @@ def check_wgmma_env() -> None:
             raise typer.BadParameter(f"KSEARCH_WGMMA_CONFIG: {exc}") from exc
     try:
         metal_prefill_setting()
+        wgmma_setting()
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
 

@@ -48,6 +48,12 @@ def register(bench_app: typer.Typer) -> None:
         if not lens or min(lens) < 1:
             raise typer.BadParameter(f"--lengths must be positive integers, got {lengths!r}")
         check_out_dir(out)
+        from ksearch.kernels.selective_scan import kernel_backend
+
+        try:
+            kernel_backend()  # a bad KSEARCH_SCAN_BACKEND as one line here, not from inside the first prefill
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from exc
         if not no_compare:
             from ksearch.errors import IntegrationError
             from ksearch.integrations.mlx_lm import mamba_module

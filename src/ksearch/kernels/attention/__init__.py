@@ -21,7 +21,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from ksearch.kernels import device
+from ksearch.kernels import arguments, device
 from ksearch.kernels.attention import mma_sync, tf32x3, wgmma, wgmma_ws, wgmma_ws_grid
 from ksearch.kernels.attention.dispatch_variant import DispatchVariant, parse_dispatch_variant
 from ksearch.kernels.attention.mma_sync import PrefillConfig
@@ -31,12 +31,22 @@ from ksearch.kernels.attention.wgmma_ws import WsConfig
 
 def wgmma_enabled() -> bool:
     """KSEARCH_WGMMA: unset or "auto" -> on Hopper only; "0" off; "1" on (for a device `device.hopper()` misreads)."""
+    setting = wgmma_setting()
+    return device.hopper() if setting is None else setting
+
+
+def wgmma_setting() -> bool | None:
+    """KSEARCH_WGMMA as read: False ("0"), True ("1") or None (unset or "auto"); ValueError in one line for any other
+    value."""
     env = os.environ.get("KSEARCH_WGMMA", "auto").strip().lower()
     if env in ("0", "false", "off", "no"):
         return False
     if env in ("1", "true", "on", "yes"):
         return True
-    return device.hopper()
+    if env not in ("auto", ""):
+        raise ValueError(f"KSEARCH_WGMMA={env!r}: 0 (the mma.sync kernel), 1 (wgmma) or auto (wgmma on Hopper "
+                         "only, as unset)")
+    return None
 
 
 # The Hopper defaults (measured on the H200 side by side, `ksearch bench attention --full --configs ...`,
@@ -127,7 +137,10 @@ def wgmma_config(q: Any, k: Any, causal: bool) -> WgmmaConfig | WsConfig:
     ws3_n64_s4_p4_bulk)."""
     name = os.environ.get("KSEARCH_WGMMA_CONFIG", "").strip()
     if name:
-        return wgmma_ws.parse_config(name)
+        try:
+            return wgmma_ws.parse_config(name)
+        except ValueError as exc:
+            raise ValueError(f"KSEARCH_WGMMA_CONFIG={name!r}: {exc}; or leave it unset") from None
     if q.shape[-1] == 64 and wgmma_ws.supports(q, k, k, causal, TALL):
         cfg = TALL
     elif q.shape[-1] == 128 and wgmma_ws.supports(q, k, k, causal, WIDE_PERSIST):
@@ -199,6 +212,7 @@ class MetalConfig(NamedTuple):
 
 METAL_KERNELS = ("metal_simdgroup", "metal_fragments", "metal_rows")
 Config = PrefillConfig | WgmmaConfig | WsConfig | MetalConfig
+CONFIG_TYPES = (PrefillConfig, WgmmaConfig, WsConfig, MetalConfig)
 
 
 def parse_prefill_config(name: str) -> WgmmaConfig | WsConfig | MetalConfig | DispatchVariant:
@@ -228,8 +242,9 @@ def prefill_plan(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: boo
     """(name of the kernel `attention` runs for these inputs, a call that runs it): the dispatch, inspectable without
     running anything (`ksearch bench attention` records the name per shape). Names: a wgmma configuration as
     KSEARCH_WGMMA_CONFIG spells it (e.g. ws3_n64_s4_p4_bulk), mma_sync_mBM_nBN[_db], mma_tf32x3_m64_n32_qr_fl
-    / mma_tf32x3_m128_n32_fl (float32), metal_simdgroup, metal_fragments, metal_rows, native."""
-    name, run = _plan(q, k, v, causal, use_metal, config)
+    / mma_tf32x3_m128_n32_fl (float32), metal_simdgroup, metal_fragments, metal_rows, native. Checks its arguments
+    as `attention` does."""
+    name, run = _checked_plan(q, k, v, causal, use_metal, config)
     return name, lambda: run(q, k, v)
 
 
@@ -237,10 +252,27 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, *, use_metal: bool |
               config: Config | None = None) -> Any:
     """softmax(q k^T / sqrt(D) + causal mask) v; q (B, Hq, L, D), k/v (B, Hkv, S, D), mask aligned lower right.
 
+    q, k and v: mx.arrays of one dtype (float16, bfloat16 or float32), Hq a multiple of Hkv, S >= 1 (with `causal`
+    S >= L); anything else is a TypeError or ValueError naming the argument, before anything runs. The scale is
+    1 / sqrt(D) and the only mask the causal one: for others, `mx.fast.scaled_dot_product_attention`.
     On CUDA: the wgmma kernel on Hopper (see `wgmma_enabled`), else the mma.sync one; `config` picks a kernel and
-    configuration outright (it still falls back to native where that kernel does not fit the shape). `prefill_plan`
-    says which kernel that is."""
-    return _plan(q, k, v, causal, use_metal, config)[1](q, k, v)
+    configuration outright (it still falls back to native where that kernel does not fit the shape or the backend).
+    `prefill_plan` says which kernel that is."""
+    return _checked_plan(q, k, v, causal, use_metal, config)[1](q, k, v)
+
+
+CAUSAL_HINT = (" (the mask aligned lower right; attention takes no mask array: other masks go to "
+               "mx.fast.scaled_dot_product_attention)")
+
+
+def _checked_plan(q: Any, k: Any, v: Any, causal: Any, use_metal: Any, config: Any) -> tuple[str, Runner]:
+    fn = "attention"
+    if not (isinstance(q, arguments.Array) and isinstance(k, arguments.Array) and isinstance(v, arguments.Array)):
+        arguments.require_arrays(fn, {"q": q, "k": k, "v": v})
+    causal = arguments.flag(fn, "causal", causal, CAUSAL_HINT)
+    use_metal = arguments.optional_flag(fn, "use_metal", use_metal)
+    arguments.require_config(fn, config, CONFIG_TYPES, "parse_prefill_config(name) reads a name")
+    return _plan(q, k, v, causal, use_metal, config)
 
 
 def _plan(q: Any, k: Any, v: Any, causal: bool, use_metal: bool | None, config: Config | None) -> tuple[str, Runner]:
@@ -252,6 +284,8 @@ def _plan(q: Any, k: Any, v: Any, causal: bool, use_metal: bool | None, config: 
         return _cuda_plan(tuple(q.shape), tuple(k.shape), tuple(v.shape), (q.dtype, k.dtype, v.dtype), bool(causal),
                           config, os.environ.get("KSEARCH_WGMMA", ""), os.environ.get("KSEARCH_WGMMA_CONFIG", ""),
                           tf32_enabled())
+    if arguments.attention_shapes(q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype), causal):
+        return "native", arguments.empty_output  # no kernel on an empty grid; MLX 0.32's fails at Hq = 0
     if where == "metal" and device.metal_enabled(use_metal) and (config is None or isinstance(config, MetalConfig)):
         return _metal_plan(q, k, v, causal, config.kernel if config else metal_prefill_setting())
     return "native", lambda q, k, v: native_attention(q, k, v, causal)
@@ -283,7 +317,10 @@ def _cuda_plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tupl
                config_setting: str, tf32: bool) -> tuple[str, Runner]:
     """The CUDA dispatch for one shape (the settings are the key's: `wgmma_enabled` and `wgmma_config` read two of
     them, `tf32` is `tf32_enabled()`).
-    The runners look their kernel function up when called, so what they run is always the module's."""
+    The runners look their kernel function up when called, so what they run is always the module's. The arguments'
+    checks (`arguments.attention_shapes`) come first, so they too are made once per key."""
+    if arguments.attention_shapes(q_shape, k_shape, v_shape, dtypes, causal):
+        return "native", arguments.empty_output
     if config is None and tf32x3_preferred(q_shape, k_shape, v_shape, dtypes, causal, tf32):
         cfg32 = tf32x3.default_config(q_shape[-1])
         return cfg32.name(), lambda q, k, v: tf32x3.attention_tf32x3(q, k, v, causal, cfg32)

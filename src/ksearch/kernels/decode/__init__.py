@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ksearch.kernels import device
+from ksearch.kernels import arguments, device
 from ksearch.kernels.decode import cuda_cluster, cuda_split_k, metal_split_k
 from ksearch.kernels.decode.cuda_cluster import ClusterConfig
 from ksearch.kernels.decode.cuda_split_k import DecodeConfig
@@ -25,6 +25,7 @@ from ksearch.kernels.decode.metal_split_k import MetalDecodeConfig
 #: A configuration `decode` takes: split-K's or the tensor-core kernel's on CUDA, the Metal kernel's on a Mac; one
 #: for another backend's kernel runs MLX's attention.
 AnyConfig = DecodeConfig | ClusterConfig | MetalDecodeConfig
+CONFIG_TYPES = (DecodeConfig, ClusterConfig, MetalDecodeConfig)
 
 
 def decode_config(q: Any, k_cache: Any, length: int) -> DecodeConfig:
@@ -86,8 +87,31 @@ def decode_plan(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: b
     A ClusterConfig asks for the tensor-core kernel of cuda_cluster.py (Hopper only): in one launch with clusters,
     only with MLX's CUDA graphs off (ValueError otherwise, before anything runs: under MLX 0.32's graphs it would stop
     later custom kernels from running), or with `cluster=False` as mma_split (no clusters, a merge kernel after it),
-    under graphs too; where it does not fit, native."""
-    length = int(length)
+    under graphs too; where it does not fit, native. Checks its arguments as `decode` does."""
+    length, empty = _checked(q, k_cache, v_cache, length, use_metal, config)
+    if empty:
+        return "native", lambda: arguments.empty_output(q, k_cache, v_cache)
+    return _plan(q, k_cache, v_cache, length, use_metal, config)
+
+
+def _checked(q: Any, k_cache: Any, v_cache: Any, length: Any, use_metal: Any, config: Any) -> tuple[int, bool]:
+    """(length as an int, whether the output is empty: `arguments.empty_output` then, no kernel on an empty grid);
+    TypeError / ValueError naming the argument that `decode` cannot take."""
+    fn = "decode"
+    if not (isinstance(q, arguments.Array) and isinstance(k_cache, arguments.Array)
+            and isinstance(v_cache, arguments.Array)):
+        arguments.require_arrays(fn, {"q": q, "k_cache": k_cache, "v_cache": v_cache})
+    if use_metal is not None:
+        arguments.optional_flag(fn, "use_metal", use_metal)
+    if config is not None:
+        arguments.require_config(fn, config, CONFIG_TYPES, "parse_config(text) reads 'ring=0,unroll=2' or 'mma'")
+    k_shape = k_cache.shape
+    empty = arguments.decode_shapes(q.shape, k_shape, v_cache.shape, (q.dtype, k_cache.dtype, v_cache.dtype))
+    return arguments.decode_length(length, k_shape[2]), empty
+
+
+def _plan(q: Any, k_cache: Any, v_cache: Any, length: int, use_metal: bool | None,
+          config: AnyConfig | None) -> tuple[str, Callable[[], Any]]:
     where = device.backend()
     if isinstance(config, ClusterConfig):
         cl = config
@@ -120,13 +144,16 @@ class _Route:
     kv_per_key: int  # bytes of K and V a call reads per key position
     mma: Any  # the tensor-core kernel's launch (cuda_cluster.parts_launch) where it fits these shapes, else None
     launch: cuda_split_k.Launch | None  # split-K's, where it fits
+    empty: bool = False  # the output has no elements: no kernel
 
 
 @lru_cache(maxsize=256)
 def _cuda_route(q_shape: tuple[int, ...], q_dtype: Any, k_shape: tuple[int, ...], k_dtype: Any,
-                v_shape: tuple[int, ...]) -> _Route:
-    # One cache lookup a call for both kernels' checks (each was one of its own, and the tensor-core kernel's
-    # launch a third, keyed by its nine-field configuration).
+                v_shape: tuple[int, ...], v_dtype: Any) -> _Route:
+    # One cache lookup a call for the arguments' checks and both kernels' (each was one of its own, and the
+    # tensor-core kernel's launch a third, keyed by its nine-field configuration).
+    if arguments.decode_shapes(q_shape, k_shape, v_shape, (q_dtype, k_dtype, v_dtype)):
+        return _Route(k_shape[2], 0, None, None, empty=True)
     b, _, _, d = q_shape
     mma = d == 128 and _mma_fits(q_shape, q_dtype, k_shape, k_dtype, v_shape)
     return _Route(k_shape[2], 2 * b * k_shape[1] * d * q_dtype.size,
@@ -136,20 +163,30 @@ def _cuda_route(q_shape: tuple[int, ...], q_dtype: Any, k_shape: tuple[int, ...]
 
 def decode(q: Any, k_cache: Any, v_cache: Any, length: int, *, use_metal: bool | None = None,
            config: AnyConfig | None = None) -> Any:
-    """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D)."""
-    # The common case straight to the kernel, without decode_plan's name and closure: at B 1 a call's Python work is
-    # time the caller waits for (benchmarks/decode_host_work.py, decode_host_time.py).
-    if not isinstance(config, (ClusterConfig, MetalDecodeConfig)) and device.backend() == "cuda":
-        length = int(length)
-        if config is None:
-            route = _cuda_route(q.shape, q.dtype, k_cache.shape, k_cache.dtype, v_cache.shape)
-            if 0 < length <= route.capacity:
-                if route.mma is not None and length * route.kv_per_key > MMA_MIN_KV_BYTES:
-                    return cuda_cluster.decode_parts_with(route.mma, q, k_cache, v_cache, length, MMA_DEFAULT)
-                if route.launch is not None:
-                    return cuda_split_k.decode_with(route.launch, q, k_cache, v_cache, length)
-        else:
-            launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
-            if launch is not None:
-                return cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
-    return decode_plan(q, k_cache, v_cache, length, use_metal=use_metal, config=config)[1]()
+    """One decode step: q (B, Hq, 1, D) against positions [0, length) of caches (B, Hkv, capacity, D).
+
+    q and the caches: mx.arrays of one dtype (float16, bfloat16 or float32), Hq a multiple of Hkv; `length` an int
+    in 1..capacity. Anything else is a TypeError or ValueError naming the argument, before anything runs."""
+    # The common case straight to the kernel, without decode_plan's name and closure, its checks made once per shapes
+    # with the route: at B 1 a call's Python work is time the caller waits for (benchmarks/decode_host_work.py,
+    # decode_host_time.py).
+    array = arguments.Array
+    if (config is None and use_metal is None and isinstance(q, array) and isinstance(k_cache, array)
+            and isinstance(v_cache, array) and device.backend() == "cuda"):
+        route = _cuda_route(q.shape, q.dtype, k_cache.shape, k_cache.dtype, v_cache.shape, v_cache.dtype)
+        length = arguments.decode_length(length, route.capacity)
+        if route.empty:
+            return arguments.empty_output(q, k_cache, v_cache)
+        if route.mma is not None and length * route.kv_per_key > MMA_MIN_KV_BYTES:
+            return cuda_cluster.decode_parts_with(route.mma, q, k_cache, v_cache, length, MMA_DEFAULT)
+        if route.launch is not None:
+            return cuda_split_k.decode_with(route.launch, q, k_cache, v_cache, length)
+        return _plan(q, k_cache, v_cache, length, use_metal, config)[1]()
+    length, empty = _checked(q, k_cache, v_cache, length, use_metal, config)
+    if empty:
+        return arguments.empty_output(q, k_cache, v_cache)
+    if isinstance(config, DecodeConfig) and device.backend() == "cuda":
+        launch = cuda_split_k.ready_launch(q, k_cache, v_cache, length, config)
+        if launch is not None:
+            return cuda_split_k.decode_with(launch, q, k_cache, v_cache, length)
+    return _plan(q, k_cache, v_cache, length, use_metal, config)[1]()

@@ -25,8 +25,10 @@ from typing import Any
 
 import mlx.core as mx
 
-from ksearch.kernels import device
+from ksearch.kernels import arguments, device
 from ksearch.kernels.selective_scan import ops as ops_path
+
+BACKENDS = ("ops", "cuda", "metal")
 
 MAX_KERNEL_STATE = 16  # the kernels keep N states in registers / 32 KB of shared memory
 # The decode step keeps one float per channel in static shared memory (48 KB on CUDA, 32 KB on Metal).
@@ -36,8 +38,10 @@ MAX_KERNEL_DIM = {"cuda": 8192, "metal": 4096}
 def kernel_backend(use_metal: bool | None = None) -> str:
     """"cuda", "metal" or "ops": which implementation runs on the current default device."""
     forced = os.environ.get("KSEARCH_SCAN_BACKEND", "").strip().lower()
-    if forced in ("ops", "cuda", "metal"):
+    if forced in BACKENDS:
         return forced
+    if forced:
+        raise ValueError(f"KSEARCH_SCAN_BACKEND={forced!r}: name one of {', '.join(BACKENDS)}, or leave it unset")
     emulated = device.metal_emulated()
     if mx.default_device() != mx.gpu and not emulated:
         return "ops"
@@ -62,7 +66,13 @@ def _module(backend: str) -> ModuleType:
     return ops_path
 
 
+def _require_backend(backend: str | None) -> None:
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: name one of {', '.join(BACKENDS)}, or None (the device's)")
+
+
 def _pick(n_state: int, backend: str | None, use_metal: bool | None) -> ModuleType:
+    _require_backend(backend)
     name = backend or kernel_backend(use_metal)
     if name != "ops" and n_state > MAX_KERNEL_STATE:
         name = "ops"
@@ -83,7 +93,23 @@ def scan_views(u: mx.array, delta: mx.array, A: mx.array, B: mx.array, C: mx.arr
 def selective_scan(u: mx.array, delta: mx.array, A: mx.array, B: mx.array, C: mx.array, D: mx.array, z: mx.array,
                    delta_bias: mx.array, *, h0: mx.array | None = None, backend: str | None = None,
                    use_metal: bool | None = None) -> tuple[mx.array, mx.array]:
-    """Mamba-1 selective scan (softplus on delta + delta_bias, D skip, z gate); h0 an optional initial state."""
+    """Mamba-1 selective scan (softplus on delta + delta_bias, D skip, z gate); h0 an optional initial state.
+
+    u, delta, z (batch, dim, L); A (dim, N); B, C (batch, N, L); D, delta_bias (dim,); h0 (batch, dim, N): mx.arrays
+    of float16, bfloat16 or float32, the sizes of each name equal (no broadcasting); anything else is a TypeError or
+    ValueError naming the argument, before anything runs. Returns y (u's shape and dtype) and the last state (batch,
+    dim, N) float32; L = 0 gives an empty y and h0 (zeros without it)."""
+    _require_backend(backend)
+    arrays = (u, delta, A, B, C, D, z, delta_bias, h0)
+    if not all(isinstance(a, mx.array) for a in arrays[:8]) or not (h0 is None or isinstance(h0, mx.array)):
+        arguments.require_arrays("selective_scan", {n: a for n, a in zip(arguments.SCAN_NAMES, arrays, strict=True)
+                                                    if n != "h0" or a is not None})
+    if arguments.scan_shapes(tuple(None if a is None else a.shape for a in arrays),
+                             tuple(a.dtype for a in arrays if a is not None)):
+        if u.shape[2] == 0:
+            state = mx.zeros((u.shape[0], u.shape[1], A.shape[1]), mx.float32) if h0 is None else h0
+            return mx.zeros(u.shape, u.dtype), state.astype(mx.float32)
+        backend = "ops"  # no kernel launches on an empty grid
     c = mx.contiguous  # the kernels index parameters directly: a broadcast A (stride 0) would be misread
     return scan_views(u, delta, c(A), B, C, c(D), z, c(delta_bias), h0=h0, backend=backend, use_metal=use_metal)
 
@@ -102,7 +128,31 @@ def selective_state_update(x: mx.array, z: mx.array, conv_state: mx.array, conv_
                            dt_bias: mx.array, A: mx.array, D: mx.array, ssm_state: mx.array, *,
                            backend: str | None = None,
                            use_metal: bool | None = None) -> tuple[mx.array, mx.array, mx.array]:
-    """One decode token of a Mamba-1 mixer after in_proj (one kernel launch on CUDA)."""
+    """One decode token of a Mamba-1 mixer after in_proj (one kernel launch on CUDA).
+
+    x, z (batch, dim); conv_state (batch, K-1, dim); conv_weight (dim, K); conv_bias (dim,) or None; x_proj_weight
+    (R + 2N, dim); dt_proj_weight (dim, R); dt_bias, D (dim,); A (dim, N); ssm_state (batch, dim, N): mx.arrays of
+    float16, bfloat16 or float32, the sizes of each name equal (no broadcasting); anything else is a TypeError or
+    ValueError naming the argument, before anything runs. Returns y (batch, dim) in x's dtype, the new conv state and
+    the new SSM state (float32)."""
+    _require_backend(backend)
+    arrays = (x, z, conv_state, conv_weight, conv_bias, x_proj_weight, dt_proj_weight, dt_bias, A, D, ssm_state)
+    if not all(isinstance(a, mx.array) for a in arrays if a is not conv_bias) or not (
+            conv_bias is None or isinstance(conv_bias, mx.array)):
+        arguments.require_arrays("selective_state_update", {
+            n: a for n, a in zip(arguments.UPDATE_NAMES, arrays, strict=True) if n != "conv_bias" or a is not None})
+    if arguments.state_update_shapes(tuple(None if a is None else a.shape for a in arrays),
+                                     tuple(a.dtype for a in arrays if a is not None)):
+        backend = "ops"  # no kernel launches on an empty grid
+    return _state_update(x, z, conv_state, conv_weight, conv_bias, x_proj_weight, dt_proj_weight, dt_bias, A, D,
+                         ssm_state, backend, use_metal)
+
+
+def _state_update(x: mx.array, z: mx.array, conv_state: mx.array, conv_weight: mx.array, conv_bias: mx.array | None,
+                  x_proj_weight: mx.array, dt_proj_weight: mx.array, dt_bias: mx.array, A: mx.array, D: mx.array,
+                  ssm_state: mx.array, backend: str | None = None,
+                  use_metal: bool | None = None) -> tuple[mx.array, mx.array, mx.array]:
+    """`selective_state_update` without its checks, for the model's own calls (its arrays made by derive_params)."""
     mod = _pick(A.shape[1], backend, use_metal)
     if x.shape[1] > MAX_KERNEL_DIM.get(mod.__name__.rsplit(".", 1)[-1], 0):
         mod = ops_path
@@ -126,6 +176,8 @@ def fused_layout(fused: bool | None = None) -> bool:
     if fused is None:
         return os.environ.get("KSEARCH_MAMBA_FUSED", "") not in ("", "0")
     return fused
+
+
 class MixerParams:
     """Kernel-ready parameters of one mixer, derived once (not an mx.array attribute: never an nn parameter)."""
 
@@ -212,7 +264,7 @@ def mixer_decode(xz: mx.array, p: dict[str, Any], conv_state: mx.array, ssm_stat
         return cu.mixer_step(xz, xz[..., dim:], conv_state, p["conv_w"], p["conv_b"], p["x_proj_w"],
                              p["dt_proj_w"], p["dt_bias"], A, p["D"], ssm_state, z_off=0,
                              y_shape=(batch, 1, dim))
-    y, conv_state, ssm_state = selective_state_update(
+    y, conv_state, ssm_state = _state_update(
         xz[:, 0, :dim], xz[:, 0, dim:], conv_state, p["conv_w"], p["conv_b"], p["x_proj_w"],
         p["dt_proj_w"], p["dt_bias"], A, p["D"], ssm_state, backend=backend)
     return y[:, None], conv_state, ssm_state
