@@ -70,6 +70,23 @@ def test_metal_kernels_are_opt_in(monkeypatch):
     assert device.metal_enabled() and not device.metal_enabled(False)
     monkeypatch.setenv("KSEARCH_METAL_KERNELS", "0")
     assert not device.metal_enabled()
+    monkeypatch.setenv("KSEARCH_METAL_KERNELS", "false")
+    assert not device.metal_enabled()
+
+
+@pytest.mark.parametrize("var", ["KSEARCH_METAL_KERNELS", "KSEARCH_MAMBA_FUSED"])
+def test_a_kernel_switch_that_is_not_on_or_off_is_refused(monkeypatch, var):
+    # A typo must not switch opt-in kernels on (any value but "" and "0" once did).
+    import importlib
+
+    from ksearch.errors import ConfigError
+
+    scan = importlib.import_module("ksearch.kernels.selective_scan")  # the package, not the function it exports
+    monkeypatch.setenv(var, "maybe")
+    read = device.metal_enabled if var == "KSEARCH_METAL_KERNELS" else scan.fused_layout
+    with pytest.raises(ConfigError, match=f"{var}='maybe' is not on or off"):
+        read()
+    assert read(False) is False
 
 
 def test_the_reason_the_librarys_kernels_do_not_run_names_what_to_do(monkeypatch):

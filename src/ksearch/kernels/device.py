@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from functools import cache
 from typing import Any
+
+from ksearch.config import env_switch
 
 
 def metal_emulated() -> bool:
@@ -46,9 +47,11 @@ def _backend() -> str:
 
 
 def metal_enabled(use_metal: bool | None = None) -> bool:
+    """use_metal as passed, else KSEARCH_METAL_KERNELS read strictly: a value that is not on or off (a typo) is a
+    ConfigError rather than the Metal kernels switched on."""
     if use_metal is not None:
         return use_metal
-    return os.environ.get("KSEARCH_METAL_KERNELS", "") not in ("", "0", "false", "False")
+    return env_switch("KSEARCH_METAL_KERNELS", False)
 
 
 def kernels_absent(use_metal: bool | None = None) -> str | None:

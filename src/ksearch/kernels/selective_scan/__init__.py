@@ -25,6 +25,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from ksearch.config import env_switch
 from ksearch.kernels import arguments, device
 from ksearch.kernels.selective_scan import ops as ops_path
 
@@ -48,7 +49,7 @@ def kernel_backend(use_metal: bool | None = None) -> str:
     if not emulated and getattr(mx, "cuda", None) is not None and mx.cuda.is_available():
         return "cuda"
     if use_metal is None:
-        use_metal = os.environ.get("KSEARCH_METAL_KERNELS", "") not in ("", "0")
+        use_metal = device.metal_enabled()
     if use_metal and (emulated or (getattr(mx, "metal", None) is not None and mx.metal.is_available())):
         return "metal"
     return "ops"
@@ -173,8 +174,9 @@ def _state_update(x: mx.array, z: mx.array, conv_state: mx.array, conv_weight: m
 
 
 def fused_layout(fused: bool | None = None) -> bool:
+    """fused as passed, else KSEARCH_MAMBA_FUSED read strictly (a value that is not on or off is a ConfigError)."""
     if fused is None:
-        return os.environ.get("KSEARCH_MAMBA_FUSED", "") not in ("", "0")
+        return env_switch("KSEARCH_MAMBA_FUSED", False)
     return fused
 
 
