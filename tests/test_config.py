@@ -51,6 +51,13 @@ def test_errors(tmp_path: Path) -> None:
     ({"llm": {"max_usd": -1}}, {}, r"--max-usd \(llm.max_usd\) -1: must be above 0"),
     ({}, {"KSEARCH_LLM_MAX_TOKENS_TOTAL": "0"}, r"llm.max_tokens_total 0: must be at least 1"),
     ({}, {"KSEARCH_LLM_TEMPERATURE": "-0.5"}, r"llm.temperature -0.5: must be at least 0$"),
+    ({"llm": {"temperature": 2.5}}, {}, r"llm.temperature 2.5: must be at most 2 \(the range"),
+    ({"llm": {"max_output_tokens": 0}}, {}, r"llm.max_output_tokens 0: must be at least 1 \(tokens\)"),
+    ({}, {"KSEARCH_LLM_CONTEXT_TOKENS": "-5"}, r"llm.context_tokens -5: must be at least 512 \(.*leave it out to ask"),
+    ({}, {"KSEARCH_LLM_CONTEXT_TOKENS": "0"}, r"llm.context_tokens 0: must be at least 512"),
+    ({"llm": {"request_timeout_s": 0}}, {}, r"llm.request_timeout_s 0: must be above 0 \(seconds"),
+    ({"llm": {"max_retries": -1}}, {}, r"llm.max_retries -1: must be at least 0"),
+    ({"llm": {"max_answer_kb": 0}}, {}, r"llm.max_answer_kb 0: must be at least 1 \(KB\)"),
 ])
 def test_limits_below_their_floor_are_one_line_errors(overrides: dict, env: dict, says: str) -> None:
     with pytest.raises(ConfigError, match=says):

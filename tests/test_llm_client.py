@@ -130,3 +130,38 @@ def test_truncated_answer_reports_length(server):
     server.push(Reply("```python\ndef run(x):\n", finish_reason="length"))
     out = client(server).complete("code", "m", MSG)
     assert out.finish_reason == "length" and out.text.startswith("```python")
+
+
+def test_a_key_read_from_a_file_is_sent_without_its_line_end(server):
+    secret = "sk-test-FROM-A-KEYFILE-5678"
+    server.push(Reply("ok"))
+    client(server, key_env="FAKE_KEY", environ={"FAKE_KEY": secret + "\r\n"}, retries=0).complete("code", "m", MSG)
+    assert header(server.chat_requests()[0], "authorization") == f"Bearer {secret}"
+
+
+def test_a_body_that_is_not_json_is_quoted_not_parsed(server):
+    server.push(Garbage("<html><body>502 Bad Gateway (nginx)</body></html>"))
+    with pytest.raises(CallFailed) as info:
+        client(server, retries=0).complete("code", "m", MSG)
+    msg = str(info.value)
+    assert "malformed response (not JSON (JSONDecodeError: " in msg
+    assert "it begins '<html><body>502 Bad Gateway (nginx)</body></html>'" in msg
+
+
+def test_an_endpoint_nothing_answers_at_is_told_with_what_to_do(server):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    assert client_at(server.url).unreachable(2.0) is None
+    assert "Connection refused; nothing listens there: start the server" in (client_at(closed).unreachable(2.0) or "")
+    tls = client_at(server.url.replace("http:", "https:")).unreachable(2.0)
+    assert "a server that speaks plain HTTP takes an http:// base URL" in (tls or "")
+    with pytest.raises(CallFailed, match="nothing listens there"):  # the same words in a run's calls
+        client_at(closed).complete("code", "m", MSG)
+
+
+def client_at(url: str) -> ChatClient:
+    return ChatClient(Endpoint("test", url, None, "m", "m", "max_tokens"), Sampling(), timeout_s=2.0, max_retries=0,
+                      environ={})

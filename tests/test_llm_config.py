@@ -92,7 +92,7 @@ def test_caps_raise_budget_exhausted_once_reached():
 
 
 def test_bad_numbers_are_config_errors():
-    with pytest.raises(LLMConfigError):
+    with pytest.raises(LLMConfigError, match=r"^llm.request_timeout_s 0: must be above 0 \(seconds"):
         make_policy(LLMConfig(preset="vllm", request_timeout_s=0), environ={})
     with pytest.raises(LLMConfigError, match="KSEARCH_LLM_BACKOFF_S"):
         make_policy(LLMConfig(preset="vllm"), environ={"KSEARCH_LLM_BACKOFF_S": "soon"})
@@ -136,3 +136,99 @@ def test_local_servers_are_free_without_a_warning(caplog):
     with caplog.at_level("WARNING", logger="ksearch.llm"):
         assert b.cost("local-model", 1000, 1000) == 0.0
     assert caplog.text == "" and b.state()["unpriced_models"] == ["local-model"]
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("", r"\$LLM_KEY is empty: export LLM_KEY=\.\.\. with the key"),
+    ("  \n", r"\$LLM_KEY is blank \(only whitespace\)"),
+    ("sk-abcdef ghijkl", r"\$LLM_KEY is set, but its value holds a space inside it"),
+    ("sk-abcdef\nghijkl", r"\$LLM_KEY is set, but its value holds a control character inside it"),
+    ("sk-abcdef\u00a0ghijkl", r"\$LLM_KEY is set, but its value holds a non-ASCII character inside it"),
+])
+def test_a_key_variable_without_a_usable_key_is_refused_without_its_value(value: str, says: str) -> None:
+    with pytest.raises(LLMConfigError, match=says) as info:
+        make_policy(LLMConfig(preset="vllm", base_url="http://127.0.0.1:9/v1", api_key_env="LLM_KEY"),
+                    environ={"LLM_KEY": value})
+    msg = str(info.value)
+    assert "\n" not in msg and (not value.strip() or value.strip()[:9] not in msg)
+
+
+def test_an_unset_variable_named_for_another_server_says_so_not_the_default_preset() -> None:
+    with pytest.raises(LLMConfigError) as info:
+        resolve(LLMConfig(base_url="http://127.0.0.1:9/v1", api_key_env="LLM_KEY"), environ={})
+    msg = str(info.value)
+    assert msg.startswith("$LLM_KEY (api_key_env, --api-key-env) is unset: export LLM_KEY=") and "openai" not in msg
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("localhost:8000", "pass http://localhost:8000/v1"),
+    ("127.0.0.1:8000/v1", "pass http://127.0.0.1:8000/v1"),
+    ("htp://127.0.0.1:8000/v1", "start it with http:// or https://"),
+    ("http://127.0.0.1:80OO/v1", "give a host and, after a colon, a port number"),
+    ("http:///v1", "give a host"),
+])
+def test_a_base_url_the_client_cannot_use_is_refused(url: str, says: str) -> None:
+    with pytest.raises(LLMConfigError, match="is not the URL of an OpenAI-compatible endpoint") as info:
+        resolve(LLMConfig(base_url=url), environ={})
+    assert says in str(info.value)
+    assert resolve(LLMConfig(base_url=url), environ={}, check_key=False).base_url == url  # a replay sends nothing
+
+
+def test_a_base_url_pasted_with_whitespace_is_taken_without_it() -> None:
+    assert resolve(LLMConfig(base_url=" http://127.0.0.1:8000/v1/\n"), environ={}).base_url == (
+        "http://127.0.0.1:8000/v1/")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_refused(tmp_path, *args: str, env: dict[str, str] | None = None) -> str:
+    """`ksearch run softmax --policy llm ARGS`, which must end with one line and exit 2, no run directory made."""
+    from typer.testing import CliRunner
+
+    from ksearch.cli import app
+
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["run", "softmax", "--backend", "mlx-cpu", "--policy", "llm", "--budget", "1",
+                                      "--runs-dir", str(runs), "--quiet", *args], env=env)
+    assert result.exit_code == 2, result.output
+    assert not runs.exists() or not any(runs.iterdir())
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(" ".join(lines).split("error: ")) == 2 and "Traceback" not in result.output
+    return " ".join(" ".join(lines).split())
+
+
+def test_a_new_run_refuses_an_endpoint_nothing_answers_at_before_it_exists(tmp_path) -> None:
+    import time
+
+    from fake_llm_server import FakeLLMServer
+
+    start = time.monotonic()
+    out = _run_refused(tmp_path, "--base-url", f"http://127.0.0.1:{_closed_port()}/v1")
+    assert "cannot reach the LLM endpoint" in out and "nothing listens there" in out and "ksearch llm ping" in out
+    with FakeLLMServer() as server:  # plain HTTP, asked in TLS
+        out = _run_refused(tmp_path, "--base-url", server.url.replace("http://", "https://"))
+        assert not server.requests
+    assert "a server that speaks plain HTTP takes an http:// base URL" in out
+    assert time.monotonic() - start < 20  # said at once, not after the retries of a run
+
+
+@pytest.mark.parametrize(("args", "toml", "says"), [
+    (("--base-url", "localhost:8000"), "", "pass http://localhost:8000/v1"),
+    ((), '[llm]\nbase_ulr = "http://127.0.0.1:8000/v1"\n', "unknown config key 'llm.base_ulr'"),
+    ((), "[llm]\nmax_output_tokens = 0\n", "llm.max_output_tokens 0: must be at least 1"),
+    ((), "[llm]\ncontext_tokens = -1\n", "llm.context_tokens -1: must be at least 512"),
+    ((), '[llm]\ntemperature = "0.2"\n', 'llm.temperature is "0.2"; expected a number'),
+    (("--api-key-env", "LLM_KEY"), "", "$LLM_KEY is set, but its value holds a space inside it"),
+])
+def test_run_refuses_llm_settings_in_one_line_before_the_run_exists(tmp_path, args, toml, says) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text(toml)
+    out = _run_refused(tmp_path, "--base-url", f"http://127.0.0.1:{_closed_port()}/v1", "--config", str(config),
+                       *args, env={"LLM_KEY": "sk-abcdef ghijkl"})
+    assert says in out and "ghijkl" not in out

@@ -309,3 +309,13 @@ def test_as_an_unprivileged_user_a_key_found_in_the_parent_shell_goes_no_further
             assert "LLM_AUTH" not in hunted
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_key_with_a_line_end_is_taken_without_it_and_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    # export LLM_AUTH_FILE="$(cat keyfile)" keeps the \r of a file written on Windows
+    monkeypatch.setenv("LLM_AUTH_FILE", SECRET + "-file\r\n")
+    assert keys.take_key("LLM_AUTH_FILE") == SECRET + "-file"
+    assert keys.take_key("LLM_AUTH_FILE") == SECRET + "-file"  # the second client of the process
+    from ksearch.store.redact import SECRETS
+
+    assert SECRETS.text(f"Bearer {SECRET}-file") == f"Bearer {MASK}"

@@ -216,27 +216,54 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     return cfg
 
 
+#: No prompt of ours fits a smaller context window.
+MIN_CONTEXT_TOKENS = 512
+#: The temperatures OpenAI-compatible endpoints take (OpenAI and Gemini refuse a request outside 0-2).
+MAX_TEMPERATURE = 2.0
+
 # Settings that must be above a floor: (where it is read, its name as a flag or key, the floor, whether the floor
 # itself is allowed, its unit). A zero or negative limit would end a run before its first evaluation, or time out
 # every one.
-_FLOORS = (
+_FLOORS: tuple[tuple[Any, str, float, bool, str], ...] = (
     (lambda c: c.wall_time_s, "--wall-time (wall_time_s)", 0.0, False, "seconds; leave it out for no limit"),
     (lambda c: c.timeout_s, "--timeout (timeout_s)", 0.0, False, "seconds; leave it out for the backend's default"),
     (lambda c: c.memory_limit_gb, "memory_limit_gb", 0.0, False, "GiB"),
     (lambda c: c.stagnation_window, "stagnation_window", 1, True, "cycles without improvement"),
-    (lambda c: c.llm.max_usd, "--max-usd (llm.max_usd)", 0.0, False, "US dollars; leave it out for no cap"),
-    (lambda c: c.llm.max_tokens_total, "llm.max_tokens_total", 1, True, "tokens; leave it out for no cap"),
-    (lambda c: c.llm.temperature, "llm.temperature", 0.0, True, ""),
+)
+# The same for the [llm] settings, read from an LLMConfig: a policy made from one checks them too.
+_LLM_FLOORS: tuple[tuple[Any, str, float, bool, str], ...] = (
+    (lambda c: c.max_usd, "--max-usd (llm.max_usd)", 0.0, False, "US dollars; leave it out for no cap"),
+    (lambda c: c.max_tokens_total, "llm.max_tokens_total", 1, True, "tokens; leave it out for no cap"),
+    (lambda c: c.temperature, "llm.temperature", 0.0, True, ""),
+    (lambda c: c.max_output_tokens, "llm.max_output_tokens", 1, True, "tokens"),
+    (lambda c: c.request_timeout_s, "llm.request_timeout_s", 0.0, False, "seconds, connect to last byte"),
+    (lambda c: c.max_retries, "llm.max_retries", 0, True, "retries of a failed request; 0: none"),
+    (lambda c: c.max_answer_kb, "llm.max_answer_kb", 1, True, "KB"),
+    (lambda c: c.context_tokens, "llm.context_tokens", MIN_CONTEXT_TOKENS, True,
+     "tokens, the model's context window; leave it out to ask the server"),
 )
 
 
-def _check_ranges(cfg: RunConfig) -> None:
-    for read, name, floor, inclusive, unit in _FLOORS:
-        value = read(cfg)
+def _check_floors(obj: Any, floors: tuple[tuple[Any, str, float, bool, str], ...]) -> None:
+    for read, name, floor, inclusive, unit in floors:
+        value = read(obj)
         if value is None or value > floor or (inclusive and value == floor):
             continue
         bound = f"at least {floor:g}" if inclusive else f"above {floor:g}"
         raise ConfigError(f"{name} {value:g}: must be {bound}" + (f" ({unit})" if unit else ""))
+
+
+def check_llm_settings(llm: LLMConfig) -> None:
+    """A ConfigError naming the first [llm] number out of its range, with its value."""
+    _check_floors(llm, _LLM_FLOORS)
+    if llm.temperature > MAX_TEMPERATURE:
+        raise ConfigError(f"llm.temperature {llm.temperature:g}: must be at most {MAX_TEMPERATURE:g} (the range "
+                          "OpenAI-compatible endpoints take)")
+
+
+def _check_ranges(cfg: RunConfig) -> None:
+    _check_floors(cfg, _FLOORS)
+    check_llm_settings(cfg.llm)
 
 
 def config_from_json(config: dict[str, Any] | None) -> RunConfig:

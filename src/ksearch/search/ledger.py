@@ -62,7 +62,7 @@ def recover_lost_call(store: RunStore, round_: int) -> dict[str, Any] | None:
         u["cost_usd"] += float(bound.get("cost_usd") or 0.0)
         u["lost_calls"] += 1
         store.set_meta("llm_usage", u)
-        store.add_event(round_, "call_lost", {**bound, "message": f"a {bound.get('role')} call was in flight when "
-                                              "the run's process ended: counted at its bound"})
+        store.add_event(round_, "call_lost", {**bound, "message": f"the {bound.get('role')} call in flight when the "
+                                              "run's process ended: counted at its bound"})
         store.delete_meta(IN_FLIGHT)
     return bound

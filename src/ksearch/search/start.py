@@ -111,7 +111,8 @@ def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = No
     else:
         run_cfg = cfg
         if run_cfg.policy == "llm":
-            policy = make_policy(run_cfg)  # fail fast on a missing key before creating the run directory
+            # Fail fast, before the run directory exists, on a missing key or an endpoint nothing answers at.
+            policy = make_policy(run_cfg, reach=True)
         pool = make_pool(run_cfg, run_cfg.task, run_cfg.backend)
         try:
             store, _, _ = create_run(run_cfg)
@@ -253,7 +254,10 @@ def _resume_config(store: RunStore, cfg: RunConfig, limits: dict[str, float | in
 # -- the parts of a run and the loop -----------------------------------------------------------------------------------
 
 
-def make_policy(cfg: RunConfig, replay: list[dict[str, Any]] | None = None, strict: bool = False) -> Policy:
+def make_policy(cfg: RunConfig, replay: list[dict[str, Any]] | None = None, strict: bool = False,
+                reach: bool = False) -> Policy:
+    """The run's proposer. `reach` (a new run): an LLM endpoint nothing answers at is refused before the run
+    exists."""
     if cfg.policy == "offline":
         from ksearch.policy.offline import OfflinePolicy
 
@@ -263,7 +267,7 @@ def make_policy(cfg: RunConfig, replay: list[dict[str, Any]] | None = None, stri
             from ksearch.policy.llm import make_policy as make_llm
         except ImportError as exc:
             raise RunError(f"the LLM policy is unavailable: {exc}") from exc
-        return make_llm(cfg.llm, replay=replay, strict_prompts=strict)  # type: ignore[no-any-return]
+        return make_llm(cfg.llm, replay=replay, strict_prompts=strict, reach=reach)  # type: ignore[no-any-return]
     raise RunError(f"unknown policy {cfg.policy!r}; choose one of {', '.join(POLICIES)}")
 
 

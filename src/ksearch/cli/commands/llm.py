@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -61,6 +62,7 @@ def ping_cmd(
     timeout: Annotated[float, typer.Option(help="Deadline for the whole check (s), connect to last byte.")] = 60.0,
     context_tokens: Annotated[int | None, typer.Option(help="The model's context, if the server does not say.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")] = False,
+    config: Annotated[Path | None, typer.Option(help="A run configuration (TOML) whose [llm] settings to check.")] = None,
 ) -> None:
     """Send one tiny request with these settings: model served, latency, tokens, cost, the model's context and
     whether ksearch's prompts fit it."""
@@ -71,7 +73,7 @@ def ping_cmd(
     flags = {"preset": preset, "model": model, "base_url": base_url, "api_key_env": api_key_env,
              "context_tokens": context_tokens}
     # A ConfigError or LLMConfigError is a UsageError: one line, exit 2.
-    cfg = load_config(None, {"llm": {k: v for k, v in flags.items() if v is not None}}).llm
+    cfg = load_config(config, {"llm": {k: v for k, v in flags.items() if v is not None}}).llm
     try:
         row = ping(cfg, timeout)
     except CallFailed as exc:

@@ -36,7 +36,10 @@ def read_json(ctx: Any, cap: int, cancelled: threading.Event) -> Any:
     try:
         return json.loads(bytes(buf))
     except (ValueError, RecursionError) as exc:
-        raise Malformed(f"{type(exc).__name__}: {short(str(exc), 120)}") from None
+        # What the body is tells more than where the parser stopped: a proxy's HTML page, a server's plain text.
+        start = short(bytes(buf[:EXCERPT_BYTES]).decode("utf-8", "replace"), 160)
+        body = f"it begins {start!r}" if start else "the body is empty"
+        raise Malformed(f"not JSON ({type(exc).__name__}: {short(str(exc), 120)}); {body}") from None
 
 
 #: Asked of every response: no compression, so that the size cap counts the bytes that arrive.

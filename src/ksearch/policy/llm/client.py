@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -201,6 +203,29 @@ class ChatClient:
             timeout_s=timeout_s,
         )
 
+    def unreachable(self, timeout_s: float) -> str | None:
+        """Why no request can reach the endpoint at all (nothing listens on its port, no such host, TLS spoken to
+        a plain-HTTP server), or None: any answer (an HTTP error included), or none within `timeout_s` (a slow
+        server is for the run's retries), says it may. One GET of the model listing, not retried."""
+        import openai
+
+        try:
+            run_with_deadline(
+                lambda seconds, cancelled: self._read(
+                    self._client().models.with_streaming_response.list(timeout=seconds, extra_headers=PLAIN),
+                    cancelled,
+                ),
+                timeout_s,
+                "ksearch-llm-reach",
+            )
+        except openai.APITimeoutError:
+            return None
+        except openai.APIConnectionError as exc:
+            return self._scrub(connection_cause(exc, self.endpoint.base_url))
+        except Exception:  # an answer of any kind: the endpoint is there
+            return None
+        return None
+
     # -- one logical call ------------------------------------------------------------------------------------
     def complete(
         self,
@@ -360,9 +385,11 @@ class ChatClient:
             except (DeadlineExceeded, openai.APITimeoutError):
                 cause = f"no complete answer within {max(seconds, 0):.3g} s (connect to last byte)"
             except openai.APIConnectionError as exc:
-                cause = f"connection failed ({short(str(exc.__cause__ or exc))})"
-            except (openai.OpenAIError, Malformed, ValueError) as exc:
-                # A body that is not the JSON the SDK expects (a proxy's HTML page, a half-sent body).
+                cause = connection_cause(exc, self.endpoint.base_url)
+            except Malformed as exc:
+                cause = f"malformed response ({short(str(exc))})"
+            except (openai.OpenAIError, ValueError) as exc:
+                # A body that is not the JSON the SDK expects (a half-sent body).
                 cause = f"malformed response ({type(exc).__name__}: {short(str(exc))})"
             if attempt >= self.max_retries:
                 raise CallFailed(
@@ -385,6 +412,24 @@ class ChatClient:
             )
             self.sleep(delay)
             attempt += 1
+
+
+def connection_cause(exc: BaseException, base_url: str) -> str:
+    """A failed connection in a few words, with what to do where its cause tells (no listener, no such host,
+    TLS to a server that speaks plain HTTP)."""
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    hint = ""
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        hint = "; nothing listens there: start the server, or fix the port of the base URL"
+    elif any(isinstance(e, socket.gaierror) for e in chain):
+        hint = "; the host name does not resolve: check the base URL's host, and the network"
+    elif any(isinstance(e, ssl.SSLError) for e in chain) and base_url.startswith("https:"):
+        hint = "; a server that speaks plain HTTP takes an http:// base URL"
+    return f"connection failed ({short(str(exc.__cause__ or exc))}{hint})"
 
 
 class _Refused(KSearchError):

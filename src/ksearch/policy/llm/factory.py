@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ksearch.config import LLMConfig
-from ksearch.errors import LLMConfigError
+from ksearch.config import LLMConfig, check_llm_settings
+from ksearch.errors import ConfigError, LLMConfigError
 from ksearch.policy.llm.client import Backoff, ChatClient, Sampling, Transport
 from ksearch.policy.llm.keys import register_present, take_key
 from ksearch.policy.llm.policy import LLMPolicy
@@ -21,8 +21,6 @@ from ksearch.policy.llm.pricing import Budget, load_prices
 BACKOFF_ENV = "KSEARCH_LLM_BACKOFF_S"
 #: How long asking the server for its context may take, at most.
 DISCOVERY_S = 5.0
-#: No prompt of ours fits a smaller context.
-MIN_CONTEXT_TOKENS = 512
 
 
 def make_policy(
@@ -36,6 +34,7 @@ def make_policy(
     environ: Mapping[str, str] | None = None,
     seed: int | None = None,
     discover: bool = True,
+    reach: bool = False,
 ) -> LLMPolicy:
     """A policy for `cfg`. With `replay` (the calls of a recorded run) it never touches the network and needs
     no key; with `strict_prompts` it raises ReplayMismatch at the first prompt that differs from the record.
@@ -44,18 +43,17 @@ def make_policy(
     the answer into `cfg.context_tokens`, so that the run's stored settings resume and replay with the same
     fitting.
 
+    With `reach`, a live policy first checks that the endpoint can be reached at all (a new run: a wrong port or
+    host, or https:// to a plain-HTTP server, is a mistake in its settings to say at once, not a failure of the
+    service to retry for minutes).
+
     Raises LLMConfigError when the configuration cannot work (unknown preset, unset key variable, bad number).
     """
     env = os.environ if environ is None else environ
-    if cfg.max_retries < 0 or cfg.request_timeout_s <= 0 or cfg.max_output_tokens < 1:
-        raise LLMConfigError(
-            "llm settings: max_retries must be >= 0, request_timeout_s > 0, max_output_tokens >= 1"
-        )
-    if cfg.max_answer_kb < 1 or (cfg.context_tokens is not None and cfg.context_tokens < MIN_CONTEXT_TOKENS):
-        raise LLMConfigError(
-            f"llm settings: max_answer_kb must be >= 1 and context_tokens >= {MIN_CONTEXT_TOKENS} (or unset: "
-            "ask the server)"
-        )
+    try:
+        check_llm_settings(cfg)
+    except ConfigError as exc:
+        raise LLMConfigError(str(exc)) from None
     endpoint = resolve(cfg, environ, check_key=replay is None)
     # Taken now, before the search starts any worker, in replay too (where it goes unused): from here on the
     # key is in no environment a candidate could read, and redacted wherever it might turn up. Keys of the
@@ -85,6 +83,13 @@ def make_policy(
             max_answer_bytes=cfg.max_answer_kb * 1024,
             structured=cfg.structured_output,
         )
+        if reach:
+            why = transport.unreachable(min(DISCOVERY_S, cfg.request_timeout_s))
+            if why is not None:
+                raise LLMConfigError(
+                    f"cannot reach the LLM endpoint {endpoint.base_url}: {why}; `ksearch llm ping` checks the "
+                    "settings"
+                )
         if context is None and discover:
             info = transport.discover_context(endpoint.model, timeout_s=min(DISCOVERY_S, cfg.request_timeout_s))
             if info.tokens is not None:

@@ -33,17 +33,21 @@ _taken: dict[str, str] = {}
 
 
 def take_key(name: str | None, environ: Mapping[str, str] | None = None) -> str | None:
-    """The value of the variable `name` (None when unset or empty), taken out of the process environment when
-    `environ` is None or os.environ itself."""
+    """The value of the variable `name` without surrounding whitespace (None when unset or blank), taken out of
+    the process environment when `environ` is None or os.environ itself.
+
+    The whitespace goes because a key read from a file keeps its line end (a Kubernetes or Docker secret made
+    from a file, `$(cat keyfile)` of a file written on Windows: its `\r`), and the HTTP client refuses a header
+    value that holds one, on every request."""
     if not name:
         return None
     if environ is not None and environ is not os.environ:
-        value = environ.get(name) or None
+        value = (environ.get(name) or "").strip() or None
         register(value)
         return value
     with _lock:
-        value = os.environ.get(name)
-        if value is None:
+        raw = os.environ.get(name)
+        if raw is None:
             return _taken.get(name) or None
         _wipe_startup_environment(name)
         del os.environ[name]  # unsetenv() as well: no child process inherits it
@@ -51,17 +55,33 @@ def take_key(name: str | None, environ: Mapping[str, str] | None = None) -> str 
             import posix
 
             posix.environ.pop(os.fsencode(name), None)  # the copy os.environ was built from
+        value = raw.strip() or None
         if value:
             _taken[name] = value
-    register(value or None)
-    return value or None
+    register(value)
+    return value
 
 
-def has_key(name: str, environ: Mapping[str, str] | None = None) -> bool:
-    """Whether `take_key(name, environ)` would find a value (without taking it)."""
+def key_problem(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why the variable `name` holds no usable key ("unset", "empty", or what is wrong with its characters), None
+    when it holds one; never the value itself. Checked before a run starts, as `take_key` would read it."""
     if environ is not None and environ is not os.environ:
-        return bool(environ.get(name))
-    return bool(os.environ.get(name) or _taken.get(name))
+        raw: str | None = environ.get(name)
+    else:
+        raw = os.environ.get(name, _taken.get(name))
+    if raw is None:
+        return "unset"
+    value = raw.strip()
+    if not value:
+        return "empty" if not raw else "blank (only whitespace)"
+    # An HTTP header carries printable ASCII only; a key never holds a space.
+    odd = [c for c in value if not 33 <= ord(c) < 127]
+    if odd:
+        c = odd[0]
+        what = "a space" if c == " " else "a control character" if ord(c) < 32 or ord(c) == 127 else (
+            "a non-ASCII character")
+        return f"set, but its value holds {what} inside it, which no API key has"
+    return None
 
 
 def register_present(names: list[str], environ: Mapping[str, str] | None = None) -> None:

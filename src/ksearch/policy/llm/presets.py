@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from ksearch.config import LLMConfig
 from ksearch.errors import LLMConfigError
 from ksearch.policy.llm.context import PROBES
-from ksearch.policy.llm.keys import has_key
+from ksearch.policy.llm.keys import key_problem
 from ksearch.policy.llm.schemas import JSON_SCHEMA
 
 #: What a variable name looks like (POSIX).
@@ -100,14 +101,16 @@ class Endpoint:
 
 
 def resolve(cfg: LLMConfig, environ: Mapping[str, str] | None = None, check_key: bool = True) -> Endpoint:
-    """Apply the preset's defaults to `cfg`; with `check_key`, fail now (not mid-run) on an unset key."""
+    """Apply the preset's defaults to `cfg`; with `check_key` (a live client, not a replay), fail now (not mid-run)
+    on a key variable that holds no usable key and on a base URL the HTTP client cannot use."""
     preset = PRESETS.get(cfg.preset)
     if preset is None:
         raise LLMConfigError(
             f"unknown LLM preset {cfg.preset!r}; choose one of {', '.join(PRESETS)} "
             "(or any preset with --base-url URL for another OpenAI-compatible server)"
         )
-    custom_url = cfg.base_url is not None and cfg.base_url.rstrip("/") != preset.base_url.rstrip("/")
+    base_url = preset.base_url if cfg.base_url is None else _checked_url(cfg.base_url, check_key)
+    custom_url = base_url.rstrip("/") != preset.base_url.rstrip("/")
     # A hosted preset's key is never sent to a server of the user's choosing unless they name the variable
     # themselves: `--preset openai --base-url http://my-proxy` must not leak OPENAI_API_KEY to my-proxy.
     key_env = cfg.api_key_env or (None if custom_url else preset.api_key_env)
@@ -118,16 +121,10 @@ def resolve(cfg: LLMConfig, environ: Mapping[str, str] | None = None, check_key:
             "and _, e.g. LLM_API_KEY), never the key itself: export LLM_API_KEY=... and pass --api-key-env "
             "LLM_API_KEY"
         )
-    if check_key and key_env is not None and not has_key(key_env, environ):
-        hint = (
-            f"export {key_env}=... (or pass --api-key-env VAR naming the variable that holds the key)"
-            if preset.hosted or cfg.api_key_env
-            else f"export {key_env}=..."
-        )
-        raise LLMConfigError(
-            f"the {preset.name} LLM preset needs an API key in ${key_env}, which is unset: "
-            f"{hint}; for a local server use --preset vllm|ollama|lmstudio|llamacpp"
-        )
+    if check_key and key_env is not None:
+        problem = key_problem(key_env, environ)
+        if problem is not None:
+            raise LLMConfigError(_key_message(key_env, problem, preset, named=cfg.api_key_env is not None))
     # Another server: ask it which model it serves (GET /models) rather than guess a hosted model's name.
     model = cfg.model or (None if custom_url else preset.model)
     preset_coder = None if (custom_url or cfg.model) else preset.coder_model
@@ -135,7 +132,7 @@ def resolve(cfg: LLMConfig, environ: Mapping[str, str] | None = None, check_key:
     max_tokens_param = "max_tokens" if custom_url else preset.max_tokens_param
     return Endpoint(
         preset.name,
-        cfg.base_url or preset.base_url,
+        base_url,
         key_env,
         model,
         coder,
@@ -145,3 +142,40 @@ def resolve(cfg: LLMConfig, environ: Mapping[str, str] | None = None, check_key:
         JSON_SCHEMA if custom_url else preset.structured,
         PROBES if custom_url else preset.context_probes,
     )
+
+
+def _key_message(key_env: str, problem: str, preset: Preset, named: bool) -> str:
+    """The one line that refuses the key variable `key_env` for `problem` (keys.key_problem), never its value."""
+    if problem.startswith("set"):
+        return f"${key_env} is {problem}: set it to the key alone (export {key_env}=...); the value is not shown"
+    if problem != "unset":
+        return f"${key_env} is {problem}: export {key_env}=... with the key"
+    if named:
+        return (f"${key_env} (api_key_env, --api-key-env) is unset: export {key_env}=... with the key, or leave "
+                "api_key_env out for a server that takes no key")
+    return (f"the {preset.name} LLM preset needs an API key in ${key_env}, which is unset: export {key_env}=... "
+            "(or pass --api-key-env VAR naming the variable that holds the key); for a local server use --preset "
+            "vllm|ollama|lmstudio|llamacpp")
+
+
+def _checked_url(url: str, check: bool) -> str:
+    """`url` without surrounding whitespace; with `check`, refused unless it is an http:// or https:// URL with a
+    host and, where it names one, a port number: the HTTP client would otherwise fail every request alike."""
+    url = url.strip()
+    if not check:
+        return url
+    parts = urlsplit(url)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if parts.scheme in ("http", "https") and parts.hostname and port_ok:
+        return url
+    if "://" not in url:
+        bare = url.removeprefix("//")
+        fix = f"pass http://{bare}{'' if '/' in bare else '/v1'} (or https://...)"
+    elif parts.scheme not in ("http", "https"):
+        fix = "start it with http:// or https://"
+    else:
+        fix = "give a host and, after a colon, a port number: http://HOST:PORT/v1"
+    raise LLMConfigError(f"base_url (--base-url) {url!r} is not the URL of an OpenAI-compatible endpoint: {fix}")
