@@ -104,3 +104,30 @@ def test_a_run_recorded_before_cycle_reasons_still_reports(tmp_path: Path) -> No
     cycles = run.cycles()
     assert cycles and cycles[0].reason == "not recorded"
     assert "refinement cycles" in render_html(run) or 'id="cycles"' in render_html(run)
+
+
+def test_the_cycles_of_a_run_with_several_evaluators_each_keep_their_own_attempts(tmp_path: Path) -> None:
+    # Cycles on several nodes at once: every verdict and every end goes to the cycle of its node, not to the one
+    # selected last.
+    from test_parallel_search import NewEachTime
+
+    from ksearch.search.pool import InlinePool
+
+    cfg = RunConfig(task="softmax", backend="mlx-cpu", budget=11, runs_dir=str(tmp_path), seed=7, stagnation_window=3)
+    store, _, _ = create_run(cfg)
+    policy = NewEachTime({"A": [("passed", 1.2), ("passed", 1.5)], "B": [("wrong_answer", 0)], "C": [("passed", 2)],
+                          "D": [("passed", 1.1)]})
+    execute(store, cfg, policy=policy, pool=InlinePool(scripted_judge, 3, "mlx-cpu:test"))
+    store.close()
+    run = load_run(Path(store.path))
+    cycles = run.cycles()
+    by_node = {e.data["node_id"]: 0 for e in run.events if e.kind == "evaluation"}
+    for e in run.events:
+        if e.kind == "evaluation":
+            by_node[e.data["node_id"]] += 1
+    assert len(cycles) >= 3
+    assert all(c.reason not in ("not recorded", "in progress") and c.attempts >= 1 for c in cycles), cycles
+    assert sum(c.attempts for c in cycles) == sum(n for node, n in by_node.items() if node != "root")
+    ends = [e for e in run.events if e.kind == "cycle_end"]
+    assert sorted((c.node_id, c.attempts) for c in cycles) == sorted((e.data["node_id"], e.data["attempts"])
+                                                                     for e in ends)

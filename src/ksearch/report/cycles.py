@@ -4,7 +4,9 @@ it, the follow-up fallback), applied or rejected with the reason.
 
 A cycle runs from its `select` event to its `cycle_end`; a refresh's edits are recorded before the `select` of the
 cycle they prepare. Runs recorded before cycles kept their end reason read as "not recorded"; the last cycle of a run
-that stopped mid-cycle ends with the run's own reason.
+that stopped mid-cycle ends with the run's own reason. With several evaluators (a run with `dispatch` events) cycles
+on different nodes run at once: each event goes to the open cycle of its node, and every cycle the run's end cut
+short ends with the run's reason.
 """
 
 from __future__ import annotations
@@ -65,17 +67,28 @@ def _edit(e: EventRow) -> Edit | None:
     return None
 
 
+def _own(e: EventRow, cycles: list[Cycle], current: Cycle | None, overlap: bool) -> Cycle | None:
+    """The cycle an event belongs to: with cycles at once (`overlap`), the last one on the event's node; else the
+    current one."""
+    node = e.data.get("node_id")
+    if overlap and node is not None:
+        return next((c for c in reversed(cycles) if c.node_id == str(node)), None)
+    return current
+
+
 def read_cycles(events: list[EventRow], stop_kind: str | None, stop_reason: str | None,
                 finished: bool) -> list[Cycle]:
     cycles: list[Cycle] = []
     pending: list[Edit] = []  # a refresh's edits, for the cycle they prepare
     current: Cycle | None = None
+    overlap = any(e.kind == "dispatch" for e in events)
     for e in events:
         d = e.data
+        cycle = _own(e, cycles, current, overlap)
         if e.kind == "select":
-            if current is not None and current.reason == "in progress":  # its end was not recorded
-                current.reason = "not recorded"
-                current.outcome = "unknown" if current.outcome == "in progress" else current.outcome
+            if cycle is not None and cycle.reason == "in progress":  # its end was not recorded
+                cycle.reason = "not recorded"
+                cycle.outcome = "unknown" if cycle.outcome == "in progress" else cycle.outcome
             current = Cycle(len(cycles) + 1, e.round, str(d.get("node_id")), str(d.get("title") or d.get("node_id")))
             current.edits.extend(pending)
             pending = []
@@ -83,29 +96,28 @@ def read_cycles(events: list[EventRow], stop_kind: str | None, stop_reason: str 
             continue
         edit = _edit(e)
         if edit is not None:
-            refresh = edit.when == WHEN["refresh"]
-            if refresh or current is None:
+            if edit.when == WHEN["refresh"] or cycle is None:
                 pending.append(edit)
             else:
-                current.edits.append(edit)
+                cycle.edits.append(edit)
             continue
-        if current is None:
+        if cycle is None:
             continue
-        if e.kind == "evaluation" and d.get("node_id") == current.node_id and current.reason == "in progress":
-            current.attempts += 1
-        elif e.kind in ("too_hard", "exhausted") and d.get("node_id") == current.node_id:
-            current.outcome = e.kind.replace("_", " ")
+        if e.kind == "evaluation" and d.get("node_id") == cycle.node_id and cycle.reason == "in progress":
+            cycle.attempts += 1
+        elif e.kind in ("too_hard", "exhausted") and d.get("node_id") == cycle.node_id:
+            cycle.outcome = e.kind.replace("_", " ")
         elif e.kind == "cycle_end":
-            current.attempts = int(d.get("attempts") or current.attempts)
+            cycle.attempts = int(d.get("attempts") or cycle.attempts)
             score = d.get("best_score")
-            current.best_score = float(score) if isinstance(score, int | float) and score > 0 else None
-            if current.outcome == "in progress":
-                current.outcome = "solved" if d.get("solved", current.best_score is not None) else "not solved"
-            current.reason = str(d.get("reason") or "not recorded")
-            current.why = str(d.get("why") or "")
-    last = cycles[-1] if cycles else None
-    if last is not None and last.reason == "in progress" and finished:
-        last.outcome = "not closed"
-        last.reason = stop_kind or "stopped"
-        last.why = stop_reason or ""
+            cycle.best_score = float(score) if isinstance(score, int | float) and score > 0 else None
+            if cycle.outcome == "in progress":
+                cycle.outcome = "solved" if d.get("solved", cycle.best_score is not None) else "not solved"
+            cycle.reason = str(d.get("reason") or "not recorded")
+            cycle.why = str(d.get("why") or "")
+    for c in cycles:  # one at a time, only the last can be open; with several evaluators, any the end cut short
+        if c.reason == "in progress" and finished:
+            c.outcome = "not closed"
+            c.reason = stop_kind or "stopped"
+            c.why = stop_reason or ""
     return cycles
