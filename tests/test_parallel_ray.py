@@ -28,7 +28,8 @@ KS = [sys.executable, "-m", "ksearch.cli"]
 
 @pytest.fixture(scope="module")
 def cluster() -> Any:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    # "local": a cluster of its own, even where one runs on this machine already.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
@@ -147,3 +148,81 @@ def test_confirm_on_the_cluster_times_a_finished_run_against_its_recorded_baseli
     again = {w["name"]: w["baseline_latency_s"] for w in held["workloads"] if w["split"] == "search"}
     assert held["status"] == "passed" and again == recorded  # the recorded baseline, not a new measurement
     assert read_run(run).meta.get("chosen_candidate") == out["pick"]
+
+
+def test_a_cluster_without_free_slots_is_refused_in_one_line(cluster: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another job holds both CPU slots: the run says so at once instead of waiting for its actors to start.
+    from ksearch.errors import RunError
+    from ksearch.search import ray_pool
+
+    monkeypatch.setattr(ray_pool, "FREE_WAIT_S", 1.0, raising=False)
+    monkeypatch.setattr(ray_pool, "START_TIMEOUT_S", 30.0)
+
+    @ray.remote(num_cpus=2)
+    class Hog:
+        def ping(self) -> int:
+            return 1
+
+    hog = Hog.remote()  # type: ignore[attr-defined]
+    ray.get(hog.ping.remote())
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(RunError, match=r"only 0 of the 2 CPU slot\(s\) of the Ray cluster at .* are free"):
+            start_run(_cfg(tmp_path, workers=1, ray_address=cluster))
+        assert time.monotonic() - t0 < 20
+        assert not any(tmp_path.iterdir())
+    finally:
+        ray.kill(hog)
+        deadline = time.time() + 30  # the slots back before the next test
+        while ray.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
+            time.sleep(0.2)
+
+
+def test_a_cluster_that_refuses_the_token_is_named_in_one_line(cluster: str, tmp_path: Path) -> None:
+    # A cluster with token authentication (Ray 2.60 turns it on where a token is at hand) joined by an explicit address
+    # from a process without RAY_AUTH_MODE=token: one line that says so, not Ray's line a second on stderr.
+    if os.environ.get("RAY_AUTH_MODE") != "token":
+        pytest.skip("this Ray starts clusters without token authentication")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    env["RAY_gcs_server_port_wait_time_s"] = "2"  # Ray's own retries: 2 instead of 20
+    proc = subprocess.run([*KS, "run", "softmax", "--backend", "mlx-cpu", "--budget", "1", "--runs-dir", str(tmp_path),
+                           "--quiet", "--ray-address", cluster], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and "set RAY_AUTH_MODE=token" in proc.stderr, proc.stderr[-2000:]
+    assert not any(tmp_path.iterdir())
+
+
+def test_workers_here_start_their_own_ray_whatever_ray_address_names(tmp_path: Path) -> None:
+    # RAY_ADDRESS (or a `ray start` on this machine) names a running cluster: `--workers 2` without --ray-address
+    # judges on a Ray instance of its own, which it stops at its end.
+    env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:1"}
+    proc = subprocess.run([*KS, "run", "softmax", "--backend", "mlx-cpu", "--budget", "2", "--stop-after", "1",
+                           "--runs-dir", str(tmp_path), "--quiet", "--workers", "2"], capture_output=True, text=True,
+                          timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run,) = list(tmp_path.iterdir())
+    evals = read_run(run).evaluations_of("search")
+    assert [e.status for e in evals] == ["passed"]
+    assert evals[0].result["environment"]["evaluator"]["worker"] in ("w1", "w2")
+
+
+def test_sigterm_stops_a_parallel_run_as_ctrl_c_does(cluster: str, tmp_path: Path) -> None:
+    # SIGTERM while the driver waits in Ray for a verdict: exit 143, the run stopped and resumable, one line.
+    proc = subprocess.Popen([*KS, "run", "softmax", "--backend", "mlx-cpu", "--budget", "6", "--runs-dir",
+                             str(tmp_path), "--quiet", "--ray-address", cluster, "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 150
+    while time.time() < deadline and proc.poll() is None:
+        runs = [d for d in tmp_path.iterdir() if (d / "run.db").exists()]
+        if runs and _state(runs[0])[1] >= 1:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1].endswith("continues it"), err[-2000:]
+    (run,) = list(tmp_path.iterdir())
+    meta = read_run(run).meta
+    assert (meta.get("status"), meta.get("stop_kind")) == ("stopped", "interrupted")
+    assert "SIGTERM" in meta.get("stop_reason")

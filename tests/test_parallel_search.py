@@ -6,8 +6,12 @@ candidates for a seed."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import socket
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -160,10 +164,86 @@ def test_bad_placement_is_refused_in_one_line_before_anything_runs(tmp_path: Any
     with pytest.raises(ConfigError, match="at least 1 evaluator"):
         load_config(overrides={"workers": 0})
     for kw, says in (({"workers": 999}, "more than the"), ({"ray_address": "nowhere"}, "not auto or HOST:PORT"),
+                     ({"ray_address": ""}, "not auto or HOST:PORT"), ({"ray_address": "10.0.0.5:99999"}, "not auto"),
                      ({"ray_address": "127.0.0.1:1"}, "cannot reach a Ray cluster")):
         with pytest.raises(RunError, match=says):
             start_run(_cfg(tmp_path, **kw))
     monkeypatch.setattr(ray_pool, "ray", None)
-    with pytest.raises(RunError, match=r"need Ray, which is not installed: pip install 'kernelsearch\[ray\]'"):
+    with pytest.raises(RunError, match=r"^--workers 2 needs Ray, which is not installed: pip install "
+                                       r"'kernelsearch\[ray\]'; without it one evaluator judges in this process"):
         start_run(_cfg(tmp_path, workers=2))
+    with pytest.raises(RunError, match=r"^--ray-address auto needs Ray"):
+        start_run(_cfg(tmp_path, ray_address="auto"))
     assert not any(tmp_path.iterdir())  # no run was created
+
+
+@contextlib.contextmanager
+def _listener(answer: bytes | None) -> Iterator[str]:
+    """HOST:PORT of a local server that is no Ray cluster: it answers every connection with `answer` (None: says
+    nothing)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                held.append(conn)
+                if answer is not None:
+                    conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+def test_an_address_where_no_ray_cluster_answers_is_refused_at_once(monkeypatch: Any) -> None:
+    # A web server, or a port that accepts and says nothing: Ray's own client would retry either for minutes.
+    from ksearch.errors import RunError
+    from ksearch.search import ray_pool
+
+    monkeypatch.setattr(ray_pool, "PROBE_TIMEOUT_S", 0.5)
+    for answer in (b"HTTP/1.1 400 Bad Request\r\n\r\n", None):
+        with _listener(answer) as address, pytest.raises(RunError, match="not a Ray cluster"):
+            ray_pool.check_address(address)
+    # `auto` where the cluster it finds (RAY_ADDRESS, or the address a `ray start` here left behind) has ended.
+    pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    with pytest.raises(RunError, match=r"cannot reach a Ray cluster at --ray-address auto \(.*:1\)"):
+        ray_pool.check_address("auto")
+
+
+def test_replay_refuses_several_workers_in_one_line(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from ksearch.cli import app
+
+    cfg = _cfg(tmp_path, budget=1, confirm_top=0)
+    store, _, _ = create_run(cfg)
+    execute(store, cfg, evaluate=hashed_judge)
+    store.close()
+    for flags in (["--workers", "2"], ["--ray-address", "auto"]):
+        res = CliRunner().invoke(app, ["run", "--replay", str(store.path), "--runs-dir", str(tmp_path), *flags])
+        assert res.exit_code == 2, res.output
+        assert "do not go with --replay" in res.output and len(res.output.strip().splitlines()) == 1
+    assert [d.name for d in tmp_path.iterdir()] == [store.path.name]  # no replay was created
+
+
+def test_a_run_judged_on_a_cluster_that_is_gone_resumes_here(tmp_path: Any) -> None:
+    from ksearch.errors import RunError
+    from ksearch.search.start import start_run
+
+    cfg = _cfg(tmp_path, budget=3, confirm_top=0, ray_address="127.0.0.1:1")  # nothing listens there
+    store, _, _ = create_run(cfg)
+    execute(store, cfg, evaluate=hashed_judge, stop_after=1)
+    store.close()
+    # Its own placement: refused, naming the flags that judge it elsewhere.
+    with pytest.raises(RunError, match=r"cannot reach a Ray cluster.*--resume with --workers N \(this machine\)"):
+        start_run(cfg, resume=str(store.path), stop_after=2)
+    # --workers 1: one evaluator in this process, whatever cluster the run was judged on.
+    out = start_run(cfg, resume=str(store.path), stop_after=2, placement={"workers": 1, "ray_address": None})
+    assert out.status == "stopped" and out.state.evaluations_done == 2

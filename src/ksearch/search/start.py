@@ -71,9 +71,10 @@ def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = No
     """Create (or reopen) the run, then search until a limit or stop_after ends it.
 
     raise_limits (with resume): new values for RAISABLE limits; a run finished because one of them ran out
-    continues under the new ones. placement (with resume): `workers` and `ray_address` for this sitting (None:
-    the run's own). Bad input raises a UsageError before anything is written or evaluated; with several workers,
-    they are started (and a bad address, a missing Ray or too few devices refused) before the run exists."""
+    continues under the new ones. placement (with resume): `workers` and `ray_address` for this sitting (both
+    None: the run's own; `workers` alone: on this machine). Bad input raises a UsageError before anything is
+    written or evaluated; with several workers, they are started (and a bad address, a missing Ray or too few
+    devices refused) before the run exists."""
     evaluate = None
     policy = None
     pool = None
@@ -85,12 +86,16 @@ def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = No
                 raise RunError(f"--stop-after {stop_after}: run {store.path.name} has done {done} evaluations "
                                f"already; pass more than {done} to go on")
             run_cfg = _resume_config(store, cfg, {k: v for k, v in (raise_limits or {}).items() if v is not None})
-            for key, value in (placement or {}).items():
-                if value is not None:
-                    setattr(run_cfg, key, value)
+            own = _place(run_cfg, placement or {})
             if run_cfg.policy == "llm":
                 policy = make_policy(run_cfg)  # before any worker starts: the key leaves the environment first
-            pool = make_pool(run_cfg, store.get_meta("task"), store.get_meta("backend"))
+            try:
+                pool = make_pool(run_cfg, store.get_meta("task"), store.get_meta("backend"))
+            except RunError as exc:
+                if own and run_cfg.ray_address is not None:  # the cluster the run was judged on may be gone
+                    raise RunError(f"{exc}; or judge run {store.path.name} elsewhere: --resume with --workers N "
+                                   "(this machine) or --ray-address A") from exc
+                raise
         except BaseException:
             store.close()
             raise
@@ -137,16 +142,15 @@ def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = No
 def make_pool(cfg: RunConfig, task: str, backend_name: str) -> EvaluatorPool | None:
     """The run's evaluators when there are several (or a cluster is named); None for the single-process search.
     Every refusal is one line, before anything is evaluated."""
-    if cfg.workers <= 1 and not cfg.ray_address:
+    if cfg.workers <= 1 and cfg.ray_address is None:
         return None
     from ksearch.search import ray_pool
 
     if not ray_pool.available():
-        raise RunError(f"--workers {cfg.workers}{' and --ray-address' if cfg.ray_address else ''} need Ray, which is "
-                       f"not installed: {ray_pool.INSTALL_HINT} (or run with --workers 1)")
+        raise RunError(ray_pool.not_installed(cfg))
     get_task(task)  # an unknown task is refused here, not by every worker
     backend = _backend(backend_name, cfg)
-    if cfg.ray_address:
+    if cfg.ray_address is not None:
         ray_pool.check_address(cfg.ray_address)
     else:
         here = ray_pool.local_devices(backend)
@@ -155,6 +159,17 @@ def make_pool(cfg: RunConfig, task: str, backend_name: str) -> EvaluatorPool | N
             raise RunError(f"--workers {cfg.workers} is more than the {here} {unit} this machine has for "
                            f"{backend.name}; pass --workers {here} or fewer, or --ray-address for a cluster")
     return ray_pool.RayPool(task, backend, cfg)
+
+
+def _place(run_cfg: RunConfig, placement: dict[str, Any]) -> bool:
+    """This sitting's evaluators, from --resume's flags: --ray-address a cluster (--workers N of it, else the run's
+    count), --workers N alone this machine, neither the run's own placement (True)."""
+    workers, address = placement.get("workers"), placement.get("ray_address")
+    if address is not None or workers is not None:
+        run_cfg.ray_address = address
+    if workers is not None:
+        run_cfg.workers = workers
+    return address is None and workers is None
 
 
 def _backend(name: str, cfg: RunConfig) -> Backend:

@@ -65,6 +65,9 @@ def run_cmd(
     llm = {"preset": preset, "model": model, "base_url": base_url, "api_key_env": api_key_env, "max_usd": max_usd}
     if reevaluate and replay is None:
         fail("--reevaluate goes with --replay RUN: it measures a replayed run's candidates again")
+    if replay is not None and (workers is not None or ray_address is not None):
+        fail("--workers and --ray-address do not go with --replay: a replay judges in this process, in the order its "
+             "run recorded; leave them out")
     if stop_after is not None and stop_after < 1:
         fail(f"--stop-after {stop_after}: pause after 1 or more evaluations in total; leave it out to run to the "
              "budget")
@@ -226,7 +229,7 @@ def confirm_cmd(
         if not as_json:
             say(f"{item.candidate}: {result.status} {result.score:.3f}x", err)
 
-    if (workers or 1) > 1 or ray_address:
+    if (workers or 1) > 1 or ray_address is not None:
         from ksearch.search.pool_judge import PoolJudge
 
         judge: Judge | PoolJudge = PoolJudge(path, workers or 1, ray_address)
