@@ -161,8 +161,15 @@ def test_bad_placement_is_refused_in_one_line_before_anything_runs(tmp_path: Any
     from ksearch.search import ray_pool
     from ksearch.search.start import start_run
 
-    with pytest.raises(ConfigError, match="at least 1 evaluator"):
+    with pytest.raises(ConfigError, match="^--workers 0: .*at least 1 evaluator"):
         load_config(overrides={"workers": 0})
+    # The setting is named as the user gave it: a variable or a configuration file, not a flag they never typed.
+    with pytest.raises(ConfigError, match="^KSEARCH_WORKERS=0: "):
+        load_config(environ={"KSEARCH_WORKERS": "0"})
+    toml = tmp_path.parent / f"{tmp_path.name}-workers.toml"  # tmp_path itself must stay empty (below)
+    toml.write_text("workers = 0\n")
+    with pytest.raises(ConfigError, match=r"^workers = 0 \(--config\): "):
+        load_config(toml, environ={})
     for kw, says in (({"workers": 999}, "more than the"), ({"ray_address": "nowhere"}, "not auto or HOST:PORT"),
                      ({"ray_address": ""}, "not auto or HOST:PORT"), ({"ray_address": "10.0.0.5:99999"}, "not auto"),
                      ({"ray_address": "127.0.0.1:1"}, "cannot reach a Ray cluster")):

@@ -201,7 +201,13 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     if cfg.budget < 1:
         raise ConfigError("budget must be at least 1 evaluation")
     if cfg.workers < 1:
-        raise ConfigError(f"--workers {cfg.workers}: a search needs at least 1 evaluator; pass --workers 1 or more")
+        if (overrides or {}).get("workers") is not None:
+            named = f"--workers {cfg.workers}"
+        elif "KSEARCH_WORKERS" in env:
+            named = f"KSEARCH_WORKERS={env['KSEARCH_WORKERS']}"
+        else:
+            named = f"workers = {cfg.workers} (--config)"
+        raise ConfigError(f"{named}: a search needs at least 1 evaluator; set 1 or more")
     if cfg.confirm_top < 0 or cfg.confirm_times < 1:
         raise ConfigError(f"confirm_top {cfg.confirm_top} / confirm_times {cfg.confirm_times}: the best 0 or more "
                           "candidates, timed again 1 or more times (confirm_top 0 leaves it out)")
