@@ -189,3 +189,27 @@ def test_resume_with_the_runs_task_named_says_to_leave_task_out(tmp_path: Path) 
                            str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 1, both.stderr
     assert "--backend cannot change" in both.stderr and "TASK is left out (the run keeps its task)" in both.stderr
+
+
+def test_replay_refuses_settings_and_a_run_that_has_not_ended(tmp_path: Path) -> None:
+    """A replay runs with its run's recorded settings, so a setting given beside it is refused rather than ignored;
+    a run paused before its end replays only as far as it recorded (past that the replay could only fail), and a
+    refusal leaves no run directory."""
+    def ks(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*KS, "run", *args, "--runs-dir", str(tmp_path), "--quiet"], capture_output=True,
+                              text=True, timeout=600)
+
+    first = ks("softmax", "--backend", "mlx-cpu", "--budget", "3", "--stop-after", "1", "--confirm-top", "0")
+    assert first.returncode == 0, first.stderr[-2000:]
+    (run,) = tmp_path.iterdir()
+    for extra, words in ((("--budget", "7", "--backend", "mlx-metal"), "leave out --backend, --budget"),
+                         (("softmax",), "leave out TASK"), (("--resume", run.name), "leave out --resume"),
+                         ((), "is stopped after 1 evaluation(s): a replay reproduces a run that has ended; pass "
+                              "--stop-after 1"),
+                         (("--stop-after", "2"), "pass --stop-after 1")):
+        res = ks("--replay", run.name, *extra)
+        assert res.returncode == 2 and words in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert list(tmp_path.iterdir()) == [run]
+    res = ks("--replay", run.name, "--stop-after", "1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert len(list(tmp_path.iterdir())) == 2

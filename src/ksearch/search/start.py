@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shlex
 import signal
 import socket
 import threading
@@ -108,6 +109,7 @@ def start_run(cfg: RunConfig, resume: str | None = None, replay: str | None = No
             if run_cfg.workers > 1 or run_cfg.ray_address:
                 raise RunError(f"run {old.path.name} was judged by {run_cfg.workers} workers, whose verdicts "
                                "arrived in an order a replay cannot reproduce; replay runs of one worker")
+            _check_replayable(old, stop_after)
             policy = make_policy(run_cfg, replay=used_calls(old), strict=reevaluate)
             if not reevaluate:
                 evaluate = RecordedEvaluations(old)
@@ -470,6 +472,24 @@ def execute(store: RunStore, cfg: RunConfig, on_event: EventSink | None = None,
         best = rows[-1]["result"] if rows else None
     return RunOutcome(store.path, final, holdout, best, status, kind, reason, ledger.usage(store), confirmation,
                       store.get_meta(CHOSEN))
+
+
+#: A run in these states has ended: its recording holds the whole search a replay reproduces.
+ENDED = ("finished", "failed")
+
+
+def _check_replayable(old: RunReader, stop_after: int | None) -> None:
+    """Refuse, before the replay's run directory exists, a replay of a run that has not ended unless it stops where
+    the recording does: past it the replay could only fail (its search asks for an evaluation never recorded)."""
+    status = old.meta().shown_status
+    if status in ENDED:
+        return
+    recorded = len(old.evaluations("search"))
+    if stop_after is not None and stop_after <= recorded:
+        return
+    raise RunError(f"run {old.path.name} is {status} after {recorded} evaluation(s): a replay reproduces a run that "
+                   f"has ended; pass --stop-after {recorded} to replay what it recorded, or finish it first "
+                   f"(`ksearch run --resume {shlex.quote(str(old.path.resolve()))}`)")
 
 
 def pool_environment(pool: EvaluatorPool) -> dict[str, Any]:

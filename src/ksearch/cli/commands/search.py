@@ -68,6 +68,13 @@ def run_cmd(
     if replay is not None and (workers is not None or ray_address is not None):
         fail("--workers and --ray-address do not go with --replay: a replay judges in this process, in the order its "
              "run recorded; leave them out")
+    if replay is not None:
+        # A replay runs with the recorded run's settings: a setting given beside it would be ignored without a word.
+        given = _setting_flags(flags, llm, config, keep=("runs_dir", "workers", "ray_address"))
+        given += ["--resume"] if resume is not None else []
+        if given:
+            fail(f"--replay reproduces a run with the settings it recorded: leave out {', '.join(given)} (only "
+                 "--runs-dir, --reevaluate and --stop-after go with it)")
     if stop_after is not None and stop_after < 1:
         fail(f"--stop-after {stop_after}: pause after 1 or more evaluations in total; leave it out to run to the "
              "budget")
@@ -75,10 +82,7 @@ def run_cmd(
     if resume is not None:
         # A run keeps the settings it started with; only its limits can be raised (silently ignoring a changed
         # --backend or --policy would run something other than what was asked).
-        fixed = [f"--{k.removesuffix('_s').replace('_', '-')}" for k, v in flags.items()
-                 if v is not None and k not in (*RAISABLE, "task", "runs_dir", "workers", "ray_address")]
-        fixed += [f"--{k.replace('_', '-')}" for k, v in llm.items() if v is not None]
-        fixed += ["--config"] if config is not None else []
+        fixed = _setting_flags(flags, llm, config, keep=(*RAISABLE, "task", "runs_dir", "workers", "ray_address"))
         # A TASK given is most often the run's own: not a setting that cannot change but one to leave out.
         left_out = ", and TASK is left out (the run keeps its task)" if task is not None else ""
         if fixed:
@@ -113,6 +117,14 @@ def run_cmd(
         err.print(f"[red]{escape(line)}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
     console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _setting_flags(flags: dict[str, Any], llm: dict[str, Any], config: Path | None, keep: tuple[str, ...]) -> list[str]:
+    """The run settings given on the command line, as flags (TASK as TASK), other than those in `keep`."""
+    given = [("TASK" if k == "task" else f"--{k.removesuffix('_s').replace('_', '-')}") for k, v in flags.items()
+             if v is not None and k not in keep]
+    given += [f"--{k.replace('_', '-')}" for k, v in llm.items() if v is not None]
+    return given + (["--config"] if config is not None else [])
 
 
 def resume_command(path: Path) -> str:
