@@ -325,6 +325,24 @@ _k = mx.fast.metal_kernel(name="m", input_names=["x"], output_names=["out"], sou
     assert [d.code for d in lint_source(src, "mlx-metal")] == ["no-run"]
 
 
+@NEED_CLANG
+@pytest.mark.parametrize("decl", ["texture2d<float> t;", "sampler s;"])
+def test_deep_metal_says_a_texture_cannot_reach_the_kernel(decl: str) -> None:
+    """Metal has textures and samplers, but mx.fast.metal_kernel binds buffers only: the check says so rather than
+    that the type is unknown."""
+    src = f'''import mlx.core as mx
+
+_k = mx.fast.metal_kernel(name="m", input_names=["x"], output_names=["out"], source="""
+    uint i = thread_position_in_grid.x;
+    {decl}
+    out[i] = x[i];
+""")
+'''
+    (diag,) = [d for d in check_metal_candidate(src, None) if d.code == "msl-compile"]
+    assert diag.line == 5 and "mx.fast.metal_kernel binds buffers only" in diag.message, diag.message
+    assert "no template named" not in diag.message and "unknown type name" not in diag.message
+
+
 def test_deep_metal_declares_atomic_outputs_as_mlx_does() -> None:
     """atomic_outputs=True makes MLX declare `device atomic<T>* out`: atomics on it check, plain stores do not."""
     body = "uint i = thread_position_in_grid.x; atomic_fetch_add_explicit(&out[0], x[i], memory_order_relaxed);"

@@ -105,6 +105,19 @@ def wrap_kernel(k: KernelUse, index: int, header_ns: str, dtype: str = "float16"
     ])
 
 
+#: clang's word for a texture or sampler type the shim leaves out. Metal has them, but mx.fast.metal_kernel binds
+#: buffers only, so none can reach a kernel it builds: say that, not that Metal lacks the type.
+_NO_TEXTURES = re.compile(r"^(?:no template named|unknown type name) '(?P<name>(?:texture|depth)\w*|sampler)'$")
+
+
+def _explained(msg: str) -> str:
+    m = _NO_TEXTURES.match(msg)
+    if m is None:
+        return msg
+    return (f"{m['name']}: mx.fast.metal_kernel binds buffers only, so no texture or sampler reaches its kernels; "
+            "read the data from an input buffer")
+
+
 _DIAG = re.compile(r"^(?P<file>[^:]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>error|warning|fatal error): (?P<msg>.*)$")
 
 
@@ -142,7 +155,7 @@ def check_kernels(kernels: list[KernelUse], dtype: str = "float16", timeout: flo
         index, kernel = names.get(stem, (None, ""))
         line = int(m["line"]) if kernel and part == "body" else None
         where = "" if part == "body" else f" (in {part if kernel else os.path.basename(m['file'])})"
-        out.append(CompileMessage(kernel, line, "error", m["msg"].strip() + where, index))
+        out.append(CompileMessage(kernel, line, "error", _explained(m["msg"].strip()) + where, index))
     if proc.returncode != 0 and not out:
         out.append(CompileMessage("", None, "error", "clang failed: " + " | ".join(proc.stderr.splitlines()[-3:])))
     return out
