@@ -3,7 +3,8 @@
 With NVRTC (ksearch.backends.nvrtc; the compiler MLX itself runs, no GPU needed): the text MLX would compile, MLX's
 device utils stood in for by nvcc.PRELUDE. With nvcc (ksearch.backends.nvcc): a full compile for sm_90a (nvcc accepts
 gcc builtins that NVRTC refuses, so NVRTC is preferred). Without either: a C++20 compiler (clang++ or g++) checks the same text as host code against cuda_host.h, the CUDA
-builtins written for the host (-fsyntax-only). Diagnostics name the Metal body's or header's own lines.
+builtins written for the host (-fsyntax-only). Diagnostics name the Metal kernel and the lines of its source= or
+header=, or of the file that created it (surface_lines), as the CPU engine's errors do.
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ class Diagnostic:
     file: str  # "<kernel>.metal", "<kernel>.header.metal", or the generated wrapper
     line: int | None
     message: str
+    kernel: str = ""  # the Metal kernel's name
+    place: str | None = None  # the line as the user counts it, for a line of the Metal body or header
 
     def __str__(self) -> str:
+        if self.place:
+            return f"metal_kernel {self.kernel!r} at {self.place}: {self.message}"
         return f"{self.file}:{self.line}: {self.message}" if self.line else f"{self.file}: {self.message}"
 
 
@@ -57,10 +62,10 @@ def check(src: CudaSource, input_dtypes: Sequence[str], output_dtypes: Sequence[
     text = wrapped(src, input_dtypes, output_dtypes)
     if (use_nvrtc is None and use_nvcc is None and find_nvrtc() is not None) or use_nvrtc:
         ok, log = nvrtc_check([text])
-        return _parse(log, _NVCC_DIAG, ok)
+        return _parse(log, _NVCC_DIAG, ok, src)
     if (use_nvcc is None and nvcc_path() is not None) or use_nvcc:
         ok, log = compile_check([text], timeout=timeout)
-        return _parse(log, _NVCC_DIAG, ok)
+        return _parse(log, _NVCC_DIAG, ok, src)
     cxx = host_compiler()
     if cxx is None:
         return None
@@ -69,15 +74,16 @@ def check(src: CudaSource, input_dtypes: Sequence[str], output_dtypes: Sequence[
         Path(path).write_text(text)
         proc = subprocess.run([cxx, "-std=c++20", "-fsyntax-only", "-x", "c++", "-Wno-unknown-pragmas",
                                "-include", str(HOST_HEADER), path], capture_output=True, text=True, timeout=timeout)
-    return _parse(proc.stderr, _GCC_DIAG, proc.returncode == 0)
+    return _parse(proc.stderr, _GCC_DIAG, proc.returncode == 0, src)
 
 
-def _parse(log: str, pattern: re.Pattern[str], ok: bool) -> list[Diagnostic]:
+def _parse(log: str, pattern: re.Pattern[str], ok: bool, src: CudaSource) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     for raw in log.splitlines():
         m = pattern.match(raw.strip())
         if m and m["sev"] != "warning":
-            out.append(Diagnostic(os.path.basename(m["file"]), int(m["line"]), m["msg"].strip()))
+            file, line = os.path.basename(m["file"]), int(m["line"])
+            out.append(Diagnostic(file, line, m["msg"].strip(), src.name, src.place(file, line)))
     if not ok and not out:
-        out.append(Diagnostic("compiler", None, " | ".join(log.strip().splitlines()[-3:])))
+        out.append(Diagnostic("compiler", None, " | ".join(log.strip().splitlines()[-3:]), src.name))
     return out

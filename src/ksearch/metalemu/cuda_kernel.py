@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from ksearch.backends.nvcc import mentioned_metadata, template_declarations
+from ksearch.errors import MetalEmuError
 from ksearch.kernels.kernel_text import content_name
-from ksearch.metalemu.cuda_lex import compile_error
+from ksearch.metalemu.cuda_lex import compile_error, compile_error_part
 from ksearch.metalemu.cuda_rules import load_rules
 from ksearch.metalemu.cuda_translate import Translation, translate
+from ksearch.metalemu.surface_lines import Origin, locate_part, origin, part_place
 
 LIBRARY_PARTS = ("cuda_msl_scalar.cuh", "cuda_msl_vector.cuh", "cuda_msl_math.cuh", "cuda_msl_simd.cuh",
                  "cuda_msl_matrix.cuh")
@@ -74,6 +76,13 @@ class CudaSource:
     output_names: list[str]
     source: str
     header: str
+    where: Origin = Origin()  # where the Metal kernel's source= and header= start in the file that created it
+
+    def place(self, file: str, line: int) -> str | None:
+        """A compiler's `file(line)` as the user counts it: the `#line` markers name the Metal body `<name>.metal` and
+        the header `<name>.header.metal`; None for a line of the generated text around them."""
+        part = {f"{self.name}.metal": "source=", f"{self.name}.header.metal": "header="}.get(file)
+        return part_place(part, line, self.where).long if part else None
 
 
 @dataclass(frozen=True)
@@ -110,16 +119,33 @@ class MetalKernelTranslation:
     """A Metal kernel (body + header) translated once; `cuda_source` writes the CUDA kernel for one signature."""
 
     def __init__(self, name: str, input_names: Sequence[str], output_names: Sequence[str], source: str,
-                 header: str = "", atomic_outputs: bool = False) -> None:
+                 header: str = "", atomic_outputs: bool = False, where: Origin | None = None) -> None:
         if not output_names:
             raise ValueError("[metal_kernel] Must specify at least one output.")
         self.name, self.input_names, self.output_names = name, list(input_names), list(output_names)
         self.metal_source, self.atomic_outputs = source, atomic_outputs
-        self.header: Translation | None = translate(header, kernel=name, where="header") if header.strip() else None
-        self.body: Translation = translate(source, kernel=name, where="body", context=self.header)
+        self.where = where or origin(source, header)
+        try:
+            self.header: Translation | None = (translate(header, kernel=name, where="header") if header.strip()
+                                               else None)
+            self.body: Translation = translate(source, kernel=name, where="body", context=self.header)
+        except MetalEmuError as exc:
+            raise self.located(exc) from None
+
+    def located(self, exc: MetalEmuError) -> MetalEmuError:
+        """A translation's error led by the kernel's name and its line as the user counts it (surface_lines)."""
+        part, what = compile_error_part(exc)
+        return locate_part(exc, self.name, what, part, self.where)
 
     def cuda_source(self, inputs: Sequence[Arg], output_dtypes: Sequence[str],
                     template: Sequence[tuple[str, TemplateValue]] = ()) -> CudaSource:
+        try:
+            return self._cuda_source(inputs, output_dtypes, template)
+        except MetalEmuError as exc:
+            raise self.located(exc) from None
+
+    def _cuda_source(self, inputs: Sequence[Arg], output_dtypes: Sequence[str],
+                     template: Sequence[tuple[str, TemplateValue]]) -> CudaSource:
         lines = [f"  const ::metal::detail::launch ks_launch_ = ::metal::detail::make_launch({LAUNCH});",
                  "  if (!::metal::detail::enter(ks_launch_)) return;"]
         macros = self.header.macros if self.header else set()
@@ -149,7 +175,7 @@ class MetalKernelTranslation:
             header += f'\n#line 1 "{self.name}.header.metal"\n{self.header.text}\n'
         return CudaSource(name=self.name, input_names=[f"ks_in_{a.name}" for a in inputs] + [LAUNCH],
                           output_names=[f"ks_out_{n}" for n in self.output_names],
-                          source="\n".join(lines) + "\n" + self.body.text, header=header)
+                          source="\n".join(lines) + "\n" + self.body.text, header=header, where=self.where)
 
 
 def _dtype_name(dtype: Any) -> str:

@@ -29,9 +29,20 @@ TRIVIA = ("ws", "nl", "comment")
 def compile_error(what: str, kernel: str, where: str, line: int | None, kind: str) -> MetalEmuError:
     """The error for what the CUDA engine cannot compile: status compile_error, the kernel and the line named (of
     the body, or of the header)."""
+    return MetalEmuError(_lead(kernel, where, line) + what, status="compile_error", kernel=kernel, line=line,
+                         body_line=line if where == "body" else None, kind=kind)
+
+
+def _lead(kernel: str, where: str, line: int | None) -> str:
     at = f" ({where} line {line})" if line else ""
-    return MetalEmuError(f"compile error in Metal kernel {kernel!r}{at}: {what}", status="compile_error", kernel=kernel,
-                         line=line, body_line=line if where == "body" else None, kind=kind)
+    return f"compile error in Metal kernel {kernel!r}{at}: "
+
+
+def compile_error_part(exc: MetalEmuError) -> tuple[str | None, str]:
+    """Of an error `compile_error` made: the part of the kernel its line is counted in ("source=", "header=" or None
+    where it names no line) and what went wrong, without the lead that names the kernel and the line."""
+    where, part = ("body", "source=") if exc.body_line is not None else ("header", "header=") if exc.line else ("", None)
+    return part, str(exc).removeprefix(_lead(exc.kernel, where, exc.line))
 
 
 @dataclass

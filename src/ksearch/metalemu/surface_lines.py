@@ -4,6 +4,9 @@ header=, never of the translation unit MLX writes around them (a text the user d
 A kernel's source= and header= are usually string literals of the file that creates it. Found there verbatim (once),
 an error's lines become that file's lines, with the line of source= beside them; otherwise lines of source= or
 header= themselves. Lines MLX generates (the template line, the signature, the instantiation) are named as such.
+
+The CPU engine's errors count lines of the translation unit (`locate`); the CUDA engine's count lines of source= or
+header= already, its `#line` markers keeping NVRTC's in the same numbering (`locate_part`, `part_place`).
 """
 
 from __future__ import annotations
@@ -74,22 +77,34 @@ class Layout:
 
     def place(self, line: int) -> Place | None:
         """Where line `line` of the translation unit is for the user; None for a number that is no line of it."""
-        org = self.org
         if self.body_first <= line <= self.body_last:
-            return _named(line - self.body_first + 1, "source=", org.source_line, org.file)
+            return part_place("source=", line - self.body_first + 1, self.org)
         if 1 <= line <= self.header_last:
-            named = _named(line, "header=", org.header_line, org.file)
-            return Place(named.long, named.short, None)
+            return part_place("header=", line, self.org)
         if 1 <= line <= self.unit_lines:
             text = f"line {line} of the source MLX generates around source= (verbose=True prints it)"
             return Place(text, text, None)
         return None
 
 
-def _named(n: int, part: str, first: int | None, file: str) -> Place:
+def part_place(part: str, n: int, org: Origin) -> Place:
+    """Line `n` of source= or header= (`part`) as the user counts it: a line of the file that created the kernel
+    where that is known."""
+    first = org.source_line if part == "source=" else org.header_line
+    body_line = n if part == "source=" else None
     if first is None:
-        return Place(f"line {n} of its {part}", f"line {n} of its {part}", n)
-    return Place(f"line {first + n - 1} of {file} (line {n} of its {part})", f"line {first + n - 1}", n)
+        return Place(f"line {n} of its {part}", f"line {n} of its {part}", body_line)
+    return Place(f"line {first + n - 1} of {org.file} (line {n} of its {part})", f"line {first + n - 1}", body_line)
+
+
+def locate_part(exc: MetalEmuError, name: str, what: str, part: str | None, org: Origin) -> MetalEmuError:
+    """`exc`, whose `line` is counted in source= or header= (`part`; None: no line), led by the kernel's name and
+    the place of that line; `what` is what went wrong there."""
+    head = f"metal_kernel {name!r}"
+    if part is not None and exc.line:
+        head += f" at {part_place(part, exc.line, org).long}"
+    return MetalEmuError(f"{head}: {what}", status=exc.status, kernel=exc.kernel, line=exc.line,
+                         body_line=exc.body_line, kind=exc.kind)
 
 
 def locate(exc: MetalEmuError, name: str, unit: str, source: str, header: str, org: Origin) -> MetalEmuError:
